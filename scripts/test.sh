@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The test command (README): installs packages, builds the Release and the ASan/UBSan builds,
+# runs the whole suite in each, and ends with one summary line "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh || exit 1
+bash scripts/build.sh release || exit 1
+bash scripts/build.sh asan || exit 1
+total_pass=0; total_fail=0; rc=0
+run_suite() {  # run_suite DIR LABEL
+  local log; log="$(mktemp)"
+  echo "=== ctest ($2) ==="
+  (cd "$1" && ctest --output-on-failure -j2 --timeout 600) 2>&1 | tee "$log"
+  local line; line="$(grep -E 'tests passed, [0-9]+ tests failed out of' "$log" | tail -1)"
+  if [ -z "$line" ]; then echo "ctest ($2) printed no summary"; rc=1; return; fi
+  local failed total
+  failed="$(sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1/' <<<"$line")"
+  total="$(sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\2/' <<<"$line")"
+  total_pass=$((total_pass + total - failed)); total_fail=$((total_fail + failed))
+  [ "$failed" -eq 0 ] || rc=1
+  rm -f "$log"
+}
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+run_suite build release
+run_suite build-asan asan+ubsan
+echo "${total_pass} passed, ${total_fail} failed"
+exit $rc

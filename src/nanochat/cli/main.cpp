@@ -1,0 +1,25 @@
+// nanochat: one binary, subcommands named after nanochat's scripts (DESIGN.md section 1).
+#include <cstdio>
+#include <exception>
+
+#include "nanochat/cli/commands.h"
+#include "nanochat/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"nanochat.cpp: train nanochat-style GPT models on CPUs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("nanochat.cpp ") + NANOCHAT_VERSION);
+  nanochat::cli::register_all(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const nanochat::Error& e) {
+    std::fprintf(stderr, "nanochat: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nanochat: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,39 @@
+#pragma once
+// Single-precision GEMM through oneDNN's dnnl_sgemm (row-major). Chosen by measurement:
+// on the development machines dnnl_sgemm was the fastest library at 2 threads on every training
+// shape and within 3% of the best at 1 thread (shared/research/perf-baseline.md, section 2).
+// oneDNN picks its AVX-512 kernels by itself, independent of OPENBLAS_CORETYPE.
+#include <cstdint>
+
+namespace nanochat {
+
+/// C(M,N) = alpha * op(A) * op(B) + beta * C, all row-major.
+/// op(A) is (M,K): A is (M,K) with lda >= K, or (K,M) with lda >= M when trans_a.
+/// op(B) is (K,N): B is (K,N) with ldb >= N, or (N,K) with ldb >= K when trans_b.
+/// Throws nanochat::Error if oneDNN rejects the arguments.
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+           int64_t ldc);
+
+/// y(M,N) = x(M,K) * W(N,K)^T (+ beta*y): PyTorch's Linear forward with weight (out, in).
+inline void linear_fwd(const float* x, const float* W, float* y, int64_t M, int64_t K, int64_t N,
+                       float beta = 0.f) {
+  sgemm(false, true, M, N, K, 1.f, x, K, W, K, beta, y, N);
+}
+/// dx(M,K) (+)= dy(M,N) * W(N,K): Linear input gradient. beta=1 accumulates.
+inline void linear_bwd_x(const float* dy, const float* W, float* dx, int64_t M, int64_t K,
+                         int64_t N, float beta = 0.f) {
+  sgemm(false, false, M, K, N, 1.f, dy, N, W, K, beta, dx, K);
+}
+/// dW(N,K) (+)= dy(M,N)^T * x(M,K): Linear weight gradient. beta=1 accumulates.
+inline void linear_bwd_w(const float* dy, const float* x, float* dW, int64_t M, int64_t K,
+                         int64_t N, float beta = 1.f) {
+  sgemm(true, false, N, K, M, 1.f, dy, N, x, K, beta, dW, K);
+}
+
+/// Sets the number of OpenMP threads used by our kernels and by oneDNN (>= 1).
+void set_num_threads(int n);
+/// Current number of OpenMP threads.
+int num_threads();
+
+}  // namespace nanochat
