@@ -1,0 +1,99 @@
+#pragma once
+// Byte-level BPE tokenizer of nanochat (spec section 6; nanochat/tokenizer.py + rustbpe + tiktoken).
+//
+//  * Pre-split: nanochat's split regex (GPT-4's pattern with \p{N}{1,2}), matched with PCRE2 (JIT).
+//  * Mergeable ranks: ids 0..255 are the single bytes; id 256+k is the k-th merge (the bytes of its
+//    two parents concatenated). Encoding merges, inside each chunk, the adjacent pair whose
+//    concatenation has the lowest rank until none applies (tiktoken semantics).
+//  * Special tokens: the 9 names of kSpecialTokens at ids V-9 .. V-1 (<|bos|> = V-9). They are never
+//    produced by encode() (special-token strings in text are encoded as ordinary text).
+//
+// A Tokenizer is immutable after train()/load(); copies share the same tables and all const methods
+// are safe to call from several threads at once.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nanochat {
+
+/// nanochat's split pattern (spec 6.1), exactly.
+extern const char* const kSplitPattern;
+
+/// The 9 special tokens in id order (spec 6.1); they take the top 9 ids of the vocabulary.
+inline constexpr std::array<const char*, 9> kSpecialTokens = {
+    "<|bos|>",          "<|user_start|>", "<|user_end|>",     "<|assistant_start|>", "<|assistant_end|>",
+    "<|python_start|>", "<|python_end|>", "<|output_start|>", "<|output_end|>"};
+
+/// Splits text into chunks with kSplitPattern (PCRE2 JIT). The chunks are views into `text` and
+/// cover it completely, in order. Exposed for tests and for training.
+std::vector<std::string_view> split_chunks(std::string_view text);
+
+/// Training options of tok-train (spec 6.2).
+struct TokenizerTrainStats {
+  int64_t num_unique_chunks = 0;  ///< distinct pre-split chunks seen
+  int64_t num_merges = 0;         ///< merges learned (may be fewer than asked if pairs run out)
+};
+
+class Tokenizer {
+ public:
+  /// An empty tokenizer (vocab_size() == 0); only useful as a placeholder to assign to.
+  Tokenizer();
+
+  /// Trains byte-level BPE like nanochat's rustbpe (spec 6.2): each doc is split with kSplitPattern,
+  /// unique chunks are counted (weighted), then vocab_size - 9 - 256 merges are learned, each the
+  /// pair with the highest weighted count (ties -> lexicographically smallest (a, b) id pair), merged
+  /// left-to-right without overlap. The 9 specials take the top ids. Deterministic.
+  /// Throws nanochat::Error if vocab_size < 256 + 9. If the text runs out of pairs before all merges
+  /// are learned, the vocabulary is smaller than asked (vocab_size() tells).
+  static Tokenizer train(const std::vector<std::string>& docs, int vocab_size,
+                         TokenizerTrainStats* stats = nullptr);
+
+  /// Loads what save() wrote from `dir` (tokenizer.ranks + tokenizer.json). Throws nanochat::Error
+  /// naming the dir/file if it is missing or corrupt.
+  static Tokenizer load(const std::string& dir);
+
+  /// Writes into `dir` (created if missing):
+  ///   tokenizer.ranks   tiktoken format: "<base64 of token bytes> <rank>\n" per mergeable token
+  ///   tokenizer.json    {"pattern", "special_tokens": {name: id}, "vocab_size", "hash"}
+  ///   token_bytes.bin   int32 little-endian (V,) = token_bytes()
+  /// Throws nanochat::Error naming the file on I/O failure.
+  void save(const std::string& dir) const;
+
+  /// Ordinary encoding (special-token strings are NOT recognised): regex split, then BPE per chunk.
+  std::vector<int32_t> encode(std::string_view text) const;
+
+  /// Encodes each text (in parallel over num_threads threads); if prepend_id >= 0 it is put first
+  /// in every row (e.g. bos_id()).
+  std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts,
+                                                 int32_t prepend_id = -1, int num_threads = 4) const;
+
+  /// Concatenates the bytes of the ids (special ids decode to their names). Bytes are returned raw,
+  /// so invalid UTF-8 survives and decode(encode(x)) == x for every byte string x.
+  /// Throws nanochat::Error for an id outside [0, vocab_size()).
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+  /// Id of a special token by name, e.g. "<|bos|>". Throws nanochat::Error for an unknown name.
+  int32_t encode_special(const std::string& name) const;
+  /// Id of "<|bos|>" (= vocab_size() - 9).
+  int32_t bos_id() const;
+  /// Total vocabulary size V including the 9 specials.
+  int vocab_size() const;
+  /// (V,) raw byte length of each token; 0 for the 9 specials (spec 6.2, used for bpb in 3.6).
+  std::vector<int32_t> token_bytes() const;
+  /// The raw bytes of one token (a special id gives its name). Throws for an id out of range.
+  std::string id_to_token_bytes(int32_t id) const;
+  /// Stable 64-bit hash (FNV-1a) of the ranks, the split pattern and the specials; equal tokenizers
+  /// have equal hashes on every machine (ranks compare it before training).
+  uint64_t hash() const;
+
+  struct Impl;
+
+ private:
+  explicit Tokenizer(std::shared_ptr<const Impl> impl);
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace nanochat
