@@ -1,0 +1,28 @@
+#pragma once
+// Training schedules of nanochat's scripts/base_train.py (nanochat-spec 3.4).
+// `it` is the 0-based index of the optimizer step being made, `N` the number of steps.
+#include <cstdint>
+
+namespace nanochat {
+
+/// Round half to even, like Python's round() (used for warmdown_iters and batch exponents).
+double round_half_even(double x);
+
+/// Schedule hyperparameters (base_train flags --warmup-steps, --warmdown-ratio, --final-lr-frac).
+struct LrSchedule {
+  int64_t num_iterations = 0;   ///< N
+  int64_t warmup_steps = 40;
+  double warmdown_ratio = 0.65;
+  double final_lr_frac = 0.05;
+
+  /// round_half_even(warmdown_ratio * N).
+  int64_t warmdown_iters() const;
+  /// LR multiplier: linear warmup (it+1)/warmup, 1.0, then linear warmdown to final_lr_frac.
+  double lr_multiplier(int64_t it) const;
+  /// Muon momentum: 0.85 -> 0.97 over the first 400 steps, 0.97, then -> 0.90 during warmdown.
+  double muon_momentum(int64_t it) const;
+  /// Muon weight decay: wd_scaled * 0.5 * (1 + cos(pi * it / N)).
+  double muon_weight_decay(int64_t it, double wd_scaled) const;
+};
+
+}  // namespace nanochat
