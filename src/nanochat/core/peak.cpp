@@ -1,0 +1,129 @@
+#include "nanochat/core/peak.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "nanochat/core/timer.h"
+
+namespace nanochat {
+
+namespace {
+
+// Runs `iters` rounds of 16 independent FMA chains; returns a value so the work is kept.
+float fma_chains(long iters) {
+#if defined(__AVX512F__)
+  // 16 named accumulators (an array would live on the stack and measure the load/store ports).
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+#define NC_DECL(i) __m512 a##i = _mm512_set1_ps(1.0f + 0.01f * i);
+#define NC_STEP(i)                          \
+  a##i = _mm512_fmadd_ps(a##i, m, c);       \
+  __asm__ volatile("" : "+v"(a##i));
+#define NC_ALL(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+  NC_ALL(NC_DECL)
+  for (long it = 0; it < iters; ++it) {
+    NC_ALL(NC_STEP)
+  }
+  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                           _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+  s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)),
+                                     _mm512_add_ps(_mm512_add_ps(a12, a13), _mm512_add_ps(a14, a15))));
+#undef NC_DECL
+#undef NC_STEP
+#undef NC_ALL
+  alignas(64) float out[16];
+  _mm512_store_ps(out, s);
+  float r = 0;
+  for (float v : out) r += v;
+  return r;
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+#define NC_DECL(i) __m256 a##i = _mm256_set1_ps(1.0f + 0.01f * i);
+#define NC_STEP(i)                          \
+  a##i = _mm256_fmadd_ps(a##i, m, c);       \
+  __asm__ volatile("" : "+x"(a##i));
+#define NC_ALL(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+  NC_ALL(NC_DECL)  // 12 accumulators: AVX2 has 16 ymm registers and needs 2 for m, c
+  for (long it = 0; it < iters; ++it) {
+    NC_ALL(NC_STEP)
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                           _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+  s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+#undef NC_DECL
+#undef NC_STEP
+#undef NC_ALL
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  float r = 0;
+  for (float v : out) r += v;
+  return r;
+#else
+  float a[16];
+  for (int i = 0; i < 16; ++i) a[i] = 1.0f + 0.01f * static_cast<float>(i);
+  for (long it = 0; it < iters; ++it)
+    for (int i = 0; i < 16; ++i) {
+      a[i] = a[i] * 0.999999f + 1e-7f;
+      __asm__ volatile("" : "+x"(a[i]));
+    }
+  float r = 0;
+  for (float v : a) r += v;
+  return r;
+#endif
+}
+
+// FMAs per iteration of fma_chains: vector lanes x independent chains.
+constexpr double kFmasPerIter =
+#if defined(__AVX512F__)
+    16 * 16;
+#elif defined(__AVX2__) && defined(__FMA__)
+    8 * 12;
+#else
+    1 * 16;
+#endif
+
+}  // namespace
+
+const char* fma_peak_isa() {
+#if defined(__AVX512F__)
+  return "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+  return "avx2";
+#else
+  return "scalar";
+#endif
+}
+
+double measure_fma_peak_gflops(int threads, double seconds) {
+  if (threads < 1) threads = 1;
+  // Calibrate the iteration count on one thread, then run all threads together several times
+  // and keep the best (the machine may be shared).
+  long iters = 1 << 16;
+  for (;;) {
+    Timer t;
+    volatile float sink = fma_chains(iters);
+    (void)sink;
+    if (t.seconds() > 0.02 || iters > (1L << 34)) break;
+    iters *= 2;
+  }
+  double best = 0;
+  Timer total;
+  do {
+    std::vector<double> secs(threads, 0.0);
+#pragma omp parallel num_threads(threads)
+    {
+      Timer t;
+      volatile float sink = fma_chains(iters);
+      (void)sink;
+      secs[omp_get_thread_num()] = t.seconds();
+    }
+    const double slowest = *std::max_element(secs.begin(), secs.end());
+    const double flops = 2.0 * kFmasPerIter * static_cast<double>(iters) * threads;
+    best = std::max(best, flops / slowest / 1e9);
+  } while (total.seconds() < seconds);
+  return best;
+}
+
+}  // namespace nanochat
