@@ -31,7 +31,7 @@ inline constexpr std::array<const char*, 9> kSpecialTokens = {
 /// cover it completely, in order. Exposed for tests and for training.
 std::vector<std::string_view> split_chunks(std::string_view text);
 
-/// Training options of tok-train (spec 6.2).
+/// What a training run saw (for logs).
 struct TokenizerTrainStats {
   int64_t num_unique_chunks = 0;  ///< distinct pre-split chunks seen
   int64_t num_merges = 0;         ///< merges learned (may be fewer than asked if pairs run out)
@@ -50,6 +50,12 @@ class Tokenizer {
   /// are learned, the vocabulary is smaller than asked (vocab_size() tells).
   static Tokenizer train(const std::vector<std::string>& docs, int vocab_size,
                          TokenizerTrainStats* stats = nullptr);
+
+  /// A tokenizer from explicit mergeable tokens: id i has bytes tokens[i] (ids 0..M-1, M =
+  /// tokens.size()), specials at M..M+8. Every single byte must be one of the tokens. Merging
+  /// follows tiktoken: two adjacent parts merge when their concatenation is a token, lowest id first.
+  /// Throws nanochat::Error if a byte is missing or the pattern does not compile.
+  static Tokenizer from_tokens(const std::vector<std::string>& tokens, const std::string& pattern = kSplitPattern);
 
   /// Loads what save() wrote from `dir` (tokenizer.ranks + tokenizer.json). Throws nanochat::Error
   /// naming the dir/file if it is missing or corrupt.
@@ -88,12 +94,38 @@ class Tokenizer {
   /// Stable 64-bit hash (FNV-1a) of the ranks, the split pattern and the specials; equal tokenizers
   /// have equal hashes on every machine (ranks compare it before training).
   uint64_t hash() const;
+  /// The split pattern (kSplitPattern for every tokenizer this product trains).
+  const std::string& pattern() const;
 
   struct Impl;
 
  private:
   explicit Tokenizer(std::shared_ptr<const Impl> impl);
   std::shared_ptr<const Impl> impl_;
+};
+
+/// Streaming BPE trainer (spec 6.2): feed documents, then train(). Tokenizer::train() wraps it.
+/// Memory grows with the number of distinct pre-split chunks, not with the text length.
+class TokenizerTrainer {
+ public:
+  TokenizerTrainer();
+  ~TokenizerTrainer();
+  TokenizerTrainer(const TokenizerTrainer&) = delete;
+  TokenizerTrainer& operator=(const TokenizerTrainer&) = delete;
+
+  /// Splits one document and counts its chunks.
+  void add_document(std::string_view doc);
+  /// Same for many documents, split on num_threads threads (the counts do not depend on it).
+  void add_documents(const std::vector<std::string>& docs, int num_threads = 2);
+  /// Distinct chunks counted so far.
+  int64_t num_unique_chunks() const;
+  /// Learns vocab_size - 9 - 256 merges from the counted chunks (see Tokenizer::train). May be
+  /// called once; throws nanochat::Error if vocab_size < 265 or if called twice.
+  Tokenizer train(int vocab_size, TokenizerTrainStats* stats = nullptr);
+
+ private:
+  struct State;
+  std::unique_ptr<State> st_;
 };
 
 }  // namespace nanochat
