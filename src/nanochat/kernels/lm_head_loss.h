@@ -1,0 +1,37 @@
+#pragma once
+// The model's head (nanochat-spec 1.3 steps 6-8, backward 1.7): logits = x * W[:V]^T (vocab
+// padding cropped), softcap z = cap * tanh(logits / cap) with cap = 15, cross-entropy against
+// targets with ignore_index -1. Fused and chunked over tokens so the (N, V) logits never exist:
+// each chunk's logits go to a small scratch, are turned into dlogits in place, and feed the two
+// backward GEMMs (dx = dlogits * W, dW += dlogits^T * x) before the next chunk.
+//
+// Per row: lse = log sum_j exp(z_j), loss = lse - z_y; with grad_scale s (= loss_scale / N_valid):
+// dz = s * (softmax(z) - onehot(y)), dlogits = dz * (1 - (z/cap)^2); ignored rows: loss 0, grad 0.
+#include <cstdint>
+
+namespace nanochat {
+
+/// nanochat's logit softcap.
+inline constexpr float kLogitSoftcap = 15.f;
+
+/// One row of softcap + cross-entropy. row: V raw logits, overwritten with dlogits (scaled by
+/// grad_scale) when want_grad, else with the softcapped logits z. target in [0, V) or -1 (ignored:
+/// returns 0 and, with want_grad, a zero row). Returns the loss lse - z_target in nats.
+/// float uses the vectorised exp/tanh of vecmath.h; double uses std::exp/std::tanh (reference).
+template <typename T>
+double softcap_ce_row(T* row, int64_t V, int32_t target, T cap, T grad_scale, bool want_grad);
+
+/// z[i] = cap * tanh(z[i] / cap) for n values, in place (vectorised).
+void softcap_inplace(float* z, int64_t n, float cap);
+
+/// Fused chunked lm_head + softcap + cross-entropy.
+/// x: (N, C) final normalised activations; W: lm_head weight (>= V rows, C); targets: (N) in
+/// [0, V) or -1. scratch: chunk_rows * V floats. per_token_loss (N), optional, receives each row's
+/// loss (0 at ignored rows). If dx != nullptr, the backward runs: dx (N, C) is overwritten with
+/// the input gradient and dW (rows 0..V-1) accumulates the weight gradient, both for the loss
+/// sum_rows(loss) * grad_scale. Returns the sum of losses over non-ignored rows (nats).
+double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets, int64_t N,
+                          int64_t C, int64_t V, float cap, float grad_scale, float* scratch,
+                          int64_t chunk_rows, float* per_token_loss, float* dx, float* dW);
+
+}  // namespace nanochat

@@ -1,0 +1,599 @@
+#include "nanochat/model/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "nanochat/core/error.h"
+#include "nanochat/core/rng.h"
+#include "nanochat/kernels/attention.h"
+#include "nanochat/kernels/elementwise.h"
+#include "nanochat/kernels/embedding.h"
+#include "nanochat/kernels/gemm.h"
+#include "nanochat/kernels/lm_head_loss.h"
+#include "nanochat/kernels/rmsnorm.h"
+#include "nanochat/kernels/rotary.h"
+#include "nanochat/kernels/smear.h"
+#include "nanochat/kernels/ve_gate.h"
+
+namespace nanochat {
+
+namespace {
+constexpr float kQkScale = 1.2f;  // nanochat multiplies q and k by 1.2 after the QK norm
+// Indices in params_ of the root scalars (registered first, spec 1.2).
+constexpr size_t kResid = 0, kX0 = 1, kSmearLambda = 2, kBackout = 3;
+}  // namespace
+
+// Pointers to one layer's weights (or their gradients: same offsets in the gradient buffer).
+struct GPT::LayerParams {
+  float* qkv;      // c_q, c_k, c_v stacked: ((H + 2 Hkv) D, C) (consecutive in the flat buffer)
+  float* proj;     // attn.c_proj (C, H D)
+  float* ve_gate;  // (Hkv, 12) or null
+  float* fc;       // mlp.c_fc (4C, C)
+  float* mlp_proj; // mlp.c_proj (C, 4C)
+  float* ve;       // value_embeds.{i} (Vp, Hkv D) or null
+};
+
+// Saved activations of one layer, N = B*T tokens.
+struct GPT::LayerActs {
+  float* n1;      // (N, C) rmsnorm(h_in)
+  float* rstd1;   // (N)
+  float* q;       // (N, H, D) after rotary + QK norm * 1.2
+  float* k;       // (N, Hkv, D)
+  float* v;       // (N, Hkv, D) after value-embedding mixing
+  float* rstd_q;  // (N, H)
+  float* rstd_k;  // (N, Hkv)
+  float* gamma;   // (N, Hkv) value-embedding gate (VE layers)
+  float* att;     // (N, H D) attention output
+  float* lse;     // (B, H, T)
+  float* n2;      // (N, C) rmsnorm(h_mid)
+  float* rstd2;   // (N)
+  float* f;       // (N, 4C) c_fc output (pre-activation)
+};
+
+struct GPT::Acts {
+  std::vector<LayerActs> layers;
+  std::vector<float*> hs;  // L+1 buffers (N, C): hs[0] = x0 (smeared embedding), hs[i+1] = block i output
+  float* e_norm;  // (N, C) rmsnorm(wte[idx])
+  float* rstd_e;  // (N)
+  float* sig;     // (N) smear gate sigmoid
+  float* n_f;     // (N, C) final norm output
+  float* rstd_f;  // (N)
+  // scratch (forward and backward)
+  float* hin;   // (N, C): h_in in the forward, h_f before the final norm
+  float* qkv;   // (N, (H + 2 Hkv) D): fused projection output / its gradient
+  float* a4;    // (N, 4C): relu^2 output
+  float* b4;    // (N, 4C): gradient of the MLP hidden layer
+  float* dh;    // (N, C) running gradient of the residual stream
+  float* dx0;   // (N, C) gradient accumulated at x0
+  float* dhf;   // (N, C) gradient at h_f (kept for the backout)
+  float* dC;    // (N, C) gradient at a normalised input (dn1, dn2, dn_f, de)
+  float* datt;  // (N, H D)
+  float* dq;    // (N, H D)
+  float* dk;    // (N, Hkv D)
+  float* dv;    // (N, Hkv D)
+  float* dz;    // (N, Hkv)
+  float* logits;  // (chunk, V) lm_head chunk scratch
+};
+
+GPT::GPT(const ModelConfig& cfg) : cfg_(cfg) {
+  cfg_.validate();
+  windows_ = cfg_.window_sizes();
+  const int64_t L = cfg_.n_layer, C = cfg_.n_embd, H = cfg_.n_head, Hkv = cfg_.n_kv_head;
+  const int64_t D = cfg_.head_dim(), Vp = cfg_.padded_vocab();
+  // Registration order of nanochat's GPT (spec 1.2): root scalars, wte, blocks, lm_head,
+  // smear_gate, value_embeds ascending.
+  add_param("resid_lambdas", {L});
+  add_param("x0_lambdas", {L});
+  add_param("smear_lambda", {1});
+  add_param("backout_lambda", {1});
+  wte_ = params_.size();
+  add_param("transformer.wte.weight", {Vp, C});
+  for (int64_t i = 0; i < L; ++i) {
+    const std::string p = "transformer.h." + std::to_string(i) + ".";
+    layer_first_param_.push_back(params_.size());
+    add_param(p + "attn.c_q.weight", {H * D, C});
+    add_param(p + "attn.c_k.weight", {Hkv * D, C});
+    add_param(p + "attn.c_v.weight", {Hkv * D, C});
+    add_param(p + "attn.c_proj.weight", {C, H * D});
+    if (cfg_.has_value_embed(static_cast<int>(i)))
+      add_param(p + "attn.ve_gate.weight", {Hkv, kVeGateChannels});
+    add_param(p + "mlp.c_fc.weight", {4 * C, C});
+    add_param(p + "mlp.c_proj.weight", {C, 4 * C});
+  }
+  lm_head_ = params_.size();
+  add_param("lm_head.weight", {Vp, C});
+  smear_gate_ = params_.size();
+  add_param("smear_gate.weight", {1, kSmearChannels});
+  ve_param_.assign(static_cast<size_t>(L), -1);
+  for (int64_t i = 0; i < L; ++i)
+    if (cfg_.has_value_embed(static_cast<int>(i))) {
+      ve_param_[i] = static_cast<int64_t>(params_.size());
+      add_param("value_embeds." + std::to_string(i) + ".weight", {Vp, Hkv * D});
+    }
+  params_buf_ = AlignedBuffer(num_params_ * sizeof(float));
+  grads_buf_ = AlignedBuffer(num_params_ * sizeof(float));
+  // Rotary table: 10 x sequence_len rows, like nanochat's precomputed cos/sin buffers.
+  const int64_t rows = 10 * cfg_.sequence_len;
+  rope_cos_ = AlignedBuffer(static_cast<size_t>(rows * (D / 2)) * sizeof(float));
+  rope_sin_ = AlignedBuffer(static_cast<size_t>(rows * (D / 2)) * sizeof(float));
+  rotary_table<float>(rope_cos_.f32(), rope_sin_.f32(), rows, D);
+}
+
+GPT::~GPT() = default;
+
+void GPT::add_param(const std::string& name, std::vector<int64_t> shape) {
+  ParamInfo p;
+  p.name = name;
+  p.numel = 1;
+  for (int64_t s : shape) p.numel *= static_cast<size_t>(s);
+  p.shape = std::move(shape);
+  p.offset = num_params_;
+  num_params_ += p.numel;
+  index_[name] = params_.size();
+  params_.push_back(std::move(p));
+}
+
+const ParamInfo& GPT::param_info(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end())
+    fail("unknown parameter '", name, "' (not a state_dict key of this nanochat model config)");
+  return params_[it->second];
+}
+
+float* GPT::param(const std::string& name) { return param_data() + param_info(name).offset; }
+float* GPT::grad(const std::string& name) { return grad_data() + param_info(name).offset; }
+
+GPT::LayerParams GPT::layer_params(int i, float* base) const {
+  const size_t first = layer_first_param_[i];
+  const bool ve = ve_param_[i] >= 0;
+  LayerParams lp;
+  lp.qkv = base + params_[first].offset;
+  lp.proj = base + params_[first + 3].offset;
+  lp.ve_gate = ve ? base + params_[first + 4].offset : nullptr;
+  lp.fc = base + params_[first + (ve ? 5 : 4)].offset;
+  lp.mlp_proj = base + params_[first + (ve ? 6 : 5)].offset;
+  lp.ve = ve ? base + params_[ve_param_[i]].offset : nullptr;
+  return lp;
+}
+
+void GPT::set_lm_head_chunk(int64_t rows) {
+  NC_CHECK(rows >= 1, "lm_head chunk must be >= 1 row");
+  if (rows != lm_head_chunk_) {
+    lm_head_chunk_ = rows;
+    acts_.reset();
+    acts_tokens_ = 0;
+  }
+}
+
+void GPT::zero_grad() { std::memset(grad_data(), 0, num_params_ * sizeof(float)); }
+
+void GPT::init_weights(uint64_t seed) {
+  const double C = static_cast<double>(cfg_.n_embd);
+  const double s = std::sqrt(3.0) / std::sqrt(C);
+  const int64_t L = cfg_.n_layer;
+  float* P = param_data();
+  std::memset(P, 0, num_params_ * sizeof(float));
+  // Per-parameter generators seeded from (seed, index): deterministic and parallel over tensors.
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t pi = 0; pi < params_.size(); ++pi) {
+    const ParamInfo& p = params_[pi];
+    float* w = P + p.offset;
+    Rng rng(seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL * (pi + 1));
+    const std::string& n = p.name;
+    auto ends_with = [&](const char* suf) {
+      const size_t ls = std::strlen(suf);
+      return n.size() >= ls && n.compare(n.size() - ls, ls, suf) == 0;
+    };
+    auto normal = [&](double std) {
+      for (size_t j = 0; j < p.numel; ++j) w[j] = static_cast<float>(std * rng.normal());
+    };
+    auto uniform = [&](double lo, double hi) {
+      for (size_t j = 0; j < p.numel; ++j) w[j] = static_cast<float>(rng.uniform(lo, hi));
+    };
+    if (n == "transformer.wte.weight") {
+      normal(0.8);
+    } else if (n == "lm_head.weight") {
+      normal(0.001);
+    } else if (ends_with("attn.c_q.weight") || ends_with("attn.c_k.weight") ||
+               ends_with("attn.c_v.weight")) {
+      uniform(-s, s);
+    } else if (ends_with("mlp.c_fc.weight")) {
+      uniform(-0.4 * s, 0.4 * s);
+    } else if (ends_with("attn.ve_gate.weight") || n == "smear_gate.weight") {
+      uniform(0.0, 0.02);
+    } else if (n.rfind("value_embeds.", 0) == 0) {
+      uniform(-s, s);
+    } else if (n == "resid_lambdas") {
+      for (int64_t i = 0; i < L; ++i)
+        w[i] = static_cast<float>(1.15 - 0.10 * static_cast<double>(i) / std::max<int64_t>(L - 1, 1));
+    } else if (n == "x0_lambdas") {
+      for (int64_t i = 0; i < L; ++i)
+        w[i] = static_cast<float>(0.20 - 0.15 * static_cast<double>(i) / std::max<int64_t>(L - 1, 1));
+    } else if (n == "backout_lambda") {
+      w[0] = 0.2f;
+    }
+    // attn.c_proj, mlp.c_proj, smear_lambda: zeros (already cleared)
+  }
+}
+
+void GPT::ensure_acts(int64_t N) {
+  if (acts_ && N <= acts_tokens_) return;
+  const int64_t L = cfg_.n_layer, C = cfg_.n_embd, H = cfg_.n_head, Hkv = cfg_.n_kv_head;
+  const int64_t D = cfg_.head_dim(), V = cfg_.vocab_size;
+  const int64_t QKV = (H + 2 * Hkv) * D;
+  const int64_t chunk = std::min(lm_head_chunk_, N);
+  // Two passes over the same carving code: measure, then allocate.
+  auto acts = std::make_unique<Acts>();
+  size_t total = 0;
+  Arena* arena = nullptr;
+  auto take = [&](int64_t n) -> float* {
+    if (!arena) {
+      total += Arena::round_up(static_cast<size_t>(n) * sizeof(float));
+      return nullptr;
+    }
+    return arena->alloc_f32(static_cast<size_t>(n));
+  };
+  auto carve = [&]() {
+    acts->layers.assign(static_cast<size_t>(L), LayerActs{});
+    acts->hs.assign(static_cast<size_t>(L + 1), nullptr);
+    for (auto& h : acts->hs) h = take(N * C);
+    for (int64_t i = 0; i < L; ++i) {
+      LayerActs& la = acts->layers[i];
+      la.n1 = take(N * C);
+      la.rstd1 = take(N);
+      la.q = take(N * H * D);
+      la.k = take(N * Hkv * D);
+      la.v = take(N * Hkv * D);
+      la.rstd_q = take(N * H);
+      la.rstd_k = take(N * Hkv);
+      la.gamma = ve_param_[i] >= 0 ? take(N * Hkv) : nullptr;
+      la.att = take(N * H * D);
+      la.lse = take(N * H);
+      la.n2 = take(N * C);
+      la.rstd2 = take(N);
+      la.f = take(N * 4 * C);
+    }
+    acts->e_norm = take(N * C);
+    acts->rstd_e = take(N);
+    acts->sig = take(N);
+    acts->n_f = take(N * C);
+    acts->rstd_f = take(N);
+    acts->hin = take(N * C);
+    acts->qkv = take(N * QKV);
+    acts->a4 = take(N * 4 * C);
+    acts->b4 = take(N * 4 * C);
+    acts->dh = take(N * C);
+    acts->dx0 = take(N * C);
+    acts->dhf = take(N * C);
+    acts->dC = take(N * C);
+    acts->datt = take(N * H * D);
+    acts->dq = take(N * H * D);
+    acts->dk = take(N * Hkv * D);
+    acts->dv = take(N * Hkv * D);
+    acts->dz = take(N * Hkv);
+    acts->logits = take(chunk * V);
+  };
+  carve();
+  acts_.reset();
+  arena_ = Arena();  // release the old arena before allocating the new one
+  arena_ = Arena(total);
+  arena = &arena_;
+  carve();
+  acts_ = std::move(acts);
+  acts_tokens_ = N;
+}
+
+void GPT::check_inputs(const int32_t* idx, const int32_t* targets, int B, int T) const {
+  if (B < 1 || T < 1) fail("batch size and sequence length must be >= 1 (got B=", B, ", T=", T, ")");
+  if (static_cast<int64_t>(T) > 10 * cfg_.sequence_len)
+    fail("sequence length T=", T, " exceeds the rotary table (10 x sequence_len = ",
+         10 * cfg_.sequence_len, ")");
+  const int64_t N = static_cast<int64_t>(B) * T, V = cfg_.vocab_size;
+  for (int64_t n = 0; n < N; ++n)
+    if (idx[n] < 0 || idx[n] >= V)
+      fail("token id ", idx[n], " at position ", n, " is outside the vocabulary [0, ", V,
+           "); the data and the model's vocab_size disagree");
+  if (targets)
+    for (int64_t n = 0; n < N; ++n)
+      if (targets[n] < -1 || targets[n] >= V)
+        fail("target ", targets[n], " at position ", n, " is outside [0, ", V,
+             ") and is not the ignore index -1");
+}
+
+void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
+  const int64_t L = cfg_.n_layer, C = cfg_.n_embd, H = cfg_.n_head, Hkv = cfg_.n_kv_head;
+  const int64_t D = cfg_.head_dim();
+  const int64_t N = static_cast<int64_t>(B) * T;
+  const int64_t QKV = (H + 2 * Hkv) * D;
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  const int pos0 = cache ? cache->pos_ : 0;
+  Acts& A = *acts_;
+  float* P = param_data();
+  const float* cosp = rope_cos_.f32();
+  const float* sinp = rope_sin_.f32();
+  float* x0 = A.hs[0];
+
+  // 1. token embedding + rmsnorm
+  embedding_forward(idx, P + params_[wte_].offset, A.e_norm, N, C);
+  rmsnorm_forward(A.e_norm, A.e_norm, A.rstd_e, N, C, kRmsNormEps);
+  // 2. smear (previous-token mixing)
+  const float* smear_w = P + params_[smear_gate_].offset;
+  const float smear_lambda = P[params_[kSmearLambda].offset];
+  if (cache && T == 1) {
+    if (cache->has_prev_)
+      smear_step(A.e_norm, cache->prev_.f32(), smear_w, smear_lambda, x0, B, C);
+    else
+      std::memcpy(x0, A.e_norm, sizeof(float) * N * C);
+  } else {
+    smear_forward(A.e_norm, smear_w, smear_lambda, x0, A.sig, B, T, C);
+  }
+  if (cache) {  // the last position's pre-smear embedding becomes the new previous embedding
+    for (int b = 0; b < B; ++b)
+      std::memcpy(cache->prev_.f32() + b * C, A.e_norm + (static_cast<int64_t>(b) * T + T - 1) * C,
+                  sizeof(float) * C);
+    cache->has_prev_ = true;
+  }
+  // 3-4. blocks
+  const float* resid = P + params_[kResid].offset;
+  const float* x0l = P + params_[kX0].offset;
+  for (int64_t i = 0; i < L; ++i) {
+    LayerActs& la = A.layers[i];
+    const LayerParams lp = layer_params(static_cast<int>(i), P);
+    float* h_out = A.hs[i + 1];
+    lambda_mix_forward(A.hs[i], x0, resid[i], x0l[i], A.hin, N * C);
+    rmsnorm_forward(A.hin, la.n1, la.rstd1, N, C, kRmsNormEps);
+    linear_fwd(la.n1, lp.qkv, A.qkv, N, C, QKV);
+    rope_qknorm_forward(A.qkv, QKV, la.q, la.rstd_q, cosp, sinp, B, T, H, D, pos0, kRmsNormEps,
+                        kQkScale);
+    rope_qknorm_forward(A.qkv + H * D, QKV, la.k, la.rstd_k, cosp, sinp, B, T, Hkv, D, pos0,
+                        kRmsNormEps, kQkScale);
+    ve_gate_forward(la.n1, C, lp.ve_gate, lp.ve, idx, A.qkv + (H + Hkv) * D, QKV, la.v, la.gamma,
+                    N, Hkv, D);
+    if (cache) {
+      const int64_t row = Hkv * D;
+      float* kc = cache->k(static_cast<int>(i));
+      float* vc = cache->v(static_cast<int>(i));
+      for (int b = 0; b < B; ++b) {
+        const size_t dst = (static_cast<size_t>(b) * cache->t_max_ + pos0) * row;
+        const size_t src = static_cast<size_t>(b) * T * row;
+        std::memcpy(kc + dst, la.k + src, sizeof(float) * T * row);
+        std::memcpy(vc + dst, la.v + src, sizeof(float) * T * row);
+      }
+      attention_forward_cached(la.q, kc, vc, la.att, B, T, pos0, cache->t_max_, static_cast<int>(H),
+                               static_cast<int>(Hkv), static_cast<int>(D), windows_[i], scale);
+    } else {
+      attention_forward(la.q, la.k, la.v, la.att, la.lse, B, T, static_cast<int>(H),
+                        static_cast<int>(Hkv), static_cast<int>(D), windows_[i], scale);
+    }
+    // h_mid = h_in + att * Wproj^T ; h_out = h_mid + relu(n2 Wfc^T)^2 Wmp^T
+    std::memcpy(h_out, A.hin, sizeof(float) * N * C);
+    linear_fwd(la.att, lp.proj, h_out, N, H * D, C, 1.f);
+    rmsnorm_forward(h_out, la.n2, la.rstd2, N, C, kRmsNormEps);
+    linear_fwd(la.n2, lp.fc, la.f, N, C, 4 * C);
+    relu2_forward(la.f, A.a4, N * 4 * C);
+    linear_fwd(A.a4, lp.mlp_proj, h_out, N, 4 * C, C, 1.f);
+  }
+  if (cache) cache->pos_ += T;
+  // 5. backout: h_f = h - beta * (output of block floor(L/2)); 6. final norm
+  const float beta = P[params_[kBackout].offset];
+  add_scaled(A.hs[L], -beta, A.hs[L / 2 + 1], A.hin, N * C);
+  rmsnorm_forward(A.hin, A.n_f, A.rstd_f, N, C, kRmsNormEps);
+}
+
+void GPT::backward_trunk(const int32_t* idx, int B, int T) {
+  const int64_t L = cfg_.n_layer, C = cfg_.n_embd, H = cfg_.n_head, Hkv = cfg_.n_kv_head;
+  const int64_t D = cfg_.head_dim();
+  const int64_t N = static_cast<int64_t>(B) * T;
+  const int64_t NC = N * C;
+  const int64_t QKV = (H + 2 * Hkv) * D;
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  Acts& A = *acts_;
+  float* P = param_data();
+  float* G = grad_data();
+  const float* cosp = rope_cos_.f32();
+  const float* sinp = rope_sin_.f32();
+  const int64_t bl = L / 2;  // backout layer
+
+  // final norm backward: dC holds the gradient at n_f
+  rmsnorm_backward(A.n_f, A.rstd_f, A.dC, A.dhf, N, C);
+  const float beta = P[params_[kBackout].offset];
+  G[params_[kBackout].offset] += static_cast<float>(-dot(A.dhf, A.hs[bl + 1], NC));
+  std::memcpy(A.dh, A.dhf, sizeof(float) * NC);
+  std::memset(A.dx0, 0, sizeof(float) * NC);
+  const float* resid = P + params_[kResid].offset;
+  const float* x0l = P + params_[kX0].offset;
+  float* g_resid = G + params_[kResid].offset;
+  float* g_x0l = G + params_[kX0].offset;
+
+  for (int64_t i = L - 1; i >= 0; --i) {
+    LayerActs& la = A.layers[i];
+    const LayerParams lp = layer_params(static_cast<int>(i), P);
+    const LayerParams lg = layer_params(static_cast<int>(i), G);
+    if (i == bl) axpy(-beta, A.dhf, A.dh, NC);  // backout path into this block's output
+    // MLP: h_out = h_mid + a Wmp^T, a = relu(f)^2, f = n2 Wfc^T
+    relu2_forward(la.f, A.a4, N * 4 * C);
+    linear_bwd_w(A.dh, A.a4, lg.mlp_proj, N, 4 * C, C);
+    linear_bwd_x(A.dh, lp.mlp_proj, A.b4, N, 4 * C, C);
+    relu2_backward(la.f, A.b4, A.b4, N * 4 * C);
+    linear_bwd_w(A.b4, la.n2, lg.fc, N, C, 4 * C);
+    linear_bwd_x(A.b4, lp.fc, A.dC, N, C, 4 * C);
+    rmsnorm_backward(la.n2, la.rstd2, A.dC, A.dh, N, C, 1.f, true);  // dh is now d h_mid
+    // attention: h_mid = h_in + att Wproj^T
+    linear_bwd_w(A.dh, la.att, lg.proj, N, H * D, C);
+    linear_bwd_x(A.dh, lp.proj, A.datt, N, H * D, C);
+    attention_backward(la.q, la.k, la.v, la.att, la.lse, A.datt, A.dq, A.dk, A.dv, B, T,
+                       static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D),
+                       windows_[i], scale);
+    rope_qknorm_backward(la.q, la.rstd_q, A.dq, A.qkv, QKV, cosp, sinp, B, T, H, D, 0, kQkScale);
+    rope_qknorm_backward(la.k, la.rstd_k, A.dk, A.qkv + H * D, QKV, cosp, sinp, B, T, Hkv, D, 0,
+                         kQkScale);
+    {
+      const int64_t row = Hkv * D;
+      float* dst = A.qkv + (H + Hkv) * D;
+#pragma omp parallel for schedule(static) if (N * row > 65536)
+      for (int64_t n = 0; n < N; ++n)
+        std::memcpy(dst + n * QKV, A.dv + n * row, sizeof(float) * row);
+    }
+    linear_bwd_w(A.qkv, la.n1, lg.qkv, N, C, QKV);
+    linear_bwd_x(A.qkv, lp.qkv, A.dC, N, C, QKV);
+    if (lp.ve)
+      ve_gate_backward(la.n1, C, lp.ve_gate, lp.ve, idx, la.gamma, A.dv, A.dC, lg.ve_gate, lg.ve,
+                       A.dz, N, Hkv, D);
+    rmsnorm_backward(la.n1, la.rstd1, A.dC, A.dh, N, C, 1.f, true);  // dh is now d h_in
+    // h_in = r h + a x0
+    double dr = 0, da = 0;
+    lambda_mix_backward(A.hs[i], A.hs[0], resid[i], x0l[i], A.dh, A.dx0, &dr, &da, NC);
+    g_resid[i] += static_cast<float>(dr);
+    g_x0l[i] += static_cast<float>(da);
+  }
+  // x0 = s = h_0: total gradient at s is the trunk path plus every layer's x0 path
+  axpy(1.f, A.dh, A.dx0, NC);
+  smear_backward(A.e_norm, P + params_[smear_gate_].offset, P[params_[kSmearLambda].offset], A.sig, A.dx0,
+                 A.dC, G + params_[smear_gate_].offset, G + params_[kSmearLambda].offset, B, T, C);
+  rmsnorm_backward(A.e_norm, A.rstd_e, A.dC, A.dC, N, C);
+  embedding_backward(idx, A.dC, G + params_[wte_].offset, N, C);
+}
+
+float GPT::forward_backward(const int32_t* idx, const int32_t* targets, int B, int T,
+                            float loss_scale) {
+  NC_CHECK(targets != nullptr, "forward_backward needs targets");
+  check_inputs(idx, targets, B, T);
+  const int64_t N = static_cast<int64_t>(B) * T;
+  int64_t n_valid = 0;
+  for (int64_t n = 0; n < N; ++n) n_valid += targets[n] >= 0;
+  if (n_valid == 0) return 0.f;
+  ensure_acts(N);
+  forward_trunk(idx, B, T, nullptr);
+  const float grad_scale = loss_scale / static_cast<float>(n_valid);
+  const double loss_sum = lm_head_softcap_ce(
+      acts_->n_f, param_data() + params_[lm_head_].offset, targets, N, cfg_.n_embd,
+      cfg_.vocab_size, kLogitSoftcap, grad_scale, acts_->logits, lm_head_chunk_, nullptr,
+      acts_->dC, grad_data() + params_[lm_head_].offset);
+  backward_trunk(idx, B, T);
+  return static_cast<float>(loss_sum / static_cast<double>(n_valid));
+}
+
+float GPT::forward_loss(const int32_t* idx, const int32_t* targets, int B, int T,
+                        float* per_token_loss) {
+  NC_CHECK(targets != nullptr, "forward_loss needs targets");
+  check_inputs(idx, targets, B, T);
+  const int64_t N = static_cast<int64_t>(B) * T;
+  ensure_acts(N);
+  forward_trunk(idx, B, T, nullptr);
+  int64_t n_valid = 0;
+  for (int64_t n = 0; n < N; ++n) n_valid += targets[n] >= 0;
+  const double loss_sum = lm_head_softcap_ce(
+      acts_->n_f, param_data() + params_[lm_head_].offset, targets, N, cfg_.n_embd,
+      cfg_.vocab_size, kLogitSoftcap, 0.f, acts_->logits, lm_head_chunk_, per_token_loss, nullptr,
+      nullptr);
+  return n_valid ? static_cast<float>(loss_sum / static_cast<double>(n_valid)) : 0.f;
+}
+
+void GPT::forward_logits(const int32_t* idx, int B, int T, float* logits) {
+  check_inputs(idx, nullptr, B, T);
+  const int64_t N = static_cast<int64_t>(B) * T;
+  ensure_acts(N);
+  forward_trunk(idx, B, T, nullptr);
+  linear_fwd(acts_->n_f, param_data() + params_[lm_head_].offset, logits, N, cfg_.n_embd,
+             cfg_.vocab_size);
+  softcap_inplace(logits, N * cfg_.vocab_size, kLogitSoftcap);
+}
+
+void GPT::forward_cached(const int32_t* idx, int B, int T, KVCache& cache, float* logits,
+                         bool all_positions) {
+  check_inputs(idx, nullptr, B, T);
+  if (!(cache.cfg_ == cfg_)) fail("KV cache was made for a different model config");
+  if (B != cache.B_) fail("KV cache batch is ", cache.B_, " but the input has B=", B);
+  if (cache.pos_ + T > cache.t_max_)
+    fail("KV cache overflow: position ", cache.pos_, " + ", T, " new tokens > capacity ",
+         cache.t_max_, " (start a new sequence or make a longer cache)");
+  if (static_cast<int64_t>(cache.pos_) + T > 10 * cfg_.sequence_len)
+    fail("position ", cache.pos_ + T, " exceeds the rotary table (10 x sequence_len = ",
+         10 * cfg_.sequence_len, ")");
+  const int64_t N = static_cast<int64_t>(B) * T, C = cfg_.n_embd, V = cfg_.vocab_size;
+  ensure_acts(N);
+  forward_trunk(idx, B, T, &cache);
+  if (!logits) return;
+  const float* W = param_data() + params_[lm_head_].offset;
+  if (all_positions) {
+    linear_fwd(acts_->n_f, W, logits, N, C, V);
+    softcap_inplace(logits, N * V, kLogitSoftcap);
+  } else {
+    // last position of each row: rows b*T + T-1 of n_f (leading dimension T*C)
+    sgemm(false, true, B, V, C, 1.f, acts_->n_f + (T - 1) * C, T * C, W, C, 0.f, logits, V);
+    softcap_inplace(logits, static_cast<int64_t>(B) * V, kLogitSoftcap);
+  }
+}
+
+int64_t GPT::num_matmul_params() const {
+  int64_t n = 0;
+  for (const auto& p : params_) {
+    const bool linear = p.name.rfind("transformer.h.", 0) == 0 || p.name == "lm_head.weight" ||
+                        p.name == "smear_gate.weight";
+    if (linear) n += static_cast<int64_t>(p.numel);
+  }
+  return n;
+}
+
+int64_t GPT::num_flops_per_token() const {
+  const int64_t H = cfg_.n_head, D = cfg_.head_dim(), T = cfg_.sequence_len;
+  int64_t attn = 0;
+  for (int w : windows_) attn += 12 * H * D * std::min<int64_t>(w, T);
+  return 6 * num_matmul_params() + attn;
+}
+
+std::map<std::string, int64_t> GPT::num_scaling_params() const {
+  std::map<std::string, int64_t> m{{"wte", 0},    {"value_embeds", 0},         {"lm_head", 0},
+                                   {"scalars", 0}, {"transformer_matrices", 0}, {"total", 0}};
+  for (const auto& p : params_) {
+    const auto n = static_cast<int64_t>(p.numel);
+    if (p.name == "transformer.wte.weight")
+      m["wte"] += n;
+    else if (p.name.rfind("value_embeds.", 0) == 0)
+      m["value_embeds"] += n;
+    else if (p.name == "lm_head.weight")
+      m["lm_head"] += n;
+    else if (p.name.rfind("transformer.h.", 0) == 0)
+      m["transformer_matrices"] += n;
+    else
+      m["scalars"] += n;
+    m["total"] += n;
+  }
+  return m;
+}
+
+KVCache::KVCache(const ModelConfig& cfg, int B, int t_max) : cfg_(cfg), B_(B), t_max_(t_max) {
+  if (B < 1 || t_max < 1) fail("KV cache needs batch >= 1 and length >= 1 (got ", B, ", ", t_max, ")");
+  layer_stride_ = static_cast<size_t>(B) * t_max * cfg.n_kv_head * cfg.head_dim();
+  k_ = AlignedBuffer(layer_stride_ * cfg.n_layer * sizeof(float));
+  v_ = AlignedBuffer(layer_stride_ * cfg.n_layer * sizeof(float));
+  prev_ = AlignedBuffer(static_cast<size_t>(B) * cfg.n_embd * sizeof(float));
+}
+
+void KVCache::prefill_from(const KVCache& other) {
+  if (!(other.cfg_ == cfg_)) fail("KV cache prefill: the caches belong to different model configs");
+  if (other.B_ != 1 && other.B_ != B_)
+    fail("KV cache prefill: source batch ", other.B_, " must be 1 or ", B_);
+  if (other.pos_ > t_max_)
+    fail("KV cache prefill: source holds ", other.pos_, " positions but capacity is ", t_max_);
+  const size_t row = static_cast<size_t>(cfg_.n_kv_head * cfg_.head_dim());
+  for (int64_t l = 0; l < cfg_.n_layer; ++l)
+    for (int b = 0; b < B_; ++b) {
+      const int sb = other.B_ == 1 ? 0 : b;
+      const size_t src = (static_cast<size_t>(sb) * other.t_max_) * row;
+      const size_t dst = (static_cast<size_t>(b) * t_max_) * row;
+      std::memcpy(k(static_cast<int>(l)) + dst, other.k(static_cast<int>(l)) + src,
+                  sizeof(float) * other.pos_ * row);
+      std::memcpy(v(static_cast<int>(l)) + dst, other.v(static_cast<int>(l)) + src,
+                  sizeof(float) * other.pos_ * row);
+    }
+  for (int b = 0; b < B_; ++b)
+    std::memcpy(prev_.f32() + b * cfg_.n_embd,
+                other.prev_.f32() + (other.B_ == 1 ? 0 : b) * cfg_.n_embd,
+                sizeof(float) * cfg_.n_embd);
+  pos_ = other.pos_;
+  has_prev_ = other.has_prev_;
+}
+
+}  // namespace nanochat

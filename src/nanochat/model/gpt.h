@@ -1,0 +1,163 @@
+#pragma once
+// The nanochat GPT (nanochat/gpt.py; nanochat-spec section 1) in fp32 on CPU: parameters in one
+// flat buffer (named views in state_dict order), nanochat's initialisation, the training forward
+// with a hand-written backward, evaluation losses, logits, and a KV-cache inference path.
+//
+// Memory: parameters and gradients are two flat AlignedBuffers. Activations live in one Arena
+// sized for B*T tokens and reused by every call with at most that many tokens; a call with more
+// tokens reallocates it once. Nothing is allocated inside forward_backward in the steady state.
+// The lm_head + softcap + cross-entropy is fused and chunked over tokens (kernels/lm_head_loss.h),
+// so (B*T, V) logits never exist in training or loss evaluation.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nanochat/core/arena.h"
+#include "nanochat/model/config.h"
+
+namespace nanochat {
+
+/// One named parameter: name = nanochat state_dict key; offset/numel index both flat buffers.
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t offset = 0;
+  size_t numel = 0;
+};
+
+class KVCache;
+
+/// nanochat's GPT model. Not thread-safe: one instance is used by one thread at a time (its
+/// kernels use OpenMP internally).
+class GPT {
+ public:
+  /// Builds the parameter table for cfg (validated; throws nanochat::Error for a bad config) and
+  /// allocates zeroed parameter and gradient buffers. Call init_weights() or load weights next.
+  explicit GPT(const ModelConfig& cfg);
+  ~GPT();
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  /// Parameters in nanochat's state_dict / model.parameters() order (spec 1.2).
+  const std::vector<ParamInfo>& params() const { return params_; }
+  /// Total number of parameter elements (= size of the flat buffers in floats).
+  size_t num_params() const { return num_params_; }
+  float* param_data() { return params_buf_.f32(); }
+  const float* param_data() const { return params_buf_.f32(); }
+  float* grad_data() { return grads_buf_.f32(); }
+  const float* grad_data() const { return grads_buf_.f32(); }
+  /// Named view into the parameter / gradient buffer; throws nanochat::Error for an unknown name.
+  float* param(const std::string& name);
+  float* grad(const std::string& name);
+  /// The ParamInfo of a name; throws nanochat::Error for an unknown name.
+  const ParamInfo& param_info(const std::string& name) const;
+
+  /// nanochat's init_weights (spec 1.2) drawn from our own RNG (core/rng.h): wte N(0, 0.8),
+  /// lm_head N(0, 0.001), c_q/c_k/c_v U(-s, s) with s = sqrt(3/C), c_fc U(-0.4s, 0.4s), both
+  /// c_proj zero, ve_gate and smear_gate U(0, 0.02), value_embeds U(-s, s), lambdas by formula,
+  /// smear_lambda 0, backout_lambda 0.2. Deterministic for a seed (independent of thread count).
+  void init_weights(uint64_t seed);
+  /// Sets every gradient to zero.
+  void zero_grad();
+
+  /// Training step for one micro-batch: forward + backward of loss * loss_scale, where loss is the
+  /// mean cross-entropy over targets != -1. Gradients are ACCUMULATED into grad_data().
+  /// idx, targets: (B, T) int32 row-major; idx in [0, V), targets in [0, V) or -1.
+  /// Returns the mean loss (nats, unscaled). If every target is -1 the loss is 0 and nothing is
+  /// accumulated (PyTorch would return NaN). Throws nanochat::Error for bad sizes or token ids.
+  float forward_backward(const int32_t* idx, const int32_t* targets, int B, int T,
+                         float loss_scale = 1.f);
+  /// Evaluation (no gradients): mean loss over targets != -1 (0 if none); if per_token_loss is
+  /// not null it receives B*T losses in nats (0 at ignored positions).
+  float forward_loss(const int32_t* idx, const int32_t* targets, int B, int T,
+                     float* per_token_loss = nullptr);
+  /// Logits after the softcap, cropped to V: logits (B, T, V) row-major, caller-allocated.
+  void forward_logits(const int32_t* idx, int B, int T, float* logits);
+
+  /// KV-cache forward (spec 1.10): processes T new tokens per row starting at the cache's
+  /// position, appends their keys/values, advances the cache by T. If logits != nullptr it
+  /// receives the softcapped logits of every new position (B, T, V) when all_positions, else
+  /// only of the last one (B, V). The cache must have been made for this model's config with
+  /// batch B; throws nanochat::Error if it would overflow.
+  void forward_cached(const int32_t* idx, int B, int T, KVCache& cache, float* logits,
+                      bool all_positions = false);
+
+  /// estimate_flops (spec 1.9): 6 * matmul params + sum over layers of 12*H*D*min(window, T).
+  int64_t num_flops_per_token() const;
+  /// Matmul parameter count (all Linear weights: block matrices incl. ve_gate, lm_head, smear_gate).
+  int64_t num_matmul_params() const;
+  /// num_scaling_params (spec 1.9): keys wte, value_embeds, lm_head, transformer_matrices,
+  /// scalars, total.
+  std::map<std::string, int64_t> num_scaling_params() const;
+
+  /// Rows of the fused lm_head chunk (tokens per chunk; default 256). For tuning/tests.
+  void set_lm_head_chunk(int64_t rows);
+
+ private:
+  struct LayerParams;
+  struct LayerActs;
+  struct Acts;
+
+  void add_param(const std::string& name, std::vector<int64_t> shape);
+  void ensure_acts(int64_t N);
+  void check_inputs(const int32_t* idx, const int32_t* targets, int B, int T) const;
+  // Trunk forward for (B, T) tokens up to the final normalised activations (acts_->n_f); with a
+  // cache, positions start at cache->pos() and keys/values are appended to it.
+  void forward_trunk(const int32_t* idx, int B, int T, KVCache* cache);
+  // Backward from acts_->dC (= gradient at the final normalised activations) to all parameters.
+  void backward_trunk(const int32_t* idx, int B, int T);
+  LayerParams layer_params(int i, float* base) const;
+
+  ModelConfig cfg_;
+  std::vector<ParamInfo> params_;
+  std::map<std::string, size_t> index_;
+  size_t num_params_ = 0;
+  AlignedBuffer params_buf_, grads_buf_;
+  AlignedBuffer rope_cos_, rope_sin_;  // (10 * sequence_len, D/2)
+  std::vector<int> windows_;
+  int64_t lm_head_chunk_ = 256;
+  std::vector<size_t> layer_first_param_;  // index in params_ of each layer's c_q
+  size_t wte_ = 0, lm_head_ = 0, smear_gate_ = 0;
+  std::vector<int64_t> ve_param_;  // per layer: index in params_ of value_embeds.{i}, or -1
+  // activations
+  Arena arena_;
+  int64_t acts_tokens_ = 0;  // capacity in tokens
+  std::unique_ptr<Acts> acts_;
+};
+
+/// Key/value cache for generation (nanochat engine.py KVCache, spec 1.10): per layer k and v of
+/// shape (B, T_max, Hkv, D) fp32, the current position (all rows aligned), and the previous
+/// position's normalised embedding for the smear at decode steps.
+class KVCache {
+ public:
+  /// Allocates a zeroed cache for batch B and at most t_max positions of model cfg.
+  KVCache(const ModelConfig& cfg, int B, int t_max);
+  int batch() const { return B_; }
+  int max_len() const { return t_max_; }
+  int pos() const { return pos_; }
+  /// Forgets all positions (the memory is kept).
+  void reset() { pos_ = 0; has_prev_ = false; }
+  /// Copies the first other.pos() positions of a batch-1 (or same-batch) cache into every row of
+  /// this one and sets the position (nanochat's KVCache.prefill). Throws on shape mismatch.
+  void prefill_from(const KVCache& other);
+
+  float* k(int layer) { return k_.f32() + static_cast<size_t>(layer) * layer_stride_; }
+  float* v(int layer) { return v_.f32() + static_cast<size_t>(layer) * layer_stride_; }
+  const float* k(int layer) const { return k_.f32() + static_cast<size_t>(layer) * layer_stride_; }
+  const float* v(int layer) const { return v_.f32() + static_cast<size_t>(layer) * layer_stride_; }
+
+ private:
+  friend class GPT;
+  ModelConfig cfg_;
+  int B_ = 0, t_max_ = 0, pos_ = 0;
+  bool has_prev_ = false;
+  size_t layer_stride_ = 0;
+  AlignedBuffer k_, v_;
+  AlignedBuffer prev_;  // (B, C) normalised pre-smear embedding of the last position
+};
+
+}  // namespace nanochat
