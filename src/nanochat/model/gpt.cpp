@@ -76,44 +76,72 @@ struct GPT::Acts {
   float* logits;  // (chunk, V) lm_head chunk scratch
 };
 
+std::vector<ParamInfo> GPT::param_table(const ModelConfig& cfg) {
+  cfg.validate();
+  const int64_t L = cfg.n_layer, C = cfg.n_embd, H = cfg.n_head, Hkv = cfg.n_kv_head;
+  const int64_t D = cfg.head_dim(), Vp = cfg.padded_vocab();
+  std::vector<ParamInfo> t;
+  size_t offset = 0;
+  auto add = [&](std::string name, std::vector<int64_t> shape) {
+    ParamInfo p;
+    p.name = std::move(name);
+    p.numel = 1;
+    for (int64_t s : shape) p.numel *= static_cast<size_t>(s);
+    p.shape = std::move(shape);
+    p.offset = offset;
+    offset += p.numel;
+    t.push_back(std::move(p));
+  };
+  // Registration order of nanochat's GPT (spec 1.2): root scalars, wte, blocks, lm_head,
+  // smear_gate, value_embeds ascending.
+  add("resid_lambdas", {L});
+  add("x0_lambdas", {L});
+  add("smear_lambda", {1});
+  add("backout_lambda", {1});
+  add("transformer.wte.weight", {Vp, C});
+  for (int64_t i = 0; i < L; ++i) {
+    const std::string p = "transformer.h." + std::to_string(i) + ".";
+    add(p + "attn.c_q.weight", {H * D, C});
+    add(p + "attn.c_k.weight", {Hkv * D, C});
+    add(p + "attn.c_v.weight", {Hkv * D, C});
+    add(p + "attn.c_proj.weight", {C, H * D});
+    if (cfg.has_value_embed(static_cast<int>(i)))
+      add(p + "attn.ve_gate.weight", {Hkv, kVeGateChannels});
+    add(p + "mlp.c_fc.weight", {4 * C, C});
+    add(p + "mlp.c_proj.weight", {C, 4 * C});
+  }
+  add("lm_head.weight", {Vp, C});
+  add("smear_gate.weight", {1, kSmearChannels});
+  for (int64_t i = 0; i < L; ++i)
+    if (cfg.has_value_embed(static_cast<int>(i)))
+      add("value_embeds." + std::to_string(i) + ".weight", {Vp, Hkv * D});
+  return t;
+}
+
 GPT::GPT(const ModelConfig& cfg) : cfg_(cfg) {
   cfg_.validate();
   windows_ = cfg_.window_sizes();
-  const int64_t L = cfg_.n_layer, C = cfg_.n_embd, H = cfg_.n_head, Hkv = cfg_.n_kv_head;
-  const int64_t D = cfg_.head_dim(), Vp = cfg_.padded_vocab();
-  // Registration order of nanochat's GPT (spec 1.2): root scalars, wte, blocks, lm_head,
-  // smear_gate, value_embeds ascending.
-  add_param("resid_lambdas", {L});
-  add_param("x0_lambdas", {L});
-  add_param("smear_lambda", {1});
-  add_param("backout_lambda", {1});
-  wte_ = params_.size();
-  add_param("transformer.wte.weight", {Vp, C});
-  for (int64_t i = 0; i < L; ++i) {
-    const std::string p = "transformer.h." + std::to_string(i) + ".";
-    layer_first_param_.push_back(params_.size());
-    add_param(p + "attn.c_q.weight", {H * D, C});
-    add_param(p + "attn.c_k.weight", {Hkv * D, C});
-    add_param(p + "attn.c_v.weight", {Hkv * D, C});
-    add_param(p + "attn.c_proj.weight", {C, H * D});
-    if (cfg_.has_value_embed(static_cast<int>(i)))
-      add_param(p + "attn.ve_gate.weight", {Hkv, kVeGateChannels});
-    add_param(p + "mlp.c_fc.weight", {4 * C, C});
-    add_param(p + "mlp.c_proj.weight", {C, 4 * C});
-  }
-  lm_head_ = params_.size();
-  add_param("lm_head.weight", {Vp, C});
-  smear_gate_ = params_.size();
-  add_param("smear_gate.weight", {1, kSmearChannels});
+  params_ = param_table(cfg_);
+  const int64_t L = cfg_.n_layer;
   ve_param_.assign(static_cast<size_t>(L), -1);
-  for (int64_t i = 0; i < L; ++i)
-    if (cfg_.has_value_embed(static_cast<int>(i))) {
-      ve_param_[i] = static_cast<int64_t>(params_.size());
-      add_param("value_embeds." + std::to_string(i) + ".weight", {Vp, Hkv * D});
-    }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamInfo& p = params_[i];
+    index_[p.name] = i;
+    num_params_ += p.numel;
+    if (p.name == "transformer.wte.weight") wte_ = i;
+    if (p.name == "lm_head.weight") lm_head_ = i;
+    if (p.name == "smear_gate.weight") smear_gate_ = i;
+    if (p.name.ends_with(".attn.c_q.weight"))
+      layer_first_param_.push_back(i);
+    if (p.name.rfind("value_embeds.", 0) == 0)
+      ve_param_[std::stoll(p.name.substr(13))] = static_cast<int64_t>(i);
+  }
+  NC_CHECK(static_cast<int64_t>(layer_first_param_.size()) == L, "parameter table has ",
+           layer_first_param_.size(), " blocks");
   params_buf_ = AlignedBuffer(num_params_ * sizeof(float));
   grads_buf_ = AlignedBuffer(num_params_ * sizeof(float));
   // Rotary table: 10 x sequence_len rows, like nanochat's precomputed cos/sin buffers.
+  const int64_t D = cfg_.head_dim();
   const int64_t rows = 10 * cfg_.sequence_len;
   rope_cos_ = AlignedBuffer(static_cast<size_t>(rows * (D / 2)) * sizeof(float));
   rope_sin_ = AlignedBuffer(static_cast<size_t>(rows * (D / 2)) * sizeof(float));
@@ -121,18 +149,6 @@ GPT::GPT(const ModelConfig& cfg) : cfg_(cfg) {
 }
 
 GPT::~GPT() = default;
-
-void GPT::add_param(const std::string& name, std::vector<int64_t> shape) {
-  ParamInfo p;
-  p.name = name;
-  p.numel = 1;
-  for (int64_t s : shape) p.numel *= static_cast<size_t>(s);
-  p.shape = std::move(shape);
-  p.offset = num_params_;
-  num_params_ += p.numel;
-  index_[name] = params_.size();
-  params_.push_back(std::move(p));
-}
 
 const ParamInfo& GPT::param_info(const std::string& name) const {
   auto it = index_.find(name);
@@ -526,9 +542,9 @@ void GPT::forward_cached(const int32_t* idx, int B, int T, KVCache& cache, float
   }
 }
 
-int64_t GPT::num_matmul_params() const {
+int64_t GPT::matmul_params(const ModelConfig& cfg) {
   int64_t n = 0;
-  for (const auto& p : params_) {
+  for (const auto& p : param_table(cfg)) {
     const bool linear = p.name.rfind("transformer.h.", 0) == 0 || p.name == "lm_head.weight" ||
                         p.name == "smear_gate.weight";
     if (linear) n += static_cast<int64_t>(p.numel);
@@ -536,17 +552,17 @@ int64_t GPT::num_matmul_params() const {
   return n;
 }
 
-int64_t GPT::num_flops_per_token() const {
-  const int64_t H = cfg_.n_head, D = cfg_.head_dim(), T = cfg_.sequence_len;
+int64_t GPT::flops_per_token(const ModelConfig& cfg) {
+  const int64_t H = cfg.n_head, D = cfg.head_dim(), T = cfg.sequence_len;
   int64_t attn = 0;
-  for (int w : windows_) attn += 12 * H * D * std::min<int64_t>(w, T);
-  return 6 * num_matmul_params() + attn;
+  for (int w : cfg.window_sizes()) attn += 12 * H * D * std::min<int64_t>(w, T);
+  return 6 * matmul_params(cfg) + attn;
 }
 
-std::map<std::string, int64_t> GPT::num_scaling_params() const {
+std::map<std::string, int64_t> GPT::scaling_params(const ModelConfig& cfg) {
   std::map<std::string, int64_t> m{{"wte", 0},    {"value_embeds", 0},         {"lm_head", 0},
                                    {"scalars", 0}, {"transformer_matrices", 0}, {"total", 0}};
-  for (const auto& p : params_) {
+  for (const auto& p : param_table(cfg)) {
     const auto n = static_cast<int64_t>(p.numel);
     if (p.name == "transformer.wte.weight")
       m["wte"] += n;
@@ -562,6 +578,10 @@ std::map<std::string, int64_t> GPT::num_scaling_params() const {
   }
   return m;
 }
+
+int64_t GPT::num_matmul_params() const { return matmul_params(cfg_); }
+int64_t GPT::num_flops_per_token() const { return flops_per_token(cfg_); }
+std::map<std::string, int64_t> GPT::num_scaling_params() const { return scaling_params(cfg_); }
 
 KVCache::KVCache(const ModelConfig& cfg, int B, int t_max) : cfg_(cfg), B_(B), t_max_(t_max) {
   if (B < 1 || t_max < 1) fail("KV cache needs batch >= 1 and length >= 1 (got ", B, ", ", t_max, ")");

@@ -94,6 +94,12 @@ class GPT {
   /// scalars, total.
   std::map<std::string, int64_t> num_scaling_params() const;
 
+  /// The same counts computed from a config alone (no buffers are allocated).
+  static std::vector<ParamInfo> param_table(const ModelConfig& cfg);
+  static int64_t flops_per_token(const ModelConfig& cfg);
+  static int64_t matmul_params(const ModelConfig& cfg);
+  static std::map<std::string, int64_t> scaling_params(const ModelConfig& cfg);
+
   /// Rows of the fused lm_head chunk (tokens per chunk; default 256). For tuning/tests.
   void set_lm_head_chunk(int64_t rows);
 
@@ -102,7 +108,6 @@ class GPT {
   struct LayerActs;
   struct Acts;
 
-  void add_param(const std::string& name, std::vector<int64_t> shape);
   void ensure_acts(int64_t N);
   void check_inputs(const int32_t* idx, const int32_t* targets, int B, int T) const;
   // Trunk forward for (B, T) tokens up to the final normalised activations (acts_->n_f); with a
