@@ -1,0 +1,1087 @@
+#include "nanochat/data/parquet.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "nanochat/core/error.h"
+#include "nanochat/data/codec.h"
+#include "nanochat/data/thrift_compact.h"
+
+namespace nanochat::data {
+
+using thrift::CType;
+
+namespace {
+
+constexpr char kMagic[4] = {'P', 'A', 'R', '1'};
+
+// parquet-format enums used here.
+enum PhysicalType : int32_t { kBoolean = 0, kInt32, kInt64, kInt96, kFloat, kDouble, kByteArray, kFixedLenByteArray };
+enum Repetition : int32_t { kRequired = 0, kOptional = 1, kRepeated = 2 };
+enum Encoding : int32_t {
+  kPlain = 0,
+  kPlainDictionary = 2,
+  kRle = 3,
+  kBitPacked = 4,
+  kDeltaBinaryPacked = 5,
+  kDeltaLengthByteArray = 6,
+  kDeltaByteArray = 7,
+  kRleDictionary = 8,
+  kByteStreamSplit = 9,
+};
+enum PageType : int32_t { kDataPage = 0, kIndexPage = 1, kDictionaryPage = 2, kDataPageV2 = 3 };
+
+const char* type_name(int32_t t) {
+  static const char* names[] = {"BOOLEAN", "INT32", "INT64", "INT96", "FLOAT", "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"};
+  return (t >= 0 && t < 8) ? names[t] : "UNKNOWN";
+}
+
+const char* ctype_name(CType t) {
+  static const char* names[] = {"stop", "bool", "bool", "byte", "i16", "i32", "i64", "double", "binary", "list", "set", "map", "struct"};
+  return names[static_cast<int>(t)];
+}
+
+// Checks a field's wire type; a mismatch means a corrupt or foreign footer.
+void expect(thrift::Reader& r, CType got, CType want, const char* field) {
+  bool ok = got == want || (want == CType::True && (got == CType::True || got == CType::False)) ||
+            (want == CType::List && got == CType::Set);
+  if (!ok) r.fail(str_cat("field ", field, " has Thrift type ", ctype_name(got), ", expected ", ctype_name(want)));
+}
+
+int32_t read_i32_field(thrift::Reader& r, CType t, const char* field) {
+  expect(r, t, CType::I32, field);
+  return r.read_i32();
+}
+int64_t read_i64_field(thrift::Reader& r, CType t, const char* field) {
+  expect(r, t, CType::I64, field);
+  return r.read_i64();
+}
+
+void pread_all(int fd, const std::string& path, int64_t offset, void* buf, size_t n) {
+  char* p = static_cast<char*>(buf);
+  while (n > 0) {
+    ssize_t k = ::pread(fd, p, n, offset);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      fail(path, ": byte offset ", offset, ": read failed: ", std::strerror(errno));
+    }
+    if (k == 0) fail(path, ": byte offset ", offset, ": unexpected end of file (was the file truncated while reading?)");
+    p += k;
+    n -= static_cast<size_t>(k);
+    offset += k;
+  }
+}
+
+uint32_t load_le32(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
+
+// ---- page headers --------------------------------------------------------------------------
+struct PageHeader {
+  int32_t type = -1;
+  int32_t uncompressed_size = -1;
+  int32_t compressed_size = -1;
+  bool has_crc = false;
+  uint32_t crc = 0;
+  // data page v1 / v2 / dictionary page
+  int32_t num_values = -1;
+  int32_t encoding = -1;
+  int32_t def_encoding = -1;
+  int32_t rep_encoding = -1;
+  int32_t num_nulls = -1;                // v2
+  int32_t num_rows = -1;                 // v2
+  int32_t def_bytes = -1, rep_bytes = -1;  // v2
+  bool is_compressed = true;             // v2
+  bool has_body = false;
+};
+
+void parse_data_page_header(thrift::Reader& r, PageHeader& h) {
+  r.begin_struct();
+  int16_t id;
+  CType t;
+  while (r.next_field(id, t)) {
+    switch (id) {
+      case 1: h.num_values = read_i32_field(r, t, "DataPageHeader.num_values"); break;
+      case 2: h.encoding = read_i32_field(r, t, "DataPageHeader.encoding"); break;
+      case 3: h.def_encoding = read_i32_field(r, t, "DataPageHeader.definition_level_encoding"); break;
+      case 4: h.rep_encoding = read_i32_field(r, t, "DataPageHeader.repetition_level_encoding"); break;
+      default: r.skip(t);
+    }
+  }
+  r.end_struct();
+  if (h.num_values < 0 || h.encoding < 0) r.fail("data page header lacks num_values or encoding");
+  h.has_body = true;
+}
+
+void parse_dict_page_header(thrift::Reader& r, PageHeader& h) {
+  r.begin_struct();
+  int16_t id;
+  CType t;
+  while (r.next_field(id, t)) {
+    switch (id) {
+      case 1: h.num_values = read_i32_field(r, t, "DictionaryPageHeader.num_values"); break;
+      case 2: h.encoding = read_i32_field(r, t, "DictionaryPageHeader.encoding"); break;
+      default: r.skip(t);
+    }
+  }
+  r.end_struct();
+  if (h.num_values < 0 || h.encoding < 0) r.fail("dictionary page header lacks num_values or encoding");
+  h.has_body = true;
+}
+
+void parse_data_page_v2_header(thrift::Reader& r, PageHeader& h) {
+  r.begin_struct();
+  int16_t id;
+  CType t;
+  while (r.next_field(id, t)) {
+    switch (id) {
+      case 1: h.num_values = read_i32_field(r, t, "DataPageHeaderV2.num_values"); break;
+      case 2: h.num_nulls = read_i32_field(r, t, "DataPageHeaderV2.num_nulls"); break;
+      case 3: h.num_rows = read_i32_field(r, t, "DataPageHeaderV2.num_rows"); break;
+      case 4: h.encoding = read_i32_field(r, t, "DataPageHeaderV2.encoding"); break;
+      case 5: h.def_bytes = read_i32_field(r, t, "DataPageHeaderV2.definition_levels_byte_length"); break;
+      case 6: h.rep_bytes = read_i32_field(r, t, "DataPageHeaderV2.repetition_levels_byte_length"); break;
+      case 7:
+        expect(r, t, CType::True, "DataPageHeaderV2.is_compressed");
+        h.is_compressed = r.read_bool(t);
+        break;
+      default: r.skip(t);
+    }
+  }
+  r.end_struct();
+  if (h.num_values < 0 || h.num_nulls < 0 || h.encoding < 0 || h.def_bytes < 0 || h.rep_bytes < 0 || h.num_nulls > h.num_values) {
+    r.fail("data page v2 header has missing or negative fields");
+  }
+  h.has_body = true;
+}
+
+PageHeader parse_page_header(thrift::Reader& r) {
+  PageHeader h;
+  r.begin_struct();
+  int16_t id;
+  CType t;
+  while (r.next_field(id, t)) {
+    switch (id) {
+      case 1: h.type = read_i32_field(r, t, "PageHeader.type"); break;
+      case 2: h.uncompressed_size = read_i32_field(r, t, "PageHeader.uncompressed_page_size"); break;
+      case 3: h.compressed_size = read_i32_field(r, t, "PageHeader.compressed_page_size"); break;
+      case 4:
+        h.has_crc = true;
+        h.crc = static_cast<uint32_t>(read_i32_field(r, t, "PageHeader.crc"));
+        break;
+      case 5:
+        expect(r, t, CType::Struct, "PageHeader.data_page_header");
+        if (h.type == kDataPage) parse_data_page_header(r, h); else r.skip(t);
+        break;
+      case 7:
+        expect(r, t, CType::Struct, "PageHeader.dictionary_page_header");
+        if (h.type == kDictionaryPage) parse_dict_page_header(r, h); else r.skip(t);
+        break;
+      case 8:
+        expect(r, t, CType::Struct, "PageHeader.data_page_header_v2");
+        if (h.type == kDataPageV2) parse_data_page_v2_header(r, h); else r.skip(t);
+        break;
+      default: r.skip(t);
+    }
+  }
+  r.end_struct();
+  if (h.type < 0 || h.uncompressed_size < 0 || h.compressed_size < 0) r.fail("page header lacks type or sizes (or they are negative)");
+  return h;
+}
+
+// ---- RLE / bit-packed hybrid -----------------------------------------------------------------
+// Decodes exactly n values of bit width bw (0..32) from [p, p+size) and appends them to out.
+// Values of a bit-packed run beyond n (padding of the last group) are ignored; the run may be
+// shorter than its declared groups when those groups would only hold padding.
+template <typename Fail>
+void decode_hybrid(const uint8_t* p, size_t size, int bw, size_t n, std::vector<uint32_t>& out, const Fail& fail_fn) {
+  if (bw < 0 || bw > 32) fail_fn(str_cat("bit width ", bw, " is out of range 0..32"));
+  size_t pos = 0;
+  const size_t value_bytes = static_cast<size_t>((bw + 7) / 8);
+  const uint64_t max_value = bw == 32 ? 0xffffffffull : ((1ull << bw) - 1);
+  out.reserve(out.size() + n);
+  size_t need = n;
+  while (need > 0) {
+    // run header: ULEB128 varint
+    uint64_t header = 0;
+    for (int shift = 0;; shift += 7) {
+      if (pos >= size) fail_fn(str_cat("RLE/bit-packed data ends after ", n - need, " of ", n, " values"));
+      if (shift > 35) fail_fn("RLE run header varint is too long");
+      uint8_t b = p[pos++];
+      header |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) break;
+    }
+    if (header & 1) {  // bit-packed: (header >> 1) groups of 8 values
+      uint64_t count = (header >> 1) * 8;
+      size_t take = static_cast<size_t>(std::min<uint64_t>(count, need));
+      size_t bytes_needed = (take * static_cast<size_t>(bw) + 7) / 8;
+      if (bytes_needed > size - pos) fail_fn("bit-packed run is truncated");
+      for (size_t i = 0; i < take; ++i) {
+        uint64_t bit = static_cast<uint64_t>(i) * static_cast<uint64_t>(bw);
+        size_t byte = static_cast<size_t>(bit / 8);
+        int shift = static_cast<int>(bit % 8);
+        uint64_t word = 0;
+        size_t nb = static_cast<size_t>((shift + bw + 7) / 8);
+        for (size_t k = 0; k < nb; ++k) word |= static_cast<uint64_t>(p[pos + byte + k]) << (8 * k);
+        out.push_back(static_cast<uint32_t>((word >> shift) & max_value));
+      }
+      // Skip the whole run (or whatever is left of it when the final padding was cut off).
+      uint64_t run_bytes = (header >> 1) * static_cast<uint64_t>(bw);
+      pos += static_cast<size_t>(std::min<uint64_t>(run_bytes, size - pos));
+      need -= take;
+    } else {  // RLE run: (header >> 1) repeats of one value
+      uint64_t count = header >> 1;
+      if (value_bytes > size - pos) fail_fn("RLE run value is truncated");
+      uint64_t v = 0;
+      for (size_t k = 0; k < value_bytes; ++k) v |= static_cast<uint64_t>(p[pos + k]) << (8 * k);
+      pos += value_bytes;
+      if (v > max_value) fail_fn(str_cat("RLE run value ", v, " does not fit in ", bw, " bits"));
+      size_t take = static_cast<size_t>(std::min<uint64_t>(count, need));
+      out.insert(out.end(), take, static_cast<uint32_t>(v));
+      need -= take;
+    }
+  }
+}
+
+int bit_width(int max_level) {
+  int w = 0;
+  while ((1 << w) <= max_level) ++w;
+  return w;
+}
+
+}  // namespace
+
+std::string encoding_name(int32_t e) {
+  switch (e) {
+    case kPlain: return "PLAIN";
+    case 1: return "GROUP_VAR_INT";
+    case kPlainDictionary: return "PLAIN_DICTIONARY";
+    case kRle: return "RLE";
+    case kBitPacked: return "BIT_PACKED";
+    case kDeltaBinaryPacked: return "DELTA_BINARY_PACKED";
+    case kDeltaLengthByteArray: return "DELTA_LENGTH_BYTE_ARRAY";
+    case kDeltaByteArray: return "DELTA_BYTE_ARRAY";
+    case kRleDictionary: return "RLE_DICTIONARY";
+    case kByteStreamSplit: return "BYTE_STREAM_SPLIT";
+  }
+  return str_cat("encoding(", e, ")");
+}
+
+// =============================================================================================
+// ParquetReader
+// =============================================================================================
+
+ParquetReader::ParquetReader(const std::string& path, const ParquetLimits& limits) : path_(path), limits_(limits) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) fail(path, ": cannot open: ", std::strerror(errno));
+  try {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) fail(path, ": cannot stat: ", std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail(path, ": not a regular file");
+    file_size_ = st.st_size;
+    read_footer();
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
+}
+
+ParquetReader::~ParquetReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+ParquetReader::ParquetReader(ParquetReader&& o) noexcept
+    : path_(std::move(o.path_)),
+      limits_(o.limits_),
+      fd_(o.fd_),
+      file_size_(o.file_size_),
+      footer_start_(o.footer_start_),
+      num_rows_(o.num_rows_),
+      created_by_(std::move(o.created_by_)),
+      schema_(std::move(o.schema_)),
+      row_groups_(std::move(o.row_groups_)),
+      max_def_(o.max_def_) {
+  o.fd_ = -1;
+}
+
+ParquetReader& ParquetReader::operator=(ParquetReader&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(o.path_);
+    limits_ = o.limits_;
+    fd_ = o.fd_;
+    o.fd_ = -1;
+    file_size_ = o.file_size_;
+    footer_start_ = o.footer_start_;
+    num_rows_ = o.num_rows_;
+    created_by_ = std::move(o.created_by_);
+    schema_ = std::move(o.schema_);
+    row_groups_ = std::move(o.row_groups_);
+    max_def_ = o.max_def_;
+  }
+  return *this;
+}
+
+void ParquetReader::fail_at(int64_t offset, const std::string& what) const {
+  fail(path_, ": byte offset ", offset, ": ", what);
+}
+
+namespace {
+
+// Raw footer structures, before the text column is picked out.
+struct RawColumnMeta {
+  bool present = false;
+  int32_t type = -1;
+  std::vector<int32_t> encodings;
+  std::vector<std::string> path;
+  int32_t codec = -1;
+  int64_t num_values = -1, total_uncompressed = -1, total_compressed = -1, data_page_offset = -1;
+  int64_t dictionary_page_offset = -1;
+  bool has_dictionary_page_offset = false;
+};
+struct RawColumnChunk {
+  std::string file_path;
+  RawColumnMeta meta;
+};
+struct RawRowGroup {
+  std::vector<RawColumnChunk> columns;
+  int64_t total_byte_size = -1, num_rows = -1;
+};
+
+RawColumnMeta parse_column_meta(thrift::Reader& r) {
+  RawColumnMeta m;
+  m.present = true;
+  r.begin_struct();
+  int16_t id;
+  CType t;
+  while (r.next_field(id, t)) {
+    switch (id) {
+      case 1: m.type = read_i32_field(r, t, "ColumnMetaData.type"); break;
+      case 2: {
+        expect(r, t, CType::List, "ColumnMetaData.encodings");
+        CType e;
+        int64_t n;
+        r.read_list_header(e, n);
+        if (e != CType::I32) r.fail("ColumnMetaData.encodings is not a list of i32");
+        for (int64_t i = 0; i < n; ++i) m.encodings.push_back(r.read_i32());
+        break;
+      }
+      case 3: {
+        expect(r, t, CType::List, "ColumnMetaData.path_in_schema");
+        CType e;
+        int64_t n;
+        r.read_list_header(e, n);
+        if (e != CType::Binary) r.fail("ColumnMetaData.path_in_schema is not a list of strings");
+        for (int64_t i = 0; i < n; ++i) m.path.emplace_back(r.read_binary());
+        break;
+      }
+      case 4: m.codec = read_i32_field(r, t, "ColumnMetaData.codec"); break;
+      case 5: m.num_values = read_i64_field(r, t, "ColumnMetaData.num_values"); break;
+      case 6: m.total_uncompressed = read_i64_field(r, t, "ColumnMetaData.total_uncompressed_size"); break;
+      case 7: m.total_compressed = read_i64_field(r, t, "ColumnMetaData.total_compressed_size"); break;
+      case 9: m.data_page_offset = read_i64_field(r, t, "ColumnMetaData.data_page_offset"); break;
+      case 11:
+        m.dictionary_page_offset = read_i64_field(r, t, "ColumnMetaData.dictionary_page_offset");
+        m.has_dictionary_page_offset = true;
+        break;
+      default: r.skip(t);
+    }
+  }
+  r.end_struct();
+  return m;
+}
+
+RawColumnChunk parse_column_chunk(thrift::Reader& r) {
+  RawColumnChunk c;
+  r.begin_struct();
+  int16_t id;
+  CType t;
+  while (r.next_field(id, t)) {
+    switch (id) {
+      case 1:
+        expect(r, t, CType::Binary, "ColumnChunk.file_path");
+        c.file_path = std::string(r.read_binary());
+        break;
+      case 3:
+        expect(r, t, CType::Struct, "ColumnChunk.meta_data");
+        c.meta = parse_column_meta(r);
+        break;
+      default: r.skip(t);
+    }
+  }
+  r.end_struct();
+  return c;
+}
+
+RawRowGroup parse_row_group(thrift::Reader& r) {
+  RawRowGroup g;
+  r.begin_struct();
+  int16_t id;
+  CType t;
+  while (r.next_field(id, t)) {
+    switch (id) {
+      case 1: {
+        expect(r, t, CType::List, "RowGroup.columns");
+        CType e;
+        int64_t n;
+        r.read_list_header(e, n);
+        if (e != CType::Struct) r.fail("RowGroup.columns is not a list of structs");
+        for (int64_t i = 0; i < n; ++i) g.columns.push_back(parse_column_chunk(r));
+        break;
+      }
+      case 2: g.total_byte_size = read_i64_field(r, t, "RowGroup.total_byte_size"); break;
+      case 3: g.num_rows = read_i64_field(r, t, "RowGroup.num_rows"); break;
+      default: r.skip(t);
+    }
+  }
+  r.end_struct();
+  return g;
+}
+
+ParquetReader::SchemaNode parse_schema_element(thrift::Reader& r) {
+  ParquetReader::SchemaNode s;
+  bool has_name = false;
+  r.begin_struct();
+  int16_t id;
+  CType t;
+  while (r.next_field(id, t)) {
+    switch (id) {
+      case 1: s.type = read_i32_field(r, t, "SchemaElement.type"); break;
+      case 3: s.repetition = read_i32_field(r, t, "SchemaElement.repetition_type"); break;
+      case 4:
+        expect(r, t, CType::Binary, "SchemaElement.name");
+        s.name = std::string(r.read_binary());
+        has_name = true;
+        break;
+      case 5: s.num_children = read_i32_field(r, t, "SchemaElement.num_children"); break;
+      case 6: s.converted_type = read_i32_field(r, t, "SchemaElement.converted_type"); break;
+      case 10: {
+        expect(r, t, CType::Struct, "SchemaElement.logicalType");
+        // A union: the id of its single set field says which logical type (1 = STRING).
+        r.begin_struct();
+        int16_t lid;
+        CType lt;
+        while (r.next_field(lid, lt)) {
+          s.logical_type = lid;
+          r.skip(lt);
+        }
+        r.end_struct();
+        break;
+      }
+      default: r.skip(t);
+    }
+  }
+  r.end_struct();
+  if (!has_name) r.fail("schema element without a name");
+  if (s.num_children < 0) r.fail("schema element with a negative number of children");
+  return s;
+}
+
+}  // namespace
+
+void ParquetReader::read_footer() {
+  if (file_size_ < 12) fail(path_, ": file is ", file_size_, " bytes, too small to be a Parquet file (needs at least 12)");
+  uint8_t head[4];
+  pread_all(fd_, path_, 0, head, 4);
+  if (std::memcmp(head, kMagic, 4) != 0) fail_at(0, "not a Parquet file (magic bytes \"PAR1\" missing at the start)");
+  uint8_t tail[8];
+  pread_all(fd_, path_, file_size_ - 8, tail, 8);
+  if (std::memcmp(tail + 4, "PARE", 4) == 0) fail_at(file_size_ - 4, "encrypted Parquet footers are not supported");
+  if (std::memcmp(tail + 4, kMagic, 4) != 0) {
+    fail_at(file_size_ - 4, "magic bytes \"PAR1\" missing at the end (file truncated or not Parquet)");
+  }
+  uint32_t footer_len = load_le32(tail);
+  if (footer_len == 0 || footer_len > static_cast<uint64_t>(file_size_ - 12)) {
+    fail_at(file_size_ - 8, str_cat("footer length ", footer_len, " does not fit in a file of ", file_size_, " bytes"));
+  }
+  footer_start_ = file_size_ - 8 - footer_len;
+  std::string footer(footer_len, '\0');
+  pread_all(fd_, path_, footer_start_, footer.data(), footer_len);
+
+  thrift::Reader r(reinterpret_cast<const uint8_t*>(footer.data()), footer.size(), path_, footer_start_);
+  std::vector<RawRowGroup> raw_groups;
+  bool has_schema = false, has_rows = false, has_groups = false;
+  r.begin_struct();
+  int16_t id;
+  CType t;
+  while (r.next_field(id, t)) {
+    switch (id) {
+      case 2: {
+        expect(r, t, CType::List, "FileMetaData.schema");
+        CType e;
+        int64_t n;
+        r.read_list_header(e, n);
+        if (e != CType::Struct) r.fail("FileMetaData.schema is not a list of structs");
+        for (int64_t i = 0; i < n; ++i) schema_.push_back(parse_schema_element(r));
+        has_schema = true;
+        break;
+      }
+      case 3:
+        num_rows_ = read_i64_field(r, t, "FileMetaData.num_rows");
+        has_rows = true;
+        break;
+      case 4: {
+        expect(r, t, CType::List, "FileMetaData.row_groups");
+        CType e;
+        int64_t n;
+        r.read_list_header(e, n);
+        if (e != CType::Struct) r.fail("FileMetaData.row_groups is not a list of structs");
+        for (int64_t i = 0; i < n; ++i) raw_groups.push_back(parse_row_group(r));
+        has_groups = true;
+        break;
+      }
+      case 6:
+        expect(r, t, CType::Binary, "FileMetaData.created_by");
+        created_by_ = std::string(r.read_binary());
+        break;
+      default: r.skip(t);
+    }
+  }
+  r.end_struct();
+  if (!has_schema || !has_rows || !has_groups) fail_at(footer_start_, "footer (FileMetaData) lacks the schema, num_rows or row_groups");
+  if (raw_groups.size() > static_cast<size_t>(INT32_MAX)) fail_at(footer_start_, "too many row groups");
+
+  // ---- schema: walk the tree, find the leaf column whose path is ["text"] ----
+  if (schema_.empty()) fail_at(footer_start_, "empty schema");
+  struct Leaf {
+    std::vector<std::string> path;
+    int def, rep;
+    size_t node;
+  };
+  std::vector<Leaf> leaves;
+  size_t next = 1;
+  std::vector<std::string> cur;
+  // Iterative depth-first walk (the schema comes in pre-order); stack = children left per group.
+  struct Frame {
+    int32_t left;
+    int def, rep;
+  };
+  std::vector<Frame> stack{{schema_[0].num_children, 0, 0}};
+  while (!stack.empty()) {
+    if (stack.back().left == 0) {
+      stack.pop_back();
+      if (!cur.empty()) cur.pop_back();
+      continue;
+    }
+    stack.back().left--;
+    if (next >= schema_.size()) fail_at(footer_start_, "schema tree declares more children than it has elements");
+    const SchemaNode& s = schema_[next];
+    int def = stack.back().def, rep = stack.back().rep;
+    if (s.repetition == kOptional) def++;
+    if (s.repetition == kRepeated) def++, rep++;
+    if (s.num_children > 0) {
+      if (stack.size() > 100) fail_at(footer_start_, "schema nested too deeply");
+      cur.push_back(s.name);
+      stack.push_back({s.num_children, def, rep});
+    } else {
+      std::vector<std::string> p = cur;
+      p.push_back(s.name);
+      leaves.push_back({std::move(p), def, rep, next});
+    }
+    next++;
+  }
+  if (next != schema_.size()) fail_at(footer_start_, "schema has elements outside the tree of its root");
+
+  int text_leaf = -1;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (leaves[i].path.size() == 1 && leaves[i].path[0] == "text") text_leaf = static_cast<int>(i);
+  }
+  if (text_leaf < 0) {
+    for (size_t i = 1; i < schema_.size(); ++i) {
+      if (schema_[i].name == "text" && schema_[i].num_children > 0) {
+        fail(path_, ": column \"text\" is a group (nested), not a string column");
+      }
+    }
+    std::string names;
+    for (const auto& l : leaves) {
+      std::string n;
+      for (const auto& part : l.path) n += (n.empty() ? "" : ".") + part;
+      names += (names.empty() ? "" : ", ") + n;
+    }
+    fail(path_, ": has no column named \"text\" (columns: ", names.empty() ? "none" : names,
+         "); nanochat shards store documents in a string column \"text\"");
+  }
+  const Leaf& leaf = leaves[static_cast<size_t>(text_leaf)];
+  const SchemaNode& tn = schema_[leaf.node];
+  if (tn.type != kByteArray) {
+    fail(path_, ": column \"text\" has physical type ", type_name(tn.type), "; expected BYTE_ARRAY (a string column)");
+  }
+  if (leaf.rep > 0) fail(path_, ": column \"text\" is REPEATED (a list); only REQUIRED or OPTIONAL string columns are supported");
+  max_def_ = leaf.def;
+
+  // ---- row groups: pick out and check the text column chunk ----
+  int64_t total = 0;
+  for (size_t g = 0; g < raw_groups.size(); ++g) {
+    RawRowGroup& rg = raw_groups[g];
+    std::string where = str_cat("row group ", g, ": ");
+    if (rg.num_rows < 0) fail_at(footer_start_, where + "missing or negative num_rows");
+    if (rg.num_rows > limits_.max_row_group_rows) {
+      fail_at(footer_start_, str_cat(where, rg.num_rows, " rows exceed the reader's limit of ", limits_.max_row_group_rows));
+    }
+    if (rg.columns.size() != leaves.size()) {
+      fail_at(footer_start_, str_cat(where, "has ", rg.columns.size(), " column chunks but the schema has ", leaves.size(), " columns"));
+    }
+    const RawColumnChunk& cc = rg.columns[static_cast<size_t>(text_leaf)];
+    if (!cc.file_path.empty()) fail(path_, ": ", where, "column \"text\" is stored in another file (", cc.file_path, "); not supported");
+    const RawColumnMeta& m = cc.meta;
+    if (!m.present) fail_at(footer_start_, where + "column \"text\" has no ColumnMetaData (encrypted columns are not supported)");
+    if (m.path != std::vector<std::string>{"text"}) fail_at(footer_start_, where + "column chunk path does not match the schema's \"text\" column");
+    if (m.type != kByteArray) fail_at(footer_start_, where + "column chunk type is not BYTE_ARRAY");
+    if (m.num_values != rg.num_rows) {
+      fail_at(footer_start_, str_cat(where, "column \"text\" has ", m.num_values, " values but the row group has ", rg.num_rows, " rows"));
+    }
+    if (m.codec < 0 || m.total_compressed < 0 || m.data_page_offset < 0 || m.total_uncompressed < 0) {
+      fail_at(footer_start_, where + "column metadata lacks codec, sizes or data_page_offset");
+    }
+    RowGroupInfo info;
+    info.num_rows = rg.num_rows;
+    info.total_byte_size = rg.total_byte_size;
+    ColumnChunkInfo& c = info.text;
+    c.codec = m.codec;
+    c.encodings = m.encodings;
+    c.num_values = m.num_values;
+    c.total_compressed_size = m.total_compressed;
+    c.total_uncompressed_size = m.total_uncompressed;
+    c.data_page_offset = m.data_page_offset;
+    c.start = m.data_page_offset;
+    if (m.has_dictionary_page_offset && m.dictionary_page_offset > 0 && m.dictionary_page_offset < m.data_page_offset) {
+      c.dictionary_page_offset = m.dictionary_page_offset;
+      c.start = m.dictionary_page_offset;
+    }
+    if (rg.num_rows > 0 && (c.start < 4 || c.total_compressed_size > footer_start_ - c.start)) {
+      fail_at(footer_start_, str_cat(where, "column chunk [", c.start, ", +", c.total_compressed_size,
+                                     ") lies outside the data region [4, ", footer_start_, ")"));
+    }
+    if (rg.num_rows > 0 && c.total_compressed_size == 0) fail_at(footer_start_, where + "column chunk of non-empty row group has 0 bytes");
+    total += rg.num_rows;
+    if (total > (int64_t(1) << 50)) fail_at(footer_start_, "row counts overflow");
+    row_groups_.push_back(std::move(info));
+  }
+  if (total != num_rows_) {
+    fail_at(footer_start_, str_cat("footer says ", num_rows_, " rows but its row groups hold ", total));
+  }
+}
+
+int64_t ParquetReader::row_group_num_rows(int i) const { return row_group(i).num_rows; }
+
+const RowGroupInfo& ParquetReader::row_group(int i) const {
+  if (i < 0 || i >= num_row_groups()) fail(path_, ": row group ", i, " does not exist (the file has ", num_row_groups(), ")");
+  return row_groups_[static_cast<size_t>(i)];
+}
+
+std::vector<std::string> ParquetReader::read_row_group(int i) const {
+  const RowGroupInfo& rg = row_group(i);
+  const ColumnChunkInfo& c = rg.text;
+  std::vector<std::string> rows;
+  if (rg.num_rows == 0) return rows;
+  std::string chunk(static_cast<size_t>(c.total_compressed_size), '\0');
+  pread_all(fd_, path_, c.start, chunk.data(), chunk.size());
+  const auto* base = reinterpret_cast<const uint8_t*>(chunk.data());
+  const size_t size = chunk.size();
+  const size_t want = static_cast<size_t>(rg.num_rows);
+  rows.reserve(std::min(want, size));
+
+  std::string dict_buf;
+  std::vector<std::string_view> dict;
+  bool have_dict = false;
+  int64_t text_bytes = 0;
+  std::vector<uint32_t> levels, indices;
+  size_t pos = 0;
+  int page_no = 0;
+  while (rows.size() < want) {
+    const int64_t page_off = c.start + static_cast<int64_t>(pos);
+    if (pos >= size) {
+      fail_at(page_off, str_cat("row group ", i, ": column chunk ends after ", rows.size(), " of ", want, " values"));
+    }
+    thrift::Reader hr(base + pos, size - pos, path_, page_off);
+    PageHeader h = parse_page_header(hr);
+    const size_t body = pos + hr.pos();
+    const int64_t body_off = c.start + static_cast<int64_t>(body);
+    const std::string where = str_cat(path_, ": byte offset ", page_off, " (row group ", i, ", page ", page_no, ")");
+    auto page_fail = [&](const std::string& what) -> void { fail(where, ": ", what); };
+    if (static_cast<size_t>(h.compressed_size) > size - body) {
+      page_fail(str_cat("page of ", h.compressed_size, " bytes runs past the end of its column chunk (", size - body, " bytes left)"));
+    }
+    if (h.compressed_size > limits_.max_page_bytes || h.uncompressed_size > limits_.max_page_bytes) {
+      page_fail(str_cat("page size ", std::max(h.compressed_size, h.uncompressed_size), " exceeds the reader's limit of ", limits_.max_page_bytes, " bytes"));
+    }
+    std::string_view payload(chunk.data() + body, static_cast<size_t>(h.compressed_size));
+    pos = body + static_cast<size_t>(h.compressed_size);
+    page_no++;
+    if (h.has_crc) {
+      uint32_t crc = static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(payload.data()), static_cast<uInt>(payload.size())));
+      if (crc != h.crc) page_fail(str_cat("page CRC mismatch (stored ", h.crc, ", computed ", crc, "): the page is corrupt"));
+    }
+    if (h.type == kIndexPage) continue;
+    if (h.type != kDataPage && h.type != kDataPageV2 && h.type != kDictionaryPage) page_fail(str_cat("unknown page type ", h.type));
+    if (!h.has_body) page_fail("page header lacks its type-specific header");
+    (void)body_off;
+
+    if (h.type == kDictionaryPage) {
+      if (have_dict || !rows.empty()) page_fail("unexpected second dictionary page (or dictionary page after data pages)");
+      if (h.encoding != kPlain && h.encoding != kPlainDictionary) page_fail("dictionary page encoding " + encoding_name(h.encoding) + " is not supported");
+      dict_buf = decompress(c.codec, payload, static_cast<size_t>(h.uncompressed_size), where);
+      if (static_cast<uint64_t>(h.num_values) > dict_buf.size() / 4) page_fail(str_cat("dictionary claims ", h.num_values, " values in ", dict_buf.size(), " bytes"));
+      dict.reserve(static_cast<size_t>(h.num_values));
+      size_t p = 0;
+      for (int32_t k = 0; k < h.num_values; ++k) {
+        if (dict_buf.size() - p < 4) page_fail(str_cat("dictionary entry ", k, " is truncated"));
+        uint32_t len = load_le32(reinterpret_cast<const uint8_t*>(dict_buf.data() + p));
+        p += 4;
+        if (len > dict_buf.size() - p) page_fail(str_cat("dictionary entry ", k, " of ", len, " bytes runs past the page"));
+        dict.emplace_back(dict_buf.data() + p, len);
+        p += len;
+      }
+      have_dict = true;
+      continue;
+    }
+
+    // ---- data page (v1 or v2) ----
+    const size_t n = static_cast<size_t>(h.num_values);
+    if (n > want - rows.size()) page_fail(str_cat("page holds ", n, " values but only ", want - rows.size(), " rows of the row group remain"));
+    std::string data;        // decompressed levels + values (v1) or values only (v2)
+    std::string_view values;  // the encoded values
+    levels.clear();
+    const int bw = bit_width(max_def_);
+    if (h.type == kDataPage) {
+      data = decompress(c.codec, payload, static_cast<size_t>(h.uncompressed_size), where);
+      size_t p = 0;
+      if (max_def_ > 0) {
+        if (h.def_encoding != kRle) page_fail("definition level encoding " + encoding_name(h.def_encoding) + " is not supported (only RLE)");
+        if (data.size() < 4) page_fail("definition levels length is truncated");
+        uint32_t len = load_le32(reinterpret_cast<const uint8_t*>(data.data()));
+        if (len > data.size() - 4) page_fail(str_cat("definition levels length ", len, " exceeds the page's ", data.size() - 4, " bytes"));
+        decode_hybrid(reinterpret_cast<const uint8_t*>(data.data()) + 4, len, bw, n, levels,
+                      [&](const std::string& w) { page_fail("definition levels: " + w); });
+        p = 4 + len;
+      }
+      values = std::string_view(data).substr(p);
+    } else {  // v2: [rep levels][def levels] uncompressed, then values (compressed if is_compressed)
+      const uint64_t lv = static_cast<uint64_t>(h.rep_bytes) + static_cast<uint64_t>(h.def_bytes);
+      if (lv > payload.size() || lv > static_cast<uint64_t>(h.uncompressed_size)) page_fail("v2 level lengths exceed the page size");
+      if (h.rep_bytes != 0) page_fail("v2 page has repetition levels but column \"text\" is not repeated");
+      if (max_def_ > 0) {
+        decode_hybrid(reinterpret_cast<const uint8_t*>(payload.data()) + h.rep_bytes, static_cast<size_t>(h.def_bytes), bw, n, levels,
+                      [&](const std::string& w) { page_fail("definition levels: " + w); });
+      } else if (h.def_bytes != 0) {
+        page_fail("v2 page has definition levels but column \"text\" is REQUIRED");
+      }
+      std::string_view enc = payload.substr(static_cast<size_t>(lv));
+      size_t raw = static_cast<size_t>(h.uncompressed_size) - static_cast<size_t>(lv);
+      if (h.is_compressed && c.codec != static_cast<int32_t>(Codec::Uncompressed)) {
+        data = decompress(c.codec, enc, raw, where);
+      } else {
+        if (enc.size() != raw) page_fail("uncompressed v2 page: sizes in the header disagree");
+        data = std::string(enc);
+      }
+      values = data;
+    }
+    size_t non_null = n;
+    if (max_def_ > 0) {
+      non_null = 0;
+      for (uint32_t l : levels) {
+        if (l > static_cast<uint32_t>(max_def_)) page_fail(str_cat("definition level ", l, " exceeds the maximum ", max_def_));
+        non_null += (l == static_cast<uint32_t>(max_def_));
+      }
+    }
+    if (h.type == kDataPageV2 && static_cast<size_t>(h.num_nulls) != n - non_null) {
+      page_fail(str_cat("v2 header says ", h.num_nulls, " nulls but the definition levels have ", n - non_null));
+    }
+    // Decode the non-null values, then place them at the defined rows.
+    std::vector<std::string_view> vals;
+    vals.reserve(std::min(non_null, values.size() + 1));
+    if (h.encoding == kPlain) {
+      size_t p = 0;
+      for (size_t k = 0; k < non_null; ++k) {
+        if (values.size() - p < 4) page_fail(str_cat("value ", k, " of ", non_null, ": length prefix is truncated"));
+        uint32_t len = load_le32(reinterpret_cast<const uint8_t*>(values.data() + p));
+        p += 4;
+        if (len > values.size() - p) page_fail(str_cat("value ", k, " of ", len, " bytes runs past the end of the page"));
+        vals.push_back(values.substr(p, len));
+        p += len;
+      }
+    } else if (h.encoding == kPlainDictionary || h.encoding == kRleDictionary) {
+      if (!have_dict) page_fail("dictionary-encoded page without a dictionary page");
+      if (non_null > 0) {
+        if (values.empty()) page_fail("dictionary-encoded page lacks its bit width byte");
+        int ibw = static_cast<uint8_t>(values[0]);
+        indices.clear();
+        decode_hybrid(reinterpret_cast<const uint8_t*>(values.data()) + 1, values.size() - 1, ibw, non_null, indices,
+                      [&](const std::string& w) { page_fail("dictionary indices: " + w); });
+        for (uint32_t ix : indices) {
+          if (ix >= dict.size()) page_fail(str_cat("dictionary index ", ix, " out of range (dictionary has ", dict.size(), " entries)"));
+          vals.push_back(dict[ix]);
+        }
+      }
+    } else {
+      page_fail("value encoding " + encoding_name(h.encoding) + " is not supported (supported: PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY)");
+    }
+    for (auto v : vals) text_bytes += static_cast<int64_t>(v.size());
+    if (text_bytes > limits_.max_row_group_bytes) {
+      page_fail(str_cat("row group text exceeds the reader's limit of ", limits_.max_row_group_bytes, " bytes"));
+    }
+    if (max_def_ == 0) {
+      for (auto v : vals) rows.emplace_back(v);
+    } else {
+      size_t k = 0;
+      for (uint32_t l : levels) {
+        if (l == static_cast<uint32_t>(max_def_))
+          rows.emplace_back(vals[k++]);
+        else
+          rows.emplace_back();
+      }
+    }
+  }
+  return rows;
+}
+
+std::string ParquetReader::schema_string() const {
+  static const char* reps[] = {"required", "optional", "repeated"};
+  static const char* logical[] = {"", "STRING", "MAP", "LIST", "ENUM", "DECIMAL", "DATE", "TIME", "TIMESTAMP", "", "INTEGER", "UNKNOWN", "JSON", "BSON", "UUID", "FLOAT16"};
+  std::string out = "message " + (schema_.empty() ? std::string("schema") : schema_[0].name) + " {\n";
+  std::vector<int32_t> left{schema_.empty() ? 0 : schema_[0].num_children};
+  size_t next = 1;
+  while (!left.empty()) {
+    if (left.back() == 0 || next >= schema_.size()) {
+      left.pop_back();
+      if (!left.empty()) out += std::string(2 * left.size(), ' ') + "}\n";
+      continue;
+    }
+    left.back()--;
+    const SchemaNode& s = schema_[next++];
+    std::string ind(2 * left.size(), ' ');
+    const char* rep = (s.repetition >= 0 && s.repetition < 3) ? reps[s.repetition] : "required";
+    std::string ann;
+    if (s.logical_type > 0 && s.logical_type < 16 && logical[s.logical_type][0]) {
+      ann = str_cat(" (", logical[s.logical_type], ")");
+    } else if (s.converted_type == 0) {
+      ann = " (UTF8)";
+    }
+    if (s.num_children > 0) {
+      out += ind + rep + " group " + s.name + ann + " {\n";
+      left.push_back(s.num_children);
+    } else {
+      std::string ty = s.type == kByteArray ? "binary" : s.type == kFixedLenByteArray ? "fixed_len_byte_array" : type_name(s.type);
+      std::transform(ty.begin(), ty.end(), ty.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+      out += ind + rep + " " + ty + " " + s.name + ann + ";\n";
+    }
+  }
+  return out + "}";
+}
+
+std::string ParquetReader::codec_name() const {
+  if (row_groups_.empty()) return "none";
+  std::vector<std::string> names;
+  for (const auto& g : row_groups_) {
+    std::string n = data::codec_name(g.text.codec);
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  }
+  std::string out;
+  for (const auto& n : names) {
+    if (!out.empty()) out += ',';
+    out += n;
+  }
+  return out;
+}
+
+std::string ParquetReader::encodings_string() const {
+  std::set<int32_t> all;
+  for (const auto& g : row_groups_) all.insert(g.text.encodings.begin(), g.text.encodings.end());
+  std::string out;
+  for (int32_t e : all) {
+    if (!out.empty()) out += ',';
+    out += encoding_name(e);
+  }
+  return out;
+}
+
+// =============================================================================================
+// ParquetWriter
+// =============================================================================================
+
+ParquetWriter::ParquetWriter(const std::string& path, int row_group_size, int zstd_level, int64_t page_bytes)
+    : path_(path), tmp_path_(path + ".tmp"), row_group_size_(row_group_size), zstd_level_(zstd_level), page_bytes_(page_bytes) {
+  if (row_group_size <= 0) fail("ParquetWriter: row_group_size must be positive (got ", row_group_size, ")");
+  if (page_bytes <= 0) fail("ParquetWriter: page_bytes must be positive");
+  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail(tmp_path_, ": cannot create: ", std::strerror(errno));
+  append(std::string(kMagic, 4));
+}
+
+ParquetWriter::~ParquetWriter() {
+  if (!closed_) {
+    if (fd_ >= 0) ::close(fd_);
+    ::unlink(tmp_path_.c_str());
+  }
+}
+
+void ParquetWriter::append(const std::string& bytes) {
+  const char* p = bytes.data();
+  size_t n = bytes.size();
+  while (n > 0) {
+    ssize_t k = ::write(fd_, p, n);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      fail(tmp_path_, ": write failed: ", std::strerror(errno));
+    }
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  offset_ += static_cast<int64_t>(bytes.size());
+}
+
+void ParquetWriter::write(std::string_view doc) {
+  if (closed_) fail(path_, ": write() after close()");
+  if (doc.size() > UINT32_MAX / 2) fail(path_, ": document of ", doc.size(), " bytes is too large for one Parquet value");
+  pending_.emplace_back(doc);
+  rows_++;
+  if (static_cast<int>(pending_.size()) == row_group_size_) flush_row_group();
+}
+
+void ParquetWriter::flush_row_group() {
+  if (pending_.empty()) return;
+  RgMeta meta{static_cast<int64_t>(pending_.size()), offset_, 0, 0};
+  size_t i = 0;
+  while (i < pending_.size()) {
+    // One data page v1: [u32 def-levels length][RLE run: all rows defined][PLAIN values].
+    size_t j = i, bytes = 0;
+    while (j < pending_.size() && (j == i || bytes + 4 + pending_[j].size() <= static_cast<size_t>(page_bytes_))) {
+      bytes += 4 + pending_[j].size();
+      ++j;
+    }
+    const uint32_t count = static_cast<uint32_t>(j - i);
+    std::string levels;
+    for (uint64_t v = static_cast<uint64_t>(count) << 1; ; v >>= 7) {  // RLE run header = count << 1
+      if (v < 0x80) {
+        levels.push_back(static_cast<char>(v));
+        break;
+      }
+      levels.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    }
+    levels.push_back(1);  // definition level 1 (bit width 1 -> one byte)
+    std::string raw;
+    raw.reserve(4 + levels.size() + bytes);
+    auto put32 = [&raw](uint32_t v) {
+      for (int k = 0; k < 4; ++k) raw.push_back(static_cast<char>((v >> (8 * k)) & 0xff));
+    };
+    put32(static_cast<uint32_t>(levels.size()));
+    raw += levels;
+    for (size_t k = i; k < j; ++k) {
+      put32(static_cast<uint32_t>(pending_[k].size()));
+      raw += pending_[k];
+    }
+    if (raw.size() > INT32_MAX) fail(path_, ": a data page would exceed 2 GiB");
+    std::string comp = zstd_compress(raw, zstd_level_);
+    thrift::Writer w;
+    w.begin_struct();
+    w.field_i32(1, 0);  // type DATA_PAGE
+    w.field_i32(2, static_cast<int32_t>(raw.size()));
+    w.field_i32(3, static_cast<int32_t>(comp.size()));
+    w.field_header(5, CType::Struct);
+    w.begin_struct();
+    w.field_i32(1, static_cast<int32_t>(count));
+    w.field_i32(2, kPlain);
+    w.field_i32(3, kRle);
+    w.field_i32(4, kRle);
+    w.end_struct();
+    w.end_struct();
+    meta.uncompressed += static_cast<int64_t>(w.bytes().size() + raw.size());
+    meta.compressed += static_cast<int64_t>(w.bytes().size() + comp.size());
+    append(w.bytes());
+    append(comp);
+    i = j;
+  }
+  rgs_.push_back(meta);
+  pending_.clear();
+}
+
+void ParquetWriter::close() {
+  if (closed_) return;
+  flush_row_group();
+  thrift::Writer w;
+  w.begin_struct();
+  w.field_i32(1, 1);  // version
+  w.field_header(2, CType::List);
+  w.list_header(CType::Struct, 2);
+  // root
+  w.begin_struct();
+  w.field_i32(3, kRequired);
+  w.field_binary(4, "schema");
+  w.field_i32(5, 1);
+  w.end_struct();
+  // text: optional binary (STRING)
+  w.begin_struct();
+  w.field_i32(1, kByteArray);
+  w.field_i32(3, kOptional);
+  w.field_binary(4, "text");
+  w.field_i32(6, 0);  // ConvertedType UTF8
+  w.field_header(10, CType::Struct);
+  w.begin_struct();
+  w.field_header(1, CType::Struct);  // LogicalType.STRING = StringType {}
+  w.begin_struct();
+  w.end_struct();
+  w.end_struct();
+  w.end_struct();
+  w.field_i64(3, rows_);
+  w.field_header(4, CType::List);
+  w.list_header(CType::Struct, static_cast<int64_t>(rgs_.size()));
+  for (size_t g = 0; g < rgs_.size(); ++g) {
+    const RgMeta& m = rgs_[g];
+    w.begin_struct();
+    w.field_header(1, CType::List);
+    w.list_header(CType::Struct, 1);
+    w.begin_struct();                         // ColumnChunk
+    w.field_i64(2, m.data_page_offset);       // file_offset (deprecated; writers put the chunk start)
+    w.field_header(3, CType::Struct);         // ColumnMetaData
+    w.begin_struct();
+    w.field_i32(1, kByteArray);
+    w.field_header(2, CType::List);
+    w.list_header(CType::I32, 2);
+    w.i32(kPlain);
+    w.i32(kRle);
+    w.field_header(3, CType::List);
+    w.list_header(CType::Binary, 1);
+    w.binary("text");
+    w.field_i32(4, static_cast<int32_t>(Codec::Zstd));
+    w.field_i64(5, m.num_rows);
+    w.field_i64(6, m.uncompressed);
+    w.field_i64(7, m.compressed);
+    w.field_i64(9, m.data_page_offset);
+    w.end_struct();
+    w.end_struct();
+    w.field_i64(2, m.uncompressed);  // total_byte_size
+    w.field_i64(3, m.num_rows);
+    w.field_i64(5, m.data_page_offset);  // file_offset
+    w.field_i64(6, m.compressed);        // total_compressed_size
+    w.field_header(7, CType::I16);       // ordinal
+    w.i32(static_cast<int32_t>(g));
+    w.end_struct();
+  }
+  w.field_binary(6, "nanochat.cpp parquet writer");
+  w.end_struct();
+  std::string tail = w.bytes();
+  const uint32_t len = static_cast<uint32_t>(tail.size());
+  for (int k = 0; k < 4; ++k) tail.push_back(static_cast<char>((len >> (8 * k)) & 0xff));
+  tail.append(kMagic, 4);
+  append(tail);
+  if (::fsync(fd_) != 0) fail(tmp_path_, ": fsync failed: ", std::strerror(errno));
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    fail(tmp_path_, ": close failed: ", std::strerror(errno));
+  }
+  fd_ = -1;
+  std::error_code ec;
+  std::filesystem::rename(tmp_path_, path_, ec);
+  if (ec) fail(tmp_path_, ": cannot rename to ", path_, ": ", ec.message());
+  closed_ = true;
+}
+
+}  // namespace nanochat::data

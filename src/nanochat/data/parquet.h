@@ -1,0 +1,154 @@
+#pragma once
+// A small Parquet reader and writer for one text column — the shard layout of nanochat's
+// pretraining data (spec 5.2; format: https://github.com/apache/parquet-format).
+//
+// Reader: finds the top-level column named "text" (BYTE_ARRAY, REQUIRED or OPTIONAL; other columns
+// are skipped, nested ones included) and decodes it one row group at a time, reading only that
+// row group's column chunk from disk. Supported: data pages v1 and v2, PLAIN and dictionary
+// (PLAIN_DICTIONARY / RLE_DICTIONARY + a dictionary page) encodings, definition levels in the
+// RLE/bit-packed hybrid encoding, page CRCs (checked when present), codecs UNCOMPRESSED, SNAPPY,
+// GZIP and ZSTD. A null value (OPTIONAL column, definition level 0) is returned as an EMPTY
+// string, so row indices always match other Parquet readers'.
+// Every malformed, truncated or unsupported input throws nanochat::Error of the form
+// "<path>: byte offset <n>: <what is wrong>" — never a crash, hang or partial result. Allocation
+// is bounded by the file size, the bytes actually decompressed and the ParquetLimits below.
+//
+// Writer: exactly nanochat's layout — one OPTIONAL BYTE_ARRAY column "text" (STRING logical
+// type), PLAIN encoding, no dictionary, no statistics, data page v1, ZSTD (level 3), row groups of
+// 1024 rows, data pages of about 1 MiB. It writes "<path>.tmp" and renames it on close().
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nanochat::data {
+
+/// Parquet Encoding enum name ("PLAIN", "RLE_DICTIONARY", ...).
+std::string encoding_name(int32_t encoding);
+
+/// Hard limits of the reader (defaults fit any real text shard; the fuzzer lowers them).
+struct ParquetLimits {
+  int64_t max_page_bytes = int64_t(256) << 20;        // one page, compressed or decompressed
+  int64_t max_row_group_rows = int64_t(1) << 22;      // rows in one row group
+  int64_t max_row_group_bytes = int64_t(4) << 30;     // total text bytes decoded from one row group
+};
+
+/// Footer metadata of the "text" column chunk in one row group.
+struct ColumnChunkInfo {
+  int32_t codec = 0;                  // CompressionCodec (see codec.h)
+  std::vector<int32_t> encodings;     // Encoding enum values listed in the footer
+  int64_t num_values = 0;
+  int64_t total_compressed_size = 0;  // bytes on disk (all pages incl. headers)
+  int64_t total_uncompressed_size = 0;
+  int64_t data_page_offset = 0;
+  int64_t dictionary_page_offset = -1;  // -1: none
+  int64_t start = 0;                    // first byte of the chunk (dictionary page if any)
+};
+
+/// One row group as listed in the footer.
+struct RowGroupInfo {
+  int64_t num_rows = 0;
+  int64_t total_byte_size = 0;  // uncompressed size of all its columns (footer value)
+  ColumnChunkInfo text;         // the "text" column's chunk
+};
+
+/// Reads the "text" column of a Parquet file. The constructor reads and validates the footer;
+/// read_row_group() reads one column chunk with pread, so a const reader may be used from several
+/// threads at once. Throws nanochat::Error (naming the path) when the file cannot be opened, is
+/// not Parquet, is corrupt, or has no usable "text" column.
+class ParquetReader {
+ public:
+  explicit ParquetReader(const std::string& path, const ParquetLimits& limits = {});
+  ~ParquetReader();
+  ParquetReader(ParquetReader&& o) noexcept;
+  ParquetReader& operator=(ParquetReader&& o) noexcept;
+  ParquetReader(const ParquetReader&) = delete;
+  ParquetReader& operator=(const ParquetReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  int64_t file_size() const { return file_size_; }
+  int num_row_groups() const { return static_cast<int>(row_groups_.size()); }
+  /// Total rows (footer FileMetaData.num_rows, checked to equal the sum over row groups).
+  int64_t num_rows() const { return num_rows_; }
+  /// Rows of row group i (0 <= i < num_row_groups(), else nanochat::Error).
+  int64_t row_group_num_rows(int i) const;
+  const RowGroupInfo& row_group(int i) const;
+  /// All "text" values of row group i in row order (nulls -> ""). Reads only that chunk.
+  std::vector<std::string> read_row_group(int i) const;
+
+  /// The schema tree as text, e.g. "message schema {\n  optional binary text (STRING);\n}".
+  std::string schema_string() const;
+  /// Codec of the text column ("ZSTD"); "A,B" when row groups differ; "none" without row groups.
+  std::string codec_name() const;
+  /// Union of the text column's encodings over all row groups ("PLAIN,RLE").
+  std::string encodings_string() const;
+  /// FileMetaData.created_by ("" when absent).
+  const std::string& created_by() const { return created_by_; }
+  /// True when the text column is OPTIONAL (has definition levels).
+  bool text_optional() const { return max_def_ > 0; }
+
+  struct SchemaNode {
+    std::string name;
+    int32_t type = -1;        // physical Type; -1 for groups
+    int32_t repetition = -1;  // 0 REQUIRED, 1 OPTIONAL, 2 REPEATED, -1 absent
+    int32_t num_children = 0;
+    int32_t converted_type = -1;
+    int32_t logical_type = -1;  // LogicalType union field id (1 = STRING), -1 absent
+  };
+
+ private:
+  [[noreturn]] void fail_at(int64_t offset, const std::string& what) const;
+  void read_footer();
+  void resolve_schema();
+
+  std::string path_;
+  ParquetLimits limits_;
+  int fd_ = -1;
+  int64_t file_size_ = 0;
+  int64_t footer_start_ = 0;
+  int64_t num_rows_ = 0;
+  std::string created_by_;
+  std::vector<SchemaNode> schema_;
+  std::vector<RowGroupInfo> row_groups_;
+  int max_def_ = 0;
+};
+
+/// Writes nanochat-layout Parquet shards (see the file comment). Documents are buffered per row
+/// group; every `row_group_size` documents a row group is compressed and appended. close()
+/// writes the footer, fsyncs and renames "<path>.tmp" to `path`; the destructor of a writer that
+/// was not closed removes the temporary file (so an interrupted shard never looks complete).
+/// Throws nanochat::Error naming the path on I/O failure.
+class ParquetWriter {
+ public:
+  explicit ParquetWriter(const std::string& path, int row_group_size = 1024, int zstd_level = 3,
+                         int64_t page_bytes = int64_t(1) << 20);
+  ~ParquetWriter();
+  ParquetWriter(const ParquetWriter&) = delete;
+  ParquetWriter& operator=(const ParquetWriter&) = delete;
+
+  /// Appends one document (any bytes; nanochat's text is UTF-8).
+  void write(std::string_view doc);
+  /// Flushes the last (possibly short) row group, writes the footer and renames into place.
+  void close();
+  int64_t rows_written() const { return rows_; }
+
+ private:
+  void flush_row_group();
+  void append(const std::string& bytes);
+
+  std::string path_, tmp_path_;
+  int row_group_size_;
+  int zstd_level_;
+  int64_t page_bytes_;
+  int fd_ = -1;
+  int64_t offset_ = 0;
+  int64_t rows_ = 0;
+  bool closed_ = false;
+  std::vector<std::string> pending_;
+  struct RgMeta {
+    int64_t num_rows, data_page_offset, compressed, uncompressed;
+  };
+  std::vector<RgMeta> rgs_;
+};
+
+}  // namespace nanochat::data
