@@ -1,0 +1,399 @@
+#include "nanochat/optim/muon_adamw.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "nanochat/core/error.h"
+#include "nanochat/optim/optim_math.h"
+
+namespace nanochat {
+
+namespace {
+
+constexpr int64_t kSmallAdamW = 1024;  // numel below which AdamW gradients are all-reduced
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// AdamW group index of a parameter name (spec 2.1), -1 for Muon (transformer.h.*), -2 for none.
+int adamw_group_of(const std::string& name) {
+  if (name == "lm_head.weight") return 0;
+  if (name == "transformer.wte.weight") return 1;
+  if (starts_with(name, "value_embeds.")) return 2;
+  if (name == "resid_lambdas") return 3;
+  if (name == "x0_lambdas") return 4;
+  if (name == "smear_gate.weight" || name == "smear_lambda" || name == "backout_lambda") return 5;
+  if (starts_with(name, "transformer.h.")) return -1;
+  return -2;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+// One AdamW parameter: its (possibly row-sharded) state and communication handles.
+struct MuonAdamW::AdamSlot {
+  int param = -1;
+  bool sharded = false;                // large parameter with W > 1: reduce-scatter + all-gather
+  int64_t row_elems = 0, row0 = 0, nrows = 0;  // owned rows [row0, row0 + nrows)
+  size_t owned = 0;                    // owned elements
+  std::vector<int64_t> state_shape;
+  std::vector<size_t> counts;          // elements per rank (sharded)
+  AlignedBuffer m, v, gslice;
+  int64_t step = 0;
+  WorkPtr reduce;
+};
+
+// One Muon group: stacked buffers and this rank's chunk of state.
+struct MuonAdamW::MuonSlot {
+  int group = -1;
+  int64_t K = 0, m = 0, n = 0, chunk = 0, first = 0, owned = 0, nv = 0;
+  size_t mn = 0;
+  AlignedBuffer momentum, second;  // (chunk, m, n), (chunk, nv)
+  AlignedBuffer stack, gchunk;     // W > 1: (chunk * W, m, n) and (chunk, m, n)
+  std::vector<size_t> counts;
+  WorkPtr reduce;
+};
+
+MuonAdamW::MuonAdamW(std::vector<OptParam> params, const OptimConfig& cfg, Communicator* comm)
+    : params_(std::move(params)), comm_(comm) {
+  if (comm_) {
+    rank_ = comm_->rank();
+    world_ = comm_->world_size();
+    NC_CHECK(world_ >= 1 && rank_ >= 0 && rank_ < world_, "bad communicator rank/world size");
+  }
+  std::set<std::string> seen;
+  for (const auto& p : params_) {
+    if (!seen.insert(p.name).second) fail("optimizer: parameter '", p.name, "' is listed twice");
+    if (!p.p || !p.g) fail("optimizer: parameter '", p.name, "' has a null data or gradient pointer");
+    if (p.shape.empty() || numel_of(p.shape) <= 0)
+      fail("optimizer: parameter '", p.name, "' has an empty shape ", shape_str(p.shape));
+  }
+  build_groups(cfg);
+  allocate();
+}
+
+MuonAdamW::~MuonAdamW() = default;
+
+void MuonAdamW::build_groups(const OptimConfig& cfg) {
+  const double dmodel = std::pow(static_cast<double>(cfg.model_dim) / 768.0, -0.5);
+  struct AdamDef {
+    const char* label;
+    double lr, b1, b2, wd;
+  };
+  const AdamDef defs[6] = {
+      {"lm_head", static_cast<double>(cfg.unembedding_lr) * dmodel, 0.8, 0.96, 0.01},
+      {"wte", static_cast<double>(cfg.embedding_lr) * dmodel, 0.8, 0.995, 0.001},
+      {"value_embeds", static_cast<double>(cfg.embedding_lr) * dmodel * 0.5, 0.8, 0.995, 0.01},
+      {"resid", static_cast<double>(cfg.scalar_lr) * 0.01, 0.8, 0.95, 0.05},
+      {"x0", static_cast<double>(cfg.scalar_lr), 0.96, 0.95, 0.0},
+      {"smear", 0.2, 0.8, 0.95, 0.0},
+  };
+  for (const auto& d : defs) {
+    OptGroup g;
+    g.kind = OptKind::AdamW;
+    g.label = d.label;
+    g.initial_lr = g.lr = d.lr;
+    g.beta1 = d.b1;
+    g.beta2 = d.b2;
+    g.eps = 1e-10;
+    g.weight_decay = d.wd;
+    groups_.push_back(std::move(g));
+  }
+  std::set<std::pair<int64_t, int64_t>> shapes;  // ordered like Python tuples
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& p = params_[i];
+    const int gi = adamw_group_of(p.name);
+    if (gi == -2)
+      fail("optimizer: parameter '", p.name,
+           "' belongs to no MuonAdamW group (expected nanochat state_dict names, spec 2.1)");
+    if (gi >= 0) {
+      groups_[gi].params.push_back(static_cast<int>(i));
+      groups_[gi].names.push_back(p.name);
+    } else {
+      if (p.shape.size() != 2)
+        fail("optimizer: Muon parameter '", p.name, "' must be a matrix, got shape ", shape_str(p.shape));
+      shapes.insert({p.shape[0], p.shape[1]});
+    }
+  }
+  for (const auto& [m, n] : shapes) {
+    OptGroup g;
+    g.kind = OptKind::Muon;
+    g.label = str_cat("muon (", m, ", ", n, ")");
+    g.initial_lr = g.lr = cfg.matrix_lr;
+    g.beta2 = 0.9;
+    g.momentum = 0.95;
+    g.weight_decay = cfg.weight_decay;
+    g.rows = m;
+    g.cols = n;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (adamw_group_of(params_[i].name) == -1 && params_[i].shape[0] == m && params_[i].shape[1] == n) {
+        g.params.push_back(static_cast<int>(i));
+        g.names.push_back(params_[i].name);
+      }
+    groups_.push_back(std::move(g));
+  }
+}
+
+void MuonAdamW::allocate() {
+  group_slot_.assign(groups_.size(), 0);
+  size_t n_adam = 0;
+  for (const auto& g : groups_)
+    if (g.kind == OptKind::AdamW) n_adam += g.params.size();
+  adam_.reserve(n_adam);
+  int64_t max_mn = 0, max_side = 0, max_dim = 0;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const OptGroup& g = groups_[gi];
+    if (g.kind == OptKind::AdamW) {
+      group_slot_[gi] = static_cast<int>(adam_.size());
+      for (int pi : g.params) {
+        const OptParam& p = params_[pi];
+        AdamSlot s;
+        s.param = pi;
+        const int64_t numel = numel_of(p.shape);
+        s.sharded = world_ > 1 && numel >= kSmallAdamW;
+        s.state_shape = p.shape;
+        if (s.sharded) {
+          const int64_t rows = p.shape[0];
+          s.row_elems = numel / rows;
+          const int64_t c = ceil_div(rows, world_);
+          s.counts.resize(world_);
+          for (int r = 0; r < world_; ++r) {
+            const int64_t r0 = std::min(rows, r * c), r1 = std::min(rows, (r + 1) * c);
+            s.counts[r] = static_cast<size_t>((r1 - r0) * s.row_elems);
+          }
+          s.row0 = std::min(rows, rank_ * c);
+          s.nrows = std::min(rows, (rank_ + 1) * c) - s.row0;
+          s.owned = static_cast<size_t>(s.nrows * s.row_elems);
+          s.state_shape[0] = s.nrows;
+          s.gslice = AlignedBuffer(s.owned * sizeof(float));
+        } else {
+          s.owned = static_cast<size_t>(numel);
+        }
+        s.m = AlignedBuffer(s.owned * sizeof(float));
+        s.v = AlignedBuffer(s.owned * sizeof(float));
+        adam_.push_back(std::move(s));
+      }
+    } else {
+      group_slot_[gi] = static_cast<int>(muon_.size());
+      MuonSlot s;
+      s.group = static_cast<int>(gi);
+      s.K = static_cast<int64_t>(g.params.size());
+      s.m = g.rows;
+      s.n = g.cols;
+      s.mn = static_cast<size_t>(s.m * s.n);
+      s.nv = s.m >= s.n ? s.m : s.n;
+      s.chunk = ceil_div(s.K, world_);
+      s.first = std::min(s.K, rank_ * s.chunk);
+      s.owned = std::min(s.K, (rank_ + 1) * s.chunk) - s.first;
+      s.momentum = AlignedBuffer(static_cast<size_t>(s.chunk) * s.mn * sizeof(float));
+      s.second = AlignedBuffer(static_cast<size_t>(s.chunk * s.nv) * sizeof(float));
+      if (world_ > 1) {
+        s.stack = AlignedBuffer(static_cast<size_t>(s.chunk * world_) * s.mn * sizeof(float));
+        s.gchunk = AlignedBuffer(static_cast<size_t>(s.chunk) * s.mn * sizeof(float));
+        s.counts.assign(world_, static_cast<size_t>(s.chunk) * s.mn);
+      }
+      max_mn = std::max<int64_t>(max_mn, static_cast<int64_t>(s.mn));
+      max_side = std::max(max_side, std::min(s.m, s.n));
+      max_dim = std::max(max_dim, std::max(s.m, s.n));
+      muon_.push_back(std::move(s));
+    }
+  }
+  size_t n_gathers = muon_.size();
+  for (const auto& s : adam_) n_gathers += s.sharded ? 1 : 0;
+  gathers_.reserve(n_gathers);
+  if (max_mn > 0) {
+    scr_x_ = AlignedBuffer(static_cast<size_t>(max_mn) * sizeof(float));
+    scr_x2_ = AlignedBuffer(static_cast<size_t>(max_mn) * sizeof(float));
+    scr_a_ = AlignedBuffer(static_cast<size_t>(max_side * max_side) * sizeof(float));
+    scr_b_ = AlignedBuffer(static_cast<size_t>(max_side * max_side) * sizeof(float));
+    scr_rowv_ = AlignedBuffer(static_cast<size_t>(max_dim) * sizeof(double));
+  }
+}
+
+void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight_decay,
+                     float grad_scale) {
+  ++steps_;
+  for (auto& g : groups_) {
+    g.lr = g.initial_lr * static_cast<double>(lr_multiplier);
+    if (g.kind == OptKind::Muon) {
+      g.momentum = muon_momentum;
+      g.weight_decay = muon_weight_decay;
+    }
+  }
+  // Phase 1: launch every reduction, in group order.
+  launch_reductions();
+  // Phase 2: per group, wait for its reductions, compute, launch its gathers.
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const OptGroup& g = groups_[gi];
+    if (g.kind == OptKind::AdamW) {
+      for (size_t k = 0; k < g.params.size(); ++k) compute_adamw(adam_[group_slot_[gi] + k], g, grad_scale);
+    } else {
+      compute_muon(muon_[group_slot_[gi]], g, grad_scale);
+    }
+  }
+  // Phase 3: wait for the gathers, copy the Muon stacks back.
+  finish_gathers();
+}
+
+void MuonAdamW::launch_reductions() {
+  if (world_ == 1) return;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const OptGroup& g = groups_[gi];
+    if (g.kind == OptKind::AdamW) {
+      for (size_t k = 0; k < g.params.size(); ++k) {
+        AdamSlot& s = adam_[group_slot_[gi] + k];
+        OptParam& p = params_[s.param];
+        if (s.sharded)
+          s.reduce = comm_->reduce_scatter_sum(p.g, s.gslice.f32(), s.counts);
+        else
+          s.reduce = comm_->all_reduce_sum(p.g, s.owned);
+      }
+    } else {
+      MuonSlot& s = muon_[group_slot_[gi]];
+      float* stack = s.stack.f32();
+      for (int64_t k = 0; k < s.K; ++k)
+        std::memcpy(stack + k * s.mn, params_[g.params[k]].g, s.mn * sizeof(float));
+      std::fill(stack + s.K * s.mn, stack + s.chunk * world_ * s.mn, 0.f);
+      s.reduce = comm_->reduce_scatter_sum(stack, s.gchunk.f32(), s.counts);
+    }
+  }
+}
+
+void MuonAdamW::compute_adamw(AdamSlot& s, const OptGroup& g, float grad_scale) {
+  if (s.reduce) {
+    s.reduce->wait();
+    s.reduce.reset();
+  }
+  OptParam& p = params_[s.param];
+  ++s.step;
+  AdamWHyper hp;
+  hp.lr = g.lr;
+  hp.weight_decay = g.weight_decay;
+  hp.beta1 = g.beta1;
+  hp.beta2 = g.beta2;
+  hp.eps = g.eps;
+  hp.step = s.step;
+  if (!s.sharded) {
+    adamw_update(p.p, p.g, s.m.f32(), s.v.f32(), s.owned, grad_scale, hp);
+    return;
+  }
+  float* mine = p.p + s.row0 * s.row_elems;
+  if (s.owned > 0) adamw_update(mine, s.gslice.f32(), s.m.f32(), s.v.f32(), s.owned, grad_scale, hp);
+  gathers_.push_back({comm_->all_gather(mine, p.p, s.counts), nullptr});
+}
+
+void MuonAdamW::compute_muon(MuonSlot& s, const OptGroup& g, float grad_scale) {
+  if (s.reduce) {
+    s.reduce->wait();
+    s.reduce.reset();
+  }
+  MuonHyper hp;
+  hp.lr = g.lr;
+  hp.momentum = g.momentum;
+  hp.weight_decay = g.weight_decay;
+  hp.beta2 = g.beta2;
+  hp.ns_steps = g.ns_steps;
+  MuonScratch scr;
+  scr.x = scr_x_.f32();
+  scr.x2 = scr_x2_.f32();
+  scr.a = scr_a_.f32();
+  scr.b = scr_b_.f32();
+  scr.rowv = static_cast<double*>(scr_rowv_.data());
+  for (int64_t j = 0; j < s.owned; ++j) {
+    const int64_t k = s.first + j;
+    OptParam& p = params_[g.params[k]];
+    float* mom = s.momentum.f32() + j * s.mn;
+    float* sec = s.second.f32() + j * s.nv;
+    if (world_ == 1) {
+      muon_update(p.p, p.g, mom, sec, s.m, s.n, grad_scale, hp, scr);
+    } else {
+      float* pw = s.stack.f32() + k * s.mn;
+      std::memcpy(pw, p.p, s.mn * sizeof(float));
+      muon_update(pw, s.gchunk.f32() + j * s.mn, mom, sec, s.m, s.n, grad_scale, hp, scr);
+    }
+  }
+  if (world_ > 1) {
+    float* stack = s.stack.f32();
+    gathers_.push_back({comm_->all_gather(stack + s.first * s.mn, stack, s.counts), &s});
+  }
+}
+
+void MuonAdamW::finish_gathers() {
+  for (auto& [work, ms] : gathers_) {
+    work->wait();
+    if (ms) {
+      const OptGroup& g = groups_[ms->group];
+      for (int64_t k = 0; k < ms->K; ++k)
+        std::memcpy(params_[g.params[k]].p, ms->stack.f32() + k * ms->mn, ms->mn * sizeof(float));
+    }
+  }
+  gathers_.clear();
+}
+
+std::vector<StWriteEntry> MuonAdamW::state_entries() const {
+  std::vector<StWriteEntry> out;
+  for (const auto& s : adam_) {
+    const std::string& name = params_[s.param].name;
+    out.push_back({"adamw." + name + ".exp_avg", "F32", s.state_shape, s.m.data()});
+    out.push_back({"adamw." + name + ".exp_avg_sq", "F32", s.state_shape, s.v.data()});
+    out.push_back({"adamw." + name + ".step", "I64", {1}, &s.step});
+  }
+  for (const auto& s : muon_) {
+    const std::string& name = groups_[s.group].names.front();
+    out.push_back({"muon." + name + ".momentum_buffer", "F32", {s.chunk, s.m, s.n}, s.momentum.data()});
+    std::vector<int64_t> vshape = s.m >= s.n ? std::vector<int64_t>{s.chunk, s.m, 1}
+                                             : std::vector<int64_t>{s.chunk, 1, s.n};
+    out.push_back({"muon." + name + ".second_momentum_buffer", "F32", vshape, s.second.data()});
+  }
+  return out;
+}
+
+std::map<std::string, std::string> MuonAdamW::state_metadata() const {
+  return {{"optimizer", "MuonAdamW"},
+          {"world_size", std::to_string(world_)},
+          {"rank", std::to_string(rank_)},
+          {"steps", std::to_string(steps_)}};
+}
+
+void MuonAdamW::load_state(const StFile& f) {
+  const auto entries = state_entries();
+  // Validate everything first so that a failed load leaves the optimizer untouched.
+  for (const auto& e : entries) {
+    const StTensor& t = f.at(e.name);
+    if (t.dtype != e.dtype || t.shape != e.shape)
+      fail("optimizer state ", f.path, ": tensor '", e.name, "' is ", t.dtype, " ", shape_str(t.shape),
+           " but this optimizer (rank ", rank_, " of ", world_, ") expects ", e.dtype, " ",
+           shape_str(e.shape), "; optimizer state is specific to the model and the world size");
+  }
+  int64_t steps = 0;
+  for (const auto& e : entries) {
+    const StTensor& t = f.at(e.name);
+    if (!t.bytes.empty()) std::memcpy(const_cast<void*>(e.data), t.bytes.data(), t.bytes.size());
+  }
+  for (const auto& s : adam_) steps = std::max(steps, s.step);
+  steps_ = steps;
+}
+
+size_t MuonAdamW::state_floats() const {
+  size_t n = 0;
+  for (const auto& s : adam_) n += 2 * s.owned;
+  for (const auto& s : muon_) n += static_cast<size_t>(s.chunk) * (s.mn + static_cast<size_t>(s.nv));
+  return n;
+}
+
+}  // namespace nanochat

@@ -1,0 +1,136 @@
+#pragma once
+// MuonAdamW: nanochat's combined optimizer (nanochat/optim.py class MuonAdamW; nanochat-spec 2.1-2.4)
+// with its ZeRO-2-style sharding inside the optimizer (DESIGN.md 3.8):
+//  - AdamW parameters with < 1024 elements: gradients all-reduced, every rank updates the whole
+//    parameter, state replicated.
+//  - AdamW parameters with >= 1024 elements: gradients reduce-scattered by rows, rank r owns rows
+//    [r*c, min(R, (r+1)*c)) with c = ceil(R/W) (unequal counts instead of nanochat's divisibility
+//    assert, so any world size works), updates them, then all-gathers the parameter.
+//  - Muon: the K same-shape matrices of a group are stacked and padded to c*W slots with
+//    c = ceil(K/W); rank r owns matrices [r*c, min(K, (r+1)*c)) whole, runs the Muon math on them
+//    and all-gathers the stack.
+// step() follows nanochat's 3-phase pattern: launch every reduction in group order; per group wait,
+// compute, launch its gathers; wait for every gather and copy the Muon stacks back.
+// With no communicator (or world size 1) it is plain single-process math with no copies.
+//
+// The optimizer only sees OptParam views (name, shape, parameter and gradient pointers), so it is
+// independent of the model class. All buffers are allocated in the constructor; step() allocates
+// nothing itself (a communicator may allocate its own handles).
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "nanochat/core/arena.h"
+#include "nanochat/core/safetensors.h"
+#include "nanochat/dist/communicator.h"
+
+namespace nanochat {
+
+/// One parameter handed to the optimizer. name = nanochat state_dict key (decides the group,
+/// spec 2.1); p and g point at numel(shape) floats (row-major) that outlive the optimizer.
+struct OptParam {
+  std::string name;
+  std::vector<int64_t> shape;
+  float* p = nullptr;
+  float* g = nullptr;
+};
+
+/// Learning rates as base_train passes them (already multiplied by the batch lr scale) and the
+/// Muon weight decay (already scaled). model_dim = n_embd, for dmodel_lr_scale = (C/768)^-0.5.
+struct OptimConfig {
+  float unembedding_lr = 0.008f, embedding_lr = 0.3f, matrix_lr = 0.02f, scalar_lr = 0.5f;
+  float weight_decay = 0.28f;  ///< Muon weight decay (already scaled), before the schedule
+  int64_t model_dim = 768;
+};
+
+enum class OptKind { AdamW, Muon };
+
+/// One parameter group (spec 2.1 table), in nanochat's group order.
+struct OptGroup {
+  OptKind kind = OptKind::AdamW;
+  std::string label;               ///< lm_head, wte, value_embeds, resid, x0, smear, muon (m,n)
+  std::vector<int> params;         ///< indices into the constructor's parameter list, model order
+  std::vector<std::string> names;  ///< the same parameters by name
+  double initial_lr = 0;           ///< lr at construction; each step lr = initial_lr * multiplier
+  double lr = 0;                   ///< lr of the last step (initial_lr before any step)
+  double beta1 = 0, beta2 = 0, eps = 0;  ///< AdamW betas/eps; Muon: beta2 = 0.9 (NorMuon)
+  double weight_decay = 0;         ///< AdamW: fixed; Muon: last scheduled value
+  double momentum = 0;             ///< Muon only: last scheduled value
+  int ns_steps = 5;                ///< Muon only
+  int64_t rows = 0, cols = 0;      ///< Muon only: the group's matrix shape (m, n)
+};
+
+/// nanochat's MuonAdamW. Not thread-safe; one instance per rank.
+class MuonAdamW {
+ public:
+  /// Builds the groups of spec 2.1 from the parameter names and allocates all state and
+  /// communication buffers for this rank's shard. comm == nullptr means a single process.
+  /// Throws nanochat::Error for a name that belongs to no group, a non-2-D Muon parameter,
+  /// null pointers or duplicate names.
+  MuonAdamW(std::vector<OptParam> params, const OptimConfig& cfg, Communicator* comm = nullptr);
+  ~MuonAdamW();
+  MuonAdamW(const MuonAdamW&) = delete;
+  MuonAdamW& operator=(const MuonAdamW&) = delete;
+
+  /// One update (spec 2.2-2.4). lr_multiplier scales every group's initial lr; muon_momentum and
+  /// muon_weight_decay are the scheduled Muon values (spec 3.4). Gradients are summed over ranks
+  /// and then multiplied by grad_scale (e.g. 1/W to average, or 1/tokens for token-weighted sums).
+  /// With world size 1 the gradient buffers are left unchanged; with W > 1 the collectives use
+  /// them as scratch (their contents afterwards are unspecified). Every rank must call step()
+  /// the same number of times.
+  void step(float lr_multiplier, float muon_momentum, float muon_weight_decay,
+            float grad_scale = 1.f);
+
+  /// This rank's optimizer state as named tensors (pointers into the optimizer, valid until the
+  /// next step()): per AdamW parameter `adamw.<name>.exp_avg` / `.exp_avg_sq` (F32, the owned rows)
+  /// and `adamw.<name>.step` (I64 [1]); per Muon group, keyed by its first parameter like nanochat,
+  /// `muon.<first name>.momentum_buffer` (F32 (c, m, n)) and `.second_momentum_buffer`
+  /// (F32 (c, m, 1) if m >= n else (c, 1, n)), c = matrices per rank.
+  std::vector<StWriteEntry> state_entries() const;
+  /// Metadata describing the shard layout (optimizer, world_size, rank), for the checkpoint file.
+  std::map<std::string, std::string> state_metadata() const;
+  /// Loads state written by state_entries() of an optimizer with the same parameters and world
+  /// size. Throws nanochat::Error naming the file and the tensor when one is missing or has
+  /// another dtype or shape (optimizer shards are per world size).
+  void load_state(const StFile& f);
+
+  /// Parameter groups in nanochat's order (for logs and tests).
+  const std::vector<OptGroup>& groups() const { return groups_; }
+  const std::vector<OptParam>& params() const { return params_; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  /// Number of step() calls so far (the AdamW step count).
+  int64_t steps_taken() const { return steps_; }
+  /// Floats of optimizer state held by this rank (moments and Muon buffers).
+  size_t state_floats() const;
+
+ private:
+  struct AdamSlot;
+  struct MuonSlot;
+
+  void build_groups(const OptimConfig& cfg);
+  void allocate();
+  void launch_reductions();
+  void compute_adamw(AdamSlot& s, const OptGroup& g, float grad_scale);
+  void compute_muon(MuonSlot& s, const OptGroup& g, float grad_scale);
+  void finish_gathers();
+
+  std::vector<OptParam> params_;
+  std::vector<OptGroup> groups_;
+  Communicator* comm_ = nullptr;
+  int rank_ = 0, world_ = 1;
+  int64_t steps_ = 0;
+  std::vector<AdamSlot> adam_;   // one per AdamW parameter, in group order
+  std::vector<MuonSlot> muon_;   // one per Muon group, in group order
+  std::vector<int> group_slot_;  // group index -> first slot index in adam_ / muon_
+  struct Pending {
+    WorkPtr work;
+    MuonSlot* muon;  // stack to copy back after the wait, or nullptr (AdamW gather)
+  };
+  std::vector<Pending> gathers_;  // gathers in launch order (capacity reserved at construction)
+  // Muon scratch (sized for the largest group): x, x2, a, b, rowv.
+  AlignedBuffer scr_x_, scr_x2_, scr_a_, scr_b_, scr_rowv_;
+};
+
+}  // namespace nanochat

@@ -1,0 +1,202 @@
+#include "nanochat/optim/optim_math.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "nanochat/core/error.h"
+#include "nanochat/kernels/gemm.h"
+
+namespace nanochat {
+
+namespace {
+
+// Element counts below which OpenMP is not worth its fork/join.
+constexpr int64_t kParElems = 1 << 15;
+
+// PyTorch's lerp(a, b, w): a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w) (spec 2.2).
+inline float lerp(float a, float b, float w) {
+  return std::fabs(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.f - w);
+}
+
+// Polar Express coefficients (a, b, c) for 5 iterations (nanochat optim.py; spec 2.3 step 5).
+constexpr double kPolar[5][3] = {
+    {8.156554524902461, -22.48329292557795, 15.878769915207462},
+    {4.042929935166739, -2.808917465908714, 0.5000178451051316},
+    {3.8916678022926607, -2.772484153217685, 0.5060648178503393},
+    {3.285753657755655, -2.3681294933425376, 0.46449024233003106},
+    {2.3465413258596377, -1.7097828382687081, 0.42323551169305323},
+};
+
+// Sum of squares of x[0..n) in double.
+double sum_sq(const float* x, int64_t n) {
+  double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n >= kParElems)
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
+// out[i] = sum_j x[i, j]^2 for the rows of a row-major (m, n) matrix.
+void row_sumsq(const float* x, int64_t m, int64_t n, double* out) {
+#pragma omp parallel for schedule(static) if (m * n >= kParElems)
+  for (int64_t i = 0; i < m; ++i) {
+    const float* r = x + i * n;
+    double s = 0;
+    for (int64_t j = 0; j < n; ++j) s += static_cast<double>(r[j]) * r[j];
+    out[i] = s;
+  }
+}
+
+// out[j] = sum_i x[i, j]^2 for the columns of a row-major (m, n) matrix.
+void col_sumsq(const float* x, int64_t m, int64_t n, double* out) {
+#pragma omp parallel for schedule(static) if (m * n >= kParElems)
+  for (int64_t j = 0; j < n; ++j) {
+    double s = 0;
+    for (int64_t i = 0; i < m; ++i) s += static_cast<double>(x[i * n + j]) * x[i * n + j];
+    out[j] = s;
+  }
+}
+
+}  // namespace
+
+void adamw_update(float* p, const float* grad, float* m, float* v, size_t n, float grad_scale,
+                  const AdamWHyper& hp) {
+  NC_CHECK(hp.step >= 1, "AdamW step count must be >= 1");
+  const float decay = static_cast<float>(1.0 - hp.lr * hp.weight_decay);
+  const float w1 = static_cast<float>(1.0 - hp.beta1);
+  const float w2 = static_cast<float>(1.0 - hp.beta2);
+  const double bc1 = 1.0 - std::pow(hp.beta1, static_cast<double>(hp.step));
+  const double bc2 = 1.0 - std::pow(hp.beta2, static_cast<double>(hp.step));
+  const float step_size = static_cast<float>(hp.lr / bc1);
+  const float bc2f = static_cast<float>(bc2);
+  const float eps = static_cast<float>(hp.eps);
+  const int64_t N = static_cast<int64_t>(n);
+#pragma omp parallel for schedule(static) if (N >= kParElems)
+  for (int64_t i = 0; i < N; ++i) {
+    const float g = grad[i] * grad_scale;
+    const float pi = p[i] * decay;
+    const float mi = lerp(m[i], g, w1);
+    const float vi = lerp(v[i], g * g, w2);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - step_size * (mi / (std::sqrt(vi / bc2f) + eps));
+  }
+}
+
+float* polar_express(float* x, int64_t m, int64_t n, const MuonScratch& s, int steps) {
+  NC_CHECK(steps >= 0 && steps <= 5, "Polar Express has coefficients for at most 5 steps");
+  const bool tall = m > n;
+  const int64_t k = tall ? n : m;
+  const size_t mn = static_cast<size_t>(m * n);
+  float* cur = x;
+  float* nxt = s.x2;
+  for (int t = 0; t < steps; ++t) {
+    const float a = static_cast<float>(kPolar[t][0]);
+    const float b = static_cast<float>(kPolar[t][1]);
+    const float c = static_cast<float>(kPolar[t][2]);
+    if (tall)  // A = X^T X (n, n)
+      sgemm(true, false, n, n, m, 1.f, cur, n, cur, n, 0.f, s.a, n);
+    else  // A = X X^T (m, m)
+      sgemm(false, true, m, m, n, 1.f, cur, n, cur, n, 0.f, s.a, m);
+    // B = b A + c A A
+    std::memcpy(s.b, s.a, sizeof(float) * static_cast<size_t>(k * k));
+    sgemm(false, false, k, k, k, c, s.a, k, s.a, k, b, s.b, k);
+    // X' = a X + X B (tall) or a X + B X (wide/square)
+    std::memcpy(nxt, cur, sizeof(float) * mn);
+    if (tall)
+      sgemm(false, false, m, n, n, 1.f, cur, n, s.b, n, a, nxt, n);
+    else
+      sgemm(false, false, m, n, m, 1.f, s.b, m, cur, n, a, nxt, n);
+    std::swap(cur, nxt);
+  }
+  return cur;
+}
+
+void muon_update(float* p, const float* grad, float* momentum, float* second_moment, int64_t m,
+                 int64_t n, float grad_scale, const MuonHyper& hp, const MuonScratch& s) {
+  const int64_t mn = m * n;
+  float* x = s.x;
+  double* acc = s.rowv;
+
+  // 1. Nesterov momentum via two lerps: M <- lerp(M, G, 1 - mu); X <- lerp(G, M, mu).
+  const float mu = static_cast<float>(hp.momentum);
+  const float one_minus_mu = static_cast<float>(1.0 - hp.momentum);
+#pragma omp parallel for schedule(static) if (mn >= kParElems)
+  for (int64_t i = 0; i < mn; ++i) {
+    const float g = grad[i] * grad_scale;
+    const float mi = lerp(momentum[i], g, one_minus_mu);
+    momentum[i] = mi;
+    x[i] = lerp(g, mi, mu);
+  }
+
+  // 3. MuonEq: every row scaled to norm target = ||X||_F / sqrt(m) (row norms clamped at 1e-6).
+  row_sumsq(x, m, n, acc);
+  double fro2 = 0;
+  for (int64_t i = 0; i < m; ++i) fro2 += acc[i];
+  const double target = std::sqrt(fro2) / std::sqrt(static_cast<double>(m));
+#pragma omp parallel for schedule(static) if (mn >= kParElems)
+  for (int64_t i = 0; i < m; ++i) {
+    const float f = static_cast<float>(target / std::max(std::sqrt(acc[i]), 1e-6));
+    float* r = x + i * n;
+    for (int64_t j = 0; j < n; ++j) r[j] *= f;
+  }
+
+  // 4. Pre-scale: X / (||X||_F * 1.01 + 1e-6).
+  {
+    const float d = static_cast<float>(std::sqrt(sum_sq(x, mn)) * 1.01 + 1e-6);
+#pragma omp parallel for schedule(static) if (mn >= kParElems)
+    for (int64_t i = 0; i < mn; ++i) x[i] /= d;
+  }
+
+  // 5. Polar Express.
+  float* y = polar_express(x, m, n, s, hp.ns_steps);
+
+  // 7. Muon+: ||g||_F <- sqrt(min(m, n)).
+  {
+    const double f = std::sqrt(static_cast<double>(std::min(m, n))) /
+                     std::max(std::sqrt(sum_sq(y, mn)), 1e-6);
+    const float ff = static_cast<float>(f);
+#pragma omp parallel for schedule(static) if (mn >= kParElems)
+    for (int64_t i = 0; i < mn; ++i) y[i] *= ff;
+  }
+
+  // 8. NorMuon: per-row (m >= n) or per-column (m < n) running second moment.
+  const bool rows = m >= n;
+  const int64_t nv = rows ? m : n;        // number of second-moment entries
+  const double R = rows ? n : m;          // size of the reduced dimension
+  if (rows)
+    row_sumsq(y, m, n, acc);
+  else
+    col_sumsq(y, m, n, acc);
+  const float w2 = static_cast<float>(1.0 - hp.beta2);
+  double vnorm2 = 0, vnorm_new2 = 0;
+  for (int64_t k = 0; k < nv; ++k) {
+    const float vmean = static_cast<float>(acc[k] / R);
+    vnorm2 += static_cast<double>(vmean) * R;
+    second_moment[k] = lerp(second_moment[k], vmean, w2);
+    const double step = 1.0 / std::sqrt(std::max(static_cast<double>(second_moment[k]), 1e-10));
+    vnorm_new2 += static_cast<double>(vmean) * R * step * step;
+    acc[k] = step;  // reuse: per-entry step size
+  }
+  const double ratio = std::sqrt(vnorm2) / std::max(std::sqrt(vnorm_new2), 1e-10);
+
+  // 9-10. lr_eff = lr sqrt(max(1, m/n)); cautious weight decay (mask g*p >= 0) and update.
+  const double lr_eff = hp.lr * std::sqrt(std::max(1.0, static_cast<double>(m) / n));
+  const float lr = static_cast<float>(lr_eff);
+  const float lrwd = static_cast<float>(lr_eff * hp.weight_decay);
+#pragma omp parallel for schedule(static) if (mn >= kParElems)
+  for (int64_t i = 0; i < m; ++i) {
+    const float* yr = y + i * n;
+    float* pr = p + i * n;
+    for (int64_t j = 0; j < n; ++j) {
+      const float scale = static_cast<float>(acc[rows ? i : j] * ratio);
+      const float g = yr[j] * scale;
+      const float pv = pr[j];
+      const float decay = (g * pv >= 0.f) ? lrwd * pv : 0.f;
+      pr[j] = pv - (lr * g + decay);
+    }
+  }
+}
+
+}  // namespace nanochat
