@@ -204,6 +204,13 @@ TEST(Attention, BackwardMatchesDoubleReference) {
                                          dout.data(), dq.data(), dk.data(), dv.data(), s.B, s.T,
                                          s.H, s.Hkv, s.D, s.window, scale);
 
+    // Errors are measured against the largest gradient entry of all three tensors: with window 0
+    // the exact dq and dk vanish (dS = dout.v - dout.out = 0) and only rounding remains, whose
+    // size follows the terms that cancel, not the zero result.
+    double gscale = 1e-3;
+    for (const auto* g : {&dq, &dk, &dv})
+      for (double e : *g) gscale = std::max(gscale, std::abs(e));
+
     const auto qf = to_f(q), kf = to_f(k), vf = to_f(v), doutf = to_f(dout);
     std::vector<float> outf(s.nq()), lsef(s.nlse());
     attention_forward(qf.data(), kf.data(), vf.data(), outf.data(), lsef.data(), s.B, s.T, s.H,
@@ -217,17 +224,17 @@ TEST(Attention, BackwardMatchesDoubleReference) {
       attention_backward_with(mode, qf.data(), kf.data(), vf.data(), outf.data(), lsef.data(),
                               doutf.data(), dqf.data(), dkf.data(), dvf.data(), s.B, s.T, s.H,
                               s.Hkv, s.D, s.window, float(scale));
-      EXPECT_LT(rel_err(dqf, dq), 1e-4);
-      EXPECT_LT(rel_err(dkf, dk), 1e-4);
-      EXPECT_LT(rel_err(dvf, dv), 1e-4);
+      EXPECT_LT(rel_err(dqf, dq, gscale), 1e-4);
+      EXPECT_LT(rel_err(dkf, dk, gscale), 1e-4);
+      EXPECT_LT(rel_err(dvf, dv, gscale), 1e-4);
     }
     std::vector<float> dqf(s.nq()), dkf(s.nkv()), dvf(s.nkv());
     attention_backward(qf.data(), kf.data(), vf.data(), outf.data(), lsef.data(), doutf.data(),
                        dqf.data(), dkf.data(), dvf.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window,
                        float(scale));
-    EXPECT_LT(rel_err(dqf, dq), 1e-4);
-    EXPECT_LT(rel_err(dkf, dk), 1e-4);
-    EXPECT_LT(rel_err(dvf, dv), 1e-4);
+    EXPECT_LT(rel_err(dqf, dq, gscale), 1e-4);
+    EXPECT_LT(rel_err(dkf, dk, gscale), 1e-4);
+    EXPECT_LT(rel_err(dvf, dv, gscale), 1e-4);
   }
 }
 

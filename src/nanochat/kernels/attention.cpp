@@ -7,6 +7,15 @@
 #include <limits>
 #include <vector>
 
+#include <omp.h>
+#if defined(__AVX512F__)
+// GCC 12's AVX-512 headers pass an uninitialised pass-through operand to the unmasked forms of
+// max/roundscale/scalef and trip -Wmaybe-uninitialized under -O3; the operand is never read.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#endif
+
+#include "nanochat/core/arena.h"
 #include "nanochat/core/error.h"
 
 namespace nanochat {
@@ -157,9 +166,482 @@ template void attention_backward_reference<double>(const double*, const double*,
                                                    double*, double*, double*, int, int, int, int,
                                                    int, int, double);
 
+// ------------------------------------------------------------------------------------------------
+// Fast tiled kernels (FlashAttention-2 structure, Dao 2023, on CPU).
+//
+// Scores are computed transposed: a tile S^T (BK keys x BQ queries) = K_tile . (c * Q_tile)^T with
+// the query tile packed as Qt (D x BQ), so each key row of the tile is a contiguous run of query
+// columns and the per-query softmax statistics (max, sum, lse, Delta) are plain vectors over the
+// query lanes. c = scale * log2(e), so exponentials are exp2. Products with V, dO, Q and K read
+// those tensors in place (rows H*D or Hkv*D floats apart) and accumulate straight into the
+// output rows, so the only scratch is per thread: Qt, dOt (D x BQ each), two BK x BQ tiles and
+// a few BQ vectors.
+namespace {
+
+constexpr int BQ = 64;  // queries per tile (lanes of a transposed score row)
+constexpr int BK = 64;  // keys per tile
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Per-thread scratch, grown on demand and never shrunk (no allocation once warmed up).
+struct Scratch {
+  AlignedBuffer buf;
+  float* qt = nullptr;     // (D, BQ): packed c * Q^T of the current query tile
+  float* dot = nullptr;    // (D, BQ): packed dO^T of the current query tile
+  float* st = nullptr;     // (BK, BQ): scores^T, then P^T
+  float* dpt = nullptr;    // (BK, BQ): dP^T, then dS^T
+  float* m = nullptr;      // (BQ) running max (log2 units)
+  float* l = nullptr;      // (BQ) running sum
+  float* alpha = nullptr;  // (BQ) rescale factor of the current key tile
+  float* lse2 = nullptr;   // (BQ) lse * log2(e) (+inf on padded lanes)
+  float* delta = nullptr;  // (BQ) rowsum(dO * O)
+
+  void ensure(int D) {
+    const size_t floats = 2 * size_t(D) * BQ + 2 * size_t(BK) * BQ + 5 * size_t(BQ);
+    if (buf.bytes() < floats * sizeof(float)) buf = AlignedBuffer(floats * sizeof(float));
+    float* p = buf.f32();  // every piece is a multiple of 64 floats, so all stay 64-byte aligned
+    qt = p, p += size_t(D) * BQ;
+    dot = p, p += size_t(D) * BQ;
+    st = p, p += size_t(BK) * BQ;
+    dpt = p, p += size_t(BK) * BQ;
+    m = p, p += BQ;
+    l = p, p += BQ;
+    alpha = p, p += BQ;
+    lse2 = p, p += BQ;
+    delta = p;
+  }
+};
+
+Scratch& scratch(int D) {
+  thread_local Scratch s;
+  s.ensure(D);
+  return s;
+}
+
+// Xt[d * BQ + r] = mul * X[r * ldx + d] for r < n; lanes n .. ncols-1 are zeroed.
+void pack_transposed(const float* X, int64_t ldx, int n, int ncols, int D, float mul, float* Xt) {
+  for (int r = 0; r < n; ++r) {
+    const float* x = X + r * ldx;
+    for (int d = 0; d < D; ++d) Xt[size_t(d) * BQ + r] = mul * x[d];
+  }
+  for (int d = 0; d < D; ++d)
+    for (int r = n; r < ncols; ++r) Xt[size_t(d) * BQ + r] = 0.f;
+}
+
+// Sets st[c][r] = -inf where key j0 + c is not visible from query position p0 + r:
+// visible iff p - window <= j <= p (no lower bound when window < 0).
+void apply_mask(float* st, int nk, int64_t j0, int64_t p0, int ncols, int window) {
+  for (int c = 0; c < nk; ++c) {
+    const int64_t j = j0 + c;
+    float* row = st + size_t(c) * BQ;
+    const int64_t lo = std::min<int64_t>(std::max<int64_t>(j - p0, 0), ncols);  // r < lo: p < j
+    for (int r = 0; r < lo; ++r) row[r] = -kInf;
+    if (window >= 0) {
+      const int64_t hi = std::max<int64_t>(j + window - p0 + 1, 0);  // r >= hi: p - window > j
+      for (int64_t r = hi; r < ncols; ++r) row[r] = -kInf;
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+
+// 2^x for x <= 0 (also -inf -> 0; NaN propagates): 2^n * poly(f), x = n + f, |f| <= 1/2, with the
+// degree-7 Taylor polynomial of e^(f ln 2) (truncation error < 6e-9 relative).
+inline __m512 exp2_ps(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-200.f), x);
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.5252733804059838e-05f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428441e-03f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-03f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821576e-02f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.2402265069591007f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931471805599453f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// C(MR, 16*NV) = A(MR, K) * Bt(K, 16*NV): A rows lda apart, Bt and C rows BQ apart (aligned).
+template <int MR, int NV>
+void abt_block(const float* A, int64_t lda, const float* Bt, int K, float* C) {
+  __m512 acc[MR][NV];
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_setzero_ps();
+  for (int d = 0; d < K; ++d) {
+    __m512 b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = _mm512_load_ps(Bt + size_t(d) * BQ + 16 * v);
+    for (int m = 0; m < MR; ++m) {
+      const __m512 a = _mm512_set1_ps(A[m * lda + d]);
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_fmadd_ps(a, b[v], acc[m][v]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v) _mm512_store_ps(C + size_t(m) * BQ + 16 * v, acc[m][v]);
+}
+
+// C(MR, 16*NV) = (LoadC ? diag(row_scale) C : 0) + A(MR, K) * Bm(K, 16*NV), with
+// A[m][k] = A[m * sm + k * sk] (either orientation); Bm rows ldb apart, C rows ldc apart.
+// (LoadC is a template parameter and there are no masked loads/stores: either makes GCC 12 keep
+// the accumulators in memory, which cost 2.5x in a micro-benchmark.)
+template <int MR, int NV, bool LoadC>
+void ab_block(const float* A, int64_t sm, int64_t sk, int K, const float* Bm, int64_t ldb, float* C,
+              int64_t ldc, const float* row_scale) {
+  __m512 acc[MR][NV];
+  for (int m = 0; m < MR; ++m) {
+    if constexpr (LoadC) {
+      const __m512 f = _mm512_set1_ps(row_scale ? row_scale[m] : 1.f);
+      for (int v = 0; v < NV; ++v)
+        acc[m][v] = _mm512_mul_ps(f, _mm512_loadu_ps(C + m * ldc + 16 * v));
+    } else {
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_setzero_ps();
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    __m512 b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = _mm512_loadu_ps(Bm + k * ldb + 16 * v);
+    for (int m = 0; m < MR; ++m) {
+      const __m512 a = _mm512_set1_ps(A[m * sm + k * sk]);
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_fmadd_ps(a, b[v], acc[m][v]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(C + m * ldc + 16 * v, acc[m][v]);
+}
+
+constexpr int kMR = 6;  // rows per register block: 6 x 4 accumulators + 4 B vectors fit 32 zmm
+
+using AbtFn = void (*)(const float*, int64_t, const float*, int, float*);
+template <int NV>
+constexpr AbtFn kAbt[kMR] = {abt_block<1, NV>, abt_block<2, NV>, abt_block<3, NV>,
+                             abt_block<4, NV>, abt_block<5, NV>, abt_block<6, NV>};
+using AbFn = void (*)(const float*, int64_t, int64_t, int, const float*, int64_t, float*, int64_t,
+                      const float*);
+template <int NV, bool LoadC>
+constexpr AbFn kAb[kMR] = {ab_block<1, NV, LoadC>, ab_block<2, NV, LoadC>, ab_block<3, NV, LoadC>,
+                           ab_block<4, NV, LoadC>, ab_block<5, NV, LoadC>, ab_block<6, NV, LoadC>};
+
+// C(M, 16*nv) = A(M, K) * Bt(K, 16*nv), 1 <= nv <= BQ/16.
+void abt(const float* A, int64_t lda, int M, const float* Bt, int K, int nv, float* C) {
+  static constexpr const AbtFn* table[4] = {kAbt<1>, kAbt<2>, kAbt<3>, kAbt<4>};
+  const AbtFn* fns = table[nv - 1];
+  for (int m = 0; m < M; m += kMR)
+    fns[std::min(kMR, M - m) - 1](A + m * lda, lda, Bt, K, C + size_t(m) * BQ);
+}
+
+// C(M, N) = (load_c ? diag(row_scale) C : 0) + A(M, K) * Bm(K, N) with A[m][k] = A[m*sm + k*sk].
+// Columns in whole 16-lane vectors go through ab_block; the last N % 16 through plain loops.
+void ab(const float* A, int64_t sm, int64_t sk, int M, int K, const float* Bm, int64_t ldb, int N,
+        float* C, int64_t ldc, bool load_c, const float* row_scale) {
+  static constexpr const AbFn* table[2][4] = {
+      {kAb<1, false>, kAb<2, false>, kAb<3, false>, kAb<4, false>},
+      {kAb<1, true>, kAb<2, true>, kAb<3, true>, kAb<4, true>}};
+  const int n_vec = N / 16 * 16;
+  for (int n0 = 0; n0 < n_vec; n0 += 64) {
+    const AbFn* fns = table[load_c][std::min(64, n_vec - n0) / 16 - 1];
+    for (int m = 0; m < M; m += kMR)
+      fns[std::min(kMR, M - m) - 1](A + m * sm, sm, sk, K, Bm + n0, ldb, C + m * ldc + n0, ldc,
+                                    row_scale ? row_scale + m : nullptr);
+  }
+  if (n_vec == N) return;
+  for (int m = 0; m < M; ++m) {
+    float* c = C + m * ldc;
+    const float f = row_scale ? row_scale[m] : 1.f;
+    for (int n = n_vec; n < N; ++n) c[n] = load_c ? c[n] * f : 0.f;
+    for (int k = 0; k < K; ++k) {
+      const float a = A[m * sm + k * sk];
+      const float* b = Bm + k * ldb;
+      for (int n = n_vec; n < N; ++n) c[n] += a * b[n];
+    }
+  }
+}
+
+// Online-softmax update for one key tile (st holds nk rows of log2-unit scores^T): updates the
+// running max m and sum l per query lane, writes P^T = 2^(s - m) into st and the factor alpha
+// that rescales the previous output rows.
+void online_softmax(float* st, int nk, int nv, float* m, float* l, float* alpha) {
+  for (int v = 0; v < nv; ++v) {
+    const __m512 m_old = _mm512_load_ps(m + 16 * v);
+    __m512 tmax = _mm512_set1_ps(-kInf);
+    for (int c = 0; c < nk; ++c) tmax = _mm512_max_ps(tmax, _mm512_load_ps(st + size_t(c) * BQ + 16 * v));
+    const __m512 m_new = _mm512_max_ps(m_old, tmax);
+    // Lanes that have seen no visible key yet keep m = -inf; exponentiate them against 0.
+    const __mmask16 none = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(-kInf), _CMP_EQ_OQ);
+    const __m512 m_use = _mm512_mask_blend_ps(none, m_new, _mm512_setzero_ps());
+    const __m512 a = exp2_ps(_mm512_sub_ps(m_old, m_use));
+    __m512 sum = _mm512_setzero_ps();
+    for (int c = 0; c < nk; ++c) {
+      float* s = st + size_t(c) * BQ + 16 * v;
+      const __m512 p = exp2_ps(_mm512_sub_ps(_mm512_load_ps(s), m_use));
+      _mm512_store_ps(s, p);
+      sum = _mm512_add_ps(sum, p);
+    }
+    _mm512_store_ps(l + 16 * v, _mm512_fmadd_ps(_mm512_load_ps(l + 16 * v), a, sum));
+    _mm512_store_ps(m + 16 * v, m_new);
+    _mm512_store_ps(alpha + 16 * v, a);
+  }
+}
+
+// Backward tile: st (scores^T, log2 units) -> P^T = 2^(s - lse2); dpt (dP^T) -> dS^T =
+// scale * P^T (dP^T - Delta).
+void probs_and_dscores(float* st, float* dpt, int nk, int nv, const float* lse2, const float* delta,
+                       float scale) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (int v = 0; v < nv; ++v) {
+    const __m512 L = _mm512_load_ps(lse2 + 16 * v);
+    const __m512 dl = _mm512_load_ps(delta + 16 * v);
+    for (int c = 0; c < nk; ++c) {
+      float* s = st + size_t(c) * BQ + 16 * v;
+      float* g = dpt + size_t(c) * BQ + 16 * v;
+      const __m512 p = exp2_ps(_mm512_sub_ps(_mm512_load_ps(s), L));
+      _mm512_store_ps(s, p);
+      _mm512_store_ps(g, _mm512_mul_ps(_mm512_mul_ps(p, vs), _mm512_sub_ps(_mm512_load_ps(g), dl)));
+    }
+  }
+}
+
+#else  // portable fallback (plain loops; -O3 vectorises them for the build's ISA)
+
+void abt(const float* A, int64_t lda, int M, const float* Bt, int K, int nv, float* C) {
+  const int ncols = 16 * nv;
+  for (int m = 0; m < M; ++m) {
+    float* c = C + size_t(m) * BQ;
+    for (int n = 0; n < ncols; ++n) c[n] = 0.f;
+    for (int d = 0; d < K; ++d) {
+      const float a = A[m * lda + d];
+      const float* b = Bt + size_t(d) * BQ;
+      for (int n = 0; n < ncols; ++n) c[n] += a * b[n];
+    }
+  }
+}
+
+void ab(const float* A, int64_t sm, int64_t sk, int M, int K, const float* Bm, int64_t ldb, int N,
+        float* C, int64_t ldc, bool load_c, const float* row_scale) {
+  for (int m = 0; m < M; ++m) {
+    float* c = C + m * ldc;
+    const float f = load_c ? (row_scale ? row_scale[m] : 1.f) : 0.f;
+    for (int n = 0; n < N; ++n) c[n] = load_c ? c[n] * f : 0.f;
+    for (int k = 0; k < K; ++k) {
+      const float a = A[m * sm + k * sk];
+      const float* b = Bm + k * ldb;
+      for (int n = 0; n < N; ++n) c[n] += a * b[n];
+    }
+  }
+}
+
+void online_softmax(float* st, int nk, int nv, float* m, float* l, float* alpha) {
+  const int ncols = 16 * nv;
+  for (int r = 0; r < ncols; ++r) {
+    float tmax = -kInf;
+    for (int c = 0; c < nk; ++c) tmax = std::max(tmax, st[size_t(c) * BQ + r]);
+    const float m_new = std::max(m[r], tmax);
+    const float m_use = m_new == -kInf ? 0.f : m_new;
+    const float a = std::exp2(m[r] - m_use);
+    float sum = 0.f;
+    for (int c = 0; c < nk; ++c) {
+      float& s = st[size_t(c) * BQ + r];
+      s = std::exp2(s - m_use);
+      sum += s;
+    }
+    l[r] = l[r] * a + sum;
+    m[r] = m_new;
+    alpha[r] = a;
+  }
+}
+
+void probs_and_dscores(float* st, float* dpt, int nk, int nv, const float* lse2, const float* delta,
+                       float scale) {
+  const int ncols = 16 * nv;
+  for (int c = 0; c < nk; ++c)
+    for (int r = 0; r < ncols; ++r) {
+      float& s = st[size_t(c) * BQ + r];
+      s = std::exp2(s - lse2[r]);
+      float& g = dpt[size_t(c) * BQ + r];
+      g = s * scale * (g - delta[r]);
+    }
+}
+
+#endif
+
+// Forward over a key/value buffer with row stride Tk: queries t at absolute positions pos0 + t.
+void forward_fast(const float* q, const float* k, const float* v, float* out, float* lse, int B,
+                  int Tq, int pos0, int Tk, int H, int Hkv, int D, int window, float scale) {
+  const int group = H / Hkv;
+  const int nqt = (Tq + BQ - 1) / BQ;
+  const int64_t ldq = int64_t(H) * D, ldk = int64_t(Hkv) * D;
+  const float c = scale * kLog2e;
+  const int64_t n_tasks = int64_t(B) * H * nqt;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t task = 0; task < n_tasks; ++task) {
+    const int qt = nqt - 1 - int(task % nqt);  // longest (latest) query tiles first
+    const int h = int((task / nqt) % H);
+    const int b = int(task / (int64_t(nqt) * H));
+    const int hk = h / group;
+    const int i0 = qt * BQ, nq = std::min(BQ, Tq - i0);
+    const int nv = (nq + 15) / 16;
+    const int64_t p0 = int64_t(pos0) + i0, p_last = p0 + nq - 1;
+    Scratch& s = scratch(D);
+    const float* qrow = q + ((int64_t(b) * Tq + i0) * H + h) * D;
+    float* orow = out + ((int64_t(b) * Tq + i0) * H + h) * D;
+    const float* kb = k + (int64_t(b) * Tk * Hkv + hk) * D;
+    const float* vb = v + (int64_t(b) * Tk * Hkv + hk) * D;
+    pack_transposed(qrow, ldq, nq, 16 * nv, D, c, s.qt);
+    for (int r = 0; r < BQ; ++r) s.m[r] = -kInf, s.l[r] = 0.f;
+    bool first = true;
+    for (int64_t j0 = first_key(p0, window); j0 <= p_last; j0 += BK) {
+      const int nk = int(std::min<int64_t>(BK, p_last + 1 - j0));
+      abt(kb + j0 * ldk, ldk, nk, s.qt, D, nv, s.st);
+      apply_mask(s.st, nk, j0, p0, 16 * nv, window);
+      online_softmax(s.st, nk, nv, s.m, s.l, s.alpha);
+      ab(s.st, 1, BQ, nq, nk, vb + j0 * ldk, ldk, D, orow, ldq, !first, s.alpha);
+      first = false;
+    }
+    for (int r = 0; r < nq; ++r) {
+      const float inv = 1.f / s.l[r];
+      float* o = orow + r * ldq;
+      for (int d = 0; d < D; ++d) o[d] *= inv;
+      if (lse) lse[(int64_t(b) * H + h) * Tq + i0 + r] = (s.m[r] + std::log2(s.l[r])) * kLn2;
+    }
+  }
+}
+
+// Everything the backward needs about one query tile (rows i0 .. i0+nq-1 of head h).
+struct QTile {
+  const float* q;     // first q row (rows ldq apart)
+  const float* dout;  // first dout row
+  float* dq;          // first dq row
+  int64_t i0;
+  int nq, nv;
+};
+
+QTile make_qtile(const float* q, const float* out, const float* lse, const float* dout, float* dq,
+                 int b, int h, int64_t i0, int nq, int T, int H, int D, float c, Scratch& s) {
+  const int64_t ldq = int64_t(H) * D;
+  const int64_t off = ((int64_t(b) * T + i0) * H + h) * D;
+  QTile t{q + off, dout + off, dq + off, i0, nq, (nq + 15) / 16};
+  pack_transposed(t.q, ldq, nq, 16 * t.nv, D, c, s.qt);
+  pack_transposed(t.dout, ldq, nq, 16 * t.nv, D, 1.f, s.dot);
+  const float* lrow = lse + (int64_t(b) * H + h) * T + i0;
+  for (int r = 0; r < BQ; ++r) {
+    if (r >= nq) {
+      s.lse2[r] = kInf;  // padded lanes: P = 2^(-inf) = 0
+      s.delta[r] = 0.f;
+      continue;
+    }
+    const float* o = out + off + r * ldq;
+    const float* g = t.dout + r * ldq;
+    float acc = 0.f;
+    for (int d = 0; d < D; ++d) acc += o[d] * g[d];
+    s.delta[r] = acc;
+    s.lse2[r] = lrow[r] * kLog2e;
+  }
+  return t;
+}
+
+// P^T (in s.st) and dS^T (in s.dpt) for keys j0 .. j0+nk-1 (rows kt, vt, ldk apart) and a tile.
+void tile_pair(const float* kt, const float* vt, int64_t ldk, int nk, int64_t j0, const QTile& t,
+               int D, int window, float scale, Scratch& s) {
+  abt(kt, ldk, nk, s.qt, D, t.nv, s.st);
+  apply_mask(s.st, nk, j0, t.i0, 16 * t.nv, window);
+  abt(vt, ldk, nk, s.dot, D, t.nv, s.dpt);
+  probs_and_dscores(s.st, s.dpt, nk, t.nv, s.lse2, s.delta, scale);
+}
+
+void zero_rows(float* x, int64_t first_row, int64_t n_rows, int64_t ld, int D) {
+  for (int64_t r = 0; r < n_rows; ++r) std::fill_n(x + (first_row + r) * ld, D, 0.f);
+}
+
+void backward_fused(const float* q, const float* k, const float* v, const float* out,
+                    const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
+                    int T, int H, int Hkv, int D, int window, float scale) {
+  const int group = H / Hkv;
+  const int64_t ldq = int64_t(H) * D, ldk = int64_t(Hkv) * D;
+  const float c = scale * kLog2e;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t task = 0; task < int64_t(B) * Hkv; ++task) {
+    const int hk = int(task % Hkv), b = int(task / Hkv);
+    Scratch& s = scratch(D);
+    const int64_t kv_off = (int64_t(b) * T * Hkv + hk) * D;
+    zero_rows(dk + kv_off, 0, T, ldk, D);
+    zero_rows(dv + kv_off, 0, T, ldk, D);
+    for (int h = hk * group; h < (hk + 1) * group; ++h)
+      zero_rows(dq + (int64_t(b) * T * H + h) * D, 0, T, ldq, D);
+    for (int h = hk * group; h < (hk + 1) * group; ++h)
+      for (int i0 = 0; i0 < T; i0 += BQ) {
+        const QTile t = make_qtile(q, out, lse, dout, dq, b, h, i0, std::min(BQ, T - i0), T, H, D,
+                                   c, s);
+        const int64_t i_last = i0 + t.nq - 1;
+        for (int64_t j0 = first_key(i0, window); j0 <= i_last; j0 += BK) {
+          const int nk = int(std::min<int64_t>(BK, i_last + 1 - j0));
+          const float* kt = k + kv_off + j0 * ldk;
+          tile_pair(kt, v + kv_off + j0 * ldk, ldk, nk, j0, t, D, window, scale, s);
+          ab(s.st, BQ, 1, nk, t.nq, t.dout, ldq, D, dv + kv_off + j0 * ldk, ldk, true, nullptr);
+          ab(s.dpt, BQ, 1, nk, t.nq, t.q, ldq, D, dk + kv_off + j0 * ldk, ldk, true, nullptr);
+          ab(s.dpt, 1, BQ, t.nq, nk, kt, ldk, D, t.dq, ldq, true, nullptr);
+        }
+      }
+  }
+}
+
+void backward_split(const float* q, const float* k, const float* v, const float* out,
+                    const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
+                    int T, int H, int Hkv, int D, int window, float scale) {
+  const int group = H / Hkv;
+  const int64_t ldq = int64_t(H) * D, ldk = int64_t(Hkv) * D;
+  const float c = scale * kLog2e;
+  const int ntiles = (T + BQ - 1) / BQ;
+  const int nkt = (T + BK - 1) / BK;
+  // Pass 1: dq, one task per (b, h, query tile).
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t task = 0; task < int64_t(B) * H * ntiles; ++task) {
+    const int qt = ntiles - 1 - int(task % ntiles);
+    const int h = int((task / ntiles) % H);
+    const int b = int(task / (int64_t(ntiles) * H));
+    const int hk = h / group;
+    Scratch& s = scratch(D);
+    const int i0 = qt * BQ;
+    const QTile t = make_qtile(q, out, lse, dout, dq, b, h, i0, std::min(BQ, T - i0), T, H, D, c, s);
+    zero_rows(t.dq, 0, t.nq, ldq, D);
+    const int64_t kv_off = (int64_t(b) * T * Hkv + hk) * D;
+    const int64_t i_last = i0 + t.nq - 1;
+    for (int64_t j0 = first_key(i0, window); j0 <= i_last; j0 += BK) {
+      const int nk = int(std::min<int64_t>(BK, i_last + 1 - j0));
+      const float* kt = k + kv_off + j0 * ldk;
+      tile_pair(kt, v + kv_off + j0 * ldk, ldk, nk, j0, t, D, window, scale, s);
+      ab(s.dpt, 1, BQ, t.nq, nk, kt, ldk, D, t.dq, ldq, true, nullptr);
+    }
+  }
+  // Pass 2: dk and dv, one task per (b, kv head, key tile), summing over the group's heads.
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t task = 0; task < int64_t(B) * Hkv * nkt; ++task) {
+    const int kt_idx = int(task % nkt);
+    const int hk = int((task / nkt) % Hkv);
+    const int b = int(task / (int64_t(nkt) * Hkv));
+    Scratch& s = scratch(D);
+    const int64_t j0 = int64_t(kt_idx) * BK;
+    const int nk = int(std::min<int64_t>(BK, T - j0));
+    const int64_t kv_off = (int64_t(b) * T * Hkv + hk) * D + j0 * ldk;
+    zero_rows(dk + kv_off, 0, nk, ldk, D);
+    zero_rows(dv + kv_off, 0, nk, ldk, D);
+    const int64_t i_end = window < 0 ? T - 1 : std::min<int64_t>(T - 1, j0 + nk - 1 + window);
+    for (int h = hk * group; h < (hk + 1) * group; ++h)
+      for (int64_t i0 = j0; i0 <= i_end; i0 += BQ) {
+        const int nq = int(std::min<int64_t>(BQ, i_end + 1 - i0));
+        const QTile t = make_qtile(q, out, lse, dout, dq, b, h, i0, nq, T, H, D, c, s);
+        tile_pair(k + kv_off, v + kv_off, ldk, nk, j0, t, D, window, scale, s);
+        ab(s.st, BQ, 1, nk, t.nq, t.dout, ldq, D, dv + kv_off, ldk, true, nullptr);
+        ab(s.dpt, BQ, 1, nk, t.nq, t.q, ldq, D, dk + kv_off, ldk, true, nullptr);
+      }
+  }
+}
+
+}  // namespace
+
 void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
                        int B, int T, int H, int Hkv, int D, int window, float scale) {
-  attention_forward_reference<float>(q, k, v, out, lse, B, T, H, Hkv, D, window, scale);
+  check_shapes(B, T, H, Hkv, D);
+  forward_fast(q, k, v, out, lse, B, T, 0, T, H, Hkv, D, window, scale);
 }
 
 void attention_backward(const float* q, const float* k, const float* v, const float* out,
@@ -169,12 +651,18 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
                           H, Hkv, D, window, scale);
 }
 
-void attention_backward_with(AttentionBackwardMode /*mode*/, const float* q, const float* k,
+void attention_backward_with(AttentionBackwardMode mode, const float* q, const float* k,
                              const float* v, const float* out, const float* lse, const float* dout,
                              float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int D,
                              int window, float scale) {
-  attention_backward_reference<float>(q, k, v, out, lse, dout, dq, dk, dv, B, T, H, Hkv, D, window,
-                                      scale);
+  check_shapes(B, T, H, Hkv, D);
+  if (mode == AttentionBackwardMode::kAuto)
+    mode = int64_t(B) * Hkv >= 2 * int64_t(omp_get_max_threads()) ? AttentionBackwardMode::kFused
+                                                                  : AttentionBackwardMode::kSplit;
+  if (mode == AttentionBackwardMode::kFused)
+    backward_fused(q, k, v, out, lse, dout, dq, dk, dv, B, T, H, Hkv, D, window, scale);
+  else
+    backward_split(q, k, v, out, lse, dout, dq, dk, dv, B, T, H, Hkv, D, window, scale);
 }
 
 void attention_forward_cached(const float* q, const float* k_cache, const float* v_cache,
@@ -184,8 +672,7 @@ void attention_forward_cached(const float* q, const float* k_cache, const float*
   if (pos0 < 0 || int64_t(pos0) + Tq > Tmax)
     fail("attention: the KV cache holds ", Tmax, " positions but the queries need positions ", pos0,
          " .. ", int64_t(pos0) + Tq - 1, "; use a larger cache (sequence length) or reset it");
-  forward_ref_core<float>(q, k_cache, v_cache, out, nullptr, B, Tq, pos0, Tmax, H, Hkv, D, window,
-                          scale);
+  forward_fast(q, k_cache, v_cache, out, nullptr, B, Tq, pos0, Tmax, H, Hkv, D, window, scale);
 }
 
 }  // namespace nanochat
