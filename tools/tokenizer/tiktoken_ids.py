@@ -10,9 +10,9 @@ usage:
   tiktoken_ids.py DIR TEXTFILE... > ids.json      # {"<basename>": [ids...], ...} one entry per file
   tiktoken_ids.py DIR --jsonl DOCS.jsonl > ids.txt  # one line of space-separated ids per {"text"} doc
 
-Needs `pip install tiktoken` (dev time only; the product and CI never import it). Files are read
-as UTF-8 with surrogateescape so invalid bytes are passed as lone surrogates, which tiktoken
-rejects; inputs for parity should therefore be valid UTF-8.
+Needs `pip install tiktoken` (dev time only; the product and CI never import it). Files are read as
+bytes and decoded as strict UTF-8 (no newline translation), so inputs must be valid UTF-8
+(tiktoken takes str; invalid bytes are a C++-only extension tested elsewhere).
 """
 import json
 import os
@@ -47,8 +47,8 @@ def main():
         return
     result = {}
     for path in sys.argv[2:]:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")  # bytes as they are (no newline translation)
         ids = enc.encode_ordinary(text)
         assert enc.decode(ids) == text
         result[os.path.basename(path)] = ids
