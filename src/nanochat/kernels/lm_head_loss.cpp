@@ -147,7 +147,7 @@ double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets
     const int64_t m = std::min(chunk_rows, N - r0);
     linear_fwd(x + r0 * C, W, scratch, m, C, V);
     double chunk_sum = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : chunk_sum)
+#pragma omp parallel for schedule(static) reduction(+ : chunk_sum) if (m * V > 32768)
     for (int64_t i = 0; i < m; ++i) {
       const double l =
           softcap_ce_row_f32(scratch + i * V, V, targets[r0 + i], cap, grad_scale, want_grad);
