@@ -1,10 +1,10 @@
 #pragma once
 // Test-only Communicator: W ranks as W threads of one process sharing memory.
-// Each rank's k-th collective goes into slot k of a shared hub; the last rank to launch slot k
-// executes it (reading every rank's input buffer then, writing every rank's output), so a
-// collective completes asynchronously with respect to the ranks that launched it earlier.
-// wait() blocks until its slot has executed. This models an asynchronous backend: a rank that
-// touches a buffer between launch and wait, or reads a result before wait, gets wrong numbers.
+// Each rank's k-th collective goes into slot k of a shared hub. Slot k executes lazily: only once
+// every rank has launched it AND some rank waits on it (it then reads every rank's input buffer
+// and writes every rank's output). This models an asynchronous backend at its most unhelpful: a
+// rank that reads a result without wait() sees stale data, and a rank that modifies an input
+// between launch and wait changes what is sent.
 // Reductions are float sums in rank order (like a ring/tree backend, up to summation order).
 #include <condition_variable>
 #include <cstdint>
@@ -41,23 +41,19 @@ class ThreadHub {
     Slot& s = slots_[seq];
     if (s.parts.empty()) s.parts.resize(world_);
     s.parts[rank] = std::move(part);
-    if (++s.arrived == world_) {
-      try {
-        execute(s);
-      } catch (...) {
-        s.error = std::current_exception();
-      }
-      s.done = true;
-      cv_.notify_all();
-    }
+    ++s.arrived;
+    maybe_execute(s);
     return seq;
   }
 
   /// Blocks until slot seq has executed; rethrows its failure.
   void wait(uint64_t seq) {
     std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return slots_[seq].done; });
-    if (slots_[seq].error) std::rethrow_exception(slots_[seq].error);
+    Slot& s = slots_[seq];
+    s.waited = true;
+    maybe_execute(s);
+    cv_.wait(lk, [&] { return s.done; });
+    if (s.error) std::rethrow_exception(s.error);
   }
 
   /// Number of collectives launched by rank r so far.
@@ -70,9 +66,22 @@ class ThreadHub {
   struct Slot {
     std::vector<Part> parts;
     int arrived = 0;
+    bool waited = false;
     bool done = false;
     std::exception_ptr error;
   };
+
+  // Called with mu_ held.
+  void maybe_execute(Slot& s) {
+    if (s.done || !s.waited || s.arrived < world_) return;
+    try {
+      execute(s);
+    } catch (...) {
+      s.error = std::current_exception();
+    }
+    s.done = true;
+    cv_.notify_all();
+  }
 
   void execute(Slot& s) {
     const Part& p0 = s.parts[0];

@@ -1,0 +1,175 @@
+// ZeRO-2 sharding (nanochat-spec 2.4, 10.12-10.13; DESIGN.md 3.8): W = 2 and 3 ranks (threads
+// sharing memory through the test-only ThreadCommunicator) fed per-rank gradients must produce the
+// parameters of one process fed the summed gradients, within 1e-6 relative; the state shards
+// have the documented shapes; the collective sequence is identical on every rank.
+#include <gtest/gtest.h>
+
+#include <exception>
+#include <thread>
+#include <vector>
+
+#include "nanochat/core/rng.h"
+#include "nanochat/optim/muon_adamw.h"
+#include "optim_test_util.h"
+#include "thread_communicator.h"
+
+namespace nanochat {
+namespace {
+
+using testing::ParamSet;
+using testing::ThreadCommunicator;
+using testing::ThreadHub;
+
+ParamSet make_params() {
+  ParamSet ps;
+  ps.add("resid_lambdas", {3});
+  ps.add("x0_lambdas", {3});
+  ps.add("smear_lambda", {1});
+  ps.add("backout_lambda", {1});
+  ps.add("transformer.wte.weight", {64, 16});            // 1024: sharded, W=3 -> 22, 22, 20 rows
+  for (int l = 0; l < 3; ++l) {
+    const std::string h = "transformer.h." + std::to_string(l) + ".";
+    ps.add(h + "attn.c_q.weight", {16, 16});              // K = 3 (W=2: chunk 2, rank 1 owns 1)
+    ps.add(h + "attn.c_k.weight", {8, 16});               // K = 3, wide
+    if (l == 0) ps.add(h + "attn.c_v.weight", {12, 16});  // K = 1 (W=3: ranks 1, 2 own nothing)
+    if (l != 1) ps.add(h + "attn.ve_gate.weight", {2, 12});  // K = 2
+    ps.add(h + "mlp.c_fc.weight", {24, 8});               // K = 3, tall
+  }
+  ps.add("lm_head.weight", {68, 16});                     // 68 rows: W=3 -> 23, 23, 22
+  ps.add("smear_gate.weight", {1, 24});
+  ps.add("value_embeds.0.weight", {2, 512});              // sharded with 2 rows: rank 2 of 3 owns none
+  ps.add("value_embeds.2.weight", {40, 8});               // small: all-reduced
+  return ps;
+}
+
+constexpr int kSteps = 3;
+const float kLrm[kSteps] = {1.f, 0.6f, 0.3f};
+const float kMom[kSteps] = {0.85f, 0.9f, 0.95f};
+const float kWd[kSteps] = {0.28f, 0.1f, 0.f};
+
+// grads[step][rank][param]
+using Grads = std::vector<std::vector<std::vector<std::vector<float>>>>;
+
+Grads make_grads(const ParamSet& ps, int W, uint64_t seed) {
+  Rng rng(seed);
+  Grads out(kSteps, std::vector<std::vector<std::vector<float>>>(W));
+  for (int s = 0; s < kSteps; ++s)
+    for (int r = 0; r < W; ++r)
+      for (size_t i = 0; i < ps.names.size(); ++i) {
+        std::vector<float> g(ps.g[i].size());
+        for (auto& x : g) x = static_cast<float>(rng.normal() * 0.01);
+        out[s][r].push_back(std::move(g));
+      }
+  return out;
+}
+
+OptimConfig config() {
+  OptimConfig c;
+  c.model_dim = 16;
+  return c;
+}
+
+void run_world(int W, const ParamSet& init, const Grads& grads, std::vector<ParamSet>& ranks,
+               std::vector<std::vector<StWriteEntry>>* shard_shapes, std::vector<uint64_t>* launched) {
+  ThreadHub hub(W);
+  ranks.assign(W, init);
+  std::vector<std::exception_ptr> errors(W);
+  std::vector<std::thread> threads;
+  if (shard_shapes) shard_shapes->assign(W, {});
+  for (int r = 0; r < W; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        ThreadCommunicator comm(hub, r);
+        MuonAdamW opt(ranks[r].views(), config(), &comm);
+        for (int s = 0; s < kSteps; ++s) {
+          for (size_t i = 0; i < init.names.size(); ++i) ranks[r].set_grad(i, grads[s][r][i]);
+          opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W);
+        }
+        if (shard_shapes) (*shard_shapes)[r] = opt.state_entries();
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  if (launched)
+    for (int r = 0; r < W; ++r) launched->push_back(hub.launched(r));
+}
+
+// One process fed the float sum of the ranks' gradients (rank order) scaled by 1/W.
+ParamSet run_single(int W, const ParamSet& init, const Grads& grads) {
+  ParamSet ps = init;
+  MuonAdamW opt(ps.views(), config());
+  for (int s = 0; s < kSteps; ++s) {
+    for (size_t i = 0; i < init.names.size(); ++i) {
+      std::vector<float> sum(ps.g[i].size(), 0.f);
+      for (int r = 0; r < W; ++r)
+        for (size_t j = 0; j < sum.size(); ++j) sum[j] += grads[s][r][i][j];
+      ps.set_grad(i, sum);
+    }
+    opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W);
+  }
+  return ps;
+}
+
+class MuonAdamWDist : public ::testing::TestWithParam<int> {};
+
+TEST_P(MuonAdamWDist, RanksMatchSingleProcess) {
+  const int W = GetParam();
+  ParamSet init = make_params();
+  Rng rng(100 + W);
+  init.fill_params(rng, -0.5, 0.5);
+  const Grads grads = make_grads(init, W, 200 + W);
+  const ParamSet ref = run_single(W, init, grads);
+  std::vector<ParamSet> ranks;
+  std::vector<std::vector<StWriteEntry>> shards;
+  std::vector<uint64_t> launched;
+  run_world(W, init, grads, ranks, &shards, &launched);
+  double worst = 0;
+  for (int r = 0; r < W; ++r)
+    for (size_t i = 0; i < init.names.size(); ++i) {
+      const double err = testing::rel_max_err(ranks[r].p[i], ref.p[i]);
+      EXPECT_LE(err, 1e-6) << "rank " << r << " " << init.names[i];
+      worst = std::max(worst, err);
+      // the parameters really moved
+      EXPECT_GT(testing::rel_max_err(ref.p[i], init.p[i]), 1e-4) << init.names[i];
+    }
+  std::printf("W=%d: worst max|rank - single| / max|single| = %.3g\n", W, worst);
+  for (int r = 1; r < W; ++r) EXPECT_EQ(launched[r], launched[0]);
+  if (W > 1) {
+    // per step: one reduction per AdamW param (9) and Muon group (5), one gather per sharded
+    // AdamW param (3) and Muon group (5)
+    EXPECT_EQ(launched[0], static_cast<uint64_t>(kSteps * (9 + 5 + 3 + 5)));
+  }
+
+  // Shard shapes (spec 2.4 generalised to any W): rows ceil(R/W) per rank, trailing ranks fewer.
+  auto shape_of = [&](int r, const std::string& name) {
+    for (const auto& e : shards[r])
+      if (e.name == name) return e.shape;
+    ADD_FAILURE() << "no state tensor " << name;
+    return std::vector<int64_t>{};
+  };
+  for (int r = 0; r < W; ++r) {
+    const int64_t c_lm = (68 + W - 1) / W, c_wte = (64 + W - 1) / W, c_ve = (2 + W - 1) / W;
+    const int64_t lm_rows = W == 1 ? 68 : std::min<int64_t>(68, (r + 1) * c_lm) - std::min<int64_t>(68, r * c_lm);
+    const int64_t wte_rows = W == 1 ? 64 : std::min<int64_t>(64, (r + 1) * c_wte) - std::min<int64_t>(64, r * c_wte);
+    const int64_t ve_rows = W == 1 ? 2 : std::min<int64_t>(2, (r + 1) * c_ve) - std::min<int64_t>(2, r * c_ve);
+    EXPECT_EQ(shape_of(r, "adamw.lm_head.weight.exp_avg"), (std::vector<int64_t>{lm_rows, 16}));
+    EXPECT_EQ(shape_of(r, "adamw.transformer.wte.weight.exp_avg_sq"), (std::vector<int64_t>{wte_rows, 16}));
+    EXPECT_EQ(shape_of(r, "adamw.value_embeds.0.weight.exp_avg"), (std::vector<int64_t>{ve_rows, 512}));
+    EXPECT_EQ(shape_of(r, "adamw.value_embeds.2.weight.exp_avg"), (std::vector<int64_t>{40, 8}));
+    const int64_t chunk3 = (3 + W - 1) / W, chunk1 = 1, chunk2 = (2 + W - 1) / W;
+    EXPECT_EQ(shape_of(r, "muon.transformer.h.0.attn.c_q.weight.momentum_buffer"),
+              (std::vector<int64_t>{chunk3, 16, 16}));
+    EXPECT_EQ(shape_of(r, "muon.transformer.h.0.attn.c_v.weight.momentum_buffer"),
+              (std::vector<int64_t>{chunk1, 12, 16}));
+    EXPECT_EQ(shape_of(r, "muon.transformer.h.0.attn.ve_gate.weight.second_momentum_buffer"),
+              (std::vector<int64_t>{chunk2, 1, 12}));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, MuonAdamWDist, ::testing::Values(1, 2, 3));
+
+}  // namespace
+}  // namespace nanochat
