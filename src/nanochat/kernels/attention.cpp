@@ -219,16 +219,6 @@ Scratch& scratch(int D) {
   return s;
 }
 
-// Xt[d * BQ + r] = mul * X[r * ldx + d] for r < n; lanes n .. ncols-1 are zeroed.
-void pack_transposed(const float* X, int64_t ldx, int n, int ncols, int D, float mul, float* Xt) {
-  for (int r = 0; r < n; ++r) {
-    const float* x = X + r * ldx;
-    for (int d = 0; d < D; ++d) Xt[size_t(d) * BQ + r] = mul * x[d];
-  }
-  for (int d = 0; d < D; ++d)
-    for (int r = n; r < ncols; ++r) Xt[size_t(d) * BQ + r] = 0.f;
-}
-
 // Sets st[c][r] = -inf where key j0 + c is not visible from query position p0 + r:
 // visible iff p - window <= j <= p (no lower bound when window < 0).
 void apply_mask(float* st, int nk, int64_t j0, int64_t p0, int ncols, int window) {
@@ -244,7 +234,59 @@ void apply_mask(float* st, int nk, int64_t j0, int64_t p0, int ncols, int window
   }
 }
 
+// Row orientation (query rows r, key lanes c): sets s[r][c] = -inf where key j0 + c is not
+// visible from query position p0 + r.
+void apply_mask_rows(float* s, int nq, int64_t p0, int64_t j0, int ncols, int window) {
+  for (int r = 0; r < nq; ++r) {
+    const int64_t p = p0 + r;
+    float* row = s + size_t(r) * BQ;
+    const int64_t hi = std::max<int64_t>(p - j0 + 1, 0);  // c >= hi: key after the query
+    for (int64_t c = hi; c < ncols; ++c) row[c] = -kInf;
+    if (window >= 0) {
+      const int64_t lo = std::min<int64_t>(std::max<int64_t>(p - window - j0, 0), ncols);
+      for (int c = 0; c < lo; ++c) row[c] = -kInf;  // c < lo: key before the window
+    }
+  }
+}
+
 #if defined(__AVX512F__)
+
+// Xt[d * BQ + r] = mul * X[r * ldx + d] for r < n; lanes n .. ncols-1 (ncols a multiple of 16)
+// are zeroed. 16 x 16 blocks are transposed in registers (four butterfly stages of permutes).
+void pack_transposed(const float* X, int64_t ldx, int n, int ncols, int D, float mul, float* Xt) {
+  // Stage with block size b swaps the off-diagonal b x b blocks of each 2b x 2b block: row i
+  // (i & b == 0) takes lanes j & b == 0 from itself and j & b != 0 from row i + b at j - b.
+  alignas(64) static const int32_t kIdx[4][2][16] = {
+      {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+       {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+      {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+       {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+      {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+       {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
+      {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+       {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}}};
+  const __m512 vm = _mm512_set1_ps(mul);
+  for (int r0 = 0; r0 < ncols; r0 += 16)
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      const int dn = std::min(16, D - d0);
+      const __mmask16 mask = static_cast<__mmask16>((1u << dn) - 1u);
+      __m512 x[16];
+      for (int i = 0; i < 16; ++i)
+        x[i] = r0 + i < n ? _mm512_mul_ps(vm, _mm512_maskz_loadu_ps(mask, X + (r0 + i) * ldx + d0))
+                          : _mm512_setzero_ps();
+      for (int stage = 0, b = 8; stage < 4; ++stage, b >>= 1) {
+        const __m512i lo = _mm512_load_si512(kIdx[stage][0]);
+        const __m512i hi = _mm512_load_si512(kIdx[stage][1]);
+        for (int i = 0; i < 16; ++i) {
+          if (i & b) continue;
+          const __m512 a = x[i], c = x[i + b];
+          x[i] = _mm512_permutex2var_ps(a, lo, c);
+          x[i + b] = _mm512_permutex2var_ps(a, hi, c);
+        }
+      }
+      for (int i = 0; i < dn; ++i) _mm512_store_ps(Xt + size_t(d0 + i) * BQ + r0, x[i]);
+    }
+}
 
 // 2^x for x <= 0 (also -inf -> 0; NaN propagates): 2^n * poly(f), x = n + f, |f| <= 1/2, with the
 // degree-7 Taylor polynomial of e^(f ln 2) (truncation error < 6e-9 relative).
@@ -401,7 +443,36 @@ void probs_and_dscores(float* st, float* dpt, int nk, int nv, const float* lse2,
   }
 }
 
+// Row orientation of probs_and_dscores: s (query rows x key lanes) -> P = 2^(s - lse2[r]);
+// dp -> dS = scale * P (dP - delta[r]).
+void probs_and_dscores_rows(float* s, float* dp, int nq, int nv, const float* lse2,
+                            const float* delta, float scale) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (int r = 0; r < nq; ++r) {
+    const __m512 L = _mm512_set1_ps(lse2[r]);
+    const __m512 dl = _mm512_set1_ps(delta[r]);
+    for (int v = 0; v < nv; ++v) {
+      float* x = s + size_t(r) * BQ + 16 * v;
+      float* g = dp + size_t(r) * BQ + 16 * v;
+      const __m512 p = exp2_ps(_mm512_sub_ps(_mm512_load_ps(x), L));
+      _mm512_store_ps(x, p);
+      _mm512_store_ps(g, _mm512_mul_ps(_mm512_mul_ps(p, vs), _mm512_sub_ps(_mm512_load_ps(g), dl)));
+    }
+  }
+}
+
 #else  // portable fallback (plain loops; -O3 vectorises them for the build's ISA)
+
+// Xt[d * BQ + r] = mul * X[r * ldx + d] for r < n; lanes n .. ncols-1 are zeroed.
+void pack_transposed(const float* X, int64_t ldx, int n, int ncols, int D, float mul, float* Xt) {
+  for (int r = 0; r < n; ++r) {
+    const float* x = X + r * ldx;
+    for (int d = 0; d < D; ++d) Xt[size_t(d) * BQ + r] = mul * x[d];
+  }
+  for (int d = 0; d < D; ++d)
+    for (int r = n; r < ncols; ++r) Xt[size_t(d) * BQ + r] = 0.f;
+}
+
 
 void abt(const float* A, int64_t lda, int M, const float* Bt, int K, int nv, float* C) {
   const int ncols = 16 * nv;
@@ -462,6 +533,18 @@ void probs_and_dscores(float* st, float* dpt, int nk, int nv, const float* lse2,
     }
 }
 
+void probs_and_dscores_rows(float* s, float* dp, int nq, int nv, const float* lse2,
+                            const float* delta, float scale) {
+  const int ncols = 16 * nv;
+  for (int r = 0; r < nq; ++r)
+    for (int c = 0; c < ncols; ++c) {
+      float& x = s[size_t(r) * BQ + c];
+      x = std::exp2(x - lse2[r]);
+      float& g = dp[size_t(r) * BQ + c];
+      g = x * scale * (g - delta[r]);
+    }
+}
+
 #endif
 
 // Forward over a key/value buffer with row stride Tk: queries t at absolute positions pos0 + t.
@@ -506,55 +589,34 @@ void forward_fast(const float* q, const float* k, const float* v, float* out, fl
   }
 }
 
-// Everything the backward needs about one query tile (rows i0 .. i0+nq-1 of head h).
-struct QTile {
-  const float* q;     // first q row (rows ldq apart)
-  const float* dout;  // first dout row
-  float* dq;          // first dq row
-  int64_t i0;
-  int nq, nv;
-};
-
-QTile make_qtile(const float* q, const float* out, const float* lse, const float* dout, float* dq,
-                 int b, int h, int64_t i0, int nq, int T, int H, int D, float c, Scratch& s) {
-  const int64_t ldq = int64_t(H) * D;
-  const int64_t off = ((int64_t(b) * T + i0) * H + h) * D;
-  QTile t{q + off, dout + off, dq + off, i0, nq, (nq + 15) / 16};
-  pack_transposed(t.q, ldq, nq, 16 * t.nv, D, c, s.qt);
-  pack_transposed(t.dout, ldq, nq, 16 * t.nv, D, 1.f, s.dot);
-  const float* lrow = lse + (int64_t(b) * H + h) * T + i0;
+// Per-query statistics of rows i0 .. i0+nq-1 of one head: lse2 = lse * log2(e) and
+// delta = rowsum(dout * out) (FlashAttention-2's D_i); lanes nq .. BQ-1 get +inf and 0 so that
+// padded query lanes produce P = 0.
+void row_stats(const float* out, const float* dout, const float* lse, int nq, int64_t ldq, int D,
+               float* lse2, float* delta) {
   for (int r = 0; r < BQ; ++r) {
     if (r >= nq) {
-      s.lse2[r] = kInf;  // padded lanes: P = 2^(-inf) = 0
-      s.delta[r] = 0.f;
+      lse2[r] = kInf;
+      delta[r] = 0.f;
       continue;
     }
-    const float* o = out + off + r * ldq;
-    const float* g = t.dout + r * ldq;
+    const float* o = out + r * ldq;
+    const float* g = dout + r * ldq;
     float acc = 0.f;
     for (int d = 0; d < D; ++d) acc += o[d] * g[d];
-    s.delta[r] = acc;
-    s.lse2[r] = lrow[r] * kLog2e;
+    delta[r] = acc;
+    lse2[r] = lse[r] * kLog2e;
   }
-  return t;
 }
 
-// P^T (in s.st) and dS^T (in s.dpt) for keys j0 .. j0+nk-1 (rows kt, vt, ldk apart) and a tile.
-void tile_pair(const float* kt, const float* vt, int64_t ldk, int nk, int64_t j0, const QTile& t,
-               int D, int window, float scale, Scratch& s) {
-  abt(kt, ldk, nk, s.qt, D, t.nv, s.st);
-  apply_mask(s.st, nk, j0, t.i0, 16 * t.nv, window);
-  abt(vt, ldk, nk, s.dot, D, t.nv, s.dpt);
-  probs_and_dscores(s.st, s.dpt, nk, t.nv, s.lse2, s.delta, scale);
-}
-
-void zero_rows(float* x, int64_t first_row, int64_t n_rows, int64_t ld, int D) {
-  for (int64_t r = 0; r < n_rows; ++r) std::fill_n(x + (first_row + r) * ld, D, 0.f);
-}
-
+// Fused backward: one task per (b, kv head) owns dk, dv of that head and dq of its group's query
+// heads, so all three accumulate without races. Query tiles are packed transposed (query lanes);
+// key tiles are aligned to multiples of BK so the first product into a dk/dv tile (query tile ==
+// key tile, first head of the group) can overwrite instead of accumulate (no zeroing pass).
 void backward_fused(const float* q, const float* k, const float* v, const float* out,
                     const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
                     int T, int H, int Hkv, int D, int window, float scale) {
+  static_assert(BQ == BK, "the first-touch rule below needs query and key tiles of one size");
   const int group = H / Hkv;
   const int64_t ldq = int64_t(H) * D, ldk = int64_t(Hkv) * D;
   const float c = scale * kLog2e;
@@ -563,56 +625,71 @@ void backward_fused(const float* q, const float* k, const float* v, const float*
     const int hk = int(task % Hkv), b = int(task / Hkv);
     Scratch& s = scratch(D);
     const int64_t kv_off = (int64_t(b) * T * Hkv + hk) * D;
-    zero_rows(dk + kv_off, 0, T, ldk, D);
-    zero_rows(dv + kv_off, 0, T, ldk, D);
-    for (int h = hk * group; h < (hk + 1) * group; ++h)
-      zero_rows(dq + (int64_t(b) * T * H + h) * D, 0, T, ldq, D);
     for (int h = hk * group; h < (hk + 1) * group; ++h)
       for (int i0 = 0; i0 < T; i0 += BQ) {
-        const QTile t = make_qtile(q, out, lse, dout, dq, b, h, i0, std::min(BQ, T - i0), T, H, D,
-                                   c, s);
-        const int64_t i_last = i0 + t.nq - 1;
-        for (int64_t j0 = first_key(i0, window); j0 <= i_last; j0 += BK) {
-          const int nk = int(std::min<int64_t>(BK, i_last + 1 - j0));
+        const int nq = std::min(BQ, T - i0), nv = (nq + 15) / 16;
+        const int64_t q_off = ((int64_t(b) * T + i0) * H + h) * D;
+        pack_transposed(q + q_off, ldq, nq, 16 * nv, D, c, s.qt);
+        pack_transposed(dout + q_off, ldq, nq, 16 * nv, D, 1.f, s.dot);
+        row_stats(out + q_off, dout + q_off, lse + (int64_t(b) * H + h) * T + i0, nq, ldq, D,
+                  s.lse2, s.delta);
+        const int64_t i_last = i0 + nq - 1;
+        for (int64_t j0 = first_key(i0, window) / BK * BK; j0 <= i_last; j0 += BK) {
+          const int nk = int(std::min<int64_t>(BK, T - j0));
           const float* kt = k + kv_off + j0 * ldk;
-          tile_pair(kt, v + kv_off + j0 * ldk, ldk, nk, j0, t, D, window, scale, s);
-          ab(s.st, BQ, 1, nk, t.nq, t.dout, ldq, D, dv + kv_off + j0 * ldk, ldk, true, nullptr);
-          ab(s.dpt, BQ, 1, nk, t.nq, t.q, ldq, D, dk + kv_off + j0 * ldk, ldk, true, nullptr);
-          ab(s.dpt, 1, BQ, t.nq, nk, kt, ldk, D, t.dq, ldq, true, nullptr);
+          const float* vt = v + kv_off + j0 * ldk;
+          abt(kt, ldk, nk, s.qt, D, nv, s.st);  // S^T (keys x query lanes), log2 units
+          apply_mask(s.st, nk, j0, i0, 16 * nv, window);
+          abt(vt, ldk, nk, s.dot, D, nv, s.dpt);  // dP^T
+          probs_and_dscores(s.st, s.dpt, nk, nv, s.lse2, s.delta, scale);
+          const bool first_kv = h == hk * group && j0 == i0;
+          ab(s.st, BQ, 1, nk, nq, dout + q_off, ldq, D, dv + kv_off + j0 * ldk, ldk, !first_kv,
+             nullptr);
+          ab(s.dpt, BQ, 1, nk, nq, q + q_off, ldq, D, dk + kv_off + j0 * ldk, ldk, !first_kv,
+             nullptr);
+          const bool first_q = j0 == first_key(i0, window) / BK * BK;
+          ab(s.dpt, 1, BQ, nq, nk, kt, ldk, D, dq + q_off, ldq, !first_q, nullptr);
         }
       }
   }
 }
 
+// Split backward. Pass 1 (dq): one task per (b, h, query tile), query tile packed transposed.
+// Pass 2 (dk, dv): one task per (b, kv head, key tile); here the key tile is packed transposed
+// (key lanes, S = Q K^T row by row) so Q and dO are read in place and nothing is re-packed per
+// (key tile, query tile) pair.
 void backward_split(const float* q, const float* k, const float* v, const float* out,
                     const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
                     int T, int H, int Hkv, int D, int window, float scale) {
   const int group = H / Hkv;
   const int64_t ldq = int64_t(H) * D, ldk = int64_t(Hkv) * D;
   const float c = scale * kLog2e;
-  const int ntiles = (T + BQ - 1) / BQ;
+  const int nqt = (T + BQ - 1) / BQ;
   const int nkt = (T + BK - 1) / BK;
-  // Pass 1: dq, one task per (b, h, query tile).
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t task = 0; task < int64_t(B) * H * ntiles; ++task) {
-    const int qt = ntiles - 1 - int(task % ntiles);
-    const int h = int((task / ntiles) % H);
-    const int b = int(task / (int64_t(ntiles) * H));
-    const int hk = h / group;
+  for (int64_t task = 0; task < int64_t(B) * H * nqt; ++task) {
+    const int qt = nqt - 1 - int(task % nqt);  // longest rows first
+    const int h = int((task / nqt) % H);
+    const int b = int(task / (int64_t(nqt) * H));
     Scratch& s = scratch(D);
-    const int i0 = qt * BQ;
-    const QTile t = make_qtile(q, out, lse, dout, dq, b, h, i0, std::min(BQ, T - i0), T, H, D, c, s);
-    zero_rows(t.dq, 0, t.nq, ldq, D);
-    const int64_t kv_off = (int64_t(b) * T * Hkv + hk) * D;
-    const int64_t i_last = i0 + t.nq - 1;
-    for (int64_t j0 = first_key(i0, window); j0 <= i_last; j0 += BK) {
+    const int i0 = qt * BQ, nq = std::min(BQ, T - i0), nv = (nq + 15) / 16;
+    const int64_t q_off = ((int64_t(b) * T + i0) * H + h) * D;
+    const int64_t kv_off = (int64_t(b) * T * Hkv + h / group) * D;
+    pack_transposed(q + q_off, ldq, nq, 16 * nv, D, c, s.qt);
+    pack_transposed(dout + q_off, ldq, nq, 16 * nv, D, 1.f, s.dot);
+    row_stats(out + q_off, dout + q_off, lse + (int64_t(b) * H + h) * T + i0, nq, ldq, D, s.lse2,
+              s.delta);
+    const int64_t i_last = i0 + nq - 1, j_first = first_key(i0, window);
+    for (int64_t j0 = j_first; j0 <= i_last; j0 += BK) {
       const int nk = int(std::min<int64_t>(BK, i_last + 1 - j0));
       const float* kt = k + kv_off + j0 * ldk;
-      tile_pair(kt, v + kv_off + j0 * ldk, ldk, nk, j0, t, D, window, scale, s);
-      ab(s.dpt, 1, BQ, t.nq, nk, kt, ldk, D, t.dq, ldq, true, nullptr);
+      abt(kt, ldk, nk, s.qt, D, nv, s.st);
+      apply_mask(s.st, nk, j0, i0, 16 * nv, window);
+      abt(v + kv_off + j0 * ldk, ldk, nk, s.dot, D, nv, s.dpt);
+      probs_and_dscores(s.st, s.dpt, nk, nv, s.lse2, s.delta, scale);
+      ab(s.dpt, 1, BQ, nq, nk, kt, ldk, D, dq + q_off, ldq, j0 != j_first, nullptr);
     }
   }
-  // Pass 2: dk and dv, one task per (b, kv head, key tile), summing over the group's heads.
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t task = 0; task < int64_t(B) * Hkv * nkt; ++task) {
     const int kt_idx = int(task % nkt);
@@ -620,18 +697,25 @@ void backward_split(const float* q, const float* k, const float* v, const float*
     const int b = int(task / (int64_t(nkt) * Hkv));
     Scratch& s = scratch(D);
     const int64_t j0 = int64_t(kt_idx) * BK;
-    const int nk = int(std::min<int64_t>(BK, T - j0));
+    const int nk = int(std::min<int64_t>(BK, T - j0)), nvk = (nk + 15) / 16;
     const int64_t kv_off = (int64_t(b) * T * Hkv + hk) * D + j0 * ldk;
-    zero_rows(dk + kv_off, 0, nk, ldk, D);
-    zero_rows(dv + kv_off, 0, nk, ldk, D);
+    pack_transposed(k + kv_off, ldk, nk, 16 * nvk, D, c, s.qt);    // c * K^T (D x key lanes)
+    pack_transposed(v + kv_off, ldk, nk, 16 * nvk, D, 1.f, s.dot); // V^T
     const int64_t i_end = window < 0 ? T - 1 : std::min<int64_t>(T - 1, j0 + nk - 1 + window);
+    bool first = true;
     for (int h = hk * group; h < (hk + 1) * group; ++h)
       for (int64_t i0 = j0; i0 <= i_end; i0 += BQ) {
         const int nq = int(std::min<int64_t>(BQ, i_end + 1 - i0));
-        const QTile t = make_qtile(q, out, lse, dout, dq, b, h, i0, nq, T, H, D, c, s);
-        tile_pair(k + kv_off, v + kv_off, ldk, nk, j0, t, D, window, scale, s);
-        ab(s.st, BQ, 1, nk, t.nq, t.dout, ldq, D, dv + kv_off, ldk, true, nullptr);
-        ab(s.dpt, BQ, 1, nk, t.nq, t.q, ldq, D, dk + kv_off, ldk, true, nullptr);
+        const int64_t q_off = ((int64_t(b) * T + i0) * H + h) * D;
+        row_stats(out + q_off, dout + q_off, lse + (int64_t(b) * H + h) * T + i0, nq, ldq, D,
+                  s.lse2, s.delta);
+        abt(q + q_off, ldq, nq, s.qt, D, nvk, s.st);  // S (query rows x key lanes), log2 units
+        apply_mask_rows(s.st, nq, i0, j0, 16 * nvk, window);
+        abt(dout + q_off, ldq, nq, s.dot, D, nvk, s.dpt);  // dP
+        probs_and_dscores_rows(s.st, s.dpt, nq, nvk, s.lse2, s.delta, scale);
+        ab(s.st, 1, BQ, nk, nq, dout + q_off, ldq, D, dv + kv_off, ldk, !first, nullptr);
+        ab(s.dpt, 1, BQ, nk, nq, q + q_off, ldq, D, dk + kv_off, ldk, !first, nullptr);
+        first = false;
       }
   }
 }
