@@ -1,0 +1,139 @@
+#include "nanochat/train/plan.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "nanochat/core/error.h"
+#include "nanochat/model/gpt.h"
+#include "nanochat/train/schedules.h"
+
+namespace nanochat {
+
+ModelCounts count_params(const ModelConfig& cfg) {
+  ModelCounts c;
+  const auto sp = GPT::scaling_params(cfg);
+  c.wte = sp.at("wte");
+  c.value_embeds = sp.at("value_embeds");
+  c.lm_head = sp.at("lm_head");
+  c.transformer_matrices = sp.at("transformer_matrices");
+  c.scalars = sp.at("scalars");
+  c.total = sp.at("total");
+  c.matmul = GPT::matmul_params(cfg);
+  c.flops_per_token = GPT::flops_per_token(cfg);
+  return c;
+}
+
+namespace {
+std::string with_commas(int64_t v) {
+  std::string s = std::to_string(v < 0 ? -v : v);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return (v < 0 ? "-" : "") + s;
+}
+std::string fmt(const char* f, double v) {
+  char b[128];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+}  // namespace
+
+TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size) {
+  if (a.device_batch_size < 1) fail("--device-batch-size must be >= 1 (got ", a.device_batch_size, ")");
+  if (a.max_seq_len < 2) fail("--max-seq-len must be >= 2 (got ", a.max_seq_len, ")");
+  if (world_size < 1) fail("internal: world size ", world_size);
+  TrainPlan p;
+  p.world_size = world_size;
+  p.model = ModelConfig::from_depth(a.depth, a.aspect_ratio, a.head_dim, a.max_seq_len,
+                                    static_cast<int>(vocab_size), a.window_pattern);
+  p.model.validate();
+  p.counts = count_params(p.model);
+  p.log.push_back("Parameter counts:");
+  const std::pair<const char*, int64_t> rows[] = {
+      {"wte", p.counts.wte}, {"value_embeds", p.counts.value_embeds}, {"lm_head", p.counts.lm_head},
+      {"transformer_matrices", p.counts.transformer_matrices}, {"scalars", p.counts.scalars},
+      {"total", p.counts.total}};
+  for (auto& [k, v] : rows) {
+    char b[96];
+    std::snprintf(b, sizeof b, "%-24s: %s", k, with_commas(v).c_str());
+    p.log.push_back(b);
+  }
+  p.log.push_back(fmt("Estimated FLOPs per token: %e", static_cast<double>(p.counts.flops_per_token)));
+
+  // Data/batch scaling against the d12 reference built with the same flags (spec 3.2).
+  const double ratio = a.target_param_data_ratio;
+  p.target_tokens = static_cast<int64_t>(ratio * static_cast<double>(p.counts.scaling_params()));
+  ModelConfig ref = ModelConfig::from_depth(12, a.aspect_ratio, a.head_dim, a.max_seq_len,
+                                            static_cast<int>(vocab_size), a.window_pattern);
+  p.d_ref = ratio * static_cast<double>(count_params(ref).scaling_params());
+  const double B_REF = 524288.0;
+  if (a.total_batch_size == -1) {
+    const double predicted = B_REF * std::pow(static_cast<double>(p.target_tokens) / p.d_ref, 0.383);
+    p.total_batch_size = static_cast<int64_t>(std::llround(std::pow(2.0, round_half_even(std::log2(predicted)))));
+    p.auto_batch = true;
+    p.log.push_back("Auto-computed optimal batch size: " + with_commas(p.total_batch_size) + " tokens");
+  } else if (a.total_batch_size <= 0) {
+    fail("--total-batch-size must be positive, or -1 for the automatic size (got ", a.total_batch_size, ")");
+  } else {
+    p.total_batch_size = a.total_batch_size;
+  }
+  p.batch_lr_scale = std::sqrt(static_cast<double>(p.total_batch_size) / B_REF);
+  if (p.batch_lr_scale != 1.0)
+    p.log.push_back(fmt("Scaling LRs by %.4f", p.batch_lr_scale) + " for batch size " + with_commas(p.total_batch_size));
+  p.weight_decay_scaled = a.weight_decay * std::sqrt(static_cast<double>(p.total_batch_size) / B_REF) *
+                          (p.d_ref / static_cast<double>(p.target_tokens));
+  if (p.weight_decay_scaled != a.weight_decay)
+    p.log.push_back(fmt("Scaling weight decay from %.6f", a.weight_decay) + fmt(" to %.6f", p.weight_decay_scaled));
+
+  // Horizon: --num-iterations > --target-flops > --target-param-data-ratio (spec 3.1).
+  if (a.num_iterations > 0) {
+    p.num_iterations = a.num_iterations;
+    p.log.push_back("Using user-provided number of iterations: " + with_commas(p.num_iterations));
+  } else if (a.target_flops > 0) {
+    p.num_iterations = static_cast<int64_t>(round_half_even(
+        a.target_flops / (static_cast<double>(p.counts.flops_per_token) * static_cast<double>(p.total_batch_size))));
+    p.log.push_back("Calculated number of iterations from target FLOPs: " + with_commas(p.num_iterations));
+  } else if (ratio > 0) {
+    p.num_iterations = p.target_tokens / p.total_batch_size;
+    p.log.push_back("Calculated number of iterations from target data:param ratio: " + with_commas(p.num_iterations));
+  } else {
+    fail("no training horizon: set --num-iterations, --target-flops or --target-param-data-ratio to a positive value");
+  }
+  if (p.num_iterations < 1)
+    fail("the horizon gives ", p.num_iterations, " steps (total batch ", p.total_batch_size,
+         " tokens); raise --num-iterations / --target-flops / --target-param-data-ratio or lower --total-batch-size");
+  const int64_t total_tokens = p.total_batch_size * p.num_iterations;
+  p.log.push_back("Total number of training tokens: " + with_commas(total_tokens));
+  p.log.push_back(fmt("Tokens : Scaling params ratio: %.2f",
+                      static_cast<double>(total_tokens) / static_cast<double>(p.counts.scaling_params())));
+  p.log.push_back(fmt("Total training FLOPs estimate: %e",
+                      static_cast<double>(p.counts.flops_per_token) * static_cast<double>(total_tokens)));
+
+  // Gradient accumulation (spec 3.3).
+  const int64_t B = a.device_batch_size, T = a.max_seq_len, W = world_size;
+  const int64_t per_micro = B * T;
+  const int64_t world_tokens = per_micro * W;
+  if (p.total_batch_size % world_tokens != 0) {
+    const int64_t lo = p.total_batch_size / world_tokens * world_tokens;
+    const int64_t hi = lo + world_tokens;
+    std::string msg = str_cat("--total-batch-size ", p.total_batch_size,
+                              " is not divisible by the tokens of one micro-step on all ranks: "
+                              "--device-batch-size ", B, " x --max-seq-len ", T, " x world size ", W,
+                              " = ", world_tokens, ". Use --total-batch-size ");
+    if (lo > 0) msg += str_cat(lo, " or ");
+    msg += str_cat(hi);
+    for (int64_t b = B - 1; b >= 1; --b)
+      if (p.total_batch_size % (b * T * W) == 0) {
+        msg += str_cat(", or keep it and use --device-batch-size ", b);
+        break;
+      }
+    fail(msg);
+  }
+  p.grad_accum_steps = p.total_batch_size / world_tokens;
+  p.log.push_back("Tokens / micro-batch / rank: " + std::to_string(B) + " x " + std::to_string(T) +
+                  " = " + with_commas(per_micro));
+  p.log.push_back("Tokens / micro-batch: " + with_commas(world_tokens));
+  p.log.push_back("Total batch size " + with_commas(p.total_batch_size) +
+                  " => gradient accumulation steps: " + std::to_string(p.grad_accum_steps));
+  return p;
+}
+
+}  // namespace nanochat

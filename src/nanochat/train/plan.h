@@ -1,0 +1,81 @@
+#pragma once
+// base_train's flags and the quantities derived from them (nanochat-spec 3.1-3.3, 1.9).
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "nanochat/model/config.h"
+
+namespace nanochat {
+
+/// nanochat scripts/base_train.py flags with their defaults (spec 3.1), plus CPU extras.
+struct BaseTrainArgs {
+  std::string run = "dummy";
+  std::string device_type;           ///< accepted for compatibility; only "" or "cpu" run here
+  bool fp8 = false;                  ///< CUDA-only in nanochat: warning + ignored
+  std::string fp8_recipe = "tensorwise";
+  int depth = 20;
+  int aspect_ratio = 64;
+  int head_dim = 128;
+  int max_seq_len = 2048;
+  std::string window_pattern = "SSSL";
+  int64_t num_iterations = -1;
+  double target_flops = -1.0;
+  double target_param_data_ratio = 12.0;
+  int device_batch_size = 32;
+  int64_t total_batch_size = -1;
+  double embedding_lr = 0.3;
+  double unembedding_lr = 0.008;
+  double weight_decay = 0.28;
+  double matrix_lr = 0.02;
+  double scalar_lr = 0.5;
+  int64_t warmup_steps = 40;
+  double warmdown_ratio = 0.65;
+  double final_lr_frac = 0.05;
+  int64_t resume_from_step = -1;
+  int64_t eval_every = 250;
+  int64_t eval_tokens = 80LL * 524288;
+  int64_t core_metric_every = 2000;  ///< CORE needs the DCLM bundle; accepted, reported unsupported if > 0
+  int64_t core_metric_max_per_task = 500;
+  int64_t sample_every = 2000;
+  int64_t save_every = -1;
+  std::string model_tag;             ///< default "d<depth>"
+  // CPU extras (not in nanochat)
+  int threads = 0;                   ///< OpenMP threads per rank; 0 = this rank's share of the cores
+  uint64_t seed = 42;                ///< init / sampling seed (nanochat seeds torch with 42)
+};
+
+/// Parameter counts of nanochat's GPT.num_scaling_params plus matmul params (spec 1.9).
+struct ModelCounts {
+  int64_t wte = 0, value_embeds = 0, lm_head = 0, transformer_matrices = 0, scalars = 0, total = 0;
+  int64_t matmul = 0;           ///< all Linear weights: block matrices (incl. ve_gate) + lm_head + smear_gate
+  int64_t flops_per_token = 0;  ///< estimate_flops: 6*matmul + sum_i 12*H*D*min(w_i, T)
+  /// transformer_matrices + lm_head: the count base_train scales data and batch with.
+  int64_t scaling_params() const { return transformer_matrices + lm_head; }
+};
+
+/// Counts from the config alone (GPT's static counters; no model is allocated).
+ModelCounts count_params(const ModelConfig& cfg);
+
+/// Everything base_train derives before the first step (spec 3.2-3.3).
+struct TrainPlan {
+  ModelConfig model;
+  ModelCounts counts;
+  int64_t target_tokens = 0;     ///< int(ratio * scaling params)
+  double d_ref = 0;              ///< ratio * scaling params of the d12 reference model
+  int64_t total_batch_size = 0;  ///< tokens per optimizer step (all ranks)
+  bool auto_batch = false;
+  double batch_lr_scale = 1.0;   ///< sqrt(total_batch_size / 2^19)
+  double weight_decay_scaled = 0;
+  int64_t num_iterations = 0;
+  int64_t grad_accum_steps = 1;
+  int world_size = 1;
+  std::vector<std::string> log;  ///< the lines nanochat prints while deriving, in order
+};
+
+/// Derives the plan. Throws nanochat::Error, naming the flags, for: no positive horizon flag,
+/// a total batch not divisible by B*T*W (with the nearest valid settings), bad model flags.
+TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size);
+
+}  // namespace nanochat
