@@ -324,6 +324,7 @@ def muon_update(G, P, M, Vb, mu, lr, wd, beta2, ns_steps=5):
     lr_eff = lr * math.sqrt(max(1.0, m / n))
     mask = ((X * P) >= 0).to(P.dtype)
     P -= lr_eff * X + lr_eff * wd * P * mask
+    return X
 
 
 class MuonAdamW:
@@ -335,6 +336,11 @@ class MuonAdamW:
         self.groups = build_groups([(n, tuple(t.shape)) for n, t in params.items()], model_dim,
                                    unembedding_lr, embedding_lr, matrix_lr, scalar_lr, weight_decay)
         self.state = {}
+        # If a dict: name -> list of per-step tensors whose near-zero entries make the step
+        # discontinuous (Muon: the update g, sign of g*p picks the decay mask; AdamW: the
+        # gradient at the first step, whose sign is the whole update). Used to flag fixture
+        # elements that a float32 engine cannot be expected to reproduce.
+        self.record = None
 
     @torch.no_grad()
     def step(self, grads, lr_multiplier, momentum, weight_decay):
@@ -353,6 +359,8 @@ class MuonAdamW:
         p = self.params[name]
         st = self.state.setdefault(name, dict(step=0, m=torch.zeros_like(p), v=torch.zeros_like(p)))
         st["step"] += 1
+        if self.record is not None and st["step"] == 1:
+            self.record.setdefault(name, []).append(grad.clone())
         b1, b2 = g["betas"]
         lr, wd, eps, t = g["lr"], g["wd"], g["eps"], st["step"]
         p.mul_(1 - lr * wd)
@@ -370,9 +378,12 @@ class MuonAdamW:
         st = self.state.setdefault(names[0], dict(
             M=torch.zeros_like(P),
             V=torch.zeros((K, m, 1) if m >= n else (K, 1, n), dtype=P.dtype)))
-        muon_update(G, P, st["M"], st["V"], g["momentum"], g["lr"], g["wd"], g["beta2"], g["ns_steps"])
+        X = muon_update(G, P, st["M"], st["V"], g["momentum"], g["lr"], g["wd"], g["beta2"],
+                        g["ns_steps"])
         for k, nm in enumerate(names):
             self.params[nm].copy_(P[k])
+            if self.record is not None:
+                self.record.setdefault(nm, []).append(X[k].clone())
 
 
 # ------------------------------------------------------------------------------------------------
