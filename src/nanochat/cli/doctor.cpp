@@ -1,0 +1,137 @@
+// `nanochat doctor`: preflight for a distributed job (DESIGN.md 1). Resolves and probes the
+// master host:port, shows the interface and address Gloo would bind, whether the store port is
+// free (on node 0) or answering, and the versions. Exits non-zero when a check fails.
+#include <sys/socket.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "nanochat/cli/commands.h"
+#include "nanochat/core/error.h"
+#include "nanochat/dist/env.h"
+#include "nanochat/dist/launcher.h"
+#include "nanochat/dist/net.h"
+#include "nanochat/dist/store.h"
+
+#ifdef NANOCHAT_HAVE_GLOO
+#include <gloo/config.h>
+#endif
+
+namespace nanochat::cli {
+
+namespace {
+
+struct DoctorArgs {
+  std::string master_addr;
+  int master_port = 0;
+  std::string iface;
+  int nproc_per_node = 1;
+};
+
+void line(const char* status, const std::string& what) { std::printf("[%s] %s\n", status, what.c_str()); }
+
+int doctor(const DoctorArgs& a) {
+  using namespace dist;
+  int problems = 0;
+  std::string master = a.master_addr;
+  if (master.empty()) master = std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1";
+  int port = a.master_port;
+  if (port == 0) port = static_cast<int>(env_int("MASTER_PORT").value_or(29500));
+
+  std::printf("nanochat doctor\n");
+  line("info", str_cat("nanochat.cpp ", NANOCHAT_VERSION));
+#ifdef NANOCHAT_HAVE_GLOO
+  line("info", str_cat("Gloo ", GLOO_VERSION_MAJOR, ".", GLOO_VERSION_MINOR, ".", GLOO_VERSION_PATCH, " (TCP transport)"));
+#else
+  line("FAIL", "built without Gloo: only single-process training works (install libgloo-dev and rebuild)");
+  ++problems;
+#endif
+  line("info", str_cat("host ", host_name(), ", ", physical_cores(), " physical cores available; with --nproc-per-node ",
+                       a.nproc_per_node, " each rank gets OMP_NUM_THREADS=", std::max(1, physical_cores() / a.nproc_per_node)));
+
+  // Master resolution and route.
+  bool master_local = false;
+  try {
+    std::string via = route_address_to(master, port);
+    master_local = resolves_to_loopback(master) || via == master;
+    line("ok", str_cat("master ", host_port(master, port), " resolves; this host reaches it from ", via,
+                       master_local ? " (the master is this host)" : ""));
+  } catch (const Error& e) {
+    line("FAIL", e.what());
+    ++problems;
+  }
+
+  // The device Gloo would bind.
+  std::string iface = a.iface;
+  if (iface.empty()) iface = DistOptions{}.resolved().iface.value_or("");
+  try {
+    DeviceChoice d = choose_device(master, port, iface);
+    line("ok", str_cat("Gloo would bind ", d.address, d.iface.empty() ? "" : " on " + d.iface, " (", d.reason, ")"));
+    if (resolves_to_loopback(d.address) && !resolves_to_loopback(master)) {
+      line("FAIL", "that is a loopback address but the master is not: other hosts cannot reach it; pick --iface");
+      ++problems;
+    }
+  } catch (const Error& e) {
+    line("FAIL", e.what());
+    ++problems;
+  }
+
+  // The store port: free (so node 0 can host) or answering (a job is up).
+  if (master_local) {
+    if (tcp_port_free(port))
+      line("ok", str_cat("port ", port, " is free here: node 0 can host the store on it"));
+    else
+      line("warn", str_cat("port ", port, " is in use on this host: fine if this job's node 0 is already running, "
+                           "otherwise pick --master-port"));
+  }
+  std::string err;
+  Fd fd = tcp_connect_once(master, port, Ms(3000), &err);
+  if (fd) {
+    fd.reset();
+    try {
+      StoreClientOptions co;
+      co.host = master;
+      co.port = port;
+      co.job_token = job_token_from_env();
+      co.connect_timeout = Ms(0);
+      co.identity = "nanochat doctor on " + host_name();
+      StoreClient probe(co);
+      line("ok", str_cat("a nanochat store answers at ", host_port(master, port), " and accepts this job token"));
+    } catch (const Error& e) {
+      line("warn", str_cat("something listens at ", host_port(master, port), " but: ", e.what()));
+    }
+  } else if (master_local) {
+    line("info", str_cat("nothing listens at ", host_port(master, port), " yet (", err, ")"));
+  } else {
+    line("warn", str_cat("cannot connect to ", host_port(master, port), ": ", err,
+                         " (normal before node 0 starts; otherwise check the address and firewalls)"));
+  }
+
+  std::string ifs;
+  for (const auto& i : list_interfaces())
+    if (i.family == AF_INET || !i.loopback) ifs += str_cat(ifs.empty() ? "" : ", ", i.name, "=", i.address);
+  line("info", "interfaces: " + ifs);
+  std::printf("%s\n", problems == 0 ? "doctor: no problems found" : str_cat("doctor: ", problems, " problem(s)").c_str());
+  return problems == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void register_doctor(CLI::App& app) {
+  auto args = std::make_shared<DoctorArgs>();
+  auto* sub = app.add_subcommand("doctor", "preflight for distributed runs: master reachability, interface, versions");
+  sub->add_option("--master-addr", args->master_addr, "address of node 0 (default MASTER_ADDR, else 127.0.0.1)");
+  sub->add_option("--master-port", args->master_port, "store port (default MASTER_PORT, else 29500)");
+  sub->add_option("--iface", args->iface, "network interface to check (default NANOCHAT_SOCKET_IFNAME / route)");
+  sub->add_option("--nproc-per-node", args->nproc_per_node, "ranks per node, for the thread split")
+      ->capture_default_str();
+  sub->callback([args] {
+    int rc = doctor(*args);
+    std::fflush(stdout);
+    if (rc != 0) std::exit(rc);
+  });
+}
+
+}  // namespace nanochat::cli

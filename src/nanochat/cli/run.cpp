@@ -1,0 +1,110 @@
+// `nanochat run`: torchrun-style launcher (DESIGN.md 1). Also registers the hidden
+// `nanochat dist-selftest` that tests/dist/ runs under it.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "nanochat/cli/commands.h"
+#include "nanochat/core/error.h"
+#include "nanochat/dist/env.h"
+#include "nanochat/dist/gloo_communicator.h"
+#include "nanochat/dist/launcher.h"
+#include "nanochat/dist/selftest.h"
+
+namespace nanochat::cli {
+
+namespace {
+
+struct RunArgs {
+  dist::LaunchOptions launch;
+  double rendezvous_timeout_s = 0;
+  double grace_s = 10;
+};
+
+struct SelftestArgs {
+  dist::SelftestOptions st;
+  std::vector<std::string> facts;
+  std::vector<std::string> facts_on_rank;
+  std::string iface;
+};
+
+std::pair<std::string, std::string> split_fact(const std::string& s, const char* flag) {
+  auto eq = s.find('=');
+  if (eq == std::string::npos || eq == 0) fail(flag, " expects KEY=VALUE, got '", s, "'");
+  return {s.substr(0, eq), s.substr(eq + 1)};
+}
+
+void register_selftest(CLI::App& app) {
+  auto args = std::make_shared<SelftestArgs>();
+  auto* sub = app.add_subcommand("dist-selftest", "check every collective against closed-form sums (tests)");
+  sub->group("");  // hidden: a test hook, not a user command
+  sub->add_option("--iterations", args->st.iterations, "rounds of checks")->capture_default_str();
+  sub->add_option("--size", args->st.size, "base element count of the buffers")->capture_default_str();
+  sub->add_option("--die-rank", args->st.die_rank, "this rank SIGKILLs itself (failure tests)");
+  sub->add_option("--die-at", args->st.die_at, "... at the start of this iteration");
+  sub->add_option("--fact", args->facts, "KEY=VALUE agreed between ranks before the checks");
+  sub->add_option("--fact-on-rank", args->facts_on_rank, "R:KEY=VALUE overriding a fact on rank R");
+  sub->add_option("--iface", args->iface, "network interface for Gloo");
+  sub->callback([args] {
+    for (const auto& f : args->facts) args->st.facts.insert(split_fact(f, "--fact"));
+    for (const auto& f : args->facts_on_rank) {
+      auto colon = f.find(':');
+      if (colon == std::string::npos) fail("--fact-on-rank expects R:KEY=VALUE, got '", f, "'");
+      args->st.facts_on_rank[std::stoi(f.substr(0, colon))].insert(split_fact(f.substr(colon + 1), "--fact-on-rank"));
+    }
+    dist::DistOptions opts;
+    if (!args->iface.empty()) opts.iface = args->iface;
+    auto comm = dist::make_communicator_from_env(opts);
+    dist::run_selftest(*comm, args->st, std::cout);
+  });
+}
+
+}  // namespace
+
+void register_run(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  auto& L = args->launch;
+  auto* sub = app.add_subcommand(
+      "run",
+      "start the ranks of a data-parallel job on this node (torchrun's flags and environment); "
+      "usage: nanochat run [flags] <subcommand> [its flags]");
+  sub->prefix_command();  // everything from the first positional on is the ranks' command line
+  sub->add_option("--nnodes", L.nnodes, "number of nodes (machines) in the job")->capture_default_str();
+  sub->add_option("--nproc-per-node", L.nproc_per_node, "ranks to start on this node")->capture_default_str();
+  sub->add_option("--node-rank", L.node_rank, "index of this node in [0, nnodes); node 0 hosts the store")
+      ->capture_default_str();
+  sub->add_option("--master-addr", L.master_addr,
+                  "address of node 0, reachable from every node (default 127.0.0.1 with one node)");
+  sub->add_option("--master-port", L.master_port, "TCP port of the job's store on node 0")->capture_default_str();
+  sub->add_option("--iface", L.iface, "network interface for Gloo (default: the one that routes to --master-addr)");
+  sub->add_option("--threads-per-rank", L.threads_per_rank,
+                  "OpenMP threads per rank (default: OMP_NUM_THREADS, else physical cores / nproc-per-node)");
+  sub->add_option("--job-token", L.job_token,
+                  "shared token that every node must present to the store (default NANOCHAT_JOB_TOKEN)");
+  sub->add_option("--rendezvous-timeout", args->rendezvous_timeout_s,
+                  "seconds to wait for all nodes (default NANOCHAT_RENDEZVOUS_TIMEOUT, else 300)");
+  sub->add_option("--grace", args->grace_s, "seconds between SIGTERM and SIGKILL when stopping ranks")
+      ->capture_default_str();
+  sub->callback([args, sub] {
+    auto& L = args->launch;
+    L.args = sub->remaining();  // the ranks' command line (prefix_command keeps it verbatim)
+    if (!L.args.empty() && L.args.front() == "--") L.args.erase(L.args.begin());
+    if (args->rendezvous_timeout_s > 0) {
+      L.rendezvous_timeout = dist::Ms(static_cast<long>(args->rendezvous_timeout_s * 1000));
+    } else {
+      dist::DistOptions d;
+      L.rendezvous_timeout = *d.resolved().rendezvous_timeout;
+    }
+    L.grace = dist::Ms(static_cast<long>(args->grace_s * 1000));
+    int rc = dist::launch(L);
+    if (rc != 0) {
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::exit(rc);
+    }
+  });
+  register_selftest(app);
+}
+
+}  // namespace nanochat::cli

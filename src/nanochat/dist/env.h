@@ -1,0 +1,59 @@
+#pragma once
+// Process placement and distributed options, read from torchrun's environment variables
+// (DESIGN.md 1, 3.7): RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// plus nanochat's NANOCHAT_STORE_HOSTED, NANOCHAT_SOCKET_IFNAME (or GLOO_SOCKET_IFNAME),
+// NANOCHAT_JOB_TOKEN, NANOCHAT_COLLECTIVE_TIMEOUT and NANOCHAT_RENDEZVOUS_TIMEOUT (seconds).
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "nanochat/dist/net.h"
+
+namespace nanochat::dist {
+
+/// Where this process sits in the job. Defaults describe a single process (world size 1).
+struct DistEnv {
+  int rank = 0;
+  int local_rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  std::string master_addr;  ///< host of the store (MASTER_ADDR)
+  int master_port = 0;      ///< port of the store (MASTER_PORT)
+  bool store_hosted = false;  ///< NANOCHAT_STORE_HOSTED=1: a launcher hosts the store, rank 0 must not
+
+  /// Reads the variables. WORLD_SIZE unset means a single process. Throws nanochat::Error naming
+  /// the variable when one is malformed or inconsistent (e.g. RANK >= WORLD_SIZE, no MASTER_ADDR).
+  static DistEnv from_env();
+};
+
+/// Knobs of the Gloo communicator. Unset fields come from the environment, then the defaults.
+struct DistOptions {
+  std::optional<std::string> iface;               ///< --iface; else NANOCHAT_SOCKET_IFNAME, GLOO_SOCKET_IFNAME
+  std::optional<Ms> collective_timeout;           ///< default 300 s (NANOCHAT_COLLECTIVE_TIMEOUT)
+  std::optional<Ms> rendezvous_timeout;           ///< default 300 s (NANOCHAT_RENDEZVOUS_TIMEOUT)
+  std::optional<std::string> job_token;           ///< default NANOCHAT_JOB_TOKEN, else ""
+  int generation = 0;                             ///< rendezvous generation (a rebuilt job uses +1)
+
+  /// Copy with every unset field filled from the environment or the default. Throws on a
+  /// malformed timeout variable.
+  DistOptions resolved() const;
+};
+
+/// The interface and address the Gloo device binds (DESIGN.md 3.7).
+struct DeviceChoice {
+  std::string iface;    ///< interface name ("" if the address belongs to none we can list)
+  std::string address;  ///< numeric address published to the peers
+  std::string reason;   ///< how it was chosen, for logs and `nanochat doctor`
+};
+
+/// Chooses the device address: the named interface (`iface`, if non-empty; its first IPv4
+/// address, else IPv6), otherwise the address of the interface that routes to master_addr.
+/// Never the hostname's loopback address unless the master itself is loopback. Throws
+/// nanochat::Error naming the interface (and listing the available ones) or the master.
+DeviceChoice choose_device(const std::string& master_addr, int master_port, const std::string& iface);
+
+/// Reads an integer environment variable; nullopt when unset. Throws naming the variable when
+/// it is not an integer.
+std::optional<long> env_int(const char* name);
+
+}  // namespace nanochat::dist

@@ -1,0 +1,44 @@
+#pragma once
+// The launcher behind `nanochat run` (DESIGN.md 1, 3.7, 3.10), with torchrun's meanings:
+// it starts --nproc-per-node ranks of a program on this node with RANK = node_rank*P + local,
+// LOCAL_RANK, WORLD_SIZE = N*P, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, OMP_NUM_THREADS.
+// Node 0's launcher hosts the job's store (ranks get NANOCHAT_STORE_HOSTED=1); the launchers of
+// all nodes register in the store first, so a different --nnodes / --nproc-per-node on some node
+// is one clear error on every node instead of a hang. Output lines of rank R are prefixed with
+// "[rank R] ". Ctrl-C / SIGTERM are forwarded; if a rank fails, the other ranks (on every node)
+// are stopped: a few seconds to exit on their own, then SIGTERM, then SIGKILL after a grace period.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "nanochat/dist/net.h"
+
+namespace nanochat::dist {
+
+struct LaunchOptions {
+  int nnodes = 1;
+  int nproc_per_node = 1;
+  int node_rank = 0;
+  std::string master_addr;    ///< "" = 127.0.0.1 when nnodes == 1 (required otherwise)
+  int master_port = 29500;
+  std::string iface;          ///< passed to the ranks as NANOCHAT_SOCKET_IFNAME when set
+  int threads_per_rank = 0;   ///< OMP_NUM_THREADS; 0 = env OMP_NUM_THREADS, else cores / P
+  std::string job_token;      ///< "" = NANOCHAT_JOB_TOKEN, else a random one when nnodes == 1
+  Ms rendezvous_timeout{300000};  ///< how long launchers wait for each other (NANOCHAT_RENDEZVOUS_TIMEOUT)
+  Ms settle{3000};            ///< after a failure, time the other ranks get to exit on their own
+  Ms grace{10000};            ///< time between SIGTERM and SIGKILL
+  std::string program = "/proc/self/exe";  ///< what each rank runs
+  std::vector<std::string> args;           ///< its arguments (the subcommand and its flags)
+};
+
+/// Runs the job's ranks on this node until they all exit. Returns 0 when every rank (on every
+/// node) succeeded, 128+signal when interrupted by SIGINT/SIGTERM. Throws nanochat::Error naming
+/// the failed rank, its host and its exit status when a rank fails (here or on another node), and
+/// for setup errors (busy port, unreachable master, mismatched --nnodes between nodes).
+int launch(const LaunchOptions& opts);
+
+/// Physical cores available to this process (distinct core ids of the CPUs in its affinity mask);
+/// falls back to the logical CPU count.
+int physical_cores();
+
+}  // namespace nanochat::dist
