@@ -112,3 +112,34 @@ TEST(TrainTest, RejectsTooSmallVocabAndSecondTrain) {
 
 }  // namespace
 }  // namespace nanochat
+
+namespace nanochat {
+namespace {
+
+// tok_train's selection: doc[:doc_cap] in code points; stop after the doc that crosses max_chars.
+TEST(TrainTextBudgetTest, CapsByCodePointsAndStopsAfterCrossingDoc) {
+  TrainTextBudget b(/*max_chars=*/10, /*doc_cap=*/4);
+  std::string d1 = "\xc3\xa9t\xc3\xa9s!";  // "étés!" = 5 code points, 7 bytes -> "étés" (6 bytes)
+  EXPECT_TRUE(b.take(d1));
+  EXPECT_EQ(d1, "\xc3\xa9t\xc3\xa9s");
+  EXPECT_EQ(b.chars(), 4);
+  std::string d2 = "abc";
+  EXPECT_TRUE(b.take(d2));  // 7 <= 10
+  std::string d3 = "\xe4\xbd\xa0\xe5\xa5\xbd";  // 2 code points: 9 <= 10
+  EXPECT_TRUE(b.take(d3));
+  EXPECT_FALSE(b.exhausted());
+  std::string d4 = "wxyz12";  // capped to 4: 13 > 10 -> last document
+  EXPECT_FALSE(b.take(d4));
+  EXPECT_EQ(d4, "wxyz");
+  EXPECT_TRUE(b.exhausted());
+  EXPECT_EQ(b.docs(), 4);
+  EXPECT_EQ(b.chars(), 13);
+  TrainTextBudget exact(3, 100);
+  std::string e = "abc";
+  EXPECT_TRUE(exact.take(e));  // 3 is not > 3
+  std::string empty;
+  EXPECT_TRUE(exact.take(empty));
+}
+
+}  // namespace
+}  // namespace nanochat

@@ -2,12 +2,14 @@
 
 namespace nanochat::cli {
 
+void register_tok(CLI::App& app);     // cli/tok.cpp: tok-train, tok-eval
 void register_run(CLI::App& app);     // cli/run.cpp (+ hidden dist-selftest)
 void register_doctor(CLI::App& app);  // cli/doctor.cpp
 
 // Subcommand registrations (one per cli/<name>.cpp). Keep this list in DESIGN.md order.
 void register_all(CLI::App& app) {
   (void)app;
+  register_tok(app);
   register_run(app);
   register_doctor(app);
 }

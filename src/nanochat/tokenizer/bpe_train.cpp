@@ -242,6 +242,21 @@ Tokenizer TokenizerTrainer::train(int vocab_size, TokenizerTrainStats* stats) {
   return Tokenizer::from_tokens(tokens, kSplitPattern);
 }
 
+bool TrainTextBudget::take(std::string& doc) {
+  int64_t n = 0;
+  for (size_t i = 0; i < doc.size(); ++i) {
+    if ((static_cast<unsigned char>(doc[i]) & 0xC0) == 0x80) continue;  // UTF-8 continuation byte
+    if (n == doc_cap_) {
+      doc.resize(i);
+      break;
+    }
+    ++n;
+  }
+  chars_ += n;
+  ++docs_;
+  return chars_ <= max_chars_;
+}
+
 Tokenizer Tokenizer::train(const std::vector<std::string>& docs, int vocab_size, TokenizerTrainStats* stats) {
   TokenizerTrainer t;
   t.add_documents(docs, 2);

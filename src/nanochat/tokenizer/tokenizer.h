@@ -104,6 +104,24 @@ class Tokenizer {
   std::shared_ptr<const Impl> impl_;
 };
 
+/// The text selection of nanochat's tok_train (spec 6.2): each document is cut to doc_cap
+/// characters (Unicode code points, Python's doc[:doc_cap]); documents are taken until the one that
+/// makes the running character count exceed max_chars (that one is still taken).
+class TrainTextBudget {
+ public:
+  TrainTextBudget(int64_t max_chars, int64_t doc_cap) : max_chars_(max_chars), doc_cap_(doc_cap) {}
+  /// Truncates doc in place and counts it. Returns false once the budget is exhausted, i.e. this
+  /// document is the last one to take (it is still truncated and counted).
+  bool take(std::string& doc);
+  int64_t chars() const { return chars_; }
+  int64_t docs() const { return docs_; }
+  bool exhausted() const { return chars_ > max_chars_; }
+
+ private:
+  int64_t max_chars_, doc_cap_;
+  int64_t chars_ = 0, docs_ = 0;
+};
+
 /// Streaming BPE trainer (spec 6.2): feed documents, then train(). Tokenizer::train() wraps it.
 /// Memory grows with the number of distinct pre-split chunks, not with the text length.
 class TokenizerTrainer {
