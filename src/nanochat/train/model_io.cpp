@@ -1,0 +1,70 @@
+#include "nanochat/train/model_io.h"
+
+#include <cstring>
+#include <filesystem>
+#include <regex>
+
+#include "nanochat/core/error.h"
+#include "nanochat/core/paths.h"
+#include "nanochat/core/safetensors.h"
+#include "nanochat/model/gpt.h"
+#include "nanochat/train/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace nanochat {
+
+std::string default_model_tag(const std::string& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec))
+    fail("no checkpoints under ", root, "; train a model first with 'nanochat base-train'");
+  static const std::regex dn("d([0-9]+)");
+  std::string best_d, newest;
+  long best_n = -1;
+  fs::file_time_type newest_t{};
+  for (auto& e : fs::directory_iterator(root, ec)) {
+    if (!e.is_directory() || complete_checkpoint_steps(e.path().string()).empty()) continue;
+    const std::string name = e.path().filename().string();
+    std::smatch m;
+    if (std::regex_match(name, m, dn) && std::stol(m[1]) > best_n) {
+      best_n = std::stol(m[1]);
+      best_d = name;
+    }
+    auto t = fs::last_write_time(e.path(), ec);
+    if (newest.empty() || t > newest_t) {
+      newest = name;
+      newest_t = t;
+    }
+  }
+  if (!best_d.empty()) return best_d;
+  if (!newest.empty()) return newest;
+  fail("no complete checkpoint under ", root, "; train a model first with 'nanochat base-train'");
+}
+
+LoadedModel load_trained_model(const std::string& tag_in, int64_t step) {
+  const std::string root = base_dir() + "/base_checkpoints";
+  LoadedModel out;
+  out.tag = tag_in.empty() ? default_model_tag(root) : tag_in;
+  out.dir = root + "/" + out.tag;
+  if (step < 0) {
+    auto last = last_complete_step(out.dir);
+    if (!last) fail("no complete checkpoint in ", out.dir, "; check --model-tag or train first");
+    step = *last;
+  }
+  out.step = step;
+  CheckpointPaths cp{out.dir, step};
+  out.meta = read_checkpoint_meta(cp);
+  ModelConfig cfg = ModelConfig::from_json(out.meta.at("model_config"));
+  out.model = std::make_unique<GPT>(cfg);
+  StFile w = load_safetensors(cp.model());
+  for (const auto& p : out.model->params()) {
+    const StTensor& t = w.at(p.name);
+    if (t.shape != p.shape)
+      fail("checkpoint ", cp.model(), ": tensor ", p.name, " has a shape that does not match its model_config");
+    std::vector<float> v = t.to_f32();
+    std::memcpy(out.model->param_data() + p.offset, v.data(), p.numel * sizeof(float));
+  }
+  return out;
+}
+
+}  // namespace nanochat
