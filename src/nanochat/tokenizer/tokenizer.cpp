@@ -52,31 +52,25 @@ struct Fnv1a {
 };
 
 // Per-thread cache of recently encoded multi-token chunks (direct-mapped; keyed by the chunk's
-// bytes and the Impl instance). Only chunks that are not whole tokens get here.
+// bytes and the Impl instance, so tokenizers used alternately on one thread never see each other's
+// entries). Only chunks that are not whole tokens get here.
 struct ChunkCache {
-  static constexpr size_t kSlots = 8192;
+  static constexpr size_t kSlotBits = 13;  // 8192 slots, ~0.7 MB per thread
   static constexpr size_t kMaxKey = 30;
   static constexpr size_t kMaxIds = 8;
   struct Slot {
+    uint64_t owner = 0;  // Impl::instance; 0 = empty
     uint64_t h = 0;
-    uint8_t len = 0;  // 0 = empty
+    uint8_t len = 0;
     uint8_t nids = 0;
     char key[kMaxKey];
     int32_t ids[kMaxIds];
   };
-  uint64_t owner = 0;
-  std::vector<Slot> slots;
-  ChunkCache() : slots(kSlots) {}
-  void reset_for(uint64_t instance) {
-    if (owner == instance) return;
-    owner = instance;
-    for (Slot& s : slots) s.len = 0;
-  }
+  std::vector<Slot> slots = std::vector<Slot>(size_t(1) << kSlotBits);
 };
 
-ChunkCache& thread_cache(uint64_t instance) {
+ChunkCache& thread_cache() {
   thread_local ChunkCache cache;
-  cache.reset_for(instance);
   return cache;
 }
 
@@ -164,8 +158,9 @@ Tokenizer::Impl::Impl(const std::vector<std::string>& tokens, const std::string&
   instance = g_instance_counter.fetch_add(1);
 }
 
-int32_t Tokenizer::Impl::rank_of(std::string_view s) const {
-  const uint64_t h = hash_bytes(s.data(), s.size());
+int32_t Tokenizer::Impl::rank_of(std::string_view s) const { return rank_of(s, hash_bytes(s.data(), s.size())); }
+
+int32_t Tokenizer::Impl::rank_of(std::string_view s, uint64_t h) const {
   const auto tag = static_cast<uint32_t>(h >> 32);
   size_t i = h & bytes_mask;
   for (;;) {
@@ -271,16 +266,15 @@ void Tokenizer::Impl::encode_chunk(std::string_view chunk, std::vector<int32_t>&
     out.push_back(byte_id[static_cast<unsigned char>(chunk[0])]);
     return;
   }
-  const int32_t whole = rank_of(chunk);
-  if (whole >= 0) {
+  const uint64_t h = hash_bytes(chunk.data(), n);
+  const int32_t whole = rank_of(chunk, h);
+  if (whole >= 0) {  // tiktoken's shortcut: a chunk that is a token is that token
     out.push_back(whole);
     return;
   }
   if (n <= ChunkCache::kMaxKey) {
-    ChunkCache& cache = thread_cache(instance);
-    const uint64_t h = hash_bytes(chunk.data(), n) * 0x9e3779b97f4a7c15ull;
-    ChunkCache::Slot& sl = cache.slots[h >> 51];  // top 13 bits: 8192 slots
-    if (sl.len == n && sl.h == h && std::memcmp(sl.key, chunk.data(), n) == 0) {
+    ChunkCache::Slot& sl = thread_cache().slots[(h * 0x9e3779b97f4a7c15ull) >> (64 - ChunkCache::kSlotBits)];
+    if (sl.owner == instance && sl.h == h && sl.len == n && std::memcmp(sl.key, chunk.data(), n) == 0) {
       out.insert(out.end(), sl.ids, sl.ids + sl.nids);
       return;
     }
@@ -288,6 +282,7 @@ void Tokenizer::Impl::encode_chunk(std::string_view chunk, std::vector<int32_t>&
     bpe_small(*this, chunk, out);
     const size_t nids = out.size() - before;
     if (nids <= ChunkCache::kMaxIds) {
+      sl.owner = instance;
       sl.h = h;
       sl.len = static_cast<uint8_t>(n);
       sl.nids = static_cast<uint8_t>(nids);

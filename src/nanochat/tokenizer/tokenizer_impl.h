@@ -23,6 +23,8 @@ struct Tokenizer::Impl {
   }
   /// Rank of a whole byte string if it is a mergeable token, else -1 (tiktoken's encoder lookup).
   int32_t rank_of(std::string_view s) const;
+  /// Same with h = tok_detail::hash_bytes(s) already computed.
+  int32_t rank_of(std::string_view s, uint64_t h) const;
   /// Appends the BPE ids of one pre-split chunk.
   void encode_chunk(std::string_view chunk, std::vector<int32_t>& out) const;
   void encode_into(std::string_view text, std::vector<int32_t>& out) const;
