@@ -1,0 +1,71 @@
+// `nanochat data pack|inspect|download`: build, describe and fetch parquet shards in nanochat's
+// layout (nanochat/dataset.py, dev/repackage_data_reference.py; spec 5.1-5.2).
+#include <cstdio>
+#include <memory>
+
+#include "nanochat/cli/commands.h"
+#include "nanochat/core/error.h"
+#include "nanochat/core/paths.h"
+#include "nanochat/data/download.h"
+#include "nanochat/data/pack.h"
+
+namespace nanochat::cli {
+
+void register_data(CLI::App& app) {
+  CLI::App* data = app.add_subcommand("data", "Build, inspect and download parquet text shards (nanochat layout)");
+  data->require_subcommand(1);
+
+  // ---- pack ----
+  auto pack = std::make_shared<data::PackOptions>();
+  CLI::App* p = data->add_subcommand(
+      "pack",
+      "Pack text/JSONL files into shuffled shards shard_00000.parquet ... (the last one is validation). "
+      "Train shards close at >= --shard-chars characters and a multiple of 1024 documents; the remainder "
+      "is kept in the last train shard.");
+  p->add_option("inputs", pack->inputs, "Input files or directories (*.jsonl/*.json: {\"text\": ...} per line; else text)")
+      ->required();
+  p->add_option("--out", pack->out_dir, "Output directory for the shards")->required();
+  p->add_option("--shard-chars", pack->shard_chars, "Characters per train shard (nanochat: 250000000)")
+      ->capture_default_str();
+  p->add_option("--val-docs", pack->val_docs, "Documents in the validation shard")->capture_default_str();
+  p->add_option("--seed", pack->seed, "Shuffle seed")->capture_default_str();
+  p->add_option("--split", pack->split, "Text files: 'doc' (one document per file) or 'paragraphs'")
+      ->capture_default_str();
+  p->add_flag("--force", pack->force, "Replace .parquet files already in --out");
+  p->add_flag("-q,--quiet", pack->quiet, "No per-shard lines");
+  p->callback([pack] {
+    data::PackResult r = data::pack_corpus(*pack);
+    std::printf("packed %lld documents (%lld characters) into %zu train shard(s) + 1 validation shard (%lld documents) in %s\n",
+                static_cast<long long>(r.docs), static_cast<long long>(r.chars), r.train_shards.size(),
+                static_cast<long long>(r.val_docs), pack->out_dir.c_str());
+    if (r.skipped) std::printf("skipped %lld empty or null documents\n", static_cast<long long>(r.skipped));
+    if (r.replaced_utf8) std::printf("replaced %lld invalid UTF-8 sequences with U+FFFD\n", static_cast<long long>(r.replaced_utf8));
+  });
+
+  // ---- inspect ----
+  auto file = std::make_shared<std::string>();
+  auto preview = std::make_shared<int>(200);
+  CLI::App* in = data->add_subcommand("inspect", "Show a parquet file's schema, codec, encodings, row groups and first document");
+  in->add_option("file", *file, "Parquet file")->required();
+  in->add_option("--preview", *preview, "Characters of the first document to show")->capture_default_str();
+  in->callback([file, preview] { std::fputs(data::inspect_parquet(*file, *preview).c_str(), stdout); });
+
+  // ---- download ----
+  auto dl = std::make_shared<data::DownloadOptions>();
+  CLI::App* d = data->add_subcommand(
+      "download", "Download nanochat's pretraining shards shard_00000..N-1 plus the validation shard 06542 (resumable)");
+  d->add_option("-n,--num-files", dl->num_files, "Number of train shards (-1 = all 6542)")->required();
+  d->add_option("--base-url", dl->base_url, "Where the shards live")->capture_default_str();
+  d->add_option("--dir", dl->dir, "Target directory (default: $NANOCHAT_DATA_DIR or $NANOCHAT_BASE_DIR/base_data_climbmix)");
+  d->add_option("-w,--num-workers", dl->workers, "Parallel downloads")->capture_default_str();
+  d->add_option("--retries", dl->attempts, "Attempts per file")->capture_default_str();
+  d->add_flag("-q,--quiet", dl->quiet, "No progress bar");
+  d->callback([dl] {
+    if (dl->dir.empty()) dl->dir = data_dir();
+    data::DownloadResult r = data::download_shards(*dl);
+    std::printf("%d shard(s) in %s (%d downloaded, %d already present)\n", r.downloaded + r.present, dl->dir.c_str(),
+                r.downloaded, r.present);
+  });
+}
+
+}  // namespace nanochat::cli

@@ -1,0 +1,254 @@
+#include "nanochat/data/download.h"
+
+#include <curl/curl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "nanochat/core/error.h"
+#include "nanochat/data/parquet.h"
+
+namespace fs = std::filesystem;
+
+namespace nanochat::data {
+
+namespace {
+
+struct Job {
+  std::string name, url, path;
+};
+
+// Shared progress counters (bytes written by all workers; files finished).
+struct Progress {
+  std::atomic<int64_t> bytes{0};
+  std::atomic<int> done{0};
+  int total = 0;
+};
+
+struct Transfer {
+  FILE* f = nullptr;
+  Progress* progress = nullptr;
+  long status = 0;
+  bool write_error = false;
+};
+
+size_t on_write(char* data, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  size_t bytes = size * n;
+  if (std::fwrite(data, 1, bytes, t->f) != bytes) {
+    t->write_error = true;
+    return 0;  // makes curl abort with CURLE_WRITE_ERROR
+  }
+  t->progress->bytes += static_cast<int64_t>(bytes);
+  return bytes;
+}
+
+// One attempt to fetch job.url into job.path + ".tmp" (resuming it when it exists).
+// Returns "" on success, else the reason; *permanent is set for errors retrying cannot fix.
+std::string fetch_once(const Job& job, const DownloadOptions& opt, Progress& progress, bool* permanent, bool* resumed) {
+  const std::string tmp = job.path + ".tmp";
+  std::error_code ec;
+  int64_t have = fs::exists(tmp, ec) ? static_cast<int64_t>(fs::file_size(tmp, ec)) : 0;
+  if (ec) have = 0;
+  CURL* curl = curl_easy_init();
+  if (!curl) return "curl_easy_init failed";
+  struct Cleanup {
+    CURL* c;
+    ~Cleanup() { curl_easy_cleanup(c); }
+  } cleanup{curl};
+  char errbuf[CURL_ERROR_SIZE] = {0};
+  Transfer t;
+  t.progress = &progress;
+  t.f = std::fopen(tmp.c_str(), have > 0 ? "ab" : "wb");
+  if (!t.f) {
+    *permanent = true;
+    return "cannot write " + tmp;
+  }
+  curl_easy_setopt(curl, CURLOPT_URL, job.url.c_str());
+  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
+  curl_easy_setopt(curl, CURLOPT_USERAGENT, "nanochat.cpp");
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, opt.connect_timeout_s);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, opt.stall_timeout_s);
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_write);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &t);
+  if (have > 0) curl_easy_setopt(curl, CURLOPT_RESUME_FROM_LARGE, static_cast<curl_off_t>(have));
+  // Only keep the body of a successful response: a 4xx/5xx page must not end up in the .tmp.
+  curl_easy_setopt(curl, CURLOPT_FAILONERROR, 1L);
+  progress.bytes += have;
+  CURLcode rc = curl_easy_perform(curl);
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &t.status);
+  std::fclose(t.f);
+  if (t.write_error) {
+    *permanent = true;
+    return "cannot write " + tmp + " (disk full?)";
+  }
+  if (rc == CURLE_HTTP_RETURNED_ERROR) {
+    if (t.status == 416) {  // our partial file is not a prefix the server can continue: start over
+      fs::remove(tmp, ec);
+      return "HTTP 416 on resume; restarting from scratch";
+    }
+    *permanent = t.status >= 400 && t.status < 500 && t.status != 408 && t.status != 429;
+    return str_cat("HTTP ", t.status, " from ", job.url);
+  }
+  if (rc == CURLE_RANGE_ERROR) {  // server ignored the Range request: restart cleanly
+    fs::remove(tmp, ec);
+    return "server does not support resuming (HTTP Range); restarting from scratch";
+  }
+  if (rc != CURLE_OK) return str_cat(curl_easy_strerror(rc), errbuf[0] ? std::string(": ") + errbuf : std::string());
+  if (have > 0) *resumed = true;
+  // The file must be Parquet with an intact footer before it becomes a shard.
+  try {
+    ParquetReader check(tmp);
+  } catch (const Error& e) {
+    fs::remove(tmp, ec);
+    return std::string("downloaded file is not a valid parquet file (") + e.what() + ")";
+  }
+  fs::rename(tmp, job.path, ec);
+  if (ec) {
+    *permanent = true;
+    return "cannot rename " + tmp + ": " + ec.message();
+  }
+  return "";
+}
+
+std::string mb(int64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(b) / 1e6);
+  return buf;
+}
+
+}  // namespace
+
+DownloadResult download_shards(const DownloadOptions& opt) {
+  if (opt.dir.empty()) fail("data download: --dir is empty");
+  if (opt.workers < 1) fail("data download: --num-workers must be at least 1");
+  if (opt.attempts < 1) fail("data download: --retries must be at least 1");
+  if (opt.num_files < -1) fail("data download: -n must be -1 (all) or a count of train shards");
+  std::error_code ec;
+  fs::create_directories(opt.dir, ec);
+  if (ec) fail("data download: cannot create ", opt.dir, ": ", ec.message());
+
+  int n = opt.num_files < 0 ? kMaxShard : std::min(opt.num_files, kMaxShard);
+  std::vector<int> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(i);
+  ids.push_back(kMaxShard);  // the validation shard, always
+  std::string base = opt.base_url;
+  while (!base.empty() && base.back() == '/') base.pop_back();
+
+  DownloadResult res;
+  std::vector<Job> jobs;
+  for (int id : ids) {
+    char name[32];
+    std::snprintf(name, sizeof name, "shard_%05d.parquet", id);
+    Job j{name, base + "/" + name, (fs::path(opt.dir) / name).string()};
+    if (fs::exists(j.path, ec)) {
+      try {
+        ParquetReader check(j.path);
+        res.present++;
+        continue;
+      } catch (const Error& e) {
+        std::fprintf(stderr, "nanochat: %s is not a valid shard (%s); downloading it again\n", j.path.c_str(), e.what());
+        fs::remove(j.path, ec);
+      }
+    }
+    jobs.push_back(std::move(j));
+  }
+  if (jobs.empty()) return res;
+
+  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) fail("data download: libcurl failed to initialise");
+  Progress progress;
+  progress.total = static_cast<int>(jobs.size());
+  std::atomic<size_t> next{0};
+  std::atomic<int> resumed{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> failures;
+  int running = std::min<int>(opt.workers, static_cast<int>(jobs.size()));
+  std::atomic<bool> stop{false};
+
+  auto worker = [&] {
+    for (;;) {
+      size_t k = next++;
+      if (k >= jobs.size() || stop) break;
+      const Job& job = jobs[k];
+      std::string reason;
+      for (int attempt = 1; attempt <= opt.attempts; ++attempt) {
+        bool permanent = false, was_resumed = false;
+        reason = fetch_once(job, opt, progress, &permanent, &was_resumed);
+        if (reason.empty()) {
+          if (was_resumed) resumed++;
+          break;
+        }
+        if (permanent || attempt == opt.attempts) break;
+        double wait = opt.backoff_s * std::pow(2.0, attempt - 1);
+        if (!opt.quiet) std::fprintf(stderr, "\nnanochat: %s: attempt %d/%d failed (%s); retrying in %.1f s\n", job.name.c_str(), attempt, opt.attempts, reason.c_str(), wait);
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait_for(lk, std::chrono::duration<double>(wait), [&] { return stop.load(); });
+      }
+      if (reason.empty()) {
+        progress.done++;
+      } else {
+        std::lock_guard<std::mutex> lk(mu);
+        failures.push_back(job.name + " (" + job.url + "): " + reason);
+      }
+    }
+    std::lock_guard<std::mutex> lk(mu);
+    running--;
+    cv.notify_all();
+  };
+  std::vector<std::thread> threads;
+  const int nthreads = running;
+  for (int i = 0; i < nthreads; ++i) threads.emplace_back(worker);
+
+  const bool tty = isatty(fileno(stderr));
+  auto t0 = std::chrono::steady_clock::now();
+  auto draw = [&](bool final_line) {
+    if (opt.quiet) return;
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    int done = progress.done.load();
+    int width = 30, fill = progress.total ? width * done / progress.total : width;
+    std::string bar = std::string(static_cast<size_t>(fill), '#') + std::string(static_cast<size_t>(width - fill), '.');
+    std::fprintf(stderr, "%s[%s] %d/%d files  %s  %.1f MB/s%s", tty ? "\r" : "", bar.c_str(), done, progress.total,
+                 mb(progress.bytes.load()).c_str(), s > 0 ? static_cast<double>(progress.bytes.load()) / 1e6 / s : 0.0,
+                 (final_line || !tty) ? "\n" : "");
+    std::fflush(stderr);
+  };
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    while (running > 0) {
+      cv.wait_for(lk, std::chrono::milliseconds(tty ? 200 : 5000));
+      if (running > 0 && (tty || !opt.quiet)) {
+        lk.unlock();
+        draw(false);
+        lk.lock();
+      }
+    }
+  }
+  for (auto& th : threads) th.join();
+  draw(true);
+  curl_global_cleanup();
+
+  res.downloaded = progress.done.load();
+  res.resumed = resumed.load();
+  if (!failures.empty()) {
+    std::string msg = str_cat("data download: ", failures.size(), " of ", jobs.size(), " file(s) failed:");
+    for (const auto& f : failures) msg += "\n  " + f;
+    msg += "\n(partial .tmp files are kept; rerun the same command to resume)";
+    fail(msg);
+  }
+  return res;
+}
+
+}  // namespace nanochat::data

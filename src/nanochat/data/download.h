@@ -1,0 +1,39 @@
+#pragma once
+// `nanochat data download`: fetch nanochat's pretraining shards over HTTP(S) with libcurl
+// (nanochat/dataset.py; spec 5.1). Files shard_%05d.parquet for 0..N-1 plus the validation shard
+// 06542 (always). Each file streams into "<name>.tmp"; an existing .tmp is resumed with an HTTP
+// Range request; failures are retried with exponential backoff; a finished file must open as
+// Parquet (magic + footer) before it is renamed into place. Existing valid shards are skipped.
+#include <string>
+
+namespace nanochat::data {
+
+/// nanochat's hosted dataset (karpathy/climbmix-400b-shuffle on HuggingFace).
+inline constexpr const char* kDefaultShardBaseUrl =
+    "https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main";
+/// Index of the last shard (the validation shard): files 00000 ... 06542.
+inline constexpr int kMaxShard = 6542;
+
+struct DownloadOptions {
+  int num_files = -1;  // train shards 0..num_files-1 (clamped to kMaxShard; -1 = all)
+  std::string base_url = kDefaultShardBaseUrl;
+  std::string dir;       // target directory (created)
+  int workers = 4;       // parallel downloads
+  int attempts = 5;      // tries per file
+  double backoff_s = 2;  // wait backoff_s * 2^(attempt-1) seconds before a retry
+  long connect_timeout_s = 30;
+  long stall_timeout_s = 60;  // abort a transfer that moves no bytes for this long
+  bool quiet = false;         // no progress bar
+};
+
+struct DownloadResult {
+  int downloaded = 0;  // fetched now
+  int present = 0;     // already there (and valid)
+  int resumed = 0;     // of the downloaded, how many continued a partial .tmp
+};
+
+/// Downloads the shards (see the file comment). Permanent HTTP errors (4xx) are not retried.
+/// Throws nanochat::Error listing every file that failed, with its URL and the last reason.
+DownloadResult download_shards(const DownloadOptions& opt);
+
+}  // namespace nanochat::data
