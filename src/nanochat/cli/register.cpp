@@ -2,6 +2,7 @@
 
 namespace nanochat::cli {
 
+void register_data(CLI::App& app);    // cli/data.cpp: data pack|inspect|download
 void register_tok(CLI::App& app);     // cli/tok.cpp: tok-train, tok-eval
 void register_run(CLI::App& app);     // cli/run.cpp (+ hidden dist-selftest)
 void register_doctor(CLI::App& app);  // cli/doctor.cpp
@@ -9,6 +10,7 @@ void register_doctor(CLI::App& app);  // cli/doctor.cpp
 // Subcommand registrations (one per cli/<name>.cpp). Keep this list in DESIGN.md order.
 void register_all(CLI::App& app) {
   (void)app;
+  register_data(app);
   register_tok(app);
   register_run(app);
   register_doctor(app);
