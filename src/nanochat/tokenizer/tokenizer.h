@@ -1,7 +1,9 @@
 #pragma once
 // Byte-level BPE tokenizer of nanochat (spec section 6; nanochat/tokenizer.py + rustbpe + tiktoken).
 //
-//  * Pre-split: nanochat's split regex (GPT-4's pattern with \p{N}{1,2}), matched with PCRE2 (JIT).
+//  * Pre-split: nanochat's split regex (GPT-4's pattern with \p{N}{1,2}), matched with PCRE2 (JIT)
+//    with tiktoken's semantics (\s = Unicode White_Space). Text is bytes: invalid UTF-8 sequences
+//    become chunks of their own, so every byte string encodes and decodes back exactly.
 //  * Mergeable ranks: ids 0..255 are the single bytes; id 256+k is the k-th merge (the bytes of its
 //    two parents concatenated). Encoding merges, inside each chunk, the adjacent pair whose
 //    concatenation has the lowest rank until none applies (tiktoken semantics).
@@ -45,7 +47,8 @@ class Tokenizer {
   /// Trains byte-level BPE like nanochat's rustbpe (spec 6.2): each doc is split with kSplitPattern,
   /// unique chunks are counted (weighted), then vocab_size - 9 - 256 merges are learned, each the
   /// pair with the highest weighted count (ties -> lexicographically smallest (a, b) id pair), merged
-  /// left-to-right without overlap. The 9 specials take the top ids. Deterministic.
+  /// left-to-right without overlap. The 9 specials take the top ids. Deterministic (splitting runs
+  /// on 2 threads; the result does not depend on it). Verified merge-for-merge against rustbpe.
   /// Throws nanochat::Error if vocab_size < 256 + 9. If the text runs out of pairs before all merges
   /// are learned, the vocabulary is smaller than asked (vocab_size() tells).
   static Tokenizer train(const std::vector<std::string>& docs, int vocab_size,
@@ -63,7 +66,8 @@ class Tokenizer {
 
   /// Writes into `dir` (created if missing):
   ///   tokenizer.ranks   tiktoken format: "<base64 of token bytes> <rank>\n" per mergeable token
-  ///   tokenizer.json    {"pattern", "special_tokens": {name: id}, "vocab_size", "hash"}
+  ///   tokenizer.json    {"format", "pattern", "num_mergeable", "vocab_size",
+///                      "special_tokens": {name: id}, "hash": hex of hash()}
   ///   token_bytes.bin   int32 little-endian (V,) = token_bytes()
   /// Throws nanochat::Error naming the file on I/O failure.
   void save(const std::string& dir) const;
