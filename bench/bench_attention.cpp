@@ -7,6 +7,7 @@
 // does exactly these, kSplit recomputes QK^T and dO V^T once more). For a full causal row set
 // pairs = T(T+1)/2; with window w each query sees at most w+1 keys.
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,15 +26,34 @@ using namespace nanochat;
 
 namespace {
 
-double best_seconds(int repeats, const std::function<void()>& fn) {
+double cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// Best wall time and best process CPU time (all threads) over `repeats` calls after a warm-up.
+// On a shared machine the CPU time is the steadier number: it leaves out time spent waiting for
+// a core while other processes run.
+struct Timing {
+  double wall, cpu;
+};
+Timing best_seconds(int repeats, const std::function<void()>& fn) {
   fn();  // warm-up (thread-local scratch, page faults)
-  double best = 1e30;
+  Timing best{1e30, 1e30};
   for (int r = 0; r < repeats; ++r) {
+    const double c0 = cpu_seconds();
     Timer t;
     fn();
-    best = std::min(best, t.seconds());
+    best.wall = std::min(best.wall, t.seconds());
+    best.cpu = std::min(best.cpu, cpu_seconds() - c0);
   }
   return best;
+}
+
+void print_row(const char* what, Timing t, double flops) {
+  std::printf("  %-16s wall %8.3f ms %7.1f GFLOP/s | cpu %8.3f ms %7.1f GFLOP/s per core-second\n",
+              what, t.wall * 1e3, flops / t.wall * 1e-9, t.cpu * 1e3, flops / t.cpu * 1e-9);
 }
 
 void run_shape(const char* name, int B, int T, int H, int Hkv, int D, int window, int repeats,
@@ -51,7 +71,7 @@ void run_shape(const char* name, int B, int T, int H, int Hkv, int D, int window
   for (int i = 0; i < T; ++i) pairs += std::min(i, window) + 1;
   const double fwd_flops = 4.0 * B * H * D * pairs, bwd_flops = 10.0 * B * H * D * pairs;
 
-  const double t_fwd = best_seconds(repeats, [&] {
+  const Timing t_fwd = best_seconds(repeats, [&] {
     attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, H, Hkv, D,
                       window, scale);
   });
@@ -62,29 +82,25 @@ void run_shape(const char* name, int B, int T, int H, int Hkv, int D, int window
                               window, scale);
     });
   };
-  const double t_fused = bwd(AttentionBackwardMode::kFused);
-  const double t_split = bwd(AttentionBackwardMode::kSplit);
+  const Timing t_fused = bwd(AttentionBackwardMode::kFused);
+  const Timing t_split = bwd(AttentionBackwardMode::kSplit);
   std::printf("%-4s B=%d T=%d H=%d Hkv=%d D=%d window=%d pairs/head=%.0f\n", name, B, T, H, Hkv, D,
               window, pairs);
-  std::printf("  forward          %8.3f ms  %7.1f GFLOP/s\n", t_fwd * 1e3, fwd_flops / t_fwd * 1e-9);
-  std::printf("  backward fused   %8.3f ms  %7.1f GFLOP/s\n", t_fused * 1e3,
-              bwd_flops / t_fused * 1e-9);
-  std::printf("  backward split   %8.3f ms  %7.1f GFLOP/s\n", t_split * 1e3,
-              bwd_flops / t_split * 1e-9);
+  print_row("forward", t_fwd, fwd_flops);
+  print_row("backward fused", t_fused, bwd_flops);
+  print_row("backward split", t_split, bwd_flops);
   if (with_reference) {
-    const double t_ref_f = best_seconds(1, [&] {
+    const Timing t_ref_f = best_seconds(1, [&] {
       attention_forward_reference<float>(q.data(), k.data(), v.data(), out.data(), lse.data(), B, T,
                                          H, Hkv, D, window, scale);
     });
-    const double t_ref_b = best_seconds(1, [&] {
+    const Timing t_ref_b = best_seconds(1, [&] {
       attention_backward_reference<float>(q.data(), k.data(), v.data(), out.data(), lse.data(),
                                           dout.data(), dq.data(), dk.data(), dv.data(), B, T, H,
                                           Hkv, D, window, scale);
     });
-    std::printf("  reference fwd    %8.3f ms  %7.1f GFLOP/s\n", t_ref_f * 1e3,
-                fwd_flops / t_ref_f * 1e-9);
-    std::printf("  reference bwd    %8.3f ms  %7.1f GFLOP/s\n", t_ref_b * 1e3,
-                bwd_flops / t_ref_b * 1e-9);
+    print_row("reference fwd", t_ref_f, fwd_flops);
+    print_row("reference bwd", t_ref_b, bwd_flops);
   }
 }
 
