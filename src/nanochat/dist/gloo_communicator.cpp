@@ -148,6 +148,20 @@ struct GlooCommunicator::Impl {
   uint64_t seq = 0;    // collectives submitted (for messages)
   std::vector<float> scratch;
 
+  ~Impl() {
+    bool clean = broken.empty();
+    ctx.reset();
+    dev.reset();
+    store.reset();
+    client.reset();  // goodbye: no last will
+    if (server) {
+      // The other ranks may still need the store (to finish, to diagnose a failure, or to learn
+      // that rendezvous failed), so the host lingers until they disconnect (bounded).
+      server->wait_clients_at_most(0, clean ? Ms(60000) : Ms(10000));
+      server.reset();
+    }
+  }
+
   std::string me() const { return str_cat("rank ", env.rank, " (host ", host, ")"); }
   std::string rank_desc(int r) const {
     if (r >= 0 && r < static_cast<int>(peers.size()) && !peers[r].host.empty())
@@ -266,6 +280,8 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
   } catch (const std::exception&) {
     store_ok = false;
   }
+  // Ranks whose store connection dropped without a goodbye and that reported no error of their
+  // own died first (killed or crashed); ranks that reported an error failed because of something.
   std::vector<std::string> dead;
   std::vector<std::string> errors;
   if (store_ok) {
@@ -278,8 +294,9 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
         errors.clear();
         for (int j = 0; j < W; ++j) {
           if (j == env.rank) continue;
-          if (auto v = store->try_get(str_cat("dead/", j))) dead.push_back(*v);
-          if (auto v = store->try_get(str_cat("error/", j))) errors.push_back(*v);
+          auto e = store->try_get(str_cat("error/", j));
+          if (e) errors.push_back(*e);
+          if (auto v = store->try_get(str_cat("dead/", j)); v && !e) dead.push_back(*v);
         }
         if (!dead.empty() || Clock::now() >= until) break;
         std::this_thread::sleep_for(Ms(50));
@@ -457,16 +474,7 @@ GlooCommunicator::~GlooCommunicator() {
   }
   impl_->qcv.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
-  bool clean = impl_->broken.empty();
-  impl_->ctx.reset();
-  impl_->dev.reset();
-  impl_->store.reset();
-  impl_->client.reset();  // goodbye: no last will
-  if (impl_->server) {
-    // The other ranks may still need the store (to finish, or to diagnose a failure).
-    impl_->server->wait_clients_at_most(0, clean ? Ms(60000) : Ms(10000));
-    impl_->server.reset();
-  }
+  impl_.reset();  // closes the mesh, says goodbye, and (store host) lingers for the others
 }
 
 int GlooCommunicator::rank() const { return impl_->env.rank; }

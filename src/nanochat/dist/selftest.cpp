@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <ostream>
 #include <vector>
 
@@ -32,7 +33,10 @@ size_t run_selftest(Communicator& comm, const SelftestOptions& opts, std::ostrea
   const int W = comm.world_size(), r = comm.rank();
   const double T = W * (W + 1) / 2.0;  // sum over ranks of (rank + 1)
   const std::string tag = str_cat("dist-selftest: rank ", r, " of ", W, ": ");
-  out << tag << "pid " << getpid() << std::endl;
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const char* lr = std::getenv("LOCAL_RANK");
+  out << tag << "pid " << getpid() << ", LOCAL_RANK=" << (lr ? lr : "") << ", OMP_NUM_THREADS=" << (omp ? omp : "")
+      << std::endl;
   size_t checks = 0;
 
   if (!opts.facts.empty() || !opts.facts_on_rank.empty()) {
