@@ -9,6 +9,7 @@
 
 #include "fd_check.h"
 #include "nanochat/core/rng.h"
+#include "nanochat/kernels/gemm.h"
 #include "nanochat/kernels/lm_head_loss.h"
 #include "nanochat/kernels/vecmath.h"
 
@@ -141,12 +142,14 @@ TEST(LmHeadLoss, FusedChunkedMatchesUnfusedReference) {
   for (double v : ref.dx) dx_max = std::max(dx_max, std::fabs(v));
   for (double v : ref.dW) dW_max = std::max(dW_max, std::fabs(v));
 
-  for (int64_t chunk : {int64_t{1}, int64_t{5}, int64_t{13}, int64_t{100}}) {
-    SCOPED_TRACE("chunk " + std::to_string(chunk));
+  for (int64_t chunk : {int64_t{1}, int64_t{5}, int64_t{13}, int64_t{100}})
+  for (bool transposed : {false, true}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk) + (transposed ? " transposed dW" : ""));
     std::vector<float> scratch(chunk * V), ptl(N, -1.f), dx(N * C, 99.f), dW(Vp * C, 0.25f);
+    std::vector<float> dWt(C * V, 1e30f);  // garbage: must be overwritten, not accumulated
     const double sum = lm_head_softcap_ce(x.data(), W.data(), t.data(), N, C, V, 15.f,
                                           static_cast<float>(gs), scratch.data(), chunk, ptl.data(),
-                                          dx.data(), dW.data());
+                                          dx.data(), dW.data(), transposed ? dWt.data() : nullptr);
     EXPECT_NEAR(sum, ref.loss_sum, 1e-5 * ref.loss_sum);
     for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(ptl[n], ref.per_token[n], 1e-5 * (1 + ref.per_token[n]));
     EXPECT_EQ(ptl[2], 0.f);
@@ -160,6 +163,35 @@ TEST(LmHeadLoss, FusedChunkedMatchesUnfusedReference) {
                                            scratch.data(), chunk, ptl2.data(), nullptr, nullptr);
     EXPECT_DOUBLE_EQ(sum2, sum);
     for (int64_t n = 0; n < N; ++n) EXPECT_EQ(ptl2[n], ptl[n]);
+  }
+}
+
+TEST(Gemm, AddTransposed) {
+  const int64_t rows = 70, cols = 45;  // not multiples of the tile
+  std::vector<float> src(cols * rows), dst(rows * cols);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+  for (size_t i = 0; i < dst.size(); ++i) dst[i] = 0.5f * static_cast<float>(i);
+  std::vector<float> want = dst;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) want[r * cols + c] += src[c * rows + r];
+  add_transposed(src.data(), dst.data(), rows, cols);
+  EXPECT_EQ(dst, want);
+}
+
+TEST(Gemm, LinearBwdWAccBothOrientations) {
+  Rng rng(25);
+  const int64_t M = 9;
+  for (auto [K, N] : {std::pair<int64_t, int64_t>{5, 11}, {11, 5}}) {
+    std::vector<float> dy(M * N), x(M * K), dW(N * K), scratch(K * N, 1e30f);
+    for (auto& v : dy) v = static_cast<float>(rng.uniform(-1, 1));
+    for (auto& v : x) v = static_cast<float>(rng.uniform(-1, 1));
+    for (auto& v : dW) v = static_cast<float>(rng.uniform(-1, 1));
+    std::vector<double> want(dW.begin(), dW.end());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t m = 0; m < M; ++m) want[n * K + k] += double(dy[m * N + n]) * x[m * K + k];
+    linear_bwd_w_acc(dy.data(), x.data(), dW.data(), M, K, N, scratch.data());
+    for (int64_t i = 0; i < N * K; ++i) EXPECT_NEAR(dW[i], want[i], 1e-5) << "K=" << K << " N=" << N;
   }
 }
 

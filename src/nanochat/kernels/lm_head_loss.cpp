@@ -140,7 +140,8 @@ void softcap_inplace(float* z, int64_t n, float cap) {
 
 double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets, int64_t N,
                           int64_t C, int64_t V, float cap, float grad_scale, float* scratch,
-                          int64_t chunk_rows, float* per_token_loss, float* dx, float* dW) {
+                          int64_t chunk_rows, float* per_token_loss, float* dx, float* dW,
+                          float* dWt) {
   const bool want_grad = dx != nullptr;
   double total = 0.0;
   for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
@@ -157,9 +158,13 @@ double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets
     total += chunk_sum;
     if (want_grad) {
       linear_bwd_x(scratch, W, dx + r0 * C, m, C, V, 0.f);
-      linear_bwd_w(scratch, x + r0 * C, dW, m, C, V, 1.f);
+      if (dWt)  // dWt (C, V) (+)= x_chunk^T (C, m) * dlogits (m, V)
+        sgemm(true, false, C, V, m, 1.f, x + r0 * C, C, scratch, V, r0 == 0 ? 0.f : 1.f, dWt, V);
+      else
+        linear_bwd_w(scratch, x + r0 * C, dW, m, C, V, 1.f);
     }
   }
+  if (want_grad && dWt && N > 0) add_transposed(dWt, dW, V, C);
   return total;
 }
 

@@ -74,6 +74,8 @@ struct GPT::Acts {
   float* dv;    // (N, Hkv D)
   float* dz;    // (N, Hkv)
   float* logits;  // (chunk, V) lm_head chunk scratch
+  float* dlm_t;   // (C, V) lm_head weight gradient of one micro-batch, transposed
+  float* dw_t;    // scratch for transposed block weight gradients (linear_bwd_w_acc)
 };
 
 std::vector<ParamInfo> GPT::param_table(const ModelConfig& cfg) {
@@ -289,6 +291,8 @@ void GPT::ensure_acts(int64_t N) {
     acts->dv = take(N * Hkv * D);
     acts->dz = take(N * Hkv);
     acts->logits = take(chunk * V);
+    acts->dlm_t = take(C * V);
+    acts->dw_t = take(std::max(QKV, 4 * C) * C);
   };
   carve();
   acts_.reset();
@@ -429,14 +433,14 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T) {
     if (i == bl) axpy(-beta, A.dhf, A.dh, NC);  // backout path into this block's output
     // MLP: h_out = h_mid + a Wmp^T, a = relu(f)^2, f = n2 Wfc^T
     relu2_forward(la.f, A.a4, N * 4 * C);
-    linear_bwd_w(A.dh, A.a4, lg.mlp_proj, N, 4 * C, C);
+    linear_bwd_w_acc(A.dh, A.a4, lg.mlp_proj, N, 4 * C, C, A.dw_t);
     linear_bwd_x(A.dh, lp.mlp_proj, A.b4, N, 4 * C, C);
     relu2_backward(la.f, A.b4, A.b4, N * 4 * C);
-    linear_bwd_w(A.b4, la.n2, lg.fc, N, C, 4 * C);
+    linear_bwd_w_acc(A.b4, la.n2, lg.fc, N, C, 4 * C, A.dw_t);
     linear_bwd_x(A.b4, lp.fc, A.dC, N, C, 4 * C);
     rmsnorm_backward(la.n2, la.rstd2, A.dC, A.dh, N, C, 1.f, true);  // dh is now d h_mid
     // attention: h_mid = h_in + att Wproj^T
-    linear_bwd_w(A.dh, la.att, lg.proj, N, H * D, C);
+    linear_bwd_w_acc(A.dh, la.att, lg.proj, N, H * D, C, A.dw_t);
     linear_bwd_x(A.dh, lp.proj, A.datt, N, H * D, C);
     attention_backward(la.q, la.k, la.v, la.att, la.lse, A.datt, A.dq, A.dk, A.dv, B, T,
                        static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D),
@@ -451,7 +455,7 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T) {
       for (int64_t n = 0; n < N; ++n)
         std::memcpy(dst + n * QKV, A.dv + n * row, sizeof(float) * row);
     }
-    linear_bwd_w(A.qkv, la.n1, lg.qkv, N, C, QKV);
+    linear_bwd_w_acc(A.qkv, la.n1, lg.qkv, N, C, QKV, A.dw_t);
     linear_bwd_x(A.qkv, lp.qkv, A.dC, N, C, QKV);
     if (lp.ve)
       ve_gate_backward(la.n1, C, lp.ve_gate, lp.ve, idx, la.gamma, A.dv, A.dC, lg.ve_gate, lg.ve,
@@ -485,7 +489,7 @@ float GPT::forward_backward(const int32_t* idx, const int32_t* targets, int B, i
   const double loss_sum = lm_head_softcap_ce(
       acts_->n_f, param_data() + params_[lm_head_].offset, targets, N, cfg_.n_embd,
       cfg_.vocab_size, kLogitSoftcap, grad_scale, acts_->logits, lm_head_chunk_, nullptr,
-      acts_->dC, grad_data() + params_[lm_head_].offset);
+      acts_->dC, grad_data() + params_[lm_head_].offset, acts_->dlm_t);
   backward_trunk(idx, B, T);
   return static_cast<float>(loss_sum / static_cast<double>(n_valid));
 }
