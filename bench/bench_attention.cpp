@@ -5,7 +5,8 @@
 // (query, key) pairs only, i.e. with the causal halving: forward = 4*B*H*D*pairs (QK^T and PV),
 // backward = 10*B*H*D*pairs (the five products of FlashAttention-2's backward; the kFused split
 // does exactly these, kSplit recomputes QK^T and dO V^T once more). For a full causal row set
-// pairs = T(T+1)/2; with window w each query sees at most w+1 keys.
+// pairs = T(T+1)/2; with window w each query sees at most w+1 keys. A decode step (one query
+// against a 512-token KV cache) is timed last.
 #include <omp.h>
 #include <time.h>
 
@@ -104,6 +105,20 @@ void run_shape(const char* name, int B, int T, int H, int Hkv, int D, int window
   }
 }
 
+// One decode step (Tq = 1 at position ctx - 1) through the KV-cache path.
+void run_decode(const char* name, int B, int H, int D, int ctx, int repeats) {
+  Rng rng(2);
+  std::vector<float> q(size_t(B) * H * D), kc(size_t(B) * ctx * H * D), vc(kc.size()), out(q.size());
+  for (auto* x : {&q, &kc, &vc})
+    for (auto& e : *x) e = static_cast<float>(rng.uniform(-1, 1));
+  const Timing t = best_seconds(repeats * 20, [&] {
+    attention_forward_cached(q.data(), kc.data(), vc.data(), out.data(), B, 1, ctx - 1, ctx, H, H, D,
+                             ctx, 1.f / std::sqrt(float(D)));
+  });
+  std::printf("%-4s decode B=%d H=%d D=%d context=%d\n", name, B, H, D, ctx);
+  print_row("forward_cached", t, 4.0 * B * H * D * ctx);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,5 +132,6 @@ int main(int argc, char** argv) {
   run_shape("d4", 8, 512, 2, 2, 128, 128, repeats, false);
   run_shape("d6", 8, 512, 6, 6, 64, 512, repeats, ref);
   run_shape("d6", 8, 512, 6, 6, 64, 128, repeats, false);
+  run_decode("d6", 1, 6, 64, 512, repeats);
   return 0;
 }

@@ -96,6 +96,7 @@ const std::vector<Shape>& shapes() {
       {1, 45, 4, 2, 24, 11},    // GQA + window
       {1, 40, 6, 1, 16, 40},    // multi-query (Hkv = 1)
       {3, 1, 2, 1, 8, 1},       // T = 1
+      {2, 4, 4, 2, 20, 1},      // few queries (row-at-a-time path), GQA, D = 16 + 4
       {1, 20, 2, 1, 12, 5},     // D not a multiple of 16
       {1, 150, 2, 1, 64, 70},   // several tiles, window crossing tile borders
       {1, 130, 2, 2, 128, 130}, // several tiles, D = 128, ragged last tile
@@ -308,6 +309,8 @@ TEST(Attention, CachedForwardMatchesFullForward) {
       fill(t + 1);
       run(t, 1);
     }
+    // A short chunk (few-query path) at the end of the cache contents.
+    run(s.T - 3, 3);
   }
 }
 

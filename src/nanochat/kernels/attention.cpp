@@ -169,17 +169,23 @@ template void attention_backward_reference<double>(const double*, const double*,
 // ------------------------------------------------------------------------------------------------
 // Fast tiled kernels (FlashAttention-2 structure, Dao 2023, on CPU).
 //
-// Scores are computed transposed: a tile S^T (BK keys x BQ queries) = K_tile . (c * Q_tile)^T with
-// the query tile packed as Qt (D x BQ), so each key row of the tile is a contiguous run of query
-// columns and the per-query softmax statistics (max, sum, lse, Delta) are plain vectors over the
-// query lanes. c = scale * log2(e), so exponentials are exp2. Products with V, dO, Q and K read
-// those tensors in place (rows H*D or Hkv*D floats apart) and accumulate straight into the
-// output rows, so the only scratch is per thread: Qt, dOt (D x BQ each), two BK x BQ tiles and
-// a few BQ vectors.
+// Scores are mostly computed transposed: a tile S^T (BK keys x BQ queries) = K_tile . (c Q_tile)^T
+// with the query tile packed as Qt (D x BQ), so each key row of the tile is a contiguous run of
+// query lanes and the per-query softmax statistics (max, sum, lse, Delta) are plain vectors over
+// the lanes. c = scale * log2(e), so exponentials are exp2. The dk/dv pass of the split backward
+// uses the other orientation (key tile packed, S = Q K^T row by row) so that it packs once per
+// task. Products with V, dO, Q and K read those tensors in place (rows H*D or Hkv*D floats
+// apart) and accumulate straight into the output rows, so the only scratch is per thread: two
+// packed D x 64 tiles, two 64 x 64 score tiles and a few vectors of 64. Key tiles wholly outside
+// the causal/sliding window are never visited, and inside diagonal and window-edge tiles the
+// AVX-512 kernels skip the 6-row x 16-lane blocks that the mask would zero anyway (Band).
 namespace {
 
 constexpr int BQ = 64;  // queries per tile (lanes of a transposed score row)
 constexpr int BK = 64;  // keys per tile
+// Up to this many queries per call the forward computes score rows one query at a time (the
+// tiles would leave most of their 16 query lanes empty).
+constexpr int kFewQueries = 4;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -196,6 +202,13 @@ struct Scratch {
   float* alpha = nullptr;  // (BQ) rescale factor of the current key tile
   float* lse2 = nullptr;   // (BQ) lse * log2(e) (+inf on padded lanes)
   float* delta = nullptr;  // (BQ) rowsum(dO * O)
+
+  AlignedBuffer row_buf;   // (n) scores of one query row (few-query path)
+
+  float* row(int64_t n) {
+    if (row_buf.bytes() < size_t(n) * sizeof(float)) row_buf = AlignedBuffer(size_t(n) * sizeof(float));
+    return row_buf.f32();
+  }
 
   void ensure(int D) {
     const size_t floats = 2 * size_t(D) * BQ + 2 * size_t(BK) * BQ + 5 * size_t(BQ);
@@ -497,6 +510,59 @@ void probs_and_dscores_rows(float* s, float* dp, int nq, int nv, const float* ls
   }
 }
 
+// Few-query helpers (one query row against a run of keys).
+// x[i] = 2^(x[i] - sub) for i < n; returns the sum.
+float exp2_sum_inplace(float* x, int64_t n, float sub) {
+  const __m512 vs = _mm512_set1_ps(sub);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    const __m512 p = _mm512_maskz_mov_ps(m, exp2_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vs)));
+    _mm512_mask_storeu_ps(x + i, m, p);
+    acc = _mm512_add_ps(acc, p);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+// a . b over D floats.
+float dot(const float* a, const float* b, int D) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int d = 0; d < D; d += 16) {
+    const __mmask16 m = D - d >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (D - d)) - 1u);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + d), _mm512_maskz_loadu_ps(m, b + d), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+// o[0 .. 16*NV) = mul * sum_j p[j] * V[j * ldv + ...], accumulators in registers.
+template <int NV>
+void weighted_rows_block(const float* p, int64_t n, const float* V, int64_t ldv, float mul,
+                         float* o) {
+  __m512 acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    const __m512 w = _mm512_set1_ps(p[j]);
+    for (int v = 0; v < NV; ++v) acc[v] = _mm512_fmadd_ps(w, _mm512_loadu_ps(V + j * ldv + 16 * v), acc[v]);
+  }
+  for (int v = 0; v < NV; ++v) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(acc[v], _mm512_set1_ps(mul)));
+}
+
+// o[0 .. D) = mul * sum_{j < n} p[j] * V[j * ldv .. + D).
+void weighted_rows(const float* p, int64_t n, const float* V, int64_t ldv, int D, float mul,
+                   float* o) {
+  static constexpr void (*fns[4])(const float*, int64_t, const float*, int64_t, float, float*) = {
+      weighted_rows_block<1>, weighted_rows_block<2>, weighted_rows_block<3>,
+      weighted_rows_block<4>};
+  const int n_vec = D / 16 * 16;
+  for (int d0 = 0; d0 < n_vec; d0 += 64)
+    fns[std::min(64, n_vec - d0) / 16 - 1](p, n, V + d0, ldv, mul, o + d0);
+  for (int d = n_vec; d < D; ++d) {
+    float acc = 0.f;
+    for (int64_t j = 0; j < n; ++j) acc += p[j] * V[j * ldv + d];
+    o[d] = mul * acc;
+  }
+}
+
 #else  // portable fallback (plain loops; -O3 vectorises them for the build's ISA)
 
 // Xt[d * BQ + r] = mul * X[r * ldx + d] for r < n; lanes n .. ncols-1 are zeroed.
@@ -583,11 +649,59 @@ void probs_and_dscores_rows(float* s, float* dp, int nq, int nv, const float* ls
     }
 }
 
+float exp2_sum_inplace(float* x, int64_t n, float sub) {
+  float sum = 0.f;
+  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp2(x[i] - sub));
+  return sum;
+}
+
+float dot(const float* a, const float* b, int D) {
+  float acc = 0.f;
+  for (int d = 0; d < D; ++d) acc += a[d] * b[d];
+  return acc;
+}
+
+void weighted_rows(const float* p, int64_t n, const float* V, int64_t ldv, int D, float mul,
+                   float* o) {
+  for (int d = 0; d < D; ++d) o[d] = 0.f;
+  for (int64_t j = 0; j < n; ++j)
+    for (int d = 0; d < D; ++d) o[d] += p[j] * V[j * ldv + d];
+  for (int d = 0; d < D; ++d) o[d] *= mul;
+}
+
 #endif
+
+// Forward for very few queries (decode: Tq = 1): one task per (b, h, query) computes its score
+// row directly (vector dot products over D), so no work is wasted on empty query lanes.
+void forward_rows(const float* q, const float* k, const float* v, float* out, float* lse, int B,
+                  int Tq, int pos0, int Tk, int H, int Hkv, int D, int window, float scale) {
+  const int group = H / Hkv;
+  const int64_t ldk = int64_t(Hkv) * D;
+  const float c = scale * kLog2e;
+  const int64_t n_tasks = int64_t(B) * H * Tq;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t task = 0; task < n_tasks; ++task) {
+    const int t = int(task % Tq);
+    const int h = int((task / Tq) % H);
+    const int b = int(task / (int64_t(Tq) * H));
+    const int64_t p = int64_t(pos0) + t, j0 = first_key(p, window), n = p - j0 + 1;
+    const float* qi = q + ((int64_t(b) * Tq + t) * H + h) * D;
+    const float* kb = k + ((int64_t(b) * Tk + j0) * Hkv + h / group) * D;
+    const float* vb = v + ((int64_t(b) * Tk + j0) * Hkv + h / group) * D;
+    float* sc = scratch(D).row(n);
+    float m = -kInf;
+    for (int64_t j = 0; j < n; ++j) m = std::max(m, sc[j] = c * dot(qi, kb + j * ldk, D));
+    const float l = exp2_sum_inplace(sc, n, m);
+    weighted_rows(sc, n, vb, ldk, D, 1.f / l, out + ((int64_t(b) * Tq + t) * H + h) * D);
+    if (lse) lse[(int64_t(b) * H + h) * Tq + t] = (m + std::log2(l)) * kLn2;
+  }
+}
 
 // Forward over a key/value buffer with row stride Tk: queries t at absolute positions pos0 + t.
 void forward_fast(const float* q, const float* k, const float* v, float* out, float* lse, int B,
                   int Tq, int pos0, int Tk, int H, int Hkv, int D, int window, float scale) {
+  if (Tq <= kFewQueries)
+    return forward_rows(q, k, v, out, lse, B, Tq, pos0, Tk, H, Hkv, D, window, scale);
   const int group = H / Hkv;
   const int nqt = (Tq + BQ - 1) / BQ;
   const int64_t ldq = int64_t(H) * D, ldk = int64_t(Hkv) * D;
