@@ -99,11 +99,12 @@ inline __m512 tanh16(__m512 x) {
   p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kTanhC[1]));
   p = _mm512_fmadd_ps(p, x2, _mm512_set1_ps(kTanhC[0]));
   const __m512 small = _mm512_mul_ps(ax, p);
+  const __mmask16 is_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.5f), _CMP_LT_OQ);
+  if (is_small == 0xFFFF) return _mm512_or_ps(small, sign);  // common for logits: skip exp + div
   // large branch: 1 - 2 / (exp(2|x|) + 1)
   const __m512 one = _mm512_set1_ps(1.f);
   const __m512 e = exp16(_mm512_add_ps(ax, ax));
   const __m512 large = _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.f), _mm512_add_ps(e, one)));
-  const __mmask16 is_small = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.5f), _CMP_LT_OQ);
   const __m512 t = _mm512_mask_mov_ps(large, is_small, small);
   return _mm512_or_ps(t, sign);
 }
