@@ -56,6 +56,13 @@ void register_selftest(CLI::App& app) {
     dist::DistOptions opts;
     if (!args->iface.empty()) opts.iface = args->iface;
     auto comm = dist::make_communicator_from_env(opts);
+#ifdef NANOCHAT_HAVE_GLOO
+    if (auto* g = dynamic_cast<dist::GlooCommunicator*>(comm.get())) {
+      const auto& d = g->device();
+      std::cout << "dist-selftest: rank " << g->rank() << " of " << g->world_size() << ": Gloo bound " << d.address
+                << (d.iface.empty() ? "" : " on " + d.iface) << " (" << d.reason << ")" << std::endl;
+    }
+#endif
     dist::run_selftest(*comm, args->st, std::cout);
   });
 }

@@ -360,6 +360,22 @@ int launch(const LaunchOptions& o) {
     for (auto& c : kids)
       if (!c.exited) ::kill(-c.pid, sig);
   };
+  // Another node's launcher reported a failed rank, or vanished.
+  auto check_remote = [&]() {
+    try {
+      for (int j = 0; j < N && !remote; ++j) {
+        if (j == k) continue;
+        if (auto v = store.try_get(str_cat("failure/", j))) {
+          auto js = nlohmann::json::parse(*v);
+          remote = Failure{js.value("desc", "a rank on node " + std::to_string(j) + " failed"), js.value("crash", false)};
+        } else if (auto g = store.try_get(str_cat("gone/", j))) {
+          remote = Failure{*g + " disappeared (its connection to the store dropped)", true};
+        }
+      }
+    } catch (const Error& e) {
+      remote = Failure{str_cat("node 0's launcher is unreachable (", e.what(), ")"), true};
+    }
+  };
   auto start_stopping = [&]() {
     if (stopping) return;
     stopping = true;
@@ -423,19 +439,7 @@ int launch(const LaunchOptions& o) {
     }
     if (N > 1 && !remote && Clock::now() - last_remote_check > Ms(250)) {
       last_remote_check = Clock::now();
-      try {
-        for (int j = 0; j < N && !remote; ++j) {
-          if (j == k) continue;
-          if (auto v = store.try_get(str_cat("failure/", j))) {
-            auto js = nlohmann::json::parse(*v);
-            remote = Failure{js.value("desc", "a rank on node " + std::to_string(j) + " failed"), js.value("crash", false)};
-          } else if (auto g = store.try_get(str_cat("gone/", j))) {
-            remote = Failure{*g + " disappeared (its connection to the store dropped)", true};
-          }
-        }
-      } catch (const Error& e) {
-        remote = Failure{str_cat("node 0's launcher is unreachable (", e.what(), ")"), true};
-      }
+      check_remote();
       if (remote) {
         bool local_running = std::any_of(kids.begin(), kids.end(), [](const Child& c) { return !c.exited; });
         if (local_running) start_stopping();
@@ -456,6 +460,14 @@ int launch(const LaunchOptions& o) {
   if (interrupted) {
     std::fprintf(stderr, "%sstopped all ranks after %s\n", tag.c_str(), signal_name(interrupted).c_str());
     return 128 + interrupted;
+  }
+  // A local failure is often the echo of a remote one: give the other launchers a moment to report.
+  if (N > 1 && !failures.empty() && !remote) {
+    const auto until = Clock::now() + Ms(2000);
+    while (!remote && Clock::now() < until) {
+      check_remote();
+      if (!remote) std::this_thread::sleep_for(Ms(100));
+    }
   }
   // Node 0 hosts the store: keep it up until every other node is finished.
   if (failures.empty() && !remote) {

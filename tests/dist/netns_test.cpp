@@ -1,0 +1,121 @@
+// Two hosts simulated by two network namespaces joined by a veth pair (DESIGN.md 5.5): one
+// `nanochat run` per namespace, node 0 hosting the store. Needs root and `ip netns`; where
+// `ip netns add` fails the tests skip with the reason. Namespaces are removed even on failure.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "nanochat/core/error.h"
+#include "proc_util.h"
+
+using nanochat::str_cat;
+using nctest::Ms;
+using nctest::Proc;
+using ::testing::HasSubstr;
+
+namespace {
+
+const char* kIp = "/usr/sbin/ip";
+
+// Runs a command (argv[0] is a path) with a 20 s deadline; returns its exit code and output.
+std::pair<int, std::string> sh(const std::vector<std::string>& argv) {
+  if (access(argv[0].c_str(), X_OK) != 0) return {127, argv[0] + " not found"};
+  Proc p = Proc::spawn(argv, {});
+  if (!p.wait(Ms(20000))) return {124, "timed out: " + p.output()};
+  return {p.exit_code(), p.output()};
+}
+
+// Two namespaces "nc<pid>a" (10.78.0.1 on veth "nc<pid>x") and "nc<pid>b" (10.78.0.2 on "nc<pid>y").
+class TwoHosts : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string id = std::to_string(getpid() % 1000000);
+    a_ = "nc" + id + "a";
+    b_ = "nc" + id + "b";
+    va_ = "nc" + id + "x";
+    vb_ = "nc" + id + "y";
+    auto [rc, out] = sh({kIp, "netns", "add", a_});
+    if (rc != 0) GTEST_SKIP() << "`ip netns add` failed (needs root and iproute2): " << out;
+    made_a_ = true;
+    ASSERT_EQ(sh({kIp, "netns", "add", b_}).first, 0);
+    made_b_ = true;
+    for (auto cmd : std::vector<std::vector<std::string>>{
+             {kIp, "link", "add", va_, "type", "veth", "peer", "name", vb_},
+             {kIp, "link", "set", va_, "netns", a_},
+             {kIp, "link", "set", vb_, "netns", b_},
+             {kIp, "-n", a_, "addr", "add", "10.78.0.1/24", "dev", va_},
+             {kIp, "-n", b_, "addr", "add", "10.78.0.2/24", "dev", vb_},
+             {kIp, "-n", a_, "link", "set", va_, "up"},
+             {kIp, "-n", b_, "link", "set", vb_, "up"},
+             {kIp, "-n", a_, "link", "set", "lo", "up"},
+             {kIp, "-n", b_, "link", "set", "lo", "up"}}) {
+      auto r = sh(cmd);
+      ASSERT_EQ(r.first, 0) << cmd[1] << " " << cmd[2] << ": " << r.second;
+    }
+  }
+  void TearDown() override {
+    if (made_a_) sh({kIp, "netns", "del", a_});  // deleting a namespace removes its veth end
+    if (made_b_) sh({kIp, "netns", "del", b_});
+  }
+
+  // Rate-limits both ends of the link (tbf; this kernel has no netem).
+  void shape(const std::string& rate) {
+    for (auto [ns, dev] : {std::pair{a_, va_}, std::pair{b_, vb_}}) {
+      auto r = sh({kIp, "netns", "exec", ns, "/usr/sbin/tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+                   "burst", "256kb", "latency", "50ms"});
+      if (r.first != 0) GTEST_SKIP() << "tc tbf unavailable: " << r.second;
+    }
+  }
+
+  Proc launcher(int node, const std::vector<std::string>& selftest_args) {
+    std::vector<std::string> argv = {kIp, "netns", "exec", node == 0 ? a_ : b_, nctest::nanochat_binary(), "run",
+                                     "--nnodes", "2", "--node-rank", std::to_string(node), "--nproc-per-node", "1",
+                                     "--master-addr", "10.78.0.1", "--master-port", "29500", "dist-selftest"};
+    argv.insert(argv.end(), selftest_args.begin(), selftest_args.end());
+    return Proc::spawn(argv, {"NANOCHAT_JOB_TOKEN=netns-test", "NANOCHAT_RENDEZVOUS_TIMEOUT=20",
+                              "NANOCHAT_COLLECTIVE_TIMEOUT=30"});
+  }
+
+  void run_job_and_expect_success() {
+    Proc n0 = launcher(0, {"--iterations", "2", "--size", "200000"});
+    Proc n1 = launcher(1, {"--iterations", "2", "--size", "200000"});
+    ASSERT_TRUE(n0.wait(Ms(60000))) << n0.output();
+    ASSERT_TRUE(n1.wait(Ms(60000))) << n1.output();
+    EXPECT_TRUE(n0.exited_ok()) << n0.output();
+    EXPECT_TRUE(n1.exited_ok()) << n1.output();
+    // Each rank bound its namespace's veth address, not a loopback address.
+    EXPECT_THAT(n0.output(), HasSubstr(str_cat("[rank 0] dist-selftest: rank 0 of 2: Gloo bound 10.78.0.1 on ", va_)));
+    EXPECT_THAT(n1.output(), HasSubstr(str_cat("[rank 1] dist-selftest: rank 1 of 2: Gloo bound 10.78.0.2 on ", vb_)));
+    EXPECT_THAT(n0.output(), HasSubstr("[rank 0] dist-selftest: rank 0 of 2: OK, 14 checks passed"));
+    EXPECT_THAT(n1.output(), HasSubstr("[rank 1] dist-selftest: rank 1 of 2: OK, 14 checks passed"));
+  }
+
+  std::string a_, b_, va_, vb_;
+  bool made_a_ = false, made_b_ = false;
+};
+
+}  // namespace
+
+TEST_F(TwoHosts, OneLauncherPerHostRunsTheJob) { run_job_and_expect_success(); }
+
+TEST_F(TwoHosts, OneLauncherPerHostRunsTheJobOverA1GbitLink) {
+  shape("1gbit");
+  if (IsSkipped()) return;
+  run_job_and_expect_success();
+}
+
+TEST_F(TwoHosts, ARankKilledOnOneHostStopsTheOtherHostNamingIt) {
+  Proc n0 = launcher(0, {"--iterations", "1000", "--size", "200000"});
+  Proc n1 = launcher(1, {"--iterations", "1000", "--size", "200000", "--die-rank", "1", "--die-at", "2"});
+  ASSERT_TRUE(n0.wait(Ms(30000))) << n0.output();
+  ASSERT_TRUE(n1.wait(Ms(30000))) << n1.output();
+  EXPECT_EQ(n1.exit_code(), 1) << n1.output();
+  EXPECT_EQ(n0.exit_code(), 1) << n0.output();
+  EXPECT_THAT(n1.output(), ::testing::ContainsRegex("nanochat: error: rank 1 \\(host [^)]+\\) was killed by signal 9 \\(SIGKILL\\)"));
+  // Node 0's rank names the dead peer, and node 0's launcher names it as the root cause.
+  EXPECT_THAT(n0.output(), ::testing::ContainsRegex("\\[rank 0\\] nanochat: error: rank 0 .* rank 1 \\(host [^)]+\\) has died"));
+  EXPECT_THAT(n0.output(), ::testing::ContainsRegex("nanochat: error: rank 1 \\(host [^)]+\\) was killed by signal 9"));
+}
