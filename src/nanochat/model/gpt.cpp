@@ -161,6 +161,12 @@ const ParamInfo& GPT::param_info(const std::string& name) const {
 
 float* GPT::param(const std::string& name) { return param_data() + param_info(name).offset; }
 float* GPT::grad(const std::string& name) { return grad_data() + param_info(name).offset; }
+const float* GPT::param(const std::string& name) const {
+  return param_data() + param_info(name).offset;
+}
+const float* GPT::grad(const std::string& name) const {
+  return grad_data() + param_info(name).offset;
+}
 
 GPT::LayerParams GPT::layer_params(int i, float* base) const {
   const size_t first = layer_first_param_[i];

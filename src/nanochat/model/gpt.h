@@ -53,6 +53,8 @@ class GPT {
   /// Named view into the parameter / gradient buffer; throws nanochat::Error for an unknown name.
   float* param(const std::string& name);
   float* grad(const std::string& name);
+  const float* param(const std::string& name) const;
+  const float* grad(const std::string& name) const;
   /// The ParamInfo of a name; throws nanochat::Error for an unknown name.
   const ParamInfo& param_info(const std::string& name) const;
 
@@ -83,6 +85,9 @@ class GPT {
   /// receives the softcapped logits of every new position (B, T, V) when all_positions, else
   /// only of the last one (B, V). The cache must have been made for this model's config with
   /// batch B; throws nanochat::Error if it would overflow.
+  /// Smear as in nanochat: a single token (T == 1) mixes in the previous call's last embedding;
+  /// a multi-token call smears within itself only (its first token is not mixed), so feed a
+  /// prompt in one call and then decode one token at a time to match the full forward exactly.
   void forward_cached(const int32_t* idx, int B, int T, KVCache& cache, float* logits,
                       bool all_positions = false);
 
