@@ -32,7 +32,8 @@ struct Shape {
 // causal/window rule written independently of the kernel (allowed iff j <= i and i - j <= window,
 // a negative window meaning no window), softmaxes it row by row and multiplies by V.
 void naive_forward(const Shape& s, const std::vector<double>& q, const std::vector<double>& k,
-                   const std::vector<double>& v, std::vector<double>& out, std::vector<double>* lse) {
+                   const std::vector<double>& v, std::vector<double>& out,
+                   std::vector<double>* lse) {
   const int T = s.T, H = s.H, Hkv = s.Hkv, D = s.D;
   out.assign(s.nq(), 0.0);
   if (lse) lse->assign(s.nlse(), 0.0);
@@ -50,7 +51,8 @@ void naive_forward(const Shape& s, const std::vector<double>& q, const std::vect
           }
           double acc = 0;
           for (int d = 0; d < D; ++d)
-            acc += q[((size_t(b) * T + i) * H + h) * D + d] * k[((size_t(b) * T + j) * Hkv + hk) * D + d];
+            acc += q[((size_t(b) * T + i) * H + h) * D + d] *
+                   k[((size_t(b) * T + j) * Hkv + hk) * D + d];
           S[size_t(i) * T + j] = acc * scale;
         }
       for (int i = 0; i < T; ++i) {
@@ -61,7 +63,8 @@ void naive_forward(const Shape& s, const std::vector<double>& q, const std::vect
         for (int j = 0; j < T; ++j) {
           const double p = std::exp(S[size_t(i) * T + j] - m) / sum;
           for (int d = 0; d < D; ++d)
-            out[((size_t(b) * T + i) * H + h) * D + d] += p * v[((size_t(b) * T + j) * Hkv + hk) * D + d];
+            out[((size_t(b) * T + i) * H + h) * D + d] +=
+                p * v[((size_t(b) * T + j) * Hkv + hk) * D + d];
         }
         if (lse) (*lse)[(size_t(b) * H + h) * T + i] = m + std::log(sum);
       }
@@ -88,19 +91,19 @@ double rel_err(const std::vector<A>& a, const std::vector<double>& b, double flo
 
 const std::vector<Shape>& shapes() {
   static const std::vector<Shape> v = {
-      {2, 33, 3, 3, 16, 33},    // plain causal, window == T
-      {1, 20, 2, 2, 16, -1},    // negative window: no window
-      {2, 37, 2, 2, 16, 8},     // sliding window
-      {1, 37, 2, 2, 16, 0},     // window 0: each query sees only itself
-      {2, 29, 4, 2, 16, 1000},  // GQA, causal
-      {1, 45, 4, 2, 24, 11},    // GQA + window
-      {1, 40, 6, 1, 16, 40},    // multi-query (Hkv = 1)
-      {3, 1, 2, 1, 8, 1},       // T = 1
-      {2, 4, 4, 2, 20, 1},      // few queries (row-at-a-time path), GQA, D = 16 + 4
-      {1, 20, 2, 1, 12, 5},     // D not a multiple of 16
-      {1, 150, 2, 1, 64, 70},   // several tiles, window crossing tile borders
-      {1, 130, 2, 2, 128, 130}, // several tiles, D = 128, ragged last tile
-      {1, 200, 2, 2, 33, 64},   // odd D, window == a tile width
+      {2, 33, 3, 3, 16, 33},     // plain causal, window == T
+      {1, 20, 2, 2, 16, -1},     // negative window: no window
+      {2, 37, 2, 2, 16, 8},      // sliding window
+      {1, 37, 2, 2, 16, 0},      // window 0: each query sees only itself
+      {2, 29, 4, 2, 16, 1000},   // GQA, causal
+      {1, 45, 4, 2, 24, 11},     // GQA + window
+      {1, 40, 6, 1, 16, 40},     // multi-query (Hkv = 1)
+      {3, 1, 2, 1, 8, 1},        // T = 1
+      {2, 4, 4, 2, 20, 1},       // few queries (row-at-a-time path), GQA, D = 16 + 4
+      {1, 20, 2, 1, 12, 5},      // D not a multiple of 16
+      {1, 150, 2, 1, 64, 70},    // several tiles, window crossing tile borders
+      {1, 130, 2, 2, 128, 130},  // several tiles, D = 128, ragged last tile
+      {1, 200, 2, 2, 33, 64},    // odd D, window == a tile width
   };
   return v;
 }
@@ -133,7 +136,8 @@ TEST(Attention, ForwardMatchesNaive) {
 
     std::vector<double> outd(s.nq()), lsed(s.nlse());
     attention_forward_reference<double>(q.data(), k.data(), v.data(), outd.data(), lsed.data(), s.B,
-                                        s.T, s.H, s.Hkv, s.D, s.window, 1.0 / std::sqrt(double(s.D)));
+                                        s.T, s.H, s.Hkv, s.D, s.window,
+                                        1.0 / std::sqrt(double(s.D)));
     EXPECT_LT(rel_err(outd, ref), 1e-12);
     EXPECT_LT(rel_err(lsed, ref_lse, 1.0), 1e-12);
   }
@@ -243,10 +247,10 @@ TEST(Attention, BackwardMatchesDoubleReference) {
 // an offset, and one-token decode steps, with unused cache slots poisoned with NaN.
 TEST(Attention, CachedForwardMatchesFullForward) {
   const std::vector<Shape> cases = {
-      {2, 40, 4, 2, 16, 40},   // causal
-      {2, 40, 4, 2, 16, 5},    // decode with a window smaller than the cache
-      {1, 90, 2, 1, 64, 70},   // several tiles
-      {1, 23, 2, 2, 12, 1000}, // odd D
+      {2, 40, 4, 2, 16, 40},    // causal
+      {2, 40, 4, 2, 16, 5},     // decode with a window smaller than the cache
+      {1, 90, 2, 1, 64, 70},    // several tiles
+      {1, 23, 2, 2, 12, 1000},  // odd D
   };
   for (const Shape& s : cases) {
     SCOPED_TRACE(s.name());
@@ -316,13 +320,13 @@ TEST(Attention, CachedForwardMatchesFullForward) {
 
 TEST(Attention, RejectsBadShapes) {
   std::vector<float> x(64, 0.f), lse(64);
-  EXPECT_THROW(attention_forward(x.data(), x.data(), x.data(), x.data(), lse.data(), 1, 2, 3, 2, 4,
-                                 2, 0.5f),
-               Error);  // H % Hkv != 0
-  EXPECT_THROW(attention_forward(x.data(), x.data(), x.data(), x.data(), lse.data(), 1, 0, 2, 2, 4,
-                                 2, 0.5f),
-               Error);  // T = 0
-  EXPECT_THROW(attention_forward_cached(x.data(), x.data(), x.data(), x.data(), 1, 2, 7, 8, 1, 1,
-                                        4, 8, 0.5f),
+  EXPECT_THROW(
+      attention_forward(x.data(), x.data(), x.data(), x.data(), lse.data(), 1, 2, 3, 2, 4, 2, 0.5f),
+      Error);  // H % Hkv != 0
+  EXPECT_THROW(
+      attention_forward(x.data(), x.data(), x.data(), x.data(), lse.data(), 1, 0, 2, 2, 4, 2, 0.5f),
+      Error);  // T = 0
+  EXPECT_THROW(attention_forward_cached(x.data(), x.data(), x.data(), x.data(), 1, 2, 7, 8, 1, 1, 4,
+                                        8, 0.5f),
                Error);  // pos0 + Tq > Tmax
 }

@@ -1,18 +1,20 @@
 // Causal / sliding-window GQA attention, forward and backward (see attention.h for the math).
 #include "nanochat/kernels/attention.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
-
-#include <omp.h>
 #if defined(__AVX512F__)
 // GCC 12's AVX-512 headers pass an uninitialised pass-through operand to the unmasked forms of
 // max/roundscale/scalef and trip -Wmaybe-uninitialized under -O3; the operand is never read.
+#pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #endif
 
 #include "nanochat/core/arena.h"
@@ -27,8 +29,8 @@ void check_shapes(int B, int T, int H, int Hkv, int D) {
     fail("attention: sizes must be positive (B=", B, " T=", T, " H=", H, " Hkv=", Hkv, " D=", D,
          ")");
   if (H % Hkv != 0)
-    fail("attention: the number of query heads H=", H, " must be a multiple of the number of kv "
-         "heads Hkv=", Hkv);
+    fail("attention: the number of query heads H=", H,
+         " must be a multiple of the number of kv heads Hkv=", Hkv);
 }
 
 // First key a query at absolute position p may see.
@@ -136,7 +138,8 @@ void attention_backward_reference(const Real* q, const Real* k, const Real* v, c
     Real* dkj = row(dk, b, j, Hkv, hk);
     Real* dvj = row(dv, b, j, Hkv, hk);
     for (int d = 0; d < D; ++d) dkj[d] = dvj[d] = 0;
-    const int64_t i_end = window < 0 ? int64_t(T) - 1 : std::min<int64_t>(T - 1, int64_t(j) + window);
+    const int64_t i_end =
+        window < 0 ? int64_t(T) - 1 : std::min<int64_t>(T - 1, int64_t(j) + window);
     for (int h = hk * group; h < (hk + 1) * group; ++h)
       for (int64_t i = j; i <= i_end; ++i) {
         const Real* qi = row(q, b, int(i), H, h);
@@ -203,10 +206,11 @@ struct Scratch {
   float* lse2 = nullptr;   // (BQ) lse * log2(e) (+inf on padded lanes)
   float* delta = nullptr;  // (BQ) rowsum(dO * O)
 
-  AlignedBuffer row_buf;   // (n) scores of one query row (few-query path)
+  AlignedBuffer row_buf;  // (n) scores of one query row (few-query path)
 
   float* row(int64_t n) {
-    if (row_buf.bytes() < size_t(n) * sizeof(float)) row_buf = AlignedBuffer(size_t(n) * sizeof(float));
+    const size_t bytes = size_t(n) * sizeof(float);
+    if (row_buf.bytes() < bytes) row_buf = AlignedBuffer(bytes);
     return row_buf.f32();
   }
 
@@ -450,7 +454,8 @@ void online_softmax(float* st, int nk, int nv, float* m, float* l, float* alpha)
   for (int v = 0; v < nv; ++v) {
     const __m512 m_old = _mm512_load_ps(m + 16 * v);
     __m512 tmax = _mm512_set1_ps(-kInf);
-    for (int c = 0; c < nk; ++c) tmax = _mm512_max_ps(tmax, _mm512_load_ps(st + size_t(c) * BQ + 16 * v));
+    for (int c = 0; c < nk; ++c)
+      tmax = _mm512_max_ps(tmax, _mm512_load_ps(st + size_t(c) * BQ + 16 * v));
     const __m512 m_new = _mm512_max_ps(m_old, tmax);
     // Lanes that have seen no visible key yet keep m = -inf; exponentiate them against 0.
     const __mmask16 none = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(-kInf), _CMP_EQ_OQ);
@@ -484,8 +489,8 @@ void probs_and_dscores(float* st, float* dpt, int nk, int nv, const float* lse2,
       _mm512_store_ps(s, p);
       // Lanes with P == 0 may hold stale dP (abt skipped them): force dS = 0 there.
       const __mmask16 live = _mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-      _mm512_store_ps(g, _mm512_maskz_mul_ps(live, _mm512_mul_ps(p, vs),
-                                             _mm512_sub_ps(_mm512_load_ps(g), dl)));
+      _mm512_store_ps(
+          g, _mm512_maskz_mul_ps(live, _mm512_mul_ps(p, vs), _mm512_sub_ps(_mm512_load_ps(g), dl)));
     }
   }
 }
@@ -504,8 +509,8 @@ void probs_and_dscores_rows(float* s, float* dp, int nq, int nv, const float* ls
       const __m512 p = exp2_ps(_mm512_sub_ps(_mm512_load_ps(x), L));
       _mm512_store_ps(x, p);
       const __mmask16 live = _mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-      _mm512_store_ps(g, _mm512_maskz_mul_ps(live, _mm512_mul_ps(p, vs),
-                                             _mm512_sub_ps(_mm512_load_ps(g), dl)));
+      _mm512_store_ps(
+          g, _mm512_maskz_mul_ps(live, _mm512_mul_ps(p, vs), _mm512_sub_ps(_mm512_load_ps(g), dl)));
     }
   }
 }
@@ -517,7 +522,8 @@ float exp2_sum_inplace(float* x, int64_t n, float sub) {
   __m512 acc = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
-    const __m512 p = _mm512_maskz_mov_ps(m, exp2_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vs)));
+    const __m512 p =
+        _mm512_maskz_mov_ps(m, exp2_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vs)));
     _mm512_mask_storeu_ps(x + i, m, p);
     acc = _mm512_add_ps(acc, p);
   }
@@ -542,9 +548,11 @@ void weighted_rows_block(const float* p, int64_t n, const float* V, int64_t ldv,
   for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
     const __m512 w = _mm512_set1_ps(p[j]);
-    for (int v = 0; v < NV; ++v) acc[v] = _mm512_fmadd_ps(w, _mm512_loadu_ps(V + j * ldv + 16 * v), acc[v]);
+    for (int v = 0; v < NV; ++v)
+      acc[v] = _mm512_fmadd_ps(w, _mm512_loadu_ps(V + j * ldv + 16 * v), acc[v]);
   }
-  for (int v = 0; v < NV; ++v) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(acc[v], _mm512_set1_ps(mul)));
+  for (int v = 0; v < NV; ++v)
+    _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(acc[v], _mm512_set1_ps(mul)));
 }
 
 // o[0 .. D) = mul * sum_{j < n} p[j] * V[j * ldv .. + D).
@@ -574,7 +582,6 @@ void pack_transposed(const float* X, int64_t ldx, int n, int ncols, int D, float
   for (int d = 0; d < D; ++d)
     for (int r = n; r < ncols; ++r) Xt[size_t(d) * BQ + r] = 0.f;
 }
-
 
 // The portable kernels ignore the band (computing masked entries is harmless: they are -inf
 // scores or zero probabilities).
@@ -862,8 +869,8 @@ void backward_split(const float* q, const float* k, const float* v, const float*
     const int64_t j0 = int64_t(kt_idx) * BK;
     const int nk = int(std::min<int64_t>(BK, T - j0)), nvk = (nk + 15) / 16;
     const int64_t kv_off = (int64_t(b) * T * Hkv + hk) * D + j0 * ldk;
-    pack_transposed(k + kv_off, ldk, nk, 16 * nvk, D, c, s.qt);    // c * K^T (D x key lanes)
-    pack_transposed(v + kv_off, ldk, nk, 16 * nvk, D, 1.f, s.dot); // V^T
+    pack_transposed(k + kv_off, ldk, nk, 16 * nvk, D, c, s.qt);     // c * K^T (D x key lanes)
+    pack_transposed(v + kv_off, ldk, nk, 16 * nvk, D, 1.f, s.dot);  // V^T
     const int64_t i_end = window < 0 ? T - 1 : std::min<int64_t>(T - 1, j0 + nk - 1 + window);
     bool first = true;
     for (int h = hk * group; h < (hk + 1) * group; ++h)
@@ -893,8 +900,8 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
 }
 
 void attention_backward(const float* q, const float* k, const float* v, const float* out,
-                        const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                        int B, int T, int H, int Hkv, int D, int window, float scale) {
+                        const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
+                        int T, int H, int Hkv, int D, int window, float scale) {
   attention_backward_with(AttentionBackwardMode::kAuto, q, k, v, out, lse, dout, dq, dk, dv, B, T,
                           H, Hkv, D, window, scale);
 }

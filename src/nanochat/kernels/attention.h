@@ -36,8 +36,8 @@ void attention_forward(const float* q, const float* k, const float* v, float* ou
 /// Backward. Inputs as saved by attention_forward plus dout (B, T, H, D).
 /// Gradients dq (B, T, H, D), dk and dv (B, T, Hkv, D) are OVERWRITTEN (not accumulated).
 void attention_backward(const float* q, const float* k, const float* v, const float* out,
-                        const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                        int B, int T, int H, int Hkv, int D, int window, float scale);
+                        const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
+                        int T, int H, int Hkv, int D, int window, float scale);
 
 /// KV-cache forward (inference): Tq new queries at absolute positions pos0 .. pos0+Tq-1 attend
 /// over cache keys/values 0 .. pos0+Tq-1 with the same causal + window rule.
