@@ -1,0 +1,93 @@
+#pragma once
+// Training/validation batches from parquet shards (nanochat dataloader.py; spec 5.1, 5.3, 5.4):
+//  * shards: sorted *.parquet in the data directory; the last file is validation, the rest train;
+//  * rank r of W reads row groups r, r+W, ... of every file, in file order, forever (epochs from 1);
+//  * each row group is cut into doc batches of 128, tokenized with BOS prepended;
+//  * rows of T+1 tokens are packed BOS-aligned with best fit: the longest buffered doc that fits
+//    (first on ties), else the shortest doc cropped to fill the row; >= 1000 docs buffered first;
+//  * a prefetch thread keeps a few batches ready so the trainer never waits on tokenization.
+// Resume is EXACT (nanochat's is approximate): state() names the stream position and every doc in
+// the packing buffer by (file, row group, row), so a loader built from it re-reads and re-tokenizes
+// those docs and yields exactly the batches the original would have yielded next.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace nanochat {
+
+class Tokenizer;
+
+namespace data {
+
+/// The files of one split (sorted shards, data/pack.h list_parquet_files): "train" = all but the
+/// last file, "val" = the last one. Throws nanochat::Error naming the directory and what to do
+/// when it is missing, holds no shard, or has fewer than two shards (no val shard).
+std::vector<std::string> split_files(const std::string& dir, const std::string& split);
+
+/// Loader settings.
+struct LoaderOptions {
+  int B = 1;                 ///< rows per batch (device batch size)
+  int T = 2048;              ///< tokens per row of inputs/targets (rows hold T+1 tokens)
+  int rank = 0;              ///< this rank
+  int world_size = 1;        ///< ranks in the job
+  std::string split = "train";  ///< "train" or "val"
+  std::string data_dir;      ///< folder of shards (see core/paths.h data_dir())
+  int doc_batch = 128;       ///< docs per tokenizer batch (nanochat tokenizer_batch_size)
+  int buffer_size = 1000;    ///< docs kept in the packing buffer (nanochat buffer_size)
+  int tokenizer_threads = 1; ///< threads for encode_batch inside the loader
+  bool prefetch = true;      ///< run packing on a background thread
+  int prefetch_depth = 3;    ///< batches kept ready
+};
+
+/// Infinite stream of (B, T) input/target batches for one rank. Not copyable; one consumer thread.
+class DataLoader {
+ public:
+  /// Opens the split's shards and, if `state` is given (from state()), resumes exactly there.
+  /// Throws nanochat::Error for an empty/missing directory, a missing val shard, a split whose
+  /// largest file has fewer row groups than ranks, or a state from another job layout.
+  DataLoader(const Tokenizer& tok, const LoaderOptions& opt, const nlohmann::json* state = nullptr);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  /// Fills inputs and targets, each (B, T) int32 row-major: inputs = row[0:T], targets = row[1:T+1].
+  /// Rethrows (as nanochat::Error) any failure of the background thread.
+  void next(int32_t* inputs, int32_t* targets);
+  /// Exact resume point after the batches returned so far: {"version", "split", "rank",
+  /// "world_size", "files", "epoch", "pq_idx", "rg_idx", "doc_offset", "buffer": [[pq, rg, row]...]}.
+  /// epoch/pq_idx/rg_idx are those of the most recent doc batch pulled (nanochat's log fields).
+  nlohmann::json state() const;
+
+  int batch_size() const { return opt_.B; }
+  int seq_len() const { return opt_.T; }
+  const std::vector<std::string>& files() const;
+
+  struct Impl;
+
+ private:
+  struct Batch {
+    std::vector<int32_t> rows;  // B * (T+1)
+    nlohmann::json state;       // state after producing this batch
+  };
+  void producer_loop();
+
+  LoaderOptions opt_;
+  std::unique_ptr<Impl> impl_;
+  nlohmann::json state_;  // state after the last batch returned by next()
+  // prefetch
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch> queue_;
+  bool stop_ = false;
+  std::string error_;
+};
+
+}  // namespace data
+}  // namespace nanochat
