@@ -31,6 +31,7 @@ void register_data(CLI::App& app) {
   p->add_option("--seed", pack->seed, "Shuffle seed")->capture_default_str();
   p->add_option("--split", pack->split, "Text files: 'doc' (one document per file) or 'paragraphs'")
       ->capture_default_str();
+  p->add_option("--row-group-size", pack->row_group_size, "Documents per row group (nanochat: 1024)")->capture_default_str();
   p->add_flag("--force", pack->force, "Replace .parquet files already in --out");
   p->add_flag("-q,--quiet", pack->quiet, "No per-shard lines");
   p->callback([pack] {
