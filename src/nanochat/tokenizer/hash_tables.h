@@ -45,41 +45,40 @@ inline size_t capacity_for(size_t n) {
   return cap;
 }
 
-/// Map from a 64-bit key (a token pair packed as a << 32 | b) to an int32 value.
-/// The key ~0 is reserved as "empty".
+/// Map from a 64-bit key (a token pair packed as a << 32 | b) to an int32 value. Key and value
+/// share one 16-byte slot, so a lookup touches one cache line. The key ~0 is reserved as "empty".
 class PairMap {
  public:
   static constexpr uint64_t kEmpty = ~0ull;
   explicit PairMap(size_t expected = 0) { reset(expected); }
   void reset(size_t expected) {
-    keys_.assign(capacity_for(expected), kEmpty);
-    vals_.assign(keys_.size(), 0);
-    mask_ = keys_.size() - 1;
+    slots_.assign(capacity_for(expected), Slot{});
+    mask_ = slots_.size() - 1;
     size_ = 0;
   }
   /// Value for key, or -1 if absent.
   int32_t find(uint64_t key) const {
     size_t i = mix64(key) & mask_;
     for (;;) {
-      uint64_t k = keys_[i];
-      if (k == key) return vals_[i];
-      if (k == kEmpty) return -1;
+      const Slot& s = slots_[i];
+      if (s.key == key) return s.val;
+      if (s.key == kEmpty) return -1;
       i = (i + 1) & mask_;
     }
   }
   /// Slot index of key, inserting it with value `init` when absent; *inserted tells which.
   size_t find_or_insert(uint64_t key, int32_t init, bool* inserted) {
-    if (2 * (size_ + 1) > keys_.size()) grow();
+    if (2 * (size_ + 1) > slots_.size()) grow();
     size_t i = mix64(key) & mask_;
     for (;;) {
-      uint64_t k = keys_[i];
-      if (k == key) {
+      Slot& s = slots_[i];
+      if (s.key == key) {
         *inserted = false;
         return i;
       }
-      if (k == kEmpty) {
-        keys_[i] = key;
-        vals_[i] = init;
+      if (s.key == kEmpty) {
+        s.key = key;
+        s.val = init;
         ++size_;
         *inserted = true;
         return i;
@@ -87,26 +86,26 @@ class PairMap {
       i = (i + 1) & mask_;
     }
   }
-  int32_t& value_at(size_t slot) { return vals_[slot]; }
+  int32_t& value_at(size_t slot) { return slots_[slot].val; }
   size_t size() const { return size_; }
 
  private:
+  struct Slot {
+    uint64_t key = kEmpty;
+    int32_t val = 0;
+  };
   void grow() {
-    std::vector<uint64_t> ok = std::move(keys_);
-    std::vector<int32_t> ov = std::move(vals_);
-    keys_.assign(ok.size() * 2, kEmpty);
-    vals_.assign(keys_.size(), 0);
-    mask_ = keys_.size() - 1;
-    for (size_t j = 0; j < ok.size(); ++j) {
-      if (ok[j] == kEmpty) continue;
-      size_t i = mix64(ok[j]) & mask_;
-      while (keys_[i] != kEmpty) i = (i + 1) & mask_;
-      keys_[i] = ok[j];
-      vals_[i] = ov[j];
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.size() * 2, Slot{});
+    mask_ = slots_.size() - 1;
+    for (const Slot& o : old) {
+      if (o.key == kEmpty) continue;
+      size_t i = mix64(o.key) & mask_;
+      while (slots_[i].key != kEmpty) i = (i + 1) & mask_;
+      slots_[i] = o;
     }
   }
-  std::vector<uint64_t> keys_;
-  std::vector<int32_t> vals_;
+  std::vector<Slot> slots_;
   size_t mask_ = 0;
   size_t size_ = 0;
 };
