@@ -53,7 +53,8 @@ size_t on_write(char* data, size_t size, size_t n, void* user) {
 
 // One attempt to fetch job.url into job.path + ".tmp" (resuming it when it exists).
 // Returns "" on success, else the reason; *permanent is set for errors retrying cannot fix.
-std::string fetch_once(const Job& job, const DownloadOptions& opt, Progress& progress, bool* permanent, bool* resumed) {
+std::string fetch_once(const Job& job, const DownloadOptions& opt, Progress& progress, bool* permanent, bool* resumed,
+                       bool* restart) {
   const std::string tmp = job.path + ".tmp";
   std::error_code ec;
   int64_t have = fs::exists(tmp, ec) ? static_cast<int64_t>(fs::file_size(tmp, ec)) : 0;
@@ -97,13 +98,15 @@ std::string fetch_once(const Job& job, const DownloadOptions& opt, Progress& pro
   if (rc == CURLE_HTTP_RETURNED_ERROR) {
     if (t.status == 416) {  // our partial file is not a prefix the server can continue: start over
       fs::remove(tmp, ec);
+      *restart = true;
       return "HTTP 416 on resume; restarting from scratch";
     }
     *permanent = t.status >= 400 && t.status < 500 && t.status != 408 && t.status != 429;
-    return str_cat("HTTP ", t.status, " from ", job.url);
+    return str_cat("HTTP ", t.status, t.status == 404 ? " (not found)" : "");
   }
   if (rc == CURLE_RANGE_ERROR) {  // server ignored the Range request: restart cleanly
     fs::remove(tmp, ec);
+    *restart = true;
     return "server does not support resuming (HTTP Range); restarting from scratch";
   }
   if (rc != CURLE_OK) return str_cat(curl_easy_strerror(rc), errbuf[0] ? std::string(": ") + errbuf : std::string());
@@ -185,13 +188,14 @@ DownloadResult download_shards(const DownloadOptions& opt) {
       const Job& job = jobs[k];
       std::string reason;
       for (int attempt = 1; attempt <= opt.attempts; ++attempt) {
-        bool permanent = false, was_resumed = false;
-        reason = fetch_once(job, opt, progress, &permanent, &was_resumed);
+        bool permanent = false, was_resumed = false, restart = false;
+        reason = fetch_once(job, opt, progress, &permanent, &was_resumed, &restart);
         if (reason.empty()) {
           if (was_resumed) resumed++;
           break;
         }
         if (permanent || attempt == opt.attempts) break;
+        if (restart) continue;  // the partial file was discarded: start over at once
         double wait = opt.backoff_s * std::pow(2.0, attempt - 1);
         if (!opt.quiet) std::fprintf(stderr, "\nnanochat: %s: attempt %d/%d failed (%s); retrying in %.1f s\n", job.name.c_str(), attempt, opt.attempts, reason.c_str(), wait);
         std::unique_lock<std::mutex> lk(mu);
