@@ -6,6 +6,9 @@ void register_data(CLI::App& app);    // cli/data.cpp: data pack|inspect|downloa
 void register_tok(CLI::App& app);     // cli/tok.cpp: tok-train, tok-eval
 void register_run(CLI::App& app);     // cli/run.cpp (+ hidden dist-selftest)
 void register_doctor(CLI::App& app);  // cli/doctor.cpp
+void register_base_train(CLI::App& app);  // cli/base_train.cpp
+void register_sample(CLI::App& app);  // cli/sample.cpp
+void register_chat(CLI::App& app);    // cli/chat.cpp
 
 // Subcommand registrations (one per cli/<name>.cpp). Keep this list in DESIGN.md order.
 void register_all(CLI::App& app) {
@@ -14,6 +17,9 @@ void register_all(CLI::App& app) {
   register_tok(app);
   register_run(app);
   register_doctor(app);
+  register_base_train(app);
+  register_sample(app);
+  register_chat(app);
 }
 
 }  // namespace nanochat::cli

@@ -44,6 +44,7 @@ struct BaseTrainArgs {
   // CPU extras (not in nanochat)
   int threads = 0;                   ///< OpenMP threads per rank; 0 = this rank's share of the cores
   uint64_t seed = 42;                ///< init / sampling seed (nanochat seeds torch with 42)
+  std::string fault_inject;          ///< tests only: "final-eval" makes the last evaluation fail
 };
 
 /// Parameter counts of nanochat's GPT.num_scaling_params plus matmul params (spec 1.9).

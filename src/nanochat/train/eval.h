@@ -1,0 +1,20 @@
+#pragma once
+// Validation bits per byte (nanochat loss_eval.py evaluate_bpb; spec 3.6).
+#include <cstdint>
+#include <vector>
+
+namespace nanochat {
+
+class GPT;
+namespace data {
+class DataLoader;
+}
+class Communicator;
+
+/// bpb = sum of per-token losses (nats) over targets whose token has > 0 bytes, divided by
+/// ln 2 x the total bytes of those targets, over `steps` batches of `loader`, summed over ranks.
+/// token_bytes: (V,) raw bytes per token id (0 for special tokens). Returns +inf if no bytes.
+double evaluate_bpb(GPT& model, data::DataLoader& loader, int64_t steps, const std::vector<int32_t>& token_bytes,
+                    Communicator& comm);
+
+}  // namespace nanochat

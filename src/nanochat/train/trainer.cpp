@@ -1,0 +1,373 @@
+#include "nanochat/train/trainer.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "nanochat/core/error.h"
+#include "nanochat/core/paths.h"
+#include "nanochat/core/peak.h"
+#include "nanochat/core/timer.h"
+#include "nanochat/data/loader.h"
+#include "nanochat/dist/communicator.h"
+#include "nanochat/kernels/gemm.h"
+#include "nanochat/model/gpt.h"
+#include "nanochat/optim/muon_adamw.h"
+#include "nanochat/tokenizer/tokenizer.h"
+#include "nanochat/train/chart.h"
+#include "nanochat/train/checkpoint.h"
+#include "nanochat/train/eval.h"
+#include "nanochat/train/sample.h"
+#include "nanochat/train/schedules.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace nanochat {
+
+namespace {
+
+// The seven prompts base_train samples greedily (spec 3.7).
+const char* const kSamplePrompts[] = {
+    "The capital of France is",
+    "The chemical symbol of gold is",
+    "If yesterday was Friday, then tomorrow will be",
+    "The opposite of hot is",
+    "The planets of the solar system are:",
+    "My favorite color is",
+    "If 5*x + 3 = 13, then x is",
+};
+
+std::string with_commas(int64_t v) {
+  std::string s = std::to_string(v < 0 ? -v : v);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return (v < 0 ? "-" : "") + s;
+}
+
+json args_to_json(const BaseTrainArgs& a) {
+  return json{{"run", a.run}, {"device_type", a.device_type}, {"fp8", a.fp8}, {"fp8_recipe", a.fp8_recipe},
+              {"depth", a.depth}, {"aspect_ratio", a.aspect_ratio}, {"head_dim", a.head_dim},
+              {"max_seq_len", a.max_seq_len}, {"window_pattern", a.window_pattern},
+              {"num_iterations", a.num_iterations}, {"target_flops", a.target_flops},
+              {"target_param_data_ratio", a.target_param_data_ratio}, {"device_batch_size", a.device_batch_size},
+              {"total_batch_size", a.total_batch_size}, {"embedding_lr", a.embedding_lr},
+              {"unembedding_lr", a.unembedding_lr}, {"weight_decay", a.weight_decay}, {"matrix_lr", a.matrix_lr},
+              {"scalar_lr", a.scalar_lr}, {"warmup_steps", a.warmup_steps}, {"warmdown_ratio", a.warmdown_ratio},
+              {"final_lr_frac", a.final_lr_frac}, {"resume_from_step", a.resume_from_step},
+              {"eval_every", a.eval_every}, {"eval_tokens", a.eval_tokens},
+              {"core_metric_every", a.core_metric_every}, {"core_metric_max_per_task", a.core_metric_max_per_task},
+              {"sample_every", a.sample_every}, {"save_every", a.save_every}, {"model_tag", a.model_tag},
+              {"threads", a.threads}, {"seed", a.seed}};
+}
+
+// Python's json writes float('inf') as the bare token Infinity; nlohmann writes null. Keep a
+// number: nanochat reads min_val_bpb back, we store a string "Infinity" for inf.
+json num_or_inf(double v) {
+  if (std::isinf(v)) return "Infinity";
+  if (std::isnan(v)) return nullptr;
+  return v;
+}
+double from_num_or_inf(const json& j) {
+  if (j.is_string()) return std::numeric_limits<double>::infinity();
+  if (j.is_null()) return std::numeric_limits<double>::quiet_NaN();
+  return j.get<double>();
+}
+
+}  // namespace
+
+void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
+  const int rank = comm.rank(), W = comm.world_size();
+  const bool master = rank == 0;
+  auto print0 = [&](const std::string& s) {
+    if (master) {
+      std::printf("%s\n", s.c_str());
+      std::fflush(stdout);
+    }
+  };
+  if (!a.device_type.empty() && a.device_type != "cpu")
+    fail("--device-type ", a.device_type, ": nanochat.cpp trains on CPUs only; use --device-type cpu or leave it unset");
+  if (a.fp8) print0("WARNING: --fp8 is CUDA-only in nanochat; ignored on CPU (training runs in fp32)");
+  if (a.threads > 0) set_num_threads(a.threads);
+
+  // Tokenizer and derived plan.
+  const Tokenizer tok = Tokenizer::load(tokenizer_dir());
+  TrainPlan plan = derive_plan(a, tok.vocab_size(), W);
+  const ModelConfig& cfg = plan.model;
+  const int B = a.device_batch_size, T = a.max_seq_len;
+
+  print0("nanochat.cpp base-train");
+  print0(str_cat("Device: cpu, dtype float32, ", num_threads(), " threads per rank, world size ", W));
+  print0("Vocab size: " + with_commas(tok.vocab_size()));
+  print0("Model config: " + cfg.to_json().dump());
+  for (auto& l : plan.log) print0(l);
+  if (a.core_metric_every > 0)
+    print0("NOTE: the CORE metric (--core-metric-every) needs nanochat's DCLM eval bundle and is not "
+           "implemented in nanochat.cpp; it is skipped. Pass --core-metric-every -1 to silence this.");
+  const double peak_gflops = measure_fma_peak_gflops(num_threads(), 0.2);
+  print0(str_cat("Measured fp32 FMA peak of this rank: ", static_cast<int64_t>(peak_gflops), " GFLOP/s (",
+                 fma_peak_isa(), ", ", num_threads(), " threads); MFU is reported against peak x world size"));
+
+  // Model, optimizer (spec 2.1 lrs x batch_lr_scale; Muon wd scaled).
+  GPT model(cfg);
+  model.init_weights(a.seed);
+  std::vector<OptParam> ops;
+  for (const auto& p : model.params())
+    ops.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
+  OptimConfig oc;
+  oc.unembedding_lr = static_cast<float>(a.unembedding_lr * plan.batch_lr_scale);
+  oc.embedding_lr = static_cast<float>(a.embedding_lr * plan.batch_lr_scale);
+  oc.matrix_lr = static_cast<float>(a.matrix_lr * plan.batch_lr_scale);
+  oc.scalar_lr = static_cast<float>(a.scalar_lr * plan.batch_lr_scale);
+  oc.weight_decay = static_cast<float>(plan.weight_decay_scaled);
+  oc.model_dim = cfg.n_embd;
+  MuonAdamW opt(ops, oc, &comm);
+  print0(str_cat("Scaling the LR for the AdamW parameters proportional to 1/sqrt(", cfg.n_embd, "/768) = ",
+                 std::pow(static_cast<double>(cfg.n_embd) / 768.0, -0.5)));
+
+  LrSchedule sched;
+  sched.num_iterations = plan.num_iterations;
+  sched.warmup_steps = a.warmup_steps;
+  sched.warmdown_ratio = a.warmdown_ratio;
+  sched.final_lr_frac = a.final_lr_frac;
+  const int64_t N = plan.num_iterations;
+
+  const std::string tag = a.model_tag.empty() ? "d" + std::to_string(a.depth) : a.model_tag;
+  const std::string ckpt_dir = base_dir() + "/base_checkpoints/" + tag;
+  const std::string metrics_path = ckpt_dir + "/metrics.jsonl";
+
+  // Loop state (spec 3.9 loop_state) and resume.
+  int64_t step = 0;
+  double val_bpb = std::numeric_limits<double>::quiet_NaN();
+  double min_val_bpb = std::numeric_limits<double>::infinity();
+  double smooth_train_loss = 0.0;
+  double total_training_time = 0.0;
+  json loader_state;  // null = fresh
+  if (a.resume_from_step >= 0) {
+    CheckpointPaths cp{ckpt_dir, a.resume_from_step};
+    json meta = read_checkpoint_meta(cp);
+    ModelConfig saved = ModelConfig::from_json(meta.at("model_config"));
+    if (!(saved == cfg))
+      fail("cannot resume from ", cp.meta(), ": its model_config ", saved.to_json().dump(),
+           " differs from the one the flags give ", cfg.to_json().dump());
+    if (meta.value("world_size", 1) != W)
+      fail("cannot resume from ", cp.meta(), ": it was saved by ", meta.value("world_size", 1),
+           " ranks and this job has ", W, " (optimizer shards are per rank)");
+    if (meta.value("total_batch_size", int64_t{0}) != plan.total_batch_size ||
+        meta.value("device_batch_size", 0) != B)
+      fail("cannot resume from ", cp.meta(), ": it used --total-batch-size ", meta.value("total_batch_size", int64_t{0}),
+           " and --device-batch-size ", meta.value("device_batch_size", 0), "; pass the same values to resume exactly");
+    StFile weights = load_safetensors(cp.model());
+    for (const auto& p : model.params()) {
+      const StTensor& t = weights.at(p.name);
+      if (t.shape != p.shape || t.dtype != "F32")
+        fail("checkpoint ", cp.model(), ": tensor ", p.name, " has the wrong shape or dtype");
+      std::memcpy(model.param_data() + p.offset, t.bytes.data(), p.numel * sizeof(float));
+    }
+    StFile optim_file = load_safetensors(cp.optim(rank));
+    opt.load_state(optim_file);
+    auto it = optim_file.metadata.find("loader_state");
+    if (it == optim_file.metadata.end())
+      fail("checkpoint ", cp.optim(rank), " has no loader state; it was not written by a complete save");
+    loader_state = json::parse(it->second);
+    step = meta.at("step").get<int64_t>();
+    val_bpb = from_num_or_inf(meta.value("val_bpb", json(nullptr)));
+    const json& ls = meta.at("loop_state");
+    min_val_bpb = from_num_or_inf(ls.at("min_val_bpb"));
+    smooth_train_loss = ls.at("smooth_train_loss").get<double>();
+    total_training_time = ls.at("total_training_time").get<double>();
+    print0(str_cat("Resumed from step ", step, " (", cp.model(), ")"));
+  }
+
+  // Data.
+  data::LoaderOptions lo;
+  lo.B = B;
+  lo.T = T;
+  lo.rank = rank;
+  lo.world_size = W;
+  lo.split = "train";
+  lo.data_dir = data_dir();
+  data::DataLoader train_loader(tok, lo, loader_state.is_null() ? nullptr : &loader_state);
+  const std::vector<int32_t> token_bytes = tok.token_bytes();
+  data::LoaderOptions vo = lo;
+  vo.split = "val";
+  vo.prefetch = false;
+  const int64_t eval_steps = std::max<int64_t>(1, a.eval_tokens / (static_cast<int64_t>(B) * T * W));
+
+  // Metrics file: fresh run truncates; resume keeps the records up to the resume step.
+  if (master) {
+    fs::create_directories(ckpt_dir);
+    std::vector<std::string> keep;
+    if (a.resume_from_step >= 0) {
+      std::ifstream in(metrics_path);
+      for (std::string line; std::getline(in, line);) {
+        try {
+          if (json::parse(line).value("step", int64_t{0}) <= step) keep.push_back(line);
+        } catch (const std::exception&) {
+        }
+      }
+    }
+    std::ofstream out(metrics_path, std::ios::trunc);
+    for (auto& l : keep) out << l << "\n";
+  }
+  std::ofstream metrics;
+  if (master) metrics.open(metrics_path, std::ios::app);
+  auto record = [&](const json& j) {
+    if (master) {
+      metrics << j.dump() << "\n";
+      metrics.flush();
+    }
+  };
+
+  std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
+  const int64_t resume_step = a.resume_from_step;
+  const int64_t flops_per_token = model.num_flops_per_token();
+  const double ema_beta = 0.9;
+  std::string eval_error;
+
+  for (;;) {
+    const bool last = step == N;
+    // 1. val bpb (and, on the last step, samples) — a failure there must not lose the weights.
+    try {
+      if (last && a.fault_inject == "final-eval") fail("fault injected into the final evaluation (--fault-inject)");
+      if (a.eval_every > 0 && (last || step % a.eval_every == 0)) {
+        data::DataLoader val_loader(tok, vo, nullptr);
+        val_bpb = evaluate_bpb(model, val_loader, eval_steps, token_bytes, comm);
+        min_val_bpb = std::min(min_val_bpb, val_bpb);
+        char b[96];
+        std::snprintf(b, sizeof b, "Step %05lld | Validation bpb: %.6f", static_cast<long long>(step), val_bpb);
+        print0(b);
+        record({{"step", step}, {"val_bpb", num_or_inf(val_bpb)}});
+      }
+      if (a.sample_every > 0 && master && (last || (step > 0 && step % a.sample_every == 0))) {
+        SampleOptions so;
+        so.max_tokens = 16;
+        for (const char* prompt : kSamplePrompts) {
+          std::vector<int32_t> ids = tok.encode(prompt);
+          ids.insert(ids.begin(), tok.bos_id());
+          auto gen = generate(model, ids, so);
+          ids.insert(ids.end(), gen.begin(), gen.end());
+          print0(tok.decode(ids));
+        }
+      }
+    } catch (const Error& e) {
+      if (!last) throw;
+      eval_error = e.what();
+      print0(std::string("ERROR during the final evaluation/sampling: ") + e.what() + " (saving the weights anyway)");
+    }
+    // 2. checkpoint
+    if (last || (step > 0 && step != resume_step && a.save_every > 0 && step % a.save_every == 0)) {
+      CheckpointPaths cp{ckpt_dir, step};
+      if (master) begin_checkpoint(cp);
+      comm.barrier()->wait();
+      // Each rank's optimizer shard carries that rank's exact loader state, so a resume on any
+      // node finds both in its own file.
+      auto optim_meta = opt.state_metadata();
+      optim_meta["loader_state"] = train_loader.state().dump();
+      write_safetensors_atomic(cp.optim(rank), opt.state_entries(), optim_meta);
+      comm.barrier()->wait();
+      if (master) {
+        std::vector<StWriteEntry> entries;
+        for (const auto& p : model.params())
+          entries.push_back({p.name, "F32", p.shape, model.param_data() + p.offset});
+        write_safetensors_atomic(cp.model(), entries, {{"format", "nanochat.cpp"}});
+        json meta = {{"step", step},
+                     {"val_bpb", num_or_inf(val_bpb)},
+                     {"model_config", cfg.to_json()},
+                     {"user_config", args_to_json(a)},
+                     {"device_batch_size", B},
+                     {"max_seq_len", T},
+                     {"total_batch_size", plan.total_batch_size},
+                     {"world_size", W},
+                     {"tokenizer_hash", std::to_string(tok.hash())},
+                     {"dataloader_state_dict", train_loader.state()},
+                     {"loop_state", {{"min_val_bpb", num_or_inf(min_val_bpb)},
+                                     {"smooth_train_loss", smooth_train_loss},
+                                     {"total_training_time", total_training_time}}}};
+        write_text_atomic(cp.meta(), meta.dump(2));
+        finish_checkpoint(cp);
+        print0("Saved checkpoint " + cp.model());
+      }
+      comm.barrier()->wait();
+    }
+    if (last) break;
+
+    // 3. one optimizer step: gradient accumulation over micro-batches (spec 3.3).
+    Timer t;
+    float train_loss = 0.f;
+    const float loss_scale = 1.0f / static_cast<float>(plan.grad_accum_steps);
+    for (int64_t micro = 0; micro < plan.grad_accum_steps; ++micro) {
+      train_loader.next(x.data(), y.data());
+      train_loss = model.forward_backward(x.data(), y.data(), B, T, loss_scale);
+      if (!std::isfinite(train_loss))
+        fail("training diverged at step ", step, " (loss ", train_loss, " on rank ", rank,
+             "); lower the learning rates or check the data");
+    }
+    const double lrm = sched.lr_multiplier(step);
+    const double mom = sched.muon_momentum(step);
+    const double mwd = sched.muon_weight_decay(step, plan.weight_decay_scaled);
+    opt.step(static_cast<float>(lrm), static_cast<float>(mom), static_cast<float>(mwd), 1.0f / static_cast<float>(W));
+    model.zero_grad();
+    const double dt = t.seconds();
+
+    // 4. log line (spec 3.10).
+    smooth_train_loss = ema_beta * smooth_train_loss + (1 - ema_beta) * train_loss;
+    const double debiased = smooth_train_loss / (1 - std::pow(ema_beta, static_cast<double>(step + 1)));
+    const double pct = 100.0 * static_cast<double>(step) / static_cast<double>(N);
+    const int64_t tps = static_cast<int64_t>(static_cast<double>(plan.total_batch_size) / dt);
+    const double mfu = 100.0 * static_cast<double>(flops_per_token) * static_cast<double>(plan.total_batch_size) / dt /
+                       (peak_gflops * 1e9 * W);
+    if (step > 10) total_training_time += dt;
+    const json ls = train_loader.state();
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "step %05lld/%05lld (%.2f%%) | loss: %.6f | lrm: %.2f | dt: %.2fms | tok/sec: %s | mfu: %.2f | "
+                  "epoch: %s pq: %s rg: %s | total time: %.2fm",
+                  static_cast<long long>(step), static_cast<long long>(N), pct, debiased, lrm, dt * 1e3,
+                  with_commas(tps).c_str(), mfu, ls.value("epoch", json(0)).dump().c_str(),
+                  ls.value("pq_idx", json(0)).dump().c_str(), ls.value("rg_idx", json(0)).dump().c_str(),
+                  total_training_time / 60.0);
+    std::string l = line;
+    if (step > 10) {
+      char eta[64];
+      std::snprintf(eta, sizeof eta, " | eta: %.1fm",
+                    static_cast<double>(N - step) * total_training_time / static_cast<double>(step - 10) / 60.0);
+      l += eta;
+    }
+    print0(l);
+    record({{"step", step}, {"loss", train_loss}, {"smooth_loss", debiased}, {"lrm", lrm}, {"dt_ms", dt * 1e3},
+            {"tok_per_sec", tps}, {"mfu", mfu}});
+    ++step;
+  }
+
+  // End of run: summary and chart.
+  print0(str_cat("Total training time: ", total_training_time / 60.0, "m"));
+  if (std::isfinite(min_val_bpb)) print0(str_cat("Minimum validation bpb: ", min_val_bpb));
+  if (master) {
+    metrics.close();
+    ChartSeries loss{"train loss (debiased EMA, nats)", {}}, bpb{"validation bpb", {}};
+    std::map<int64_t, double> lm, bm;
+    std::ifstream in(metrics_path);
+    for (std::string line; std::getline(in, line);) {
+      try {
+        json j = json::parse(line);
+        if (j.contains("smooth_loss")) lm[j["step"]] = j["smooth_loss"];
+        if (j.contains("val_bpb") && j["val_bpb"].is_number()) bm[j["step"]] = j["val_bpb"];
+      } catch (const std::exception&) {
+      }
+    }
+    for (auto& [s, v] : lm) loss.points.push_back({static_cast<double>(s), v});
+    for (auto& [s, v] : bm) bpb.points.push_back({static_cast<double>(s), v});
+    write_text_atomic(ckpt_dir + "/report.svg", render_svg_chart("base-train " + tag, {loss, bpb}));
+    print0("Wrote " + ckpt_dir + "/report.svg and " + metrics_path);
+  }
+  if (!eval_error.empty()) fail("the final evaluation failed after the weights were saved: ", eval_error);
+}
+
+}  // namespace nanochat
