@@ -17,30 +17,40 @@ namespace nanochat {
 namespace {
 
 // float row kernel: vectorised (AVX-512 when available, the same algorithm in scalar otherwise).
+// Pass 1 computes t = tanh(l/cap), z = cap*t and e = exp(z - cap) (z <= cap: no overflow) and
+// sums e; with a gradient it stores q = e * (1 - t^2) in place, so that pass 2 is a scaling:
+// dlogits = s * q / sum(e) (= s * softmax(z) * (1 - t^2)), minus s * (1 - t_y^2) at the target.
+// Without a gradient it stores z.
 double softcap_ce_row_f32(float* row, int64_t V, int32_t target, float cap, float grad_scale,
                           bool want_grad) {
   const float inv_cap = 1.f / cap;
-  // pass 1: z = cap*tanh(l/cap) stored in place; sum exp(z - cap) (z <= cap, so no overflow)
+  // the target's softcapped logit, before the row is overwritten
+  const float zt = target >= 0 ? cap * vecmath::tanh_scalar(row[target] * inv_cap) : 0.f;
   double sum;
   int64_t j = 0;
 #if defined(__AVX512F__)
   {
-    const __m512 vcap = _mm512_set1_ps(cap), vinv = _mm512_set1_ps(inv_cap);
+    const __m512 vcap = _mm512_set1_ps(cap), vinv = _mm512_set1_ps(inv_cap),
+                 one = _mm512_set1_ps(1.f);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+    auto step = [&](__m512 l, __m512& out) {
+      const __m512 t = vecmath::tanh16(_mm512_mul_ps(l, vinv));
+      const __m512 e = vecmath::exp16(_mm512_fmsub_ps(vcap, t, vcap));  // exp(cap*t - cap)
+      out = want_grad ? _mm512_mul_ps(e, _mm512_fnmadd_ps(t, t, one)) : _mm512_mul_ps(vcap, t);
+      return e;
+    };
     for (; j + 32 <= V; j += 32) {
-      __m512 z0 = _mm512_mul_ps(vcap, vecmath::tanh16(_mm512_mul_ps(_mm512_loadu_ps(row + j), vinv)));
-      __m512 z1 =
-          _mm512_mul_ps(vcap, vecmath::tanh16(_mm512_mul_ps(_mm512_loadu_ps(row + j + 16), vinv)));
-      _mm512_storeu_ps(row + j, z0);
-      _mm512_storeu_ps(row + j + 16, z1);
-      acc0 = _mm512_add_ps(acc0, vecmath::exp16(_mm512_sub_ps(z0, vcap)));
-      acc1 = _mm512_add_ps(acc1, vecmath::exp16(_mm512_sub_ps(z1, vcap)));
+      __m512 o0, o1;
+      acc0 = _mm512_add_ps(acc0, step(_mm512_loadu_ps(row + j), o0));
+      acc1 = _mm512_add_ps(acc1, step(_mm512_loadu_ps(row + j + 16), o1));
+      _mm512_storeu_ps(row + j, o0);
+      _mm512_storeu_ps(row + j + 16, o1);
     }
     for (; j < V; j += 16) {
       const __mmask16 m = V - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (V - j)) - 1);
-      __m512 z = _mm512_mul_ps(vcap, vecmath::tanh16(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), vinv)));
-      _mm512_mask_storeu_ps(row + j, m, z);
-      acc0 = _mm512_add_ps(acc0, _mm512_maskz_mov_ps(m, vecmath::exp16(_mm512_sub_ps(z, vcap))));
+      __m512 o;
+      acc0 = _mm512_add_ps(acc0, _mm512_maskz_mov_ps(m, step(_mm512_maskz_loadu_ps(m, row + j), o)));
+      _mm512_mask_storeu_ps(row + j, m, o);
     }
     sum = static_cast<double>(_mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)));
   }
@@ -48,9 +58,10 @@ double softcap_ce_row_f32(float* row, int64_t V, int32_t target, float cap, floa
   {
     float acc = 0.f;
     for (; j < V; ++j) {
-      const float z = cap * vecmath::tanh_scalar(row[j] * inv_cap);
-      row[j] = z;
-      acc += vecmath::exp_scalar(z - cap);
+      const float t = vecmath::tanh_scalar(row[j] * inv_cap);
+      const float e = vecmath::exp_scalar(cap * t - cap);
+      row[j] = want_grad ? e * (1.f - t * t) : cap * t;
+      acc += e;
     }
     sum = acc;
   }
@@ -60,32 +71,20 @@ double softcap_ce_row_f32(float* row, int64_t V, int32_t target, float cap, floa
     if (want_grad) std::fill(row, row + V, 0.f);
     return 0.0;
   }
-  const float zt = row[target];
   const double loss = lse - static_cast<double>(zt);
   if (!want_grad) return loss;
-  // pass 2: dlogits = s * softmax(z) * (1 - (z/cap)^2), minus s * (1 - (z_t/cap)^2) at the target
-  const float flse = static_cast<float>(lse);
-  const float inv_cap2 = inv_cap * inv_cap;
+  // pass 2: scale by s / sum(e); the one-hot term at the target
+  const float f = static_cast<float>(static_cast<double>(grad_scale) / sum);
   j = 0;
 #if defined(__AVX512F__)
   {
-    const __m512 vl = _mm512_set1_ps(flse), vs = _mm512_set1_ps(grad_scale),
-                 vic2 = _mm512_set1_ps(inv_cap2), one = _mm512_set1_ps(1.f);
-    for (; j < V; j += 16) {
-      const __mmask16 m = V - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (V - j)) - 1);
-      const __m512 z = _mm512_maskz_loadu_ps(m, row + j);
-      const __m512 p = vecmath::exp16(_mm512_sub_ps(z, vl));
-      const __m512 d = _mm512_fnmadd_ps(_mm512_mul_ps(z, z), vic2, one);  // 1 - z^2/cap^2
-      _mm512_mask_storeu_ps(row + j, m, _mm512_mul_ps(_mm512_mul_ps(p, vs), d));
-    }
-  }
-#else
-  for (; j < V; ++j) {
-    const float z = row[j];
-    row[j] = vecmath::exp_scalar(z - flse) * grad_scale * (1.f - z * z * inv_cap2);
+    const __m512 vf = _mm512_set1_ps(f);
+    for (; j + 16 <= V; j += 16) _mm512_storeu_ps(row + j, _mm512_mul_ps(vf, _mm512_loadu_ps(row + j)));
   }
 #endif
-  row[target] -= grad_scale * (1.f - zt * zt * inv_cap2);
+  for (; j < V; ++j) row[j] *= f;
+  const float tt = zt * inv_cap;
+  row[target] -= grad_scale * (1.f - tt * tt);
   return loss;
 }
 
