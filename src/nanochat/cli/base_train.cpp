@@ -12,6 +12,7 @@ namespace nanochat::cli {
 
 /// Adds nanochat's base_train flags to a CLI11 (sub)command, writing into `a`.
 void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
+  c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // like argparse
   c->add_option("--run", a.run, "wandb run name (accepted for compatibility; logs go to metrics.jsonl)")->capture_default_str();
   c->add_option("--device-type", a.device_type, "cuda|cpu|mps; only cpu runs here")->capture_default_str();
   c->add_flag("--fp8", a.fp8, "FP8 Linear layers (CUDA only: ignored with a warning)");
