@@ -187,3 +187,28 @@ TEST(BaseTrain, FlagErrorsAreClear) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("tokenizer"), std::string::npos) << r.out;
 }
+
+// base-eval, sample and chat on the checkpoint a run leaves behind. base-eval's val bpb over the
+// same val batches must equal the trainer's final "Validation bpb" line.
+TEST(BaseTrain, CheckpointServesBaseEvalSampleAndChat) {
+  BaseDir b("nc_bt_use");
+  auto r = run(b, std::string(kTiny) + " --num-iterations 3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string key = "Step 00003 | Validation bpb: ";
+  auto pos = r.out.find(key);
+  ASSERT_NE(pos, std::string::npos) << r.out;
+  const std::string trainer_bpb = r.out.substr(pos + key.size(), 8);
+  auto e = run(b, " base-eval -g t --split-tokens 256");
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("val bpb: " + trainer_bpb), std::string::npos) << e.out << "\ntrainer: " << trainer_bpb;
+  EXPECT_NE(e.out.find("train bpb: "), std::string::npos) << e.out;
+  auto s = run(b, " sample -g t -p Elizabeth -n 6 -t 0");
+  ASSERT_EQ(s.code, 0) << s.out;
+  EXPECT_NE(s.out.find("---\nElizabeth"), std::string::npos) << s.out;
+  auto c = run(b, " chat -g t -p hello --max-tokens 5");
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_NE(c.out.find("Assistant: "), std::string::npos) << c.out;
+  auto missing = run(b, " sample -g nope");
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.out.find("no complete checkpoint"), std::string::npos) << missing.out;
+}

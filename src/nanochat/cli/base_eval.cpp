@@ -1,0 +1,65 @@
+// `nanochat base-eval`: bits per byte of a trained checkpoint on the train and val splits
+// (the bpb part of nanochat scripts/base_eval.py; spec 3.6, 8.1 step 5). CORE is not included.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "nanochat/cli/commands.h"
+#include "nanochat/core/error.h"
+#include "nanochat/core/paths.h"
+#include "nanochat/data/loader.h"
+#include "nanochat/dist/communicator.h"
+#include "nanochat/kernels/gemm.h"
+#include "nanochat/model/gpt.h"
+#include "nanochat/tokenizer/tokenizer.h"
+#include "nanochat/train/eval.h"
+#include "nanochat/train/model_io.h"
+
+namespace nanochat::cli {
+
+namespace {
+struct EvalArgs {
+  std::string model_tag;
+  int64_t step = -1;
+  int device_batch_size = 0;   // 0 = the checkpoint's
+  int64_t split_tokens = 40 * 524288;
+  int threads = 0;
+};
+}  // namespace
+
+void register_base_eval(CLI::App& app) {
+  auto a = std::make_shared<EvalArgs>();
+  CLI::App* c = app.add_subcommand("base-eval", "bits per byte of a checkpoint on the train and val splits");
+  c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  c->add_option("-g,--model-tag", a->model_tag, "checkpoint tag (default: largest d<N>)");
+  c->add_option("-s,--step", a->step, "checkpoint step (default: last)");
+  c->add_option("--device-batch-size", a->device_batch_size, "rows per batch (0 = the checkpoint's)")->capture_default_str();
+  c->add_option("--split-tokens", a->split_tokens, "tokens evaluated per split")->capture_default_str();
+  c->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->capture_default_str();
+  c->callback([a] {
+    if (a->threads > 0) set_num_threads(a->threads);
+    const Tokenizer tok = Tokenizer::load(tokenizer_dir());
+    LoadedModel lm = load_trained_model(a->model_tag, a->step);
+    if (lm.model->config().vocab_size != tok.vocab_size())
+      fail("checkpoint ", lm.dir, " has vocab ", lm.model->config().vocab_size, " but the tokenizer has ",
+           tok.vocab_size(), "; use the tokenizer the model was trained with");
+    data::LoaderOptions o;
+    o.B = a->device_batch_size > 0 ? a->device_batch_size : lm.meta.value("device_batch_size", 8);
+    o.T = lm.meta.value("max_seq_len", static_cast<int>(lm.model->config().sequence_len));
+    o.data_dir = data_dir();
+    const int64_t steps = std::max<int64_t>(1, a->split_tokens / (static_cast<int64_t>(o.B) * o.T));
+    std::printf("model %s step %lld: %lld batches of %d x %d tokens per split\n", lm.tag.c_str(),
+                static_cast<long long>(lm.step), static_cast<long long>(steps), o.B, o.T);
+    LocalCommunicator local;
+    const auto token_bytes = tok.token_bytes();
+    for (const char* split : {"train", "val"}) {
+      o.split = split;
+      data::DataLoader dl(tok, o);
+      const double bpb = evaluate_bpb(*lm.model, dl, steps, token_bytes, local);
+      std::printf("%s bpb: %.6f\n", split, bpb);
+      std::fflush(stdout);
+    }
+  });
+}
+
+}  // namespace nanochat::cli
