@@ -493,3 +493,23 @@ TEST(ParquetCorrupt, PageCrcDetectsCorruptedPayload) {
   EXPECT_NE(msg.find("CRC mismatch"), std::string::npos) << msg;
   fs::remove_all(d);
 }
+
+// Inputs the fuzzer found interesting (fuzz/README.md): each reads or throws nanochat::Error.
+TEST(ParquetCorrupt, FuzzCorpusReadsOrFailsCleanly) {
+  ParquetLimits lim;  // the fuzzer's limits
+  lim.max_page_bytes = 16 << 20;
+  lim.max_row_group_rows = 1 << 16;
+  lim.max_row_group_bytes = 64 << 20;
+  int files = 0, errors = 0;
+  for (const auto& e : fs::directory_iterator(kDir / "fuzz_corpus")) {
+    std::string msg = try_read(e.path().string(), lim);
+    ++files;
+    if (!msg.empty()) {
+      ++errors;
+      EXPECT_NE(msg.find(e.path().string()), std::string::npos) << msg;
+    }
+    try_read(e.path().string());  // and with the product's default limits
+  }
+  EXPECT_GT(files, 100);
+  EXPECT_GT(errors, 0);
+}
