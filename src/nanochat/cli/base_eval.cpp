@@ -40,9 +40,7 @@ void register_base_eval(CLI::App& app) {
     if (a->threads > 0) set_num_threads(a->threads);
     const Tokenizer tok = Tokenizer::load(tokenizer_dir());
     LoadedModel lm = load_trained_model(a->model_tag, a->step);
-    if (lm.model->config().vocab_size != tok.vocab_size())
-      fail("checkpoint ", lm.dir, " has vocab ", lm.model->config().vocab_size, " but the tokenizer has ",
-           tok.vocab_size(), "; use the tokenizer the model was trained with");
+    require_tokenizer_vocab(lm, tok.vocab_size());
     data::LoaderOptions o;
     o.B = a->device_batch_size > 0 ? a->device_batch_size : lm.meta.value("device_batch_size", 8);
     o.T = lm.meta.value("max_seq_len", static_cast<int>(lm.model->config().sequence_len));

@@ -43,9 +43,7 @@ void register_chat(CLI::App& app) {
   c->callback([a] {
     const Tokenizer tok = Tokenizer::load(tokenizer_dir());
     LoadedModel lm = load_trained_model(a->model_tag, a->step);
-    if (lm.model->config().vocab_size != tok.vocab_size())
-      fail("checkpoint ", lm.dir, " has vocab ", lm.model->config().vocab_size, " but the tokenizer has ",
-           tok.vocab_size(), "; use the tokenizer the model was trained with");
+    require_tokenizer_vocab(lm, tok.vocab_size());
     const int32_t bos = tok.bos_id(), us = tok.encode_special("<|user_start|>"),
                   ue = tok.encode_special("<|user_end|>"), as = tok.encode_special("<|assistant_start|>"),
                   ae = tok.encode_special("<|assistant_end|>");

@@ -46,9 +46,7 @@ void register_sample(CLI::App& app) {
     if (a->threads > 0) set_num_threads(a->threads);
     const Tokenizer tok = Tokenizer::load(tokenizer_dir());
     LoadedModel lm = load_trained_model(a->model_tag, a->step);
-    if (lm.model->config().vocab_size != tok.vocab_size())
-      fail("checkpoint ", lm.dir, " has vocab ", lm.model->config().vocab_size, " but the tokenizer in ",
-           tokenizer_dir(), " has ", tok.vocab_size(), "; use the tokenizer the model was trained with");
+    require_tokenizer_vocab(lm, tok.vocab_size());
     std::printf("model %s step %lld (%s)\n", lm.tag.c_str(), static_cast<long long>(lm.step), lm.dir.c_str());
     std::vector<std::string> prompts = a->prompts;
     if (prompts.empty())

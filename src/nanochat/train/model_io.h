@@ -28,4 +28,7 @@ std::string default_model_tag(const std::string& checkpoints_root);
 /// nanochat::Error naming the directory/file and the available steps when something is missing.
 LoadedModel load_trained_model(const std::string& tag, int64_t step);
 
+/// Throws nanochat::Error naming the checkpoint when its vocabulary differs from the tokenizer's.
+void require_tokenizer_vocab(const LoadedModel& lm, int tokenizer_vocab);
+
 }  // namespace nanochat
