@@ -126,8 +126,10 @@ Ref reference(const std::vector<float>& x, const std::vector<float>& W,
 }  // namespace
 
 TEST(LmHeadLoss, FusedChunkedMatchesUnfusedReference) {
+  for (int64_t V : {int64_t{70}, int64_t{2500}}) {  // one vocab block; several with a ragged last one
+  SCOPED_TRACE("V " + std::to_string(V));
   Rng rng(24);
-  const int64_t N = 13, C = 16, V = 70, Vp = 128;
+  const int64_t N = 13, C = 16, Vp = (V + 63) / 64 * 64 + 64;
   std::vector<float> x(N * C), W(Vp * C);
   for (auto& v : x) v = static_cast<float>(rng.uniform(-1, 1));
   for (auto& v : W) v = static_cast<float>(rng.uniform(-1.5, 1.5));  // logits up to ~20: softcap active
@@ -145,10 +147,12 @@ TEST(LmHeadLoss, FusedChunkedMatchesUnfusedReference) {
   for (int64_t chunk : {int64_t{1}, int64_t{5}, int64_t{13}, int64_t{100}})
   for (bool transposed : {false, true}) {
     SCOPED_TRACE("chunk " + std::to_string(chunk) + (transposed ? " transposed dW" : ""));
-    std::vector<float> scratch(chunk * V), ptl(N, -1.f), dx(N * C, 99.f), dW(Vp * C, 0.25f);
+    std::vector<double> scratch_d(lm_head_scratch_floats(chunk, N, C, V) / 2 + 8);  // 8-byte aligned
+    float* scratch = reinterpret_cast<float*>(scratch_d.data());
+    std::vector<float> ptl(N, -1.f), dx(N * C, 99.f), dW(Vp * C, 0.25f);
     std::vector<float> dWt(C * V, 1e30f);  // garbage: must be overwritten, not accumulated
     const double sum = lm_head_softcap_ce(x.data(), W.data(), t.data(), N, C, V, 15.f,
-                                          static_cast<float>(gs), scratch.data(), chunk, ptl.data(),
+                                          static_cast<float>(gs), scratch, chunk, ptl.data(),
                                           dx.data(), dW.data(), transposed ? dWt.data() : nullptr);
     EXPECT_NEAR(sum, ref.loss_sum, 1e-5 * ref.loss_sum);
     for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(ptl[n], ref.per_token[n], 1e-5 * (1 + ref.per_token[n]));
@@ -160,9 +164,10 @@ TEST(LmHeadLoss, FusedChunkedMatchesUnfusedReference) {
     // evaluation mode: same losses, no gradient
     std::vector<float> ptl2(N);
     const double sum2 = lm_head_softcap_ce(x.data(), W.data(), t.data(), N, C, V, 15.f, 0.f,
-                                           scratch.data(), chunk, ptl2.data(), nullptr, nullptr);
+                                           scratch, chunk, ptl2.data(), nullptr, nullptr);
     EXPECT_DOUBLE_EQ(sum2, sum);
     for (int64_t n = 0; n < N; ++n) EXPECT_EQ(ptl2[n], ptl[n]);
+  }
   }
 }
 

@@ -137,31 +137,120 @@ void softcap_inplace(float* z, int64_t n, float cap) {
   }
 }
 
+namespace {
+
+// Pass over one segment of a row's raw logits (n values): sum of e = exp(cap*t - cap) with
+// t = tanh(l/cap); if store_q, the segment is overwritten with q = e * (1 - t^2).
+float softcap_segment(float* seg, int64_t n, float cap, bool store_q) {
+  const float inv_cap = 1.f / cap;
+  int64_t j = 0;
+  float total = 0.f;
+#if defined(__AVX512F__)
+  const __m512 vcap = _mm512_set1_ps(cap), vinv = _mm512_set1_ps(inv_cap), one = _mm512_set1_ps(1.f);
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  for (; j + 32 <= n; j += 32) {
+    const __m512 t0 = vecmath::tanh16(_mm512_mul_ps(_mm512_loadu_ps(seg + j), vinv));
+    const __m512 t1 = vecmath::tanh16(_mm512_mul_ps(_mm512_loadu_ps(seg + j + 16), vinv));
+    const __m512 e0 = vecmath::exp16(_mm512_fmsub_ps(vcap, t0, vcap));
+    const __m512 e1 = vecmath::exp16(_mm512_fmsub_ps(vcap, t1, vcap));
+    acc0 = _mm512_add_ps(acc0, e0);
+    acc1 = _mm512_add_ps(acc1, e1);
+    if (store_q) {
+      _mm512_storeu_ps(seg + j, _mm512_mul_ps(e0, _mm512_fnmadd_ps(t0, t0, one)));
+      _mm512_storeu_ps(seg + j + 16, _mm512_mul_ps(e1, _mm512_fnmadd_ps(t1, t1, one)));
+    }
+  }
+  for (; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - j)) - 1);
+    const __m512 t = vecmath::tanh16(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, seg + j), vinv));
+    const __m512 e = _mm512_maskz_mov_ps(m, vecmath::exp16(_mm512_fmsub_ps(vcap, t, vcap)));
+    acc0 = _mm512_add_ps(acc0, e);
+    if (store_q) _mm512_mask_storeu_ps(seg + j, m, _mm512_mul_ps(e, _mm512_fnmadd_ps(t, t, one)));
+  }
+  total = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+#else
+  for (; j < n; ++j) {
+    const float t = vecmath::tanh_scalar(seg[j] * inv_cap);
+    const float e = vecmath::exp_scalar(cap * t - cap);
+    total += e;
+    if (store_q) seg[j] = e * (1.f - t * t);
+  }
+#endif
+  return total;
+}
+
+constexpr int64_t kVocabBlock = 1024;  // logit columns per GEMM block: chunk x block stays in L2
+
+}  // namespace
+
+int64_t lm_head_scratch_floats(int64_t chunk_rows, int64_t N, int64_t C, int64_t V) {
+  const int64_t cr = std::max<int64_t>(1, std::min(chunk_rows, N));
+  return 2 * cr /* row sums (double) */ + 2 * cr /* z_target, scale */ + cr * C + cr * V;
+}
+
 double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets, int64_t N,
                           int64_t C, int64_t V, float cap, float grad_scale, float* scratch,
                           int64_t chunk_rows, float* per_token_loss, float* dx, float* dW,
                           float* dWt) {
   const bool want_grad = dx != nullptr;
+  const int64_t cr = std::max<int64_t>(1, std::min(chunk_rows, N));
+  double* row_sum = reinterpret_cast<double*>(scratch);  // scratch is 64-byte aligned
+  float* zt = scratch + 2 * cr;
+  float* scale = zt + cr;
+  float* xs = scale + cr;
+  float* q = xs + cr * C;
+  const float inv_cap = 1.f / cap;
   double total = 0.0;
-  for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
-    const int64_t m = std::min(chunk_rows, N - r0);
-    linear_fwd(x + r0 * C, W, scratch, m, C, V);
+  for (int64_t r0 = 0; r0 < N; r0 += cr) {
+    const int64_t m = std::min(cr, N - r0);
+    const float* xr = x + r0 * C;
+    const int32_t* tr = targets + r0;
+    std::fill(row_sum, row_sum + m, 0.0);
+    // logits block by block (each block is consumed while it is hot in cache)
+    for (int64_t j0 = 0; j0 < V; j0 += kVocabBlock) {
+      const int64_t nb = std::min(kVocabBlock, V - j0);
+      sgemm(false, true, m, nb, C, 1.f, xr, C, W + j0 * C, C, 0.f, q + j0, V);
+#pragma omp parallel for schedule(static) if (m * nb > 32768)
+      for (int64_t i = 0; i < m; ++i) {
+        float* seg = q + i * V + j0;
+        const int32_t y = tr[i];
+        if (y >= j0 && y < j0 + nb) zt[i] = cap * vecmath::tanh_scalar(seg[y - j0] * inv_cap);
+        row_sum[i] += softcap_segment(seg, nb, cap, want_grad);
+      }
+    }
+    // losses; dlogits = scale_i * q_i with the one-hot term folded into q at the target
     double chunk_sum = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : chunk_sum) if (m * V > 32768)
+#pragma omp parallel for schedule(static) reduction(+ : chunk_sum) if (m * C > 32768)
     for (int64_t i = 0; i < m; ++i) {
-      const double l =
-          softcap_ce_row_f32(scratch + i * V, V, targets[r0 + i], cap, grad_scale, want_grad);
+      const int32_t y = tr[i];
+      double l = 0.0;
+      float f = 0.f;
+      if (y >= 0) {
+        l = static_cast<double>(cap) + std::log(row_sum[i]) - static_cast<double>(zt[i]);
+        if (want_grad) {
+          f = static_cast<float>(static_cast<double>(grad_scale) / row_sum[i]);
+          const float t = zt[i] * inv_cap;
+          q[i * V + y] -= static_cast<float>((1.0 - static_cast<double>(t) * t) * row_sum[i]);
+        }
+      }
       if (per_token_loss) per_token_loss[r0 + i] = static_cast<float>(l);
       chunk_sum += l;
+      scale[i] = f;
+      if (want_grad)
+        for (int64_t c = 0; c < C; ++c) xs[i * C + c] = f * xr[i * C + c];
     }
     total += chunk_sum;
-    if (want_grad) {
-      linear_bwd_x(scratch, W, dx + r0 * C, m, C, V, 0.f);
-      if (dWt)  // dWt (C, V) (+)= x_chunk^T (C, m) * dlogits (m, V)
-        sgemm(true, false, C, V, m, 1.f, x + r0 * C, C, scratch, V, r0 == 0 ? 0.f : 1.f, dWt, V);
-      else
-        linear_bwd_w(scratch, x + r0 * C, dW, m, C, V, 1.f);
-    }
+    if (!want_grad) continue;
+    // dx = diag(scale) (q W); dW += q^T diag(scale) x
+    float* dxr = dx + r0 * C;
+    linear_bwd_x(q, W, dxr, m, C, V, 0.f);
+#pragma omp parallel for schedule(static) if (m * C > 32768)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t c = 0; c < C; ++c) dxr[i * C + c] *= scale[i];
+    if (dWt)  // dWt (C, V) (+)= xs^T (C, m) * q (m, V)
+      sgemm(true, false, C, V, m, 1.f, xs, C, q, V, r0 == 0 ? 0.f : 1.f, dWt, V);
+    else
+      linear_bwd_w(q, xs, dW, m, C, V, 1.f);
   }
   if (want_grad && dWt && N > 0) add_transposed(dWt, dW, V, C);
   return total;

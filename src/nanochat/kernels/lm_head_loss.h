@@ -24,9 +24,16 @@ double softcap_ce_row(T* row, int64_t V, int32_t target, T cap, T grad_scale, bo
 /// z[i] = cap * tanh(z[i] / cap) for n values, in place (vectorised).
 void softcap_inplace(float* z, int64_t n, float cap);
 
+/// Floats of scratch lm_head_softcap_ce needs for N rows in chunks of chunk_rows.
+int64_t lm_head_scratch_floats(int64_t chunk_rows, int64_t N, int64_t C, int64_t V);
+
 /// Fused chunked lm_head + softcap + cross-entropy.
 /// x: (N, C) final normalised activations; W: lm_head weight (>= V rows, C); targets: (N) in
-/// [0, V) or -1. scratch: chunk_rows * V floats. per_token_loss (N), optional, receives each row's
+/// [0, V) or -1. scratch: lm_head_scratch_floats(chunk_rows, N, C, V) floats, 64-byte aligned.
+/// Each chunk's logits are computed in column blocks, each softcapped and summed while hot in
+/// cache and overwritten with q = exp(z - cap) (1 - (z/cap)^2); the row scale s / sum exp(z - cap)
+/// is applied to the small operands (x rows, dx rows) instead of the (chunk, V) block.
+/// per_token_loss (N), optional, receives each row's
 /// loss (0 at ignored rows). If dx != nullptr, the backward runs: dx (N, C) is overwritten with
 /// the input gradient and dW (rows 0..V-1) accumulates the weight gradient, both for the loss
 /// sum_rows(loss) * grad_scale. Returns the sum of losses over non-ignored rows (nats).

@@ -73,7 +73,7 @@ struct GPT::Acts {
   float* dk;    // (N, Hkv D)
   float* dv;    // (N, Hkv D)
   float* dz;    // (N, Hkv)
-  float* logits;  // (chunk, V) lm_head chunk scratch
+  float* logits;  // lm_head chunk scratch (lm_head_scratch_floats)
   float* dlm_t;   // (C, V) lm_head weight gradient of one micro-batch, transposed
   float* dw_t;    // scratch for transposed block weight gradients (linear_bwd_w_acc)
 };
@@ -246,7 +246,6 @@ void GPT::ensure_acts(int64_t N) {
   const int64_t L = cfg_.n_layer, C = cfg_.n_embd, H = cfg_.n_head, Hkv = cfg_.n_kv_head;
   const int64_t D = cfg_.head_dim(), V = cfg_.vocab_size;
   const int64_t QKV = (H + 2 * Hkv) * D;
-  const int64_t chunk = std::min(lm_head_chunk_, N);
   // Two passes over the same carving code: measure, then allocate.
   auto acts = std::make_unique<Acts>();
   size_t total = 0;
@@ -296,7 +295,7 @@ void GPT::ensure_acts(int64_t N) {
     acts->dk = take(N * Hkv * D);
     acts->dv = take(N * Hkv * D);
     acts->dz = take(N * Hkv);
-    acts->logits = take(chunk * V);
+    acts->logits = take(lm_head_scratch_floats(lm_head_chunk_, N, C, V));
     acts->dlm_t = take(C * V);
     acts->dw_t = take(std::max(QKV, 4 * C) * C);
   };
