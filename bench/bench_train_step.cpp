@@ -1,10 +1,23 @@
 // Training-step benchmark (issue: model + optimizer speed). Measures this machine's fp32 FMA
 // peak, then times forward+backward+MuonAdamW steps on random tokens and prints tok/s and MFU
-// (FLOPs/token = nanochat's estimate_flops) at 1 and 2 threads.
+// (FLOPs/token = nanochat's estimate_flops) per (config, thread count).
 //
-// usage: bench_train_step [--steps N] [--threads 1,2] [--config d4|d6|all]
-//   d4: depth 4, head_dim 128, T 512, B 8, window "SSSL" (vocab 32768)
-//   d6: nanochat's runcpu config: depth 6, head_dim 64, T 512, window "L", B 8
+// usage: bench_train_step [--steps N] [--warmup N] [--threads 1,2] [--config NAME[,NAME..]|all]
+//                         [--peak-seconds S] [--json] [--list-configs] [--peak-only]
+//   d4:    depth 4, head_dim 128, T 512,  B 8, window "SSSL"
+//   d6:    nanochat's runcpu config: depth 6, head_dim 64, T 512, window "L", B 8
+//   d6b32: the same with runcpu's device batch B 32
+//   d12:   depth 12, head_dim 128, T 1024, B 4, window "SSSL"
+//   (all: vocab 32768, aspect ratio 64: n_embd = ceil(depth*64/head_dim)*head_dim)
+// --json prints one JSON object per line (the peer benchmark, bench/peer/, reads it);
+// --list-configs prints the config table (as JSON lines with --json) and exits; --peak-only
+// measures and prints the FMA peak per thread count and exits. With --json, one progress line
+// per step goes to stderr (a driver that times the run out still sees how far it got).
+// peak_rss_bytes is getrusage(RUSAGE_SELF).ru_maxrss after that row, i.e. the process-wide peak
+// so far: run one config per process for a per-config figure (bench/peer does).
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,12 +42,22 @@ struct BenchConfig {
   const char* pattern;
 };
 
-std::vector<int> parse_list(const char* s) {
-  std::vector<int> out;
+constexpr int kVocab = 32768;
+constexpr int kAspect = 64;
+
+const BenchConfig kConfigs[] = {
+    {"d4", 4, 128, 512, 8, "SSSL"},
+    {"d6", 6, 64, 512, 8, "L"},
+    {"d6b32", 6, 64, 512, 32, "L"},
+    {"d12", 12, 128, 1024, 4, "SSSL"},
+};
+
+std::vector<std::string> split(const char* s) {
+  std::vector<std::string> out;
   std::string cur;
   for (const char* p = s;; ++p) {
     if (*p == ',' || *p == '\0') {
-      if (!cur.empty()) out.push_back(std::atoi(cur.c_str()));
+      if (!cur.empty()) out.push_back(cur);
       cur.clear();
       if (*p == '\0') break;
     } else {
@@ -44,30 +67,124 @@ std::vector<int> parse_list(const char* s) {
   return out;
 }
 
+std::vector<int> parse_int_list(const char* s) {
+  std::vector<int> out;
+  for (const auto& t : split(s)) out.push_back(std::atoi(t.c_str()));
+  return out;
+}
+
+long peak_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss * 1024L;  // Linux reports KiB
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+void print_list(const std::vector<double>& v) {
+  std::printf("[");
+  for (size_t i = 0; i < v.size(); ++i) std::printf("%s%.6f", i ? "," : "", v[i]);
+  std::printf("]");
+}
+
+void usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--steps N] [--warmup N] [--threads 1,2] "
+               "[--config d4,d6,d6b32,d12|all] [--peak-seconds S] [--json] [--list-configs] "
+               "[--peak-only]\n",
+               argv0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 5;
+  int steps = 5, warmup = 1;
+  double peak_seconds = 0.3;
+  bool json = false, list_only = false, peak_only = false;
   std::vector<int> threads = {1, 2};
-  std::string which = "all";
+  std::vector<std::string> which = {"all"};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = parse_list(argv[++i]);
-    else if (!std::strcmp(argv[i], "--config") && i + 1 < argc) which = argv[++i];
+    else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = parse_int_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--config") && i + 1 < argc) which = split(argv[++i]);
+    else if (!std::strcmp(argv[i], "--peak-seconds") && i + 1 < argc) peak_seconds = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json")) json = true;
+    else if (!std::strcmp(argv[i], "--list-configs")) list_only = true;
+    else if (!std::strcmp(argv[i], "--peak-only")) peak_only = true;
     else {
-      std::fprintf(stderr, "usage: %s [--steps N] [--threads 1,2] [--config d4|d6|all]\n", argv[0]);
+      usage(argv[0]);
       return 2;
     }
   }
-  const BenchConfig configs[] = {{"d4", 4, 128, 512, 8, "SSSL"}, {"d6", 6, 64, 512, 8, "L"}};
-  std::printf("%-4s %3s %3s %5s | %9s %9s | %10s %8s | %s\n", "cfg", "thr", "B", "T", "step_ms",
-              "tok/s", "GFLOP/s", "MFU", "peak GFLOP/s (measured FMA, " "ISA)");
+  if (steps < 1 || warmup < 0 || threads.empty() || which.empty()) {
+    usage(argv[0]);
+    return 2;
+  }
+  std::vector<const BenchConfig*> selected;
+  for (const auto& w : which) {
+    bool found = false;
+    for (const auto& bc : kConfigs) {
+      if (w == "all" || w == bc.name) {
+        if (std::find(selected.begin(), selected.end(), &bc) == selected.end()) selected.push_back(&bc);
+        found = true;
+      }
+    }
+    if (!found) {
+      std::fprintf(stderr, "bench_train_step: unknown --config '%s' (known: d4, d6, d6b32, d12, all)\n",
+                   w.c_str());
+      return 2;
+    }
+  }
+
+  if (list_only) {
+    for (const BenchConfig* bc : selected) {
+      ModelConfig cfg = ModelConfig::from_depth(bc->depth, kAspect, bc->head_dim, bc->T, kVocab, bc->pattern);
+      if (json) {
+        std::printf(
+            "{\"config\":\"%s\",\"depth\":%d,\"head_dim\":%d,\"n_embd\":%lld,\"n_head\":%lld,"
+            "\"n_kv_head\":%lld,\"T\":%d,\"B\":%d,\"window\":\"%s\",\"vocab\":%d,"
+            "\"flops_per_token\":%lld}\n",
+            bc->name, bc->depth, bc->head_dim, static_cast<long long>(cfg.n_embd),
+            static_cast<long long>(cfg.n_head), static_cast<long long>(cfg.n_kv_head), bc->T, bc->B,
+            bc->pattern, kVocab, static_cast<long long>(GPT::flops_per_token(cfg)));
+      } else {
+        std::printf("%-6s depth %2d  n_embd %4lld  heads %2lld x %3d  T %4d  B %2d  window %-4s  "
+                    "FLOPs/token %.1fM\n",
+                    bc->name, bc->depth, static_cast<long long>(cfg.n_embd),
+                    static_cast<long long>(cfg.n_head), bc->head_dim, bc->T, bc->B, bc->pattern,
+                    GPT::flops_per_token(cfg) / 1e6);
+      }
+    }
+    return 0;
+  }
+
+  if (peak_only) {
+    for (int nt : threads) {
+      set_num_threads(nt);
+      const double peak = measure_fma_peak_gflops(nt, peak_seconds);
+      if (json)
+        std::printf("{\"side\":\"peak\",\"threads\":%d,\"peak_gflops\":%.3f,\"peak_isa\":\"%s\"}\n", nt,
+                    peak, fma_peak_isa());
+      else
+        std::printf("threads %d: FMA peak %.1f GFLOP/s (%s)\n", nt, peak, fma_peak_isa());
+      std::fflush(stdout);
+    }
+    return 0;
+  }
+
+  if (!json)
+    std::printf("%-6s %3s %3s %5s | %9s %9s | %10s %8s | %9s | %s\n", "cfg", "thr", "B", "T",
+                "step_ms", "tok/s", "GFLOP/s", "MFU", "peak RSS", "peak GFLOP/s (measured FMA, ISA)");
   for (int nt : threads) {
     set_num_threads(nt);
-    const double peak = measure_fma_peak_gflops(nt, 0.3);
-    for (const auto& bc : configs) {
-      if (which != "all" && which != bc.name) continue;
-      ModelConfig cfg = ModelConfig::from_depth(bc.depth, 64, bc.head_dim, bc.T, 32768, bc.pattern);
+    const double peak = measure_fma_peak_gflops(nt, peak_seconds);
+    for (const BenchConfig* bcp : selected) {
+      const BenchConfig& bc = *bcp;
+      ModelConfig cfg = ModelConfig::from_depth(bc.depth, kAspect, bc.head_dim, bc.T, kVocab, bc.pattern);
       GPT model(cfg);
       model.init_weights(42);
       std::vector<OptParam> ps;
@@ -80,27 +197,62 @@ int main(int argc, char** argv) {
       Rng rng(7);
       std::vector<int32_t> idx(static_cast<size_t>(bc.B) * bc.T), tgt(idx.size());
       for (size_t i = 0; i < idx.size(); ++i) {
-        idx[i] = static_cast<int32_t>(rng.below(32768));
-        tgt[i] = static_cast<int32_t>(rng.below(32768));
+        idx[i] = static_cast<int32_t>(rng.below(kVocab));
+        tgt[i] = static_cast<int32_t>(rng.below(kVocab));
       }
+      double t_fb = 0, t_opt = 0;
+      float loss = 0;
       auto one_step = [&] {
+        Timer t;
         model.zero_grad();
-        model.forward_backward(idx.data(), tgt.data(), bc.B, bc.T, 1.f);
+        loss = model.forward_backward(idx.data(), tgt.data(), bc.B, bc.T, 1.f);
+        t_fb = t.seconds();
+        Timer t2;
         opt.step(1.f, 0.95f, 0.1f);
+        t_opt = t2.seconds();
       };
-      one_step();  // warm-up: first touch of every buffer, oneDNN kernel generation
-      std::vector<double> times;
+      // warm-up: first touch of every buffer, oneDNN kernel generation
+      std::vector<double> warm_times;
+      for (int s = 0; s < warmup; ++s) {
+        Timer t;
+        one_step();
+        warm_times.push_back(t.seconds());
+        if (json) std::fprintf(stderr, "warmup %d/%d: %.3f s\n", s + 1, warmup, warm_times.back());
+      }
+      std::vector<double> times, fb_times, opt_times;
       for (int s = 0; s < steps; ++s) {
         Timer t;
         one_step();
         times.push_back(t.seconds());
+        fb_times.push_back(t_fb);
+        opt_times.push_back(t_opt);
+        if (json) std::fprintf(stderr, "step %d/%d: %.3f s\n", s + 1, steps, times.back());
       }
-      std::sort(times.begin(), times.end());
-      const double med = times[times.size() / 2];
+      const double med = median(times);
       const double tps = bc.B * bc.T / med;
       const double gflops = tps * static_cast<double>(model.num_flops_per_token()) / 1e9;
-      std::printf("%-4s %3d %3d %5d | %9.1f %9.0f | %10.1f %7.1f%% | %.1f (%s)\n", bc.name, nt, bc.B,
-                  bc.T, med * 1e3, tps, gflops, 100.0 * gflops / peak, peak, fma_peak_isa());
+      const long rss = peak_rss_bytes();
+      if (json) {
+        std::printf(
+            "{\"side\":\"ours\",\"config\":\"%s\",\"depth\":%d,\"head_dim\":%d,\"n_embd\":%lld,"
+            "\"T\":%d,\"B\":%d,\"window\":\"%s\",\"vocab\":%d,\"threads\":%d,\"steps\":%d,"
+            "\"warmup\":%d,\"num_params\":%zu,\"flops_per_token\":%lld,\"step_s\":%.6f,"
+            "\"fwdbwd_s\":%.6f,\"opt_s\":%.6f,\"tok_s\":%.3f,\"gflops\":%.3f,"
+            "\"peak_gflops\":%.3f,\"peak_isa\":\"%s\",\"mfu\":%.5f,\"peak_rss_bytes\":%ld,"
+            "\"loss\":%.5f,\"step_times\":",
+            bc.name, bc.depth, bc.head_dim, static_cast<long long>(cfg.n_embd), bc.T, bc.B,
+            bc.pattern, kVocab, nt, steps, warmup, model.num_params(),
+            static_cast<long long>(model.num_flops_per_token()), med, median(fb_times),
+            median(opt_times), tps, gflops, peak, fma_peak_isa(), gflops / peak, rss, loss);
+        print_list(times);
+        std::printf(",\"warmup_times\":");
+        print_list(warm_times);
+        std::printf("}\n");
+      } else {
+        std::printf("%-6s %3d %3d %5d | %9.1f %9.0f | %10.1f %7.1f%% | %6.2f GB | %.1f (%s)\n", bc.name,
+                    nt, bc.B, bc.T, med * 1e3, tps, gflops, 100.0 * gflops / peak, rss / 1e9, peak,
+                    fma_peak_isa());
+      }
       std::fflush(stdout);
     }
   }

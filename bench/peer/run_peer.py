@@ -1,0 +1,562 @@
+#!/usr/bin/python3
+"""Peer benchmark: our training step (bench_train_step) against the PyTorch reference model
+(torch_step.py) on identical configs and thread counts, in one invocation; prints a markdown
+comparison table to stdout and writes it (plus the raw JSON lines and per-run logs) to a results
+folder. Started by bench/peer/run_peer.sh; see bench/peer/README.md.
+
+Every measurement is its own process: one per (config, threads) for ours, one per (config,
+threads, variant) for PyTorch, so the peak RSS (wait4's ru_maxrss) is that run's alone. Each
+process is watched: killed when its RSS passes --mem-limit-gb or the machine's MemAvailable falls
+below --min-avail-gb (row reads "OOM (> X GB)"), or when it runs past --timeout (row reads
+"timeout"; the steps finished by then are still reported). Only the Python standard library.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1,retain:true"
+OPENBLAS_OPENMP_DIR = "/usr/lib/x86_64-linux-gnu/openblas-openmp"
+# variables a variant may set; removed from the inherited environment first so that a preset
+# value (e.g. OPENBLAS_CORETYPE on some machines) never leaks into a run
+TUNING_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OPENBLAS_VERBOSE", "OMP_NUM_THREADS",
+               "MKL_NUM_THREADS", "GOTO_NUM_THREADS", "ATEN_CPU_CAPABILITY", "LD_PRELOAD",
+               "LD_LIBRARY_PATH", "MALLOC_CONF", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_SPINCOUNT",
+               "OMP_WAIT_POLICY", "KMP_AFFINITY", "BLIS_ARCH_TYPE")
+VARIANTS = ("installed", "jemalloc", "tuned")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+# ------------------------------------------------------------------------------------------------
+# machine state
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def cpu_has(flag):
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return flag in line.split()
+    except OSError:
+        pass
+    return False
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def busy_seconds():
+    """Busy CPU seconds of the whole machine so far (/proc/stat, all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    total = sum(v[:8])  # user nice system idle iowait irq softirq steal (guest is in user)
+    return (total - v[3] - v[4]) / HZ
+
+
+def mem_available_gb():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024 / 1e9
+    return float("inf")
+
+
+def wait_quiet(max_wait, threshold=0.1, window=2.0):
+    """Waits (up to max_wait s) for a window in which other processes use < threshold cores.
+    Returns (waited seconds, cores used in the last window)."""
+    t0 = time.monotonic()
+    while True:
+        b0 = busy_seconds()
+        time.sleep(window)
+        used = (busy_seconds() - b0) / window
+        if used < threshold or time.monotonic() - t0 >= max_wait:
+            return time.monotonic() - t0, used
+
+
+def rss_bytes(pid):
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def git_rev():
+    try:
+        rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return rev + (" (+ uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+# ------------------------------------------------------------------------------------------------
+# one watched process
+
+def run_watched(cmd, env, log_base, timeout, mem_limit_gb, min_avail_gb):
+    """Runs cmd in its own process group with stdout/stderr to log_base.{out,err}; polls RSS.
+    Returns dict(status='ok'|'oom'|'lowmem'|'timeout'|'failed', rc, wall, cpu, maxrss, other,
+    load1, stdout, stderr, note)."""
+    load1 = loadavg()[0]
+    busy0 = busy_seconds()
+    t0 = time.monotonic()
+    with open(log_base + ".out", "w") as fo, open(log_base + ".err", "w") as fe:
+        fe.write("$ " + " ".join(cmd) + "\n")
+        fe.flush()
+        p = subprocess.Popen(cmd, env=env, stdout=fo, stderr=fe, cwd=ROOT, start_new_session=True)
+        status, note, seen_rss = None, "", 0
+        while True:
+            pid, wstatus, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid == p.pid:
+                break
+            seen_rss = max(seen_rss, rss_bytes(p.pid))
+            if status is None:
+                if seen_rss > mem_limit_gb * 1e9:
+                    status, note = "oom", f"killed at RSS {seen_rss / 1e9:.1f} GB > {mem_limit_gb:g} GB"
+                elif mem_available_gb() < min_avail_gb:
+                    status, note = "lowmem", (f"killed: MemAvailable < {min_avail_gb:g} GB at RSS "
+                                              f"{seen_rss / 1e9:.1f} GB")
+                elif time.monotonic() - t0 > timeout:
+                    status, note = "timeout", f"> {timeout:g} s"
+                if status is not None:
+                    try:
+                        os.killpg(p.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            time.sleep(0.2)
+    wall = time.monotonic() - t0
+    cpu = ru.ru_utime + ru.ru_stime
+    other = max(0.0, (busy_seconds() - busy0 - cpu) / wall) if wall > 0 else 0.0
+    rc = os.waitstatus_to_exitcode(wstatus)
+    with open(log_base + ".out") as f:
+        out = f.read()
+    with open(log_base + ".err") as f:
+        err = f.read()
+    if status is None:
+        status = "ok" if rc == 0 else "failed"
+        if rc != 0:
+            note = f"exit {rc}: " + (err.strip().splitlines() or [""])[-1][:200]
+    return dict(status=status, rc=rc, wall=wall, cpu=cpu, maxrss=max(ru.ru_maxrss * 1024, seen_rss),
+                other=other, load1=load1, stdout=out, stderr=err, note=note)
+
+
+def last_json(text):
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                pass
+    return None
+
+
+def partial_steps(stderr):
+    """Step times already printed ('step i/n: t s') by a run that was stopped."""
+    return [float(m.group(1)) for m in re.finditer(r"^step \d+/\d+: ([0-9.]+) s$", stderr, re.M)]
+
+
+# ------------------------------------------------------------------------------------------------
+# environments
+
+def base_env():
+    env = {k: v for k, v in os.environ.items() if k not in TUNING_VARS}
+    return env
+
+
+def thread_env(env, n):
+    env["OMP_NUM_THREADS"] = str(n)
+    env["OPENBLAS_NUM_THREADS"] = str(n)
+    env["MKL_NUM_THREADS"] = str(n)
+    return env
+
+
+def variant_env(variant, n, args):
+    """Environment of a PyTorch variant at n threads, and a list of what was set and why."""
+    env = thread_env(base_env(), n)
+    notes = []
+    if variant in ("jemalloc", "tuned"):
+        if os.path.exists(args.jemalloc):
+            env["LD_PRELOAD"] = args.jemalloc
+            env["MALLOC_CONF"] = JEMALLOC_CONF
+        else:
+            notes.append(f"jemalloc MISSING ({args.jemalloc}; apt-get install libjemalloc2)")
+    if variant == "tuned":
+        if args.coretype:
+            env["OPENBLAS_CORETYPE"] = args.coretype
+        env["ATEN_CPU_CAPABILITY"] = args.aten_capability or (
+            "avx512" if cpu_has("avx512f") else "avx2" if cpu_has("avx2") else "default")
+        if n > 1 and args.omp_blas:
+            if os.path.isdir(OPENBLAS_OPENMP_DIR):
+                env["LD_LIBRARY_PATH"] = OPENBLAS_OPENMP_DIR
+            else:
+                notes.append("OpenMP OpenBLAS MISSING (apt-get install libopenblas0-openmp); "
+                             "pthread OpenBLAS used")
+    return env, notes
+
+
+# ------------------------------------------------------------------------------------------------
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(
+        prog="run_peer.sh",
+        description="Our training step vs the PyTorch reference (nanochat_ref.py) on identical "
+                    "configs and thread counts.")
+    ap.add_argument("--quick", action="store_true",
+                    help="d4 only, 1 thread, 3 timed steps (a smoke run of a few minutes)")
+    ap.add_argument("--configs", default="d4,d6,d6b32,d12",
+                    help="comma list of bench_train_step configs (default: %(default)s)")
+    ap.add_argument("--threads", default="1,2", help="comma list (default: %(default)s)")
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per run (median reported)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps first (page faults, JIT)")
+    ap.add_argument("--variants", default="installed,tuned",
+                    help=f"PyTorch variants, comma list of {', '.join(VARIANTS)}, or 'none' "
+                         "(default: %(default)s)")
+    ap.add_argument("--no-ours", action="store_true", help="skip our side (PyTorch rows only)")
+    ap.add_argument("--torch-optim", choices=["muon", "adamw"], default="muon",
+                    help="PyTorch optimizer: nanochat_ref's MuonAdamW (default) or torch AdamW")
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"),
+                    help="CMake build dir holding bench/bench_train_step (default: build/)")
+    ap.add_argument("--ours-bin", default=None, help="path of bench_train_step (overrides --build-dir)")
+    ap.add_argument("--build", action="store_true",
+                    help="cmake --build BUILD_DIR --target bench_train_step first")
+    ap.add_argument("--python", default="/usr/bin/python3", help="interpreter with torch 1.13")
+    ap.add_argument("--mem-limit-gb", type=float, default=16.0,
+                    help="kill a run whose RSS passes this many GB (1e9 bytes; default: %(default)s)")
+    ap.add_argument("--min-avail-gb", type=float, default=1.0,
+                    help="kill a run when the machine's MemAvailable drops below this many GB "
+                         "(default: %(default)s)")
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="seconds per run before it is killed (default: %(default)s)")
+    ap.add_argument("--quiet-wait", type=float, default=0.0,
+                    help="before each run wait up to this many seconds for other processes to "
+                         "use < 0.1 cores (default 0: don't wait)")
+    ap.add_argument("--peak-gflops", default=None,
+                    help="use these FMA peaks instead of measuring, e.g. '1:217,2:435'")
+    ap.add_argument("--coretype", default="SkylakeX",
+                    help="OPENBLAS_CORETYPE of the tuned variant ('' = auto-detect)")
+    ap.add_argument("--aten-capability", default=None,
+                    help="ATEN_CPU_CAPABILITY of the tuned variant (default: avx512 if the CPU "
+                         "has AVX-512F, else avx2)")
+    ap.add_argument("--no-omp-blas", dest="omp_blas", action="store_false",
+                    help="tuned variant keeps the pthread OpenBLAS at >1 thread")
+    ap.add_argument("--jemalloc", default=JEMALLOC, help="path of libjemalloc.so.2")
+    ap.add_argument("--out", default=None,
+                    help="results folder (default: bench/peer/results/<date-time>)")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.configs, a.threads, a.steps = "d4", "1", 3
+    a.config_list = [c for c in a.configs.split(",") if c]
+    a.thread_list = [int(t) for t in a.threads.split(",") if t]
+    a.variant_list = [] if a.variants == "none" else [v for v in a.variants.split(",") if v]
+    for v in a.variant_list:
+        if v not in VARIANTS:
+            ap.error(f"unknown variant '{v}' (known: {', '.join(VARIANTS)}, none)")
+    if a.steps < 1 or a.warmup < 0 or not a.thread_list or not a.config_list:
+        ap.error("need --steps >= 1, --warmup >= 0, at least one config and one thread count")
+    return a
+
+
+def fmt_rate(r):
+    return "-" if r is None else f"{r:,.0f}"
+
+
+def fmt_gb(b):
+    return "-" if not b else f"{b / 1e9:.2f}"
+
+
+def rss_cell(row):
+    """Peak RSS in GB; '>X' for a run killed for memory, 'X+' for one stopped otherwise."""
+    if row is None or not row["maxrss"]:
+        return "-"
+    if row["status"] == "ok":
+        return fmt_gb(row["maxrss"])
+    if row["status"] in ("oom", "lowmem"):
+        return f">{row['maxrss'] / 1e9:.1f}"
+    return f"{row['maxrss'] / 1e9:.2f}+"
+
+
+def fmt_ratio(a, b):
+    return "-" if not a or not b else f"{a / b:.2f}x"
+
+
+def main(argv):
+    a = parse_args(argv)
+    ours_bin = a.ours_bin or os.path.join(a.build_dir, "bench", "bench_train_step")
+    if a.build:
+        subprocess.run(["cmake", "--build", a.build_dir, "-j2", "--target", "bench_train_step"],
+                       check=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = a.out or os.path.join(HERE, "results", stamp)
+    os.makedirs(os.path.join(out_dir, "logs"), exist_ok=True)
+    raw_path = os.path.join(out_dir, "raw.jsonl")
+    md_path = os.path.join(out_dir, "peer.md")
+    raw = open(raw_path, "w")
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    def record(obj):
+        raw.write(json.dumps(obj) + "\n")
+        raw.flush()
+
+    # config table: the single source is bench_train_step --list-configs --json
+    if not os.access(ours_bin, os.X_OK):
+        sys.exit(f"run_peer: {ours_bin} not found; build it: cmake -S . -B build -DCMAKE_BUILD_TYPE="
+                 "Release && cmake --build build -j2 --target bench_train_step (or pass --build / "
+                 "--ours-bin)")
+    lc = subprocess.run([ours_bin, "--list-configs", "--json", "--config", ",".join(a.config_list)],
+                        capture_output=True, text=True)
+    if lc.returncode != 0:
+        sys.exit(f"run_peer: {ours_bin} --list-configs --json failed ({lc.stderr.strip()}); an "
+                 "older build? rebuild bench_train_step (--build)")
+    configs = {c["config"]: c for c in (json.loads(l) for l in lc.stdout.splitlines() if l.strip())}
+
+    # FMA peak per thread count: measured once up front (1 s), raised by any higher figure a run
+    # of ours measures later (load only ever lowers it); or given by --peak-gflops
+    peaks, peak_fixed, peak_isa = {}, False, "?"
+    if a.peak_gflops:
+        peak_fixed = True
+        for item in a.peak_gflops.split(","):
+            t, g = item.split(":")
+            peaks[int(t)] = float(g)
+    else:
+        pk = subprocess.run([ours_bin, "--peak-only", "--json", "--peak-seconds", "1",
+                             "--threads", ",".join(map(str, a.thread_list))],
+                            capture_output=True, text=True, env=base_env())
+        for line in pk.stdout.splitlines():
+            d = json.loads(line)
+            peaks[d["threads"]] = d["peak_gflops"]
+            peak_isa = d["peak_isa"]
+            record(d)
+
+    start = dict(time=datetime.datetime.now().isoformat(timespec="seconds"), load=loadavg())
+    rows = []  # one per run
+    for n in a.thread_list:
+        for cname in a.config_list:
+            c = configs[cname]
+            sides = ([] if a.no_ours else [("ours", None)]) + [("torch", v) for v in a.variant_list]
+            for side, variant in sides:
+                label = "ours" if side == "ours" else f"torch {variant}"
+                tag = f"{cname}_t{n}_{'ours' if side == 'ours' else variant}"
+                notes = []
+                if side == "ours":
+                    env = thread_env(base_env(), n)
+                    cmd = [ours_bin, "--json", "--config", cname, "--threads", str(n), "--steps",
+                           str(a.steps), "--warmup", str(a.warmup)]
+                else:
+                    env, notes = variant_env(variant, n, a)
+                    cmd = [a.python, os.path.join(HERE, "torch_step.py"), "--json",
+                           "--depth", str(c["depth"]), "--head-dim", str(c["head_dim"]),
+                           "--seq", str(c["T"]), "--batch", str(c["B"]), "--window", c["window"],
+                           "--vocab", str(c["vocab"]), "--threads", str(n), "--steps", str(a.steps),
+                           "--warmup", str(a.warmup), "--optim", a.torch_optim,
+                           "--config-name", cname, "--variant", variant]
+                if a.quiet_wait > 0:
+                    waited, used = wait_quiet(a.quiet_wait)
+                    if used >= 0.1:
+                        log(f"    (not quiet after {waited:.0f} s: other processes use {used:.2f} "
+                            "cores; running anyway)")
+                log(f"[{datetime.datetime.now():%H:%M:%S}] {cname} threads {n} {label} "
+                    f"(load {loadavg()[0]:.1f}) ...")
+                r = run_watched(cmd, env, os.path.join(out_dir, "logs", tag), a.timeout,
+                                a.mem_limit_gb, a.min_avail_gb)
+                res = last_json(r["stdout"]) if r["status"] == "ok" else None
+                row = dict(config=cname, threads=n, side=side, variant=variant, label=label,
+                           status=r["status"], note=r["note"], wall=r["wall"], cpu=r["cpu"],
+                           maxrss=r["maxrss"], other=r["other"], load1=r["load1"], notes=notes,
+                           tok_s=None, res=res, env={k: env.get(k) for k in TUNING_VARS if k in env})
+                if res:
+                    row["tok_s"] = res["tok_s"]
+                    if side == "ours" and not peak_fixed:
+                        peaks[n] = max(peaks.get(n, 0.0), res["peak_gflops"])
+                        peak_isa = res["peak_isa"]
+                elif r["status"] == "ok":
+                    row["status"], row["note"] = "failed", "no JSON result on stdout"
+                else:
+                    done = partial_steps(r["stderr"])
+                    if done:  # a stopped run: report the steps it finished
+                        done.sort()
+                        row["tok_s"] = c["B"] * c["T"] / done[len(done) // 2]
+                        row["note"] += f"; {len(done)} of {a.steps} timed steps done"
+                rows.append(row)
+                record({k: v for k, v in row.items()})
+                log(f"    -> {r['status']} {fmt_rate(row['tok_s'])} tok/s, wall {r['wall']:.0f} s, "
+                    f"peak RSS {fmt_gb(r['maxrss'])} GB, other load {r['other']:.2f} cores "
+                    f"{row['note']}")
+    end = dict(time=datetime.datetime.now().isoformat(timespec="seconds"), load=loadavg())
+    raw.close()
+
+    md = render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin)
+    with open(md_path, "w") as f:
+        f.write(md)
+    print(md)
+    log(f"results: {md_path} (raw: {raw_path}, logs: {os.path.join(out_dir, 'logs')})")
+    bad = [r for r in rows if r["side"] == "ours" and r["status"] != "ok"]
+    return 1 if bad else 0
+
+
+def cell(row, a):
+    """tok/s cell text: the number, or why there is none."""
+    if row is None:
+        return "-"
+    if row["status"] == "ok":
+        return fmt_rate(row["tok_s"])
+    if row["status"] in ("oom", "lowmem"):
+        lim = (f"> {a.mem_limit_gb:g} GB" if row["status"] == "oom"
+               else f"machine < {a.min_avail_gb:g} GB free")
+        return f"OOM ({lim})"
+    if row["status"] == "timeout":
+        part = f", {fmt_rate(row['tok_s'])} partial" if row["tok_s"] else ""
+        return f"timeout (> {a.timeout:g} s{part})"
+    return "failed"
+
+
+def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
+    L = []
+    L.append(f"# Peer benchmark: nanochat.cpp vs PyTorch reference ({start['time']})")
+    L.append("")
+    L.append(f"- machine: {cpu_model()}, {os.cpu_count()} CPUs, {platform.release()}; load average "
+             f"at start {start['load'][0]:.2f} / {start['load'][1]:.2f} / {start['load'][2]:.2f}, "
+             f"at end {end['load'][0]:.2f} / {end['load'][1]:.2f} / {end['load'][2]:.2f} "
+             "(1/5/15 min)")
+    L.append(f"- ours: `{os.path.relpath(ours_bin, ROOT)}` at git {git_rev()}; forward+backward+"
+             "MuonAdamW step")
+    opt = ("nanochat_ref.MuonAdamW (nanochat's Muon+AdamW math)" if a.torch_optim == "muon"
+           else "torch.optim.AdamW over all parameters (lr 1e-3, betas (0.8, 0.95))")
+    L.append(f"- PyTorch: tools/reference/nanochat_ref.py forward + autograd backward + {opt}; "
+             "fp32, random tokens, grads reset with set_to_none")
+    L.append(f"- steps: {a.warmup} warm-up + {a.steps} timed per run, median step reported; "
+             "one process per run (peak RSS = that run's ru_maxrss)")
+    src = "given (--peak-gflops)" if peak_fixed else (
+        f"measured {peak_isa} FMA loop, highest of the runs (load only lowers it)")
+    L.append("- MFU = tok/s x FLOPs/token (nanochat estimate_flops) / FMA peak; peak GFLOP/s: "
+             + ", ".join(f"{t} thr {g:.1f}" for t, g in sorted(peaks.items())) + f" ({src})")
+    L.append(f"- guards: run killed at RSS > {a.mem_limit_gb:g} GB or MemAvailable < "
+             f"{a.min_avail_gb:g} GB (OOM), or after {a.timeout:g} s (timeout); GB = 1e9 bytes")
+    L.append("")
+
+    by = {(r["config"], r["threads"], r["side"], r["variant"]): r for r in rows}
+    # --- summary
+    L.append("## Summary (tok/s; ratio > 1 = ours faster)")
+    L.append("")
+    hdr = ["config", "thr", "ours tok/s", "ours MFU"]
+    for v in a.variant_list:
+        hdr += [f"torch {v} tok/s", f"ours / {v}"]
+    hdr += ["RSS GB ours"] + [f"RSS GB {v}" for v in a.variant_list] + ["other load (cores)"]
+    L.append("| " + " | ".join(hdr) + " |")
+    L.append("|" + "|".join(["---"] + ["---:"] * (len(hdr) - 1)) + "|")
+    for n in a.thread_list:
+        for cname in a.config_list:
+            ours = by.get((cname, n, "ours", None))
+            fpt = configs[cname]["flops_per_token"]
+            ours_ok = ours and ours["status"] == "ok"
+            mfu = (f"{100 * ours['tok_s'] * fpt / 1e9 / peaks[n]:.1f}%" if ours_ok and peaks.get(n)
+                   else "-")
+            cells = [cname, str(n), cell(ours, a), mfu]
+            loads = [ours["other"] if ours else None]
+            for v in a.variant_list:
+                t = by.get((cname, n, "torch", v))
+                t_ok = t and t["status"] == "ok"
+                cells += [cell(t, a), fmt_ratio(ours["tok_s"] if ours_ok else None,
+                                                 t["tok_s"] if t_ok else None)]
+                loads.append(t["other"] if t else None)
+            cells.append(rss_cell(ours))
+            for v in a.variant_list:
+                cells.append(rss_cell(by.get((cname, n, "torch", v))))
+            cells.append(" / ".join("-" if x is None else f"{x:.2f}" for x in loads))
+            L.append("| " + " | ".join(cells) + " |")
+    L.append("")
+    L.append("\"other load\" = CPU time of all other processes on the machine during each run "
+             "(ours / " + " / ".join(a.variant_list) + "), from /proc/stat; above ~0.1 the "
+             "numbers are disturbed.")
+    L.append("")
+
+    # --- detail
+    L.append("## Detail")
+    L.append("")
+    L.append("| config | thr | run | tok/s | step s | fwd+bwd s | opt s | warm-up s | GFLOP/s | MFU "
+             "| peak RSS GB | cpu/wall | load1 | other load | notes |")
+    L.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        c = configs[r["config"]]
+        res = r["res"] or {}
+        ok = r["status"] == "ok"
+        fb = res.get("fwdbwd_s", (res.get("fwd_s", 0) + res.get("bwd_s", 0)) if res else None)
+        g = r["tok_s"] * c["flops_per_token"] / 1e9 if ok else None
+        notes = list(r["notes"])
+        if r["note"]:
+            notes.append(r["note"])
+        if ok and abs(res.get("flops_per_token", c["flops_per_token"]) - c["flops_per_token"]) > 1:
+            notes.append(f"FLOPs/token differs: {res.get('flops_per_token')}")
+        L.append("| " + " | ".join([
+            r["config"], str(r["threads"]), r["label"], cell(r, a),
+            f"{res['step_s']:.3f}" if ok else "-", f"{fb:.3f}" if ok and fb else "-",
+            f"{res['opt_s']:.3f}" if ok else "-",
+            ", ".join(f"{w:.1f}" for w in res.get("warmup_times", [])) if ok else "-",
+            f"{g:.1f}" if g else "-",
+            f"{100 * g / peaks[r['threads']]:.1f}%" if g and peaks.get(r["threads"]) else "-",
+            rss_cell(r),
+            f"{r['cpu'] / r['wall']:.2f}" if r["wall"] else "-", f"{r['load1']:.1f}",
+            f"{r['other']:.2f}", "; ".join(notes)]) + " |")
+    L.append("")
+
+    # --- PyTorch environment per variant, as found inside the process
+    if a.variant_list:
+        L.append("## PyTorch variants (settings as set by the driver and as found in the process)")
+        L.append("")
+        L.append("| variant | thr | BLAS library | OpenBLAS core | BLAS threading | allocator | "
+                 "ATen CPU capability | environment set |")
+        L.append("|---|---:|---|---|---|---|---|---|")
+        seen = set()
+        for r in rows:
+            if r["side"] != "torch" or (r["variant"], r["threads"]) in seen:
+                continue
+            res = r["res"]
+            if not res:
+                continue
+            seen.add((r["variant"], r["threads"]))
+            envs = ", ".join(f"{k}={v}" for k, v in sorted(r["env"].items()))
+            core = res.get("openblas_core") or "?"
+            if not r["env"].get("OPENBLAS_CORETYPE"):
+                core += " (auto-detected; OPENBLAS_CORETYPE unset)"
+            L.append("| " + " | ".join([
+                r["variant"], str(r["threads"]), f"`{res.get('blas_lib')}`", core,
+                f"{res.get('openblas_parallel', '?')}, {res.get('openblas_threads', '?')} thr",
+                res.get("allocator", "?"), res.get("cpu_capability", "?"), envs]) + " |")
+        first = next((r["res"] for r in rows if r["side"] == "torch" and r["res"]), None)
+        if first:
+            L.append("")
+            L.append(f"torch {first['torch_version']} ({first['parallel_backend']}), "
+                     f"torch.get_num_threads() = thread count; optimizer: {first['optim']}")
+        L.append("")
+    return "\n".join(L) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
