@@ -105,6 +105,9 @@ class GPT {
   static int64_t matmul_params(const ModelConfig& cfg);
   static std::map<std::string, int64_t> scaling_params(const ModelConfig& cfg);
 
+  /// Bytes of the activation arena currently allocated (0 before the first call).
+  size_t activation_bytes() const { return arena_.capacity(); }
+
   /// Rows of the fused lm_head chunk (tokens per chunk; default 256). For tuning/tests.
   void set_lm_head_chunk(int64_t rows);
 
