@@ -77,13 +77,14 @@ void register_run(CLI::App& app) {
       "start the ranks of a data-parallel job on this node (torchrun's flags and environment); "
       "usage: nanochat run [flags] <subcommand> [its flags]");
   sub->prefix_command();  // everything from the first positional on is the ranks' command line
+  // torchrun's underscore spellings are accepted too (--nproc_per_node, --master_addr, ...).
   sub->add_option("--nnodes", L.nnodes, "number of nodes (machines) in the job")->capture_default_str();
-  sub->add_option("--nproc-per-node", L.nproc_per_node, "ranks to start on this node")->capture_default_str();
-  sub->add_option("--node-rank", L.node_rank, "index of this node in [0, nnodes); node 0 hosts the store")
+  sub->add_option("--nproc-per-node,--nproc_per_node", L.nproc_per_node, "ranks to start on this node")->capture_default_str();
+  sub->add_option("--node-rank,--node_rank", L.node_rank, "index of this node in [0, nnodes); node 0 hosts the store")
       ->capture_default_str();
-  sub->add_option("--master-addr", L.master_addr,
+  sub->add_option("--master-addr,--master_addr", L.master_addr,
                   "address of node 0, reachable from every node (default 127.0.0.1 with one node)");
-  sub->add_option("--master-port", L.master_port, "TCP port of the job's store on node 0")->capture_default_str();
+  sub->add_option("--master-port,--master_port", L.master_port, "TCP port of the job's store on node 0")->capture_default_str();
   sub->add_option("--iface", L.iface, "network interface for Gloo (default: the one that routes to --master-addr)");
   sub->add_option("--threads-per-rank", L.threads_per_rank,
                   "OpenMP threads per rank (default: OMP_NUM_THREADS, else physical cores / nproc-per-node)");

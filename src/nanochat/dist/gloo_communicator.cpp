@@ -1,5 +1,7 @@
 #include "nanochat/dist/gloo_communicator.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -116,6 +118,31 @@ struct Task {
   std::string what;
   std::function<void()> fn;
   std::shared_ptr<OpState> st;
+};
+
+// Gloo writes to its sockets without MSG_NOSIGNAL, so a peer that died turns the next write into
+// SIGPIPE, which would kill this rank before it can name the peer (PyTorch survives only because
+// Python ignores SIGPIPE). Rather than change the process-wide disposition, the threads that run
+// Gloo code block SIGPIPE: Gloo's device loop thread inherits the mask of the thread that creates
+// the device (the constructor's), and the comm thread blocks it for good. The write then fails
+// with EPIPE, which Gloo reports as an error.
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set_, &old_);
+  }
+  ~SigpipeBlock() {
+    // Discard a SIGPIPE raised while blocked, so unblocking does not deliver it.
+    timespec zero{0, 0};
+    while (sigtimedwait(&set_, nullptr, &zero) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t set_, old_;
 };
 
 std::vector<size_t> offsets_of(const std::vector<size_t>& counts) {
@@ -463,8 +490,15 @@ GlooCommunicator::GlooCommunicator(const DistEnv& env, const DistOptions& option
   impl_->env = env;
   impl_->opts = options.resolved();
   impl_->coll_timeout = *impl_->opts.collective_timeout;
+  SigpipeBlock no_sigpipe;  // Gloo's threads created here inherit the blocked SIGPIPE
   impl_->rendezvous();
-  impl_->thread = std::thread([this] { impl_->run_thread(); });
+  impl_->thread = std::thread([this] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    impl_->run_thread();
+  });
 }
 
 GlooCommunicator::~GlooCommunicator() {
@@ -474,6 +508,7 @@ GlooCommunicator::~GlooCommunicator() {
   }
   impl_->qcv.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
+  SigpipeBlock no_sigpipe;
   impl_.reset();  // closes the mesh, says goodbye, and (store host) lingers for the others
 }
 
