@@ -16,6 +16,7 @@
 // peak_rss_bytes is getrusage(RUSAGE_SELF).ru_maxrss after that row, i.e. the process-wide peak
 // so far: run one config per process for a per-config figure (bench/peer does).
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -77,6 +78,13 @@ long peak_rss_bytes() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return ru.ru_maxrss * 1024L;  // Linux reports KiB
+}
+
+/// CPU seconds used by the whole process (all threads) so far.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 double median(std::vector<double> v) {
@@ -219,11 +227,13 @@ int main(int argc, char** argv) {
         warm_times.push_back(t.seconds());
         if (json) std::fprintf(stderr, "warmup %d/%d: %.3f s\n", s + 1, warmup, warm_times.back());
       }
-      std::vector<double> times, fb_times, opt_times;
+      std::vector<double> times, fb_times, opt_times, cpu_times;
       for (int s = 0; s < steps; ++s) {
+        const double c0 = process_cpu_seconds();
         Timer t;
         one_step();
         times.push_back(t.seconds());
+        cpu_times.push_back(process_cpu_seconds() - c0);
         fb_times.push_back(t_fb);
         opt_times.push_back(t_opt);
         if (json) std::fprintf(stderr, "step %d/%d: %.3f s\n", s + 1, steps, times.back());
@@ -239,11 +249,12 @@ int main(int argc, char** argv) {
             "\"warmup\":%d,\"num_params\":%zu,\"flops_per_token\":%lld,\"step_s\":%.6f,"
             "\"fwdbwd_s\":%.6f,\"opt_s\":%.6f,\"tok_s\":%.3f,\"gflops\":%.3f,"
             "\"peak_gflops\":%.3f,\"peak_isa\":\"%s\",\"mfu\":%.5f,\"peak_rss_bytes\":%ld,"
-            "\"loss\":%.5f,\"step_times\":",
+            "\"step_cpu_s\":%.6f,\"loss\":%.5f,\"step_times\":",
             bc.name, bc.depth, bc.head_dim, static_cast<long long>(cfg.n_embd), bc.T, bc.B,
             bc.pattern, kVocab, nt, steps, warmup, model.num_params(),
             static_cast<long long>(model.num_flops_per_token()), med, median(fb_times),
-            median(opt_times), tps, gflops, peak, fma_peak_isa(), gflops / peak, rss, loss);
+            median(opt_times), tps, gflops, peak, fma_peak_isa(), gflops / peak, rss,
+            median(cpu_times), loss);
         print_list(times);
         std::printf(",\"warmup_times\":");
         print_list(warm_times);

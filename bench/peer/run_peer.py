@@ -390,9 +390,11 @@ def main(argv):
                 row = dict(config=cname, threads=n, side=side, variant=variant, label=label,
                            status=r["status"], note=r["note"], wall=r["wall"], cpu=r["cpu"],
                            maxrss=r["maxrss"], other=r["other"], load1=r["load1"], notes=notes,
-                           tok_s=None, res=res, env={k: env.get(k) for k in TUNING_VARS if k in env})
+                           tok_s=None, tok_s_cpu=None, res=res, env={k: env.get(k) for k in TUNING_VARS if k in env})
                 if res:
                     row["tok_s"] = res["tok_s"]
+                    if res.get("step_cpu_s"):
+                        row["tok_s_cpu"] = c["B"] * c["T"] * n / res["step_cpu_s"]
                     if side == "ours" and not peak_fixed:
                         peaks[n] = max(peaks.get(n, 0.0), res["peak_gflops"])
                         peak_isa = res["peak_isa"]
@@ -445,8 +447,9 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
              f"at start {start['load'][0]:.2f} / {start['load'][1]:.2f} / {start['load'][2]:.2f}, "
              f"at end {end['load'][0]:.2f} / {end['load'][1]:.2f} / {end['load'][2]:.2f} "
              "(1/5/15 min)")
-    L.append(f"- ours: `{os.path.relpath(ours_bin, ROOT)}` at git {git_rev()}; forward+backward+"
-             "MuonAdamW step")
+    built = datetime.datetime.fromtimestamp(os.path.getmtime(ours_bin)).isoformat(timespec="seconds")
+    L.append(f"- ours: `{os.path.relpath(ours_bin, ROOT)}` (built {built}; source tree at git "
+             f"{git_rev()}); forward+backward+MuonAdamW step")
     opt = ("nanochat_ref.MuonAdamW (nanochat's Muon+AdamW math)" if a.torch_optim == "muon"
            else "torch.optim.AdamW over all parameters (lr 1e-3, betas (0.8, 0.95))")
     L.append(f"- PyTorch: tools/reference/nanochat_ref.py forward + autograd backward + {opt}; "
@@ -483,8 +486,10 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
             for v in a.variant_list:
                 t = by.get((cname, n, "torch", v))
                 t_ok = t and t["status"] == "ok"
-                cells += [cell(t, a), fmt_ratio(ours["tok_s"] if ours_ok else None,
-                                                 t["tok_s"] if t_ok else None)]
+                ratio = fmt_ratio(ours["tok_s"] if ours_ok else None, t["tok_s"] if t_ok else None)
+                if ratio != "-" and ours["tok_s_cpu"] and t["tok_s_cpu"]:
+                    ratio += f" (cpu {fmt_ratio(ours['tok_s_cpu'], t['tok_s_cpu'])})"
+                cells += [cell(t, a), ratio]
                 loads.append(t["other"] if t else None)
             cells.append(rss_cell(ours))
             for v in a.variant_list:
@@ -494,15 +499,17 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
     L.append("")
     L.append("\"other load\" = CPU time of all other processes on the machine during each run "
              "(ours / " + " / ".join(a.variant_list) + "), from /proc/stat; above ~0.1 the "
-             "numbers are disturbed.")
+             "numbers are disturbed. \"(cpu r)\" = the same ratio from CPU-time throughput "
+             "(B*T*threads / process CPU seconds per step): less sensitive to other load, but it "
+             "counts OpenMP spin-waiting as work and still includes cache/bandwidth contention.")
     L.append("")
 
     # --- detail
     L.append("## Detail")
     L.append("")
-    L.append("| config | thr | run | tok/s | step s | fwd+bwd s | opt s | warm-up s | GFLOP/s | MFU "
-             "| peak RSS GB | cpu/wall | load1 | other load | notes |")
-    L.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    L.append("| config | thr | run | tok/s | tok/s (CPU-time) | step s | fwd+bwd s | opt s | "
+             "warm-up s | GFLOP/s | MFU | peak RSS GB | cpu/wall | load1 | other load | notes |")
+    L.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         c = configs[r["config"]]
         res = r["res"] or {}
@@ -516,7 +523,7 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
             notes.append(f"FLOPs/token differs: {res.get('flops_per_token')}")
         L.append("| " + " | ".join([
             r["config"], str(r["threads"]), r["label"], cell(r, a),
-            f"{res['step_s']:.3f}" if ok else "-", f"{fb:.3f}" if ok and fb else "-",
+            fmt_rate(r["tok_s_cpu"]) if ok else "-", f"{res['step_s']:.3f}" if ok else "-", f"{fb:.3f}" if ok and fb else "-",
             f"{res['opt_s']:.3f}" if ok else "-",
             ", ".join(f"{w:.1f}" for w in res.get("warmup_times", [])) if ok else "-",
             f"{g:.1f}" if g else "-",
