@@ -185,7 +185,8 @@ TEST(Loader, RanksReadOnlyTheirRowGroupsAndValUsesTheLastFile) {
   for (int rank = 0; rank < 3; ++rank) {
     DataLoader dl(tok, opts(s, 2, 64, rank, 3));
     for (int n = 0; n < 5; ++n) dl.next(x.data(), y.data());
-    for (auto& ref : dl.state()["buffer"]) {
+    const nlohmann::json st = dl.state();  // keep the temporary alive through the loop
+    for (auto& ref : st["buffer"]) {
       EXPECT_EQ(ref[1].get<int>() % 3, rank);
       EXPECT_LT(ref[0].get<int>(), 2);  // train files only
     }
@@ -196,7 +197,8 @@ TEST(Loader, RanksReadOnlyTheirRowGroupsAndValUsesTheLastFile) {
   val.next(x.data(), y.data());
   ASSERT_EQ(val.files().size(), 1u);
   EXPECT_NE(val.files()[0].find("shard_00002"), std::string::npos);
-  for (auto& ref : val.state()["buffer"]) EXPECT_EQ(ref[0].get<int>(), 0);
+  const nlohmann::json vst = val.state();
+  for (auto& ref : vst["buffer"]) EXPECT_EQ(ref[0].get<int>(), 0);
 }
 
 TEST(Loader, ClearErrors) {
