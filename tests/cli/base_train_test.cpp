@@ -18,77 +18,13 @@
 #include "nanochat/data/parquet.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/checkpoint.h"
+#include "cli_util.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace nanochat;
+using namespace nctest;
 
-namespace {
-
-// A base dir with three shards of real text and a 512-token tokenizer trained on it.
-struct BaseDir {
-  std::string dir;
-  explicit BaseDir(const std::string& name) {
-    dir = (fs::temp_directory_path() / name).string();
-    fs::remove_all(dir);
-    fs::create_directories(dir + "/base_data_climbmix");
-    data::ParquetReader r(std::string(NANOCHAT_TEST_DATA) + "/parquet/sample.parquet");
-    std::vector<std::string> docs;
-    for (int i = 0; i < r.num_row_groups(); ++i) {
-      auto g = r.read_row_group(i);
-      docs.insert(docs.end(), g.begin(), g.end());
-    }
-    for (int f = 0; f < 3; ++f) {
-      data::ParquetWriter w(dir + "/base_data_climbmix/shard_0000" + std::to_string(f) + ".parquet", 128);
-      for (size_t i = f * docs.size() / 3; i < (f + 1) * docs.size() / 3; ++i) w.write(docs[i]);
-      w.close();
-    }
-    docs.resize(600);
-    Tokenizer::train(docs, 512).save(dir + "/tokenizer");
-  }
-  ~BaseDir() { fs::remove_all(dir); }
-  std::string ckpt(const std::string& tag = "t") const { return dir + "/base_checkpoints/" + tag; }
-};
-
-const char* kTiny =
-    " base-train --depth 2 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --window-pattern SL"
-    " --device-batch-size 2 --total-batch-size 256 --eval-every 3 --eval-tokens 256 --sample-every -1"
-    " --core-metric-every -1 --threads 1 --model-tag t";
-
-struct Result {
-  int code;
-  std::string out;
-};
-
-Result run(const BaseDir& b, const std::string& args) {
-  std::string cmd = "NANOCHAT_BASE_DIR=" + b.dir + " " + NANOCHAT_BINARY + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
-}
-
-std::map<int64_t, double> losses(const std::string& metrics) {
-  std::map<int64_t, double> m;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    json j = json::parse(line);
-    if (j.contains("loss")) m[j["step"]] = j["loss"];
-  }
-  return m;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-}  // namespace
 
 // N steps straight == N/2 steps, stop, resume: identical losses and identical final weights.
 TEST(BaseTrain, ResumeReproducesTheUninterruptedRunExactly) {

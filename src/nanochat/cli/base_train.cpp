@@ -6,6 +6,7 @@
 
 #include "nanochat/cli/commands.h"
 #include "nanochat/dist/communicator.h"
+#include "nanochat/dist/gloo_communicator.h"
 #include "nanochat/train/trainer.h"
 
 namespace nanochat::cli {
@@ -46,6 +47,9 @@ void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
   c->add_option("--threads", a.threads, "OpenMP threads of this rank (0 = OMP_NUM_THREADS or all cores)")->capture_default_str();
   c->add_option("--seed", a.seed, "initialisation seed")->capture_default_str();
   c->add_option("--fault-inject", a.fault_inject, "tests only: final-eval")->group("");  // hidden
+  c->add_flag("--loader-global-stream", a.loader_global_stream,
+              "tests only: every rank reads the single-process stream and keeps every W-th micro-batch")
+      ->group("");  // hidden
 }
 
 void register_base_train(CLI::App& app) {
@@ -53,8 +57,9 @@ void register_base_train(CLI::App& app) {
   CLI::App* c = app.add_subcommand("base-train", "pretrain a nanochat GPT (nanochat scripts/base_train.py)");
   add_base_train_flags(c, *args);
   c->callback([args] {
-    LocalCommunicator local;
-    run_base_train(*args, local);
+    // World size 1 unless started by `nanochat run` or with torchrun's variables (RANK, ...).
+    std::unique_ptr<Communicator> comm = dist::make_communicator_from_env();
+    run_base_train(*args, *comm);
   });
 }
 

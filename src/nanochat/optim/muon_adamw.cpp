@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/timer.h"
 #include "nanochat/optim/optim_math.h"
 
 namespace nanochat {
@@ -276,7 +277,7 @@ void MuonAdamW::launch_reductions() {
 
 void MuonAdamW::compute_adamw(AdamSlot& s, const OptGroup& g, float grad_scale) {
   if (s.reduce) {
-    s.reduce->wait();
+    timed_wait(s.reduce);
     s.reduce.reset();
   }
   OptParam& p = params_[s.param];
@@ -299,7 +300,7 @@ void MuonAdamW::compute_adamw(AdamSlot& s, const OptGroup& g, float grad_scale) 
 
 void MuonAdamW::compute_muon(MuonSlot& s, const OptGroup& g, float grad_scale) {
   if (s.reduce) {
-    s.reduce->wait();
+    timed_wait(s.reduce);
     s.reduce.reset();
   }
   MuonHyper hp;
@@ -333,9 +334,15 @@ void MuonAdamW::compute_muon(MuonSlot& s, const OptGroup& g, float grad_scale) {
   }
 }
 
+void MuonAdamW::timed_wait(const WorkPtr& w) {
+  const double t0 = now_seconds();
+  w->wait();
+  comm_wait_s_ += now_seconds() - t0;
+}
+
 void MuonAdamW::finish_gathers() {
   for (auto& [work, ms] : gathers_) {
-    work->wait();
+    timed_wait(work);
     if (ms) {
       const OptGroup& g = groups_[ms->group];
       for (int64_t k = 0; k < ms->K; ++k)

@@ -102,6 +102,9 @@ class MuonAdamW {
   int world_size() const { return world_; }
   /// Number of step() calls so far (the AdamW step count).
   int64_t steps_taken() const { return steps_; }
+  /// Wall seconds step() has spent blocked in Work::wait() (reductions and gathers), summed
+  /// over all steps so far: the communication time not hidden behind computation.
+  double comm_wait_seconds() const { return comm_wait_s_; }
   /// Floats of optimizer state held by this rank (moments and Muon buffers).
   size_t state_floats() const;
 
@@ -121,6 +124,8 @@ class MuonAdamW {
   Communicator* comm_ = nullptr;
   int rank_ = 0, world_ = 1;
   int64_t steps_ = 0;
+  double comm_wait_s_ = 0.0;
+  void timed_wait(const WorkPtr& w);
   std::vector<AdamSlot> adam_;   // one per AdamW parameter, in group order
   std::vector<MuonSlot> muon_;   // one per Muon group, in group order
   std::vector<int> group_slot_;  // group index -> first slot index in adam_ / muon_

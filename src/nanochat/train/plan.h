@@ -45,6 +45,9 @@ struct BaseTrainArgs {
   int threads = 0;                   ///< OpenMP threads per rank; 0 = this rank's share of the cores
   uint64_t seed = 42;                ///< init / sampling seed (nanochat seeds torch with 42)
   std::string fault_inject;          ///< tests only: "final-eval" makes the last evaluation fail
+  /// tests only: every rank reads the world-size-1 data stream and keeps micro-batches r, r+W, ...
+  /// so W ranks x A micro-steps see exactly the batches of 1 rank x (A*W) micro-steps.
+  bool loader_global_stream = false;
 };
 
 /// Parameter counts of nanochat's GPT.num_scaling_params plus matmul params (spec 1.9).

@@ -16,6 +16,8 @@
 #include "nanochat/core/peak.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/data/loader.h"
+#include "nanochat/data/parquet.h"
+#include "nanochat/dist/agree.h"
 #include "nanochat/dist/communicator.h"
 #include "nanochat/kernels/gemm.h"
 #include "nanochat/model/gpt.h"
@@ -78,6 +80,25 @@ double from_num_or_inf(const json& j) {
   if (j.is_string()) return std::numeric_limits<double>::infinity();
   if (j.is_null()) return std::numeric_limits<double>::quiet_NaN();
   return j.get<double>();
+}
+
+// Broadcasts a string from `root` to every rank (length first, then bytes).
+void broadcast_string(Communicator& comm, std::string& s, int root) {
+  uint64_t n = s.size();
+  comm.broadcast(&n, sizeof n, root)->wait();
+  s.resize(n);
+  if (n) comm.broadcast(s.data(), n, root)->wait();
+}
+
+// Names, sizes and row-group counts of the shards: ranks must train on the same data.
+std::string data_manifest(const std::string& dir) {
+  json m = json::array();
+  for (const char* split : {"train", "val"})
+    for (const auto& f : data::split_files(dir, split)) {
+      data::ParquetReader r(f);
+      m.push_back({fs::path(f).filename().string(), r.file_size(), r.num_row_groups()});
+    }
+  return m.dump();
 }
 
 }  // namespace
@@ -150,8 +171,23 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   double total_training_time = 0.0;
   json loader_state;  // null = fresh
   if (a.resume_from_step >= 0) {
+    // Rank 0 reads the weights and meta and broadcasts them, so nodes without a shared
+    // filesystem only need their own ranks' optimizer shards.
     CheckpointPaths cp{ckpt_dir, a.resume_from_step};
-    json meta = read_checkpoint_meta(cp);
+    std::string meta_text;
+    if (master) {
+      meta_text = read_checkpoint_meta(cp).dump();
+      StFile weights = load_safetensors(cp.model());
+      for (const auto& p : model.params()) {
+        const StTensor& t = weights.at(p.name);
+        if (t.shape != p.shape || t.dtype != "F32")
+          fail("checkpoint ", cp.model(), ": tensor ", p.name, " has the wrong shape or dtype for the model the flags give");
+        std::memcpy(model.param_data() + p.offset, t.bytes.data(), p.numel * sizeof(float));
+      }
+    }
+    broadcast_string(comm, meta_text, 0);
+    comm.broadcast(model.param_data(), model.num_params() * sizeof(float), 0)->wait();
+    json meta = json::parse(meta_text);
     ModelConfig saved = ModelConfig::from_json(meta.at("model_config"));
     if (!(saved == cfg))
       fail("cannot resume from ", cp.meta(), ": its model_config ", saved.to_json().dump(),
@@ -163,13 +199,9 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
         meta.value("device_batch_size", 0) != B)
       fail("cannot resume from ", cp.meta(), ": it used --total-batch-size ", meta.value("total_batch_size", int64_t{0}),
            " and --device-batch-size ", meta.value("device_batch_size", 0), "; pass the same values to resume exactly");
-    StFile weights = load_safetensors(cp.model());
-    for (const auto& p : model.params()) {
-      const StTensor& t = weights.at(p.name);
-      if (t.shape != p.shape || t.dtype != "F32")
-        fail("checkpoint ", cp.model(), ": tensor ", p.name, " has the wrong shape or dtype");
-      std::memcpy(model.param_data() + p.offset, t.bytes.data(), p.numel * sizeof(float));
-    }
+    if (!fs::exists(cp.optim(rank)))
+      fail("rank ", rank, " has no optimizer shard ", cp.optim(rank),
+           "; every node needs its own ranks' optim_*_rank<r> files (resume on the same nodes, or share the folder)");
     StFile optim_file = load_safetensors(cp.optim(rank));
     opt.load_state(optim_file);
     auto it = optim_file.metadata.find("loader_state");
@@ -189,8 +221,9 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   data::LoaderOptions lo;
   lo.B = B;
   lo.T = T;
-  lo.rank = rank;
-  lo.world_size = W;
+  const bool global_stream = a.loader_global_stream && W > 1;
+  lo.rank = global_stream ? 0 : rank;
+  lo.world_size = global_stream ? 1 : W;
   lo.split = "train";
   lo.data_dir = data_dir();
   data::DataLoader train_loader(tok, lo, loader_state.is_null() ? nullptr : &loader_state);
@@ -199,6 +232,20 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   vo.split = "val";
   vo.prefetch = false;
   const int64_t eval_steps = std::max<int64_t>(1, a.eval_tokens / (static_cast<int64_t>(B) * T * W));
+
+  // Startup agreement (DESIGN.md 3.10): one clear error on every rank if anything differs.
+  if (W > 1) {
+    json user = args_to_json(a);
+    user.erase("threads");  // nodes may legitimately use different thread counts
+    dist::agree(comm, {{"build version", NANOCHAT_VERSION},
+                       {"model config", cfg.to_json().dump()},
+                       {"batch settings", str_cat("B=", B, " T=", T, " total=", plan.total_batch_size,
+                                                  " grad_accum=", plan.grad_accum_steps)},
+                       {"tokenizer hash", std::to_string(tok.hash())},
+                       {"data manifest (" + lo.data_dir + ")", data_manifest(lo.data_dir)},
+                       {"base-train flags", user.dump()}});
+    print0(str_cat("All ", W, " ranks agree on build, model, batch, tokenizer, data and flags"));
+  }
 
   // Metrics file: fresh run truncates; resume keeps the records up to the resume step.
   if (master) {
@@ -225,7 +272,11 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
     }
   };
 
-  std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
+  std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size()), xs, ys;
+  if (global_stream) {
+    xs.resize(x.size());
+    ys.resize(x.size());
+  }
   const int64_t resume_step = a.resume_from_step;
   const int64_t flops_per_token = model.num_flops_per_token();
   const double ema_beta = 0.9;
@@ -300,10 +351,18 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
 
     // 3. one optimizer step: gradient accumulation over micro-batches (spec 3.3).
     Timer t;
+    const double wait0 = opt.comm_wait_seconds();
     float train_loss = 0.f;
     const float loss_scale = 1.0f / static_cast<float>(plan.grad_accum_steps);
     for (int64_t micro = 0; micro < plan.grad_accum_steps; ++micro) {
-      train_loader.next(x.data(), y.data());
+      if (global_stream) {  // keep micro-batch `rank` of every W consecutive ones
+        for (int r = 0; r < W; ++r) {
+          if (r == rank) train_loader.next(x.data(), y.data());
+          else train_loader.next(xs.data(), ys.data());
+        }
+      } else {
+        train_loader.next(x.data(), y.data());
+      }
       train_loss = model.forward_backward(x.data(), y.data(), B, T, loss_scale);
       if (!std::isfinite(train_loss))
         fail("training diverged at step ", step, " (loss ", train_loss, " on rank ", rank,
@@ -315,6 +374,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
     opt.step(static_cast<float>(lrm), static_cast<float>(mom), static_cast<float>(mwd), 1.0f / static_cast<float>(W));
     model.zero_grad();
     const double dt = t.seconds();
+    const double comm_wait = opt.comm_wait_seconds() - wait0;
 
     // 4. log line (spec 3.10).
     smooth_train_loss = ema_beta * smooth_train_loss + (1 - ema_beta) * train_loss;
@@ -334,6 +394,11 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
                   ls.value("pq_idx", json(0)).dump().c_str(), ls.value("rg_idx", json(0)).dump().c_str(),
                   total_training_time / 60.0);
     std::string l = line;
+    if (W > 1) {
+      char cw[48];
+      std::snprintf(cw, sizeof cw, " | comm wait: %.1f%%", 100.0 * comm_wait / dt);
+      l += cw;
+    }
     if (step > 10) {
       char eta[64];
       std::snprintf(eta, sizeof eta, " | eta: %.1fm",
@@ -342,7 +407,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
     }
     print0(l);
     record({{"step", step}, {"loss", train_loss}, {"smooth_loss", debiased}, {"lrm", lrm}, {"dt_ms", dt * 1e3},
-            {"tok_per_sec", tps}, {"mfu", mfu}});
+            {"tok_per_sec", tps}, {"mfu", mfu}, {"comm_wait_ms", comm_wait * 1e3}});
     ++step;
   }
 
