@@ -36,8 +36,11 @@ namespace {
 // Slot prefixes for our own ring collectives; Gloo's collectives use 0x01..0x08.
 constexpr uint8_t kReduceScatterSlotPrefix = 0x41;
 constexpr uint8_t kAllgatherSlotPrefix = 0x42;
-// Reduce-scatter pipelines chunks of this many floats (1 MiB), two receives in flight.
+// Reduce-scatter pipelines chunks of this many floats (1 MiB) with kInFlight receives posted.
+// Gloo's TCP transport sends only once the receiver has posted its receive, so more than two
+// in flight keeps the link busy while this thread is descheduled or adding.
 constexpr size_t kChunk = size_t(1) << 18;
+constexpr size_t kInFlight = 4;
 
 template <typename T>
 void sum_into(void* out, const void* a, const void* b, size_t n) {
@@ -296,7 +299,7 @@ void GlooCommunicator::Impl::rendezvous() {
          "). Every pair of ranks needs direct TCP connections on ephemeral ports: check firewalls, and pick an "
          "interface the other hosts can reach with --iface / NANOCHAT_SOCKET_IFNAME");
   }
-  scratch.assign(2 * kChunk, 0.f);
+  scratch.assign(kInFlight * kChunk, 0.f);
 }
 
 std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std::string& gloo_msg) {
@@ -407,8 +410,8 @@ WorkPtr GlooCommunicator::Impl::submit(std::string what, std::function<void()> f
 // Ring reduce-scatter with unequal segment sizes. Step s (0..W-2): send segment (r-1-s) to the next
 // rank, receive segment (r-2-s) from the previous one and add it in place; after W-1 steps
 // segment r holds the sum over all ranks. Segments travel in chunks of kChunk floats so the
-// addition of one chunk overlaps the arrival of the next, and a reduced chunk is forwarded at
-// once (the segment received at step s is the one sent at step s+1).
+// addition of one chunk overlaps the arrival of the next ones, and a reduced chunk is forwarded
+// at once (the segment received at step s is the one sent at step s+1).
 void GlooCommunicator::Impl::ring_reduce_scatter(float* in, float* out, const std::vector<size_t>& counts) {
   const int W = env.world_size, r = env.rank;
   const auto off = offsets_of(counts);
@@ -436,20 +439,20 @@ void GlooCommunicator::Impl::ring_reduce_scatter(float* in, float* out, const st
       for (size_t b = 0; b < counts[j]; b += kChunk) recvs.push_back({off[j] + b, std::min(kChunk, counts[j] - b), s});
     }
     auto post_recv = [&](size_t q) {
-      tmp->recv(prev, slot, (q & 1) * kChunk * sizeof(float), recvs[q].len * sizeof(float));
+      tmp->recv(prev, slot, (q % kInFlight) * kChunk * sizeof(float), recvs[q].len * sizeof(float));
     };
     send_chunks(seg(r - 1));
-    for (size_t q = 0; q < recvs.size() && q < 2; ++q) post_recv(q);
+    for (size_t q = 0; q < recvs.size() && q < kInFlight; ++q) post_recv(q);
     for (size_t q = 0; q < recvs.size(); ++q) {
       if (!tmp->waitRecv(coll_timeout)) fail("receive aborted");
-      const float* src = scratch.data() + (q & 1) * kChunk;
+      const float* src = scratch.data() + (q % kInFlight) * kChunk;
       float* dst = in + recvs[q].begin;
       for (size_t i = 0; i < recvs[q].len; ++i) dst[i] += src[i];
       if (recvs[q].step < W - 2) {
         inbuf->send(next, slot, recvs[q].begin * sizeof(float), recvs[q].len * sizeof(float));
         ++sends;
       }
-      if (q + 2 < recvs.size()) post_recv(q + 2);
+      if (q + kInFlight < recvs.size()) post_recv(q + kInFlight);
     }
     for (size_t i = 0; i < sends; ++i)
       if (!inbuf->waitSend(coll_timeout)) fail("send aborted");
@@ -458,7 +461,9 @@ void GlooCommunicator::Impl::ring_reduce_scatter(float* in, float* out, const st
 }
 
 // Ring all-gather with unequal segments: step s sends segment (r-s) to the next rank and receives
-// segment (r-s-1) from the previous one, directly into its place in `out`.
+// segment (r-s-1) from the previous one, directly into its place in `out`. Segments travel in
+// chunks of kChunk floats, a window of them in flight, and a received chunk is forwarded at once
+// (the segment received at step s is the one sent at step s+1).
 void GlooCommunicator::Impl::ring_all_gather(const float* in, float* out, const std::vector<size_t>& counts) {
   const int W = env.world_size, r = env.rank;
   const auto off = offsets_of(counts);
@@ -470,16 +475,29 @@ void GlooCommunicator::Impl::ring_all_gather(const float* in, float* out, const 
   const uint64_t slot = gloo::Slot::build(kAllgatherSlotPrefix, 0);
   auto buf = ctx->createUnboundBuffer(out, total * sizeof(float));
   size_t sends = 0;
+  struct Piece {
+    size_t begin, len;
+    int step;
+  };
+  std::vector<Piece> recvs;
   for (int s = 0; s < W - 1; ++s) {
-    int js = seg(r - s), jr = seg(r - s - 1);
-    if (counts[js] > 0) {
-      buf->send(next, slot, off[js] * sizeof(float), counts[js] * sizeof(float));
+    int j = seg(r - s - 1);
+    for (size_t b = 0; b < counts[j]; b += kChunk) recvs.push_back({off[j] + b, std::min(kChunk, counts[j] - b), s});
+  }
+  constexpr size_t kWindow = 2 * kInFlight;
+  auto post_recv = [&](size_t q) { buf->recv(prev, slot, recvs[q].begin * sizeof(float), recvs[q].len * sizeof(float)); };
+  for (size_t b = 0; b < counts[r]; b += kChunk) {
+    buf->send(next, slot, (off[r] + b) * sizeof(float), std::min(kChunk, counts[r] - b) * sizeof(float));
+    ++sends;
+  }
+  for (size_t q = 0; q < recvs.size() && q < kWindow; ++q) post_recv(q);
+  for (size_t q = 0; q < recvs.size(); ++q) {
+    if (!buf->waitRecv(coll_timeout)) fail("receive aborted");
+    if (recvs[q].step < W - 2) {
+      buf->send(next, slot, recvs[q].begin * sizeof(float), recvs[q].len * sizeof(float));
       ++sends;
     }
-    if (counts[jr] > 0) {
-      buf->recv(prev, slot, off[jr] * sizeof(float), counts[jr] * sizeof(float));
-      if (!buf->waitRecv(coll_timeout)) fail("receive aborted");
-    }
+    if (q + kWindow < recvs.size()) post_recv(q + kWindow);
   }
   for (size_t i = 0; i < sends; ++i)
     if (!buf->waitSend(coll_timeout)) fail("send aborted");
