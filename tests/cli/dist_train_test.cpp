@@ -38,8 +38,9 @@ double max_rel_diff(const StFile& a, const StFile& b, bool check_zero_init_scala
   for (const auto& [name, t] : a.tensors) {
     if (init_gradient_is_zero(name)) {
       auto x = t.to_f32(), y = b.at(name).to_f32();
-      if (check_zero_init_scalars)
+      if (check_zero_init_scalars) {
         for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 0.02) << name;
+      }
       continue;
     }
     auto x = t.to_f32(), y = b.at(name).to_f32();
