@@ -119,3 +119,18 @@ TEST_F(TwoHosts, ARankKilledOnOneHostStopsTheOtherHostNamingIt) {
   EXPECT_THAT(n0.output(), ::testing::ContainsRegex("\\[rank 0\\] nanochat: error: rank 0 .* rank 1 \\(host [^)]+\\) has died"));
   EXPECT_THAT(n0.output(), ::testing::ContainsRegex("nanochat: error: rank 1 \\(host [^)]+\\) was killed by signal 9"));
 }
+
+TEST_F(TwoHosts, ADroppingFirewallCannotStallTheConnectPastTheDeadline) {
+  // Host a black-holes its replies to host b: b's SYNs go unanswered, as behind a DROP rule.
+  ASSERT_EQ(sh({kIp, "-n", a_, "route", "add", "blackhole", "10.78.0.2/32"}).first, 0);
+  Proc n1 = Proc::spawn({kIp, "netns", "exec", b_, nctest::nanochat_binary(), "run", "--nnodes", "2", "--node-rank", "1",
+                         "--master-addr", "10.78.0.1", "--master-port", "29500", "--rendezvous-timeout", "3",
+                         "dist-selftest"},
+                        {"NANOCHAT_JOB_TOKEN=netns-test"});
+  auto t0 = nctest::Clock::now();
+  ASSERT_TRUE(n1.wait(Ms(20000))) << "the connect stalled past its deadline: " << n1.output();
+  EXPECT_LT(std::chrono::duration<double>(nctest::Clock::now() - t0).count(), 15.0);
+  EXPECT_EQ(n1.exit_code(), 1);
+  EXPECT_THAT(n1.output(), HasSubstr("nanochat: error: cannot reach the store at 10.78.0.1:29500 after 3."));
+  EXPECT_THAT(n1.output(), HasSubstr("connection attempt timed out"));
+}
