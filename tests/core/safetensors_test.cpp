@@ -49,3 +49,13 @@ TEST(Arena, AlignsAndReportsExhaustion) {
   a.reset();
   EXPECT_EQ(a.used(), 0u);
 }
+
+#include "nanochat/core/format.h"
+
+TEST(Format, ThousandsSeparatorsLikePython) {
+  EXPECT_EQ(nanochat::with_commas(0), "0");
+  EXPECT_EQ(nanochat::with_commas(999), "999");
+  EXPECT_EQ(nanochat::with_commas(1000), "1,000");
+  EXPECT_EQ(nanochat::with_commas(73531646), "73,531,646");
+  EXPECT_EQ(nanochat::with_commas(-1234567), "-1,234,567");
+}

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/format.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/train/schedules.h"
 
@@ -24,11 +25,6 @@ ModelCounts count_params(const ModelConfig& cfg) {
 }
 
 namespace {
-std::string with_commas(int64_t v) {
-  std::string s = std::to_string(v < 0 ? -v : v);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
-  return (v < 0 ? "-" : "") + s;
-}
 std::string fmt(const char* f, double v) {
   char b[128];
   std::snprintf(b, sizeof b, f, v);

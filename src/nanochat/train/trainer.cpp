@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/format.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/core/peak.h"
 #include "nanochat/core/timer.h"
@@ -47,11 +48,6 @@ const char* const kSamplePrompts[] = {
     "If 5*x + 3 = 13, then x is",
 };
 
-std::string with_commas(int64_t v) {
-  std::string s = std::to_string(v < 0 ? -v : v);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
-  return (v < 0 ? "-" : "") + s;
-}
 
 json args_to_json(const BaseTrainArgs& a) {
   return json{{"run", a.run}, {"device_type", a.device_type}, {"fp8", a.fp8}, {"fp8_recipe", a.fp8_recipe},
