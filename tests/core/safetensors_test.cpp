@@ -59,3 +59,11 @@ TEST(Format, ThousandsSeparatorsLikePython) {
   EXPECT_EQ(nanochat::with_commas(73531646), "73,531,646");
   EXPECT_EQ(nanochat::with_commas(-1234567), "-1,234,567");
 }
+
+TEST(Format, ParseSuffixNumber) {
+  EXPECT_EQ(nanochat::parse_suffix_number("complete_000042", "complete_"), 42);
+  EXPECT_EQ(nanochat::parse_suffix_number("d12", "d"), 12);
+  EXPECT_EQ(nanochat::parse_suffix_number("d12x", "d"), -1);
+  EXPECT_EQ(nanochat::parse_suffix_number("d", "d"), -1);
+  EXPECT_EQ(nanochat::parse_suffix_number("complete_000042.tmp.5", "complete_"), -1);
+}

@@ -16,4 +16,17 @@ inline std::string with_commas(int64_t v) {
   return out;
 }
 
+/// If `name` is `prefix` followed by one or more decimal digits (nothing else), returns that
+/// number; otherwise -1. E.g. parse_suffix_number("complete_000042", "complete_") == 42.
+inline int64_t parse_suffix_number(const std::string& name, const std::string& prefix) {
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
+  if (name.size() - prefix.size() > 18) return -1;
+  int64_t v = 0;
+  for (size_t i = prefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    v = v * 10 + (name[i] - '0');
+  }
+  return v;
+}
+
 }  // namespace nanochat

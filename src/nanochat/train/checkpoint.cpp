@@ -8,9 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/format.h"
 
 namespace fs = std::filesystem;
 
@@ -88,11 +88,9 @@ std::vector<int64_t> complete_checkpoint_steps(const std::string& dir) {
   std::vector<int64_t> steps;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return steps;
-  static const std::regex re("complete_([0-9]+)");
   for (auto& e : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    const std::string name = e.path().filename().string();
-    if (std::regex_match(name, m, re)) steps.push_back(std::stoll(m[1]));
+    const int64_t s = parse_suffix_number(e.path().filename().string(), "complete_");
+    if (s >= 0) steps.push_back(s);
   }
   std::sort(steps.begin(), steps.end());
   return steps;

@@ -2,9 +2,9 @@
 
 #include <cstring>
 #include <filesystem>
-#include <regex>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/format.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/core/safetensors.h"
 #include "nanochat/model/gpt.h"
@@ -18,16 +18,15 @@ std::string default_model_tag(const std::string& root) {
   std::error_code ec;
   if (!fs::is_directory(root, ec))
     fail("no checkpoints under ", root, "; train a model first with 'nanochat base-train'");
-  static const std::regex dn("d([0-9]+)");
   std::string best_d, newest;
-  long best_n = -1;
+  int64_t best_n = -1;
   fs::file_time_type newest_t{};
   for (auto& e : fs::directory_iterator(root, ec)) {
     if (!e.is_directory() || complete_checkpoint_steps(e.path().string()).empty()) continue;
     const std::string name = e.path().filename().string();
-    std::smatch m;
-    if (std::regex_match(name, m, dn) && std::stol(m[1]) > best_n) {
-      best_n = std::stol(m[1]);
+    const int64_t n = parse_suffix_number(name, "d");
+    if (n >= 0 && n > best_n) {
+      best_n = n;
       best_d = name;
     }
     auto t = fs::last_write_time(e.path(), ec);
