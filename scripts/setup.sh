@@ -7,12 +7,12 @@
 #   5. train a small GPT (depth 4) for a few minutes, printing loss, val bpb and samples
 #   6. sample from the trained checkpoint
 # Everything lands in $NANOCHAT_BASE_DIR (default ~/.cache/nanochat). Steps 3-4 are skipped when
-# their output already exists. Knobs (environment): NANOCHAT_DEMO_STEPS (default 300),
+# their output already exists. Knobs (environment): NANOCHAT_DEMO_STEPS (default 120),
 # NANOCHAT_DEMO_VOCAB (default 8192), NANOCHAT_DEMO_DEPTH (default 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NANOCHAT_BASE_DIR="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
-steps="${NANOCHAT_DEMO_STEPS:-300}"
+steps="${NANOCHAT_DEMO_STEPS:-120}"
 vocab="${NANOCHAT_DEMO_VOCAB:-8192}"
 depth="${NANOCHAT_DEMO_DEPTH:-4}"
 
@@ -32,7 +32,7 @@ echo "== [5/6] base-train (depth $depth, $steps steps)"
 start=$(date +%s)
 build/nanochat base-train --depth "$depth" --max-seq-len 512 --window-pattern L \
   --device-batch-size 8 --total-batch-size 4096 --num-iterations "$steps" --warmup-steps 10 \
-  --eval-every 50 --eval-tokens 65536 --sample-every "$steps" --save-every 100 \
+  --eval-every 40 --eval-tokens 65536 --sample-every "$steps" --save-every 40 \
   --core-metric-every -1 --model-tag demo
 echo "base-train took $(( $(date +%s) - start )) s"
 echo "== [6/6] sample"
