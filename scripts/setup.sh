@@ -18,8 +18,11 @@ depth="${NANOCHAT_DEMO_DEPTH:-4}"
 
 echo "== [1/6] packages"
 bash scripts/deps.sh
-echo "== [2/6] build"
-bash scripts/build.sh release
+echo "== [2/6] build (the nanochat binary only; scripts/test.sh builds the tests)"
+t0=$(date +%s)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)" --target nanochat
+echo "build took $(( $(date +%s) - t0 )) s"
 echo "== [3/6] demo corpus"
 bash scripts/demo_corpus.sh --bin build/nanochat
 echo "== [4/6] tokenizer"
