@@ -13,6 +13,8 @@
 // --list-configs prints the config table (as JSON lines with --json) and exits; --peak-only
 // measures and prints the FMA peak per thread count and exits. With --json, one progress line
 // per step goes to stderr (a driver that times the run out still sees how far it got).
+// Each row is followed by its profile: wall time per op family (core/profile.h) and its share of
+// the step (the JSON line carries it as profile_s, seconds per step per family).
 // peak_rss_bytes is getrusage(RUSAGE_SELF).ru_maxrss after that row, i.e. the process-wide peak
 // so far: run one config per process for a per-config figure (bench/peer does).
 #include <sys/resource.h>
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "nanochat/core/peak.h"
+#include "nanochat/core/profile.h"
 #include "nanochat/core/rng.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/kernels/gemm.h"
@@ -96,6 +99,25 @@ void print_list(const std::vector<double>& v) {
   std::printf("[");
   for (size_t i = 0; i < v.size(); ++i) std::printf("%s%.6f", i ? "," : "", v[i]);
   std::printf("]");
+}
+
+/// Prints the per-op-family share of the measured steps (wall time; see core/profile.h).
+/// The rest row is time inside the step but outside every profiled scope (zeroing gradients,
+/// input checks). Data is zero here: the benchmark feeds random tokens (base-train --profile
+/// measures the loader).
+void print_profile(double step_seconds_total, int steps) {
+  const double covered = prof::total_seconds();
+  std::printf("    profile (wall time per step, share of the step):\n");
+  for (size_t k = 0; k < prof::kNumOps; ++k) {
+    const auto op = static_cast<prof::Op>(k);
+    if (op == prof::Op::Data) continue;
+    const double s = prof::seconds(op);
+    std::printf("      %-16s %9.1f ms %6.1f%%\n", prof::name(op), 1e3 * s / steps,
+                100.0 * s / step_seconds_total);
+  }
+  const double rest = step_seconds_total - covered;
+  std::printf("      %-16s %9.1f ms %6.1f%%\n", "rest", 1e3 * rest / steps,
+              100.0 * rest / step_seconds_total);
 }
 
 void usage(const char* argv0) {
@@ -228,6 +250,8 @@ int main(int argc, char** argv) {
         if (json) std::fprintf(stderr, "warmup %d/%d: %.3f s\n", s + 1, warmup, warm_times.back());
       }
       std::vector<double> times, fb_times, opt_times, cpu_times;
+      prof::reset();
+      prof::enable(true);
       for (int s = 0; s < steps; ++s) {
         const double c0 = process_cpu_seconds();
         Timer t;
@@ -238,6 +262,9 @@ int main(int argc, char** argv) {
         opt_times.push_back(t_opt);
         if (json) std::fprintf(stderr, "step %d/%d: %.3f s\n", s + 1, steps, times.back());
       }
+      prof::enable(false);
+      double sum_times = 0;
+      for (double t : times) sum_times += t;
       const double med = median(times);
       const double tps = bc.B * bc.T / med;
       const double gflops = tps * static_cast<double>(model.num_flops_per_token()) / 1e9;
@@ -258,11 +285,16 @@ int main(int argc, char** argv) {
         print_list(times);
         std::printf(",\"warmup_times\":");
         print_list(warm_times);
-        std::printf("}\n");
+        std::printf(",\"profile_s\":{");
+        for (size_t k = 0; k < prof::kNumOps; ++k)
+          std::printf("%s\"%s\":%.6f", k ? "," : "", prof::name(static_cast<prof::Op>(k)),
+                      prof::seconds(static_cast<prof::Op>(k)) / steps);
+        std::printf("}}\n");
       } else {
         std::printf("%-6s %3d %3d %5d | %9.1f %9.0f | %10.1f %7.1f%% | %6.2f GB | %.1f (%s)\n", bc.name,
                     nt, bc.B, bc.T, med * 1e3, tps, gflops, 100.0 * gflops / peak, rss / 1e9, peak,
                     fma_peak_isa());
+        print_profile(sum_times, steps);
       }
       std::fflush(stdout);
     }

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -46,6 +47,38 @@ TEST(BaseTrain, ResumeReproducesTheUninterruptedRunExactly) {
       << "final weights differ between the straight and the resumed run";
   // the loss fell over the run (real text, real optimizer)
   EXPECT_LT(straight[7], straight[0]);
+}
+
+// --profile prints every op family's share of the step time, the data loader's included.
+TEST(BaseTrain, ProfilePrintsTheTimeSharePerOpFamily) {
+  BaseDir b("nc_bt_profile");
+  auto r = run(b, std::string(kTiny) + " --num-iterations 3 --eval-every -1 --profile");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto at = r.out.find("Profile of rank 0 over 3 steps");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  double share_sum = 0;
+  for (const char* fam : {"gemm qkv", "gemm attn proj", "gemm mlp fc", "gemm mlp proj", "attention",
+                          "lm_head + loss", "norm/rotary/emb", "elementwise", "optimizer", "data",
+                          "rest"}) {
+    const auto p = r.out.find(std::string("  ") + fam + " ", at);
+    ASSERT_NE(p, std::string::npos) << fam << "\n" << r.out;
+    const auto line = r.out.substr(p, r.out.find('\n', p) - p);
+    const auto pct = line.rfind('%');
+    ASSERT_NE(pct, std::string::npos) << line;
+    const auto sp = line.rfind(' ', pct);
+    const double share = std::stod(line.substr(sp + 1, pct - sp - 1));
+    EXPECT_GE(share, 0.0) << line;
+    share_sum += share;
+    if (std::string(fam) != "rest") {
+      const double ms = std::stod(line.substr(2 + std::strlen(fam)));
+      EXPECT_GT(ms, 0.0) << "family never timed: " << line;
+    }
+  }
+  EXPECT_NEAR(share_sum, 100.0, 0.5) << r.out.substr(at);
+  // without the flag there is no profile
+  auto r2 = run(b, std::string(kTiny) + " --num-iterations 1 --eval-every -1");
+  ASSERT_EQ(r2.code, 0) << r2.out;
+  EXPECT_EQ(r2.out.find("Profile of rank"), std::string::npos);
 }
 
 // SIGKILL while a checkpoint is being written: every step marked complete must load, and the

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/profile.h"
 #include "nanochat/core/rng.h"
 #include "nanochat/kernels/attention.h"
 #include "nanochat/kernels/elementwise.h"
@@ -17,6 +18,9 @@
 #include "nanochat/kernels/ve_gate.h"
 
 namespace nanochat {
+
+using prof::Op;
+using Prof = prof::Scope;
 
 namespace {
 constexpr float kQkScale = 1.2f;  // nanochat multiplies q and k by 1.2 after the QK norm
@@ -340,18 +344,21 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
   float* x0 = A.hs[0];
 
   // 1. token embedding + rmsnorm
-  embedding_forward(idx, P + params_[wte_].offset, A.e_norm, N, C);
-  rmsnorm_forward(A.e_norm, A.e_norm, A.rstd_e, N, C, kRmsNormEps);
-  // 2. smear (previous-token mixing)
-  const float* smear_w = P + params_[smear_gate_].offset;
-  const float smear_lambda = P[params_[kSmearLambda].offset];
-  if (cache && T == 1) {
-    if (cache->has_prev_)
-      smear_step(A.e_norm, cache->prev_.f32(), smear_w, smear_lambda, x0, B, C);
-    else
-      std::memcpy(x0, A.e_norm, sizeof(float) * N * C);
-  } else {
-    smear_forward(A.e_norm, smear_w, smear_lambda, x0, A.sig, B, T, C);
+  {
+    Prof ps(Op::NormRotary);
+    embedding_forward(idx, P + params_[wte_].offset, A.e_norm, N, C);
+    rmsnorm_forward(A.e_norm, A.e_norm, A.rstd_e, N, C, kRmsNormEps);
+    // 2. smear (previous-token mixing)
+    const float* smear_w = P + params_[smear_gate_].offset;
+    const float smear_lambda = P[params_[kSmearLambda].offset];
+    if (cache && T == 1) {
+      if (cache->has_prev_)
+        smear_step(A.e_norm, cache->prev_.f32(), smear_w, smear_lambda, x0, B, C);
+      else
+        std::memcpy(x0, A.e_norm, sizeof(float) * N * C);
+    } else {
+      smear_forward(A.e_norm, smear_w, smear_lambda, x0, A.sig, B, T, C);
+    }
   }
   if (cache) {  // the last position's pre-smear embedding becomes the new previous embedding
     for (int b = 0; b < B; ++b)
@@ -366,15 +373,27 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
     LayerActs& la = A.layers[i];
     const LayerParams lp = layer_params(static_cast<int>(i), P);
     float* h_out = A.hs[i + 1];
-    lambda_mix_forward(A.hs[i], x0, resid[i], x0l[i], A.hin, N * C);
-    rmsnorm_forward(A.hin, la.n1, la.rstd1, N, C, kRmsNormEps);
-    linear_fwd(la.n1, lp.qkv, A.qkv, N, C, QKV);
-    rope_qknorm_forward(A.qkv, QKV, la.q, la.rstd_q, cosp, sinp, B, T, H, D, pos0, kRmsNormEps,
-                        kQkScale);
-    rope_qknorm_forward(A.qkv + H * D, QKV, la.k, la.rstd_k, cosp, sinp, B, T, Hkv, D, pos0,
-                        kRmsNormEps, kQkScale);
-    ve_gate_forward(la.n1, C, lp.ve_gate, lp.ve, idx, A.qkv + (H + Hkv) * D, QKV, la.v, la.gamma,
-                    N, Hkv, D);
+    {
+      Prof ps(Op::Elementwise);
+      lambda_mix_forward(A.hs[i], x0, resid[i], x0l[i], A.hin, N * C);
+    }
+    {
+      Prof ps(Op::NormRotary);
+      rmsnorm_forward(A.hin, la.n1, la.rstd1, N, C, kRmsNormEps);
+    }
+    {
+      Prof ps(Op::GemmQKV);
+      linear_fwd(la.n1, lp.qkv, A.qkv, N, C, QKV);
+    }
+    {
+      Prof ps(Op::NormRotary);
+      rope_qknorm_forward(A.qkv, QKV, la.q, la.rstd_q, cosp, sinp, B, T, H, D, pos0, kRmsNormEps,
+                          kQkScale);
+      rope_qknorm_forward(A.qkv + H * D, QKV, la.k, la.rstd_k, cosp, sinp, B, T, Hkv, D, pos0,
+                          kRmsNormEps, kQkScale);
+      ve_gate_forward(la.n1, C, lp.ve_gate, lp.ve, idx, A.qkv + (H + Hkv) * D, QKV, la.v,
+                      la.gamma, N, Hkv, D);
+    }
     if (cache) {
       const int64_t row = Hkv * D;
       float* kc = cache->k(static_cast<int>(i));
@@ -388,21 +407,44 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
       attention_forward_cached(la.q, kc, vc, la.att, B, T, pos0, cache->t_max_, static_cast<int>(H),
                                static_cast<int>(Hkv), static_cast<int>(D), windows_[i], scale);
     } else {
+      Prof ps(Op::Attention);
       attention_forward(la.q, la.k, la.v, la.att, la.lse, B, T, static_cast<int>(H),
                         static_cast<int>(Hkv), static_cast<int>(D), windows_[i], scale);
     }
     // h_mid = h_in + att * Wproj^T ; h_out = h_mid + relu(n2 Wfc^T)^2 Wmp^T
-    std::memcpy(h_out, A.hin, sizeof(float) * N * C);
-    linear_fwd(la.att, lp.proj, h_out, N, H * D, C, 1.f);
-    rmsnorm_forward(h_out, la.n2, la.rstd2, N, C, kRmsNormEps);
-    linear_fwd(la.n2, lp.fc, la.f, N, C, 4 * C);
-    relu2_forward(la.f, A.a4, N * 4 * C);
-    linear_fwd(A.a4, lp.mlp_proj, h_out, N, 4 * C, C, 1.f);
+    {
+      Prof ps(Op::Elementwise);
+      std::memcpy(h_out, A.hin, sizeof(float) * N * C);
+    }
+    {
+      Prof ps(Op::GemmAttnProj);
+      linear_fwd(la.att, lp.proj, h_out, N, H * D, C, 1.f);
+    }
+    {
+      Prof ps(Op::NormRotary);
+      rmsnorm_forward(h_out, la.n2, la.rstd2, N, C, kRmsNormEps);
+    }
+    {
+      Prof ps(Op::GemmMlpFc);
+      linear_fwd(la.n2, lp.fc, la.f, N, C, 4 * C);
+    }
+    {
+      Prof ps(Op::Elementwise);
+      relu2_forward(la.f, A.a4, N * 4 * C);
+    }
+    {
+      Prof ps(Op::GemmMlpProj);
+      linear_fwd(A.a4, lp.mlp_proj, h_out, N, 4 * C, C, 1.f);
+    }
   }
   if (cache) cache->pos_ += T;
   // 5. backout: h_f = h - beta * (output of block floor(L/2)); 6. final norm
   const float beta = P[params_[kBackout].offset];
-  add_scaled(A.hs[L], -beta, A.hs[L / 2 + 1], A.hin, N * C);
+  {
+    Prof ps(Op::Elementwise);
+    add_scaled(A.hs[L], -beta, A.hs[L / 2 + 1], A.hin, N * C);
+  }
+  Prof ps(Op::NormRotary);
   rmsnorm_forward(A.hin, A.n_f, A.rstd_f, N, C, kRmsNormEps);
 }
 
@@ -421,11 +463,17 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T) {
   const int64_t bl = L / 2;  // backout layer
 
   // final norm backward: dC holds the gradient at n_f
-  rmsnorm_backward(A.n_f, A.rstd_f, A.dC, A.dhf, N, C);
+  {
+    Prof ps(Op::NormRotary);
+    rmsnorm_backward(A.n_f, A.rstd_f, A.dC, A.dhf, N, C);
+  }
   const float beta = P[params_[kBackout].offset];
-  G[params_[kBackout].offset] += static_cast<float>(-dot(A.dhf, A.hs[bl + 1], NC));
-  std::memcpy(A.dh, A.dhf, sizeof(float) * NC);
-  std::memset(A.dx0, 0, sizeof(float) * NC);
+  {
+    Prof ps(Op::Elementwise);
+    G[params_[kBackout].offset] += static_cast<float>(-dot(A.dhf, A.hs[bl + 1], NC));
+    std::memcpy(A.dh, A.dhf, sizeof(float) * NC);
+    std::memset(A.dx0, 0, sizeof(float) * NC);
+  }
   const float* resid = P + params_[kResid].offset;
   const float* x0l = P + params_[kX0].offset;
   float* g_resid = G + params_[kResid].offset;
@@ -435,45 +483,81 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T) {
     LayerActs& la = A.layers[i];
     const LayerParams lp = layer_params(static_cast<int>(i), P);
     const LayerParams lg = layer_params(static_cast<int>(i), G);
-    if (i == bl) axpy(-beta, A.dhf, A.dh, NC);  // backout path into this block's output
-    // MLP: h_out = h_mid + a Wmp^T, a = relu(f)^2, f = n2 Wfc^T
-    relu2_forward(la.f, A.a4, N * 4 * C);
-    linear_bwd_w_acc(A.dh, A.a4, lg.mlp_proj, N, 4 * C, C, A.dw_t);
-    linear_bwd_x(A.dh, lp.mlp_proj, A.b4, N, 4 * C, C);
-    relu2_backward(la.f, A.b4, A.b4, N * 4 * C);
-    linear_bwd_w_acc(A.b4, la.n2, lg.fc, N, C, 4 * C, A.dw_t);
-    linear_bwd_x(A.b4, lp.fc, A.dC, N, C, 4 * C);
-    rmsnorm_backward(la.n2, la.rstd2, A.dC, A.dh, N, C, 1.f, true);  // dh is now d h_mid
-    // attention: h_mid = h_in + att Wproj^T
-    linear_bwd_w_acc(A.dh, la.att, lg.proj, N, H * D, C, A.dw_t);
-    linear_bwd_x(A.dh, lp.proj, A.datt, N, H * D, C);
-    attention_backward(la.q, la.k, la.v, la.att, la.lse, A.datt, A.dq, A.dk, A.dv, B, T,
-                       static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D),
-                       windows_[i], scale);
-    rope_qknorm_backward(la.q, la.rstd_q, A.dq, A.qkv, QKV, cosp, sinp, B, T, H, D, 0, kQkScale);
-    rope_qknorm_backward(la.k, la.rstd_k, A.dk, A.qkv + H * D, QKV, cosp, sinp, B, T, Hkv, D, 0,
-                         kQkScale);
     {
+      Prof ps(Op::Elementwise);
+      if (i == bl) axpy(-beta, A.dhf, A.dh, NC);  // backout path into this block's output
+      // MLP: h_out = h_mid + a Wmp^T, a = relu(f)^2, f = n2 Wfc^T
+      relu2_forward(la.f, A.a4, N * 4 * C);
+    }
+    {
+      Prof ps(Op::GemmMlpProj);
+      linear_bwd_w_acc(A.dh, A.a4, lg.mlp_proj, N, 4 * C, C, A.dw_t);
+      linear_bwd_x(A.dh, lp.mlp_proj, A.b4, N, 4 * C, C);
+    }
+    {
+      Prof ps(Op::Elementwise);
+      relu2_backward(la.f, A.b4, A.b4, N * 4 * C);
+    }
+    {
+      Prof ps(Op::GemmMlpFc);
+      linear_bwd_w_acc(A.b4, la.n2, lg.fc, N, C, 4 * C, A.dw_t);
+      linear_bwd_x(A.b4, lp.fc, A.dC, N, C, 4 * C);
+    }
+    {
+      Prof ps(Op::NormRotary);
+      rmsnorm_backward(la.n2, la.rstd2, A.dC, A.dh, N, C, 1.f, true);  // dh is now d h_mid
+    }
+    // attention: h_mid = h_in + att Wproj^T
+    {
+      Prof ps(Op::GemmAttnProj);
+      linear_bwd_w_acc(A.dh, la.att, lg.proj, N, H * D, C, A.dw_t);
+      linear_bwd_x(A.dh, lp.proj, A.datt, N, H * D, C);
+    }
+    {
+      Prof ps(Op::Attention);
+      attention_backward(la.q, la.k, la.v, la.att, la.lse, A.datt, A.dq, A.dk, A.dv, B, T,
+                         static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D),
+                         windows_[i], scale);
+    }
+    {
+      Prof ps(Op::NormRotary);
+      rope_qknorm_backward(la.q, la.rstd_q, A.dq, A.qkv, QKV, cosp, sinp, B, T, H, D, 0, kQkScale);
+      rope_qknorm_backward(la.k, la.rstd_k, A.dk, A.qkv + H * D, QKV, cosp, sinp, B, T, Hkv, D, 0,
+                           kQkScale);
+    }
+    {
+      Prof ps(Op::Elementwise);
       const int64_t row = Hkv * D;
       float* dst = A.qkv + (H + Hkv) * D;
 #pragma omp parallel for schedule(static) if (N * row > 65536)
       for (int64_t n = 0; n < N; ++n)
         std::memcpy(dst + n * QKV, A.dv + n * row, sizeof(float) * row);
     }
-    linear_bwd_w_acc(A.qkv, la.n1, lg.qkv, N, C, QKV, A.dw_t);
-    linear_bwd_x(A.qkv, lp.qkv, A.dC, N, C, QKV);
-    if (lp.ve)
-      ve_gate_backward(la.n1, C, lp.ve_gate, lp.ve, idx, la.gamma, A.dv, A.dC, lg.ve_gate, lg.ve,
-                       A.dz, N, Hkv, D);
-    rmsnorm_backward(la.n1, la.rstd1, A.dC, A.dh, N, C, 1.f, true);  // dh is now d h_in
+    {
+      Prof ps(Op::GemmQKV);
+      linear_bwd_w_acc(A.qkv, la.n1, lg.qkv, N, C, QKV, A.dw_t);
+      linear_bwd_x(A.qkv, lp.qkv, A.dC, N, C, QKV);
+    }
+    {
+      Prof ps(Op::NormRotary);
+      if (lp.ve)
+        ve_gate_backward(la.n1, C, lp.ve_gate, lp.ve, idx, la.gamma, A.dv, A.dC, lg.ve_gate,
+                         lg.ve, A.dz, N, Hkv, D);
+      rmsnorm_backward(la.n1, la.rstd1, A.dC, A.dh, N, C, 1.f, true);  // dh is now d h_in
+    }
     // h_in = r h + a x0
+    Prof ps(Op::Elementwise);
     double dr = 0, da = 0;
     lambda_mix_backward(A.hs[i], A.hs[0], resid[i], x0l[i], A.dh, A.dx0, &dr, &da, NC);
     g_resid[i] += static_cast<float>(dr);
     g_x0l[i] += static_cast<float>(da);
   }
   // x0 = s = h_0: total gradient at s is the trunk path plus every layer's x0 path
-  axpy(1.f, A.dh, A.dx0, NC);
+  {
+    Prof ps(Op::Elementwise);
+    axpy(1.f, A.dh, A.dx0, NC);
+  }
+  Prof ps(Op::NormRotary);
   smear_backward(A.e_norm, P + params_[smear_gate_].offset, P[params_[kSmearLambda].offset], A.sig, A.dx0,
                  A.dC, G + params_[smear_gate_].offset, G + params_[kSmearLambda].offset, B, T, C);
   rmsnorm_backward(A.e_norm, A.rstd_e, A.dC, A.dC, N, C);
@@ -491,10 +575,14 @@ float GPT::forward_backward(const int32_t* idx, const int32_t* targets, int B, i
   ensure_acts(N);
   forward_trunk(idx, B, T, nullptr);
   const float grad_scale = loss_scale / static_cast<float>(n_valid);
-  const double loss_sum = lm_head_softcap_ce(
-      acts_->n_f, param_data() + params_[lm_head_].offset, targets, N, cfg_.n_embd,
-      cfg_.vocab_size, kLogitSoftcap, grad_scale, acts_->logits, lm_head_chunk_, nullptr,
-      acts_->dC, grad_data() + params_[lm_head_].offset, acts_->dlm_t);
+  double loss_sum = 0;
+  {
+    Prof ps(Op::LmHeadLoss);
+    loss_sum = lm_head_softcap_ce(
+        acts_->n_f, param_data() + params_[lm_head_].offset, targets, N, cfg_.n_embd,
+        cfg_.vocab_size, kLogitSoftcap, grad_scale, acts_->logits, lm_head_chunk_, nullptr,
+        acts_->dC, grad_data() + params_[lm_head_].offset, acts_->dlm_t);
+  }
   backward_trunk(idx, B, T);
   return static_cast<float>(loss_sum / static_cast<double>(n_valid));
 }

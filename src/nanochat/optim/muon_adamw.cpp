@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/profile.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/optim/optim_math.h"
 
@@ -228,6 +229,7 @@ void MuonAdamW::allocate() {
 
 void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight_decay,
                      float grad_scale) {
+  prof::Scope profile_scope(prof::Op::Optimizer);
   ++steps_;
   for (auto& g : groups_) {
     g.lr = g.initial_lr * static_cast<double>(lr_multiplier);

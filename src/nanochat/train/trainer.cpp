@@ -17,6 +17,7 @@
 #include "nanochat/core/peak.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/data/loader.h"
+#include "nanochat/core/profile.h"
 #include "nanochat/data/parquet.h"
 #include "nanochat/dist/agree.h"
 #include "nanochat/dist/communicator.h"
@@ -165,6 +166,9 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   double min_val_bpb = std::numeric_limits<double>::infinity();
   double smooth_train_loss = 0.0;
   double total_training_time = 0.0;
+  double profiled_seconds = 0.0;  // --profile: wall time of the profiled steps
+  int64_t profiled_steps = 0;
+  prof::reset();
   json loader_state;  // null = fresh
   if (a.resume_from_step >= 0) {
     // Rank 0 reads the weights and meta and broadcasts them, so nodes without a shared
@@ -346,18 +350,22 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
     if (last) break;
 
     // 3. one optimizer step: gradient accumulation over micro-batches (spec 3.3).
+    prof::enable(a.profile);
     Timer t;
     const double wait0 = opt.comm_wait_seconds();
     float train_loss = 0.f;
     const float loss_scale = 1.0f / static_cast<float>(plan.grad_accum_steps);
     for (int64_t micro = 0; micro < plan.grad_accum_steps; ++micro) {
-      if (global_stream) {  // keep micro-batch `rank` of every W consecutive ones
-        for (int r = 0; r < W; ++r) {
-          if (r == rank) train_loader.next(x.data(), y.data());
-          else train_loader.next(xs.data(), ys.data());
+      {
+        prof::Scope data_scope(prof::Op::Data);
+        if (global_stream) {  // keep micro-batch `rank` of every W consecutive ones
+          for (int r = 0; r < W; ++r) {
+            if (r == rank) train_loader.next(x.data(), y.data());
+            else train_loader.next(xs.data(), ys.data());
+          }
+        } else {
+          train_loader.next(x.data(), y.data());
         }
-      } else {
-        train_loader.next(x.data(), y.data());
       }
       train_loss = model.forward_backward(x.data(), y.data(), B, T, loss_scale);
       if (!std::isfinite(train_loss))
@@ -370,6 +378,9 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
     opt.step(static_cast<float>(lrm), static_cast<float>(mom), static_cast<float>(mwd), 1.0f / static_cast<float>(W));
     model.zero_grad();
     const double dt = t.seconds();
+    prof::enable(false);
+    profiled_seconds += dt;
+    ++profiled_steps;
     const double comm_wait = opt.comm_wait_seconds() - wait0;
 
     // 4. log line (spec 3.10).
@@ -409,6 +420,25 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
 
   // End of run: summary and chart.
   print0(str_cat("Total training time: ", total_training_time / 60.0, "m"));
+  if (a.profile && profiled_steps > 0) {
+    print0(str_cat("Profile of rank ", rank, " over ", profiled_steps,
+                   " steps (wall time per step, share of the step; the first steps include warm-up):"));
+    double covered = 0;
+    for (size_t k = 0; k < prof::kNumOps; ++k) {
+      const auto op = static_cast<prof::Op>(k);
+      const double sec = prof::seconds(op);
+      covered += sec;
+      char b[128];
+      std::snprintf(b, sizeof b, "  %-16s %9.1f ms %6.1f%%", prof::name(op),
+                    1e3 * sec / static_cast<double>(profiled_steps), 100.0 * sec / profiled_seconds);
+      print0(b);
+    }
+    char b[128];
+    std::snprintf(b, sizeof b, "  %-16s %9.1f ms %6.1f%%", "rest",
+                  1e3 * (profiled_seconds - covered) / static_cast<double>(profiled_steps),
+                  100.0 * (profiled_seconds - covered) / profiled_seconds);
+    print0(b);
+  }
   if (std::isfinite(min_val_bpb)) print0(str_cat("Minimum validation bpb: ", min_val_bpb));
   if (master) {
     metrics.close();
