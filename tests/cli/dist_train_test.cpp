@@ -1,5 +1,5 @@
 // Data-parallel base-train through the binary: 1, 2 and 3 ranks with the same global batch reach
-// the same parameters (ZeRO-2 MuonAdamW over Gloo on loopback); ranks started by hand that
+// the same parameters after 5 steps (max abs difference <= 1e-4 x max magnitude, every tensor) (ZeRO-2 MuonAdamW over Gloo on loopback); ranks started by hand that
 // disagree on flags or data stop with one clear error on every rank.
 #include <gtest/gtest.h>
 
@@ -24,25 +24,12 @@ const char* kDist =
 
 StFile final_weights(const BaseDir& b) { return load_safetensors(b.ckpt() + "/model_000005.safetensors"); }
 
-// resid_lambdas, x0_lambdas and backout_lambda have an exactly zero gradient at init (every block
-// starts as the identity, so the trunk is a multiple of x0 and the final norm cancels them; spec
-// 1.7, 10.3). Their first AdamW step is lr * sign(rounding noise) in any implementation, and the
-// noise depends on the summation order, i.e. on the world size. They are held to a loose bound.
-bool init_gradient_is_zero(const std::string& name) {
-  return name == "resid_lambdas" || name == "x0_lambdas" || name == "backout_lambda";
-}
-
-// max |a - b| / max |a| over every tensor except those above.
-double max_rel_diff(const StFile& a, const StFile& b, bool check_zero_init_scalars) {
+// max |a - b| / max |a| over every tensor. The scalars whose gradient is exactly zero at init
+// (resid/x0/backout lambdas: rounding noise that AdamW turns into +-lr steps) are included: the
+// trainer sums their gradients in one fixed order (train/ordered_grad_sum.h), so they agree too.
+double max_rel_diff(const StFile& a, const StFile& b) {
   double worst = 0;
   for (const auto& [name, t] : a.tensors) {
-    if (init_gradient_is_zero(name)) {
-      auto x = t.to_f32(), y = b.at(name).to_f32();
-      if (check_zero_init_scalars) {
-        for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 0.02) << name;
-      }
-      continue;
-    }
     auto x = t.to_f32(), y = b.at(name).to_f32();
     double mx = 0, d = 0;
     for (size_t i = 0; i < x.size(); ++i) {
@@ -59,7 +46,7 @@ double max_rel_diff(const StFile& a, const StFile& b, bool check_zero_init_scala
 
 }  // namespace
 
-TEST(DistTrain, OneAndTwoRanksReachTheSameParametersAndThreeRanksTrain) {
+TEST(DistTrain, OneTwoAndThreeRanksReachTheSameParameters) {
   BaseDir b1("nc_dt_w1"), b2("nc_dt_w2"), b3("nc_dt_w3");
   auto r1 = run(b1, kDist);
   ASSERT_EQ(r1.code, 0) << r1.out;
@@ -70,12 +57,9 @@ TEST(DistTrain, OneAndTwoRanksReachTheSameParametersAndThreeRanksTrain) {
   auto r3 = run(b3, " run --nproc-per-node 3 --threads-per-rank 1 --master-port " + std::to_string(free_port()) + kDist);
   ASSERT_EQ(r3.code, 0) << r3.out;
   const StFile w1 = final_weights(b1), w2 = final_weights(b2), w3 = final_weights(b3);
-  const double d12 = max_rel_diff(w1, w2, true), d13 = max_rel_diff(w1, w3, false);
+  const double d12 = max_rel_diff(w1, w2), d13 = max_rel_diff(w1, w3);
   EXPECT_LE(d12, 1e-4) << "W=1 vs W=2";
-  // W=3 (uneven row shards, a padded Muon chunk) trains end to end, but its parameters are not yet
-  // within 1e-4 of W=1 (seen: up to ~5e-4 with warmup 40, more with warmup 1): an open defect,
-  // tracked in the distributed issue; the value is printed, not asserted.
-  (void)d13;
+  EXPECT_LE(d13, 1e-4) << "W=1 vs W=3 (uneven row shards of every AdamW matrix)";
   // every rank wrote its optimizer shard, and the run moved the weights
   for (int r = 0; r < 3; ++r) EXPECT_TRUE(fs::exists(b3.ckpt() + "/optim_000005_rank" + std::to_string(r) + ".safetensors"));
   auto l1 = losses(b1.ckpt() + "/metrics.jsonl");

@@ -18,6 +18,7 @@
 #include "nanochat/core/timer.h"
 #include "nanochat/data/loader.h"
 #include "nanochat/core/profile.h"
+#include "nanochat/train/ordered_grad_sum.h"
 #include "nanochat/data/parquet.h"
 #include "nanochat/dist/agree.h"
 #include "nanochat/dist/communicator.h"
@@ -146,6 +147,14 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   oc.weight_decay = static_cast<float>(plan.weight_decay_scaled);
   oc.model_dim = cfg.n_embd;
   MuonAdamW opt(ops, oc, &comm);
+  // The small non-matrix tensors (the per-layer and root scalars, smear_gate) are summed over
+  // micro-batches and ranks in one fixed order, so the run does not depend on the world size
+  // (see ordered_grad_sum.h: their gradient at init is pure rounding noise).
+  std::vector<OrderedGradSum::Span> small_spans;
+  for (const auto& p : model.params())
+    if (p.name.rfind("transformer.h.", 0) != 0 && p.numel <= 1024)
+      small_spans.push_back({model.grad_data() + p.offset, p.numel});
+  OrderedGradSum small_grads(small_spans, static_cast<int>(plan.grad_accum_steps), comm);
   print0(str_cat("Scaling the LR for the AdamW parameters proportional to 1/sqrt(", cfg.n_embd, "/768) = ",
                  std::pow(static_cast<double>(cfg.n_embd) / 768.0, -0.5)));
 
@@ -354,7 +363,9 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
     Timer t;
     const double wait0 = opt.comm_wait_seconds();
     float train_loss = 0.f;
-    const float loss_scale = 1.0f / static_cast<float>(plan.grad_accum_steps);
+    // Every micro-batch's mean loss is scaled by 1 / (A * W), the same factor at every world size
+    // (so a micro-batch's gradient does not depend on W); the ranks' gradients are then SUMmed.
+    const float loss_scale = 1.0f / static_cast<float>(plan.grad_accum_steps * W);
     for (int64_t micro = 0; micro < plan.grad_accum_steps; ++micro) {
       {
         prof::Scope data_scope(prof::Op::Data);
@@ -368,14 +379,16 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
         }
       }
       train_loss = model.forward_backward(x.data(), y.data(), B, T, loss_scale);
+      small_grads.after_micro_batch(static_cast<int>(micro));
       if (!std::isfinite(train_loss))
         fail("training diverged at step ", step, " (loss ", train_loss, " on rank ", rank,
              "); lower the learning rates or check the data");
     }
+    small_grads.finish();
     const double lrm = sched.lr_multiplier(step);
     const double mom = sched.muon_momentum(step);
     const double mwd = sched.muon_weight_decay(step, plan.weight_decay_scaled);
-    opt.step(static_cast<float>(lrm), static_cast<float>(mom), static_cast<float>(mwd), 1.0f / static_cast<float>(W));
+    opt.step(static_cast<float>(lrm), static_cast<float>(mom), static_cast<float>(mwd), 1.0f);
     model.zero_grad();
     const double dt = t.seconds();
     prof::enable(false);
