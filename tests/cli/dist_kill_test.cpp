@@ -1,0 +1,185 @@
+// A rank killed in the middle of data-parallel base-train: `nanochat run` must stop the surviving
+// rank within 10 s (the launcher's contract: a few seconds' settle, then SIGTERM), exit non-zero,
+// and name the failed rank and the signal that killed it (src/nanochat/dist/launcher.cpp).
+// Every wait has a deadline and every process the test started is killed on every path.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_util.h"
+
+using namespace nctest;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Tiny model, as in dist_train_test.cpp, but with enough steps to still be training when a rank dies.
+const char* kLongDist =
+    " base-train --depth 3 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --window-pattern SL"
+    " --device-batch-size 2 --total-batch-size 768 --eval-every -1 --sample-every -1 --core-metric-every -1"
+    " --save-every -1 --threads 1 --model-tag t --num-iterations 2000 --warmup-steps 1";
+
+// (state, ppid) of a live or zombie process from /proc/<pid>/stat; nullopt once it is reaped.
+struct ProcStat {
+  char state;
+  pid_t ppid;
+};
+std::optional<ProcStat> proc_stat(pid_t pid) {
+  const std::string s = slurp("/proc/" + std::to_string(pid) + "/stat");
+  const auto rp = s.rfind(')');  // the command name may hold spaces and parentheses
+  if (s.empty() || rp == std::string::npos || rp + 4 > s.size()) return std::nullopt;
+  ProcStat st{};
+  st.state = s[rp + 2];
+  st.ppid = static_cast<pid_t>(std::atol(s.c_str() + rp + 4));
+  return st;
+}
+
+// A process has stopped running once it is gone or a zombie waiting for its parent's waitpid.
+bool stopped(pid_t pid) {
+  auto st = proc_stat(pid);
+  return !st || st->state == 'Z' || st->state == 'X';
+}
+
+// The value of RANK in /proc/<pid>/environ, or -1.
+int rank_of(pid_t pid) {
+  const std::string env = slurp("/proc/" + std::to_string(pid) + "/environ");
+  size_t at = 0;
+  while (at < env.size()) {
+    size_t end = env.find('\0', at);
+    if (end == std::string::npos) end = env.size();
+    if (env.compare(at, 5, "RANK=") == 0) return std::atoi(env.c_str() + at + 5);
+    at = end + 1;
+  }
+  return -1;
+}
+
+// The live child processes of `parent` (a scan of /proc/*/stat).
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str()));
+    auto st = proc_stat(pid);
+    if (st && st->ppid == parent && st->state != 'Z') out.push_back(pid);
+  }
+  return out;
+}
+
+// Owns the launcher (our child) and the ranks seen under it; kills whatever is left on destruction.
+struct Job {
+  pid_t launcher = -1;
+  bool reaped = false;
+  int status = 0;
+  std::vector<pid_t> ranks;
+
+  /// Polls waitpid until the launcher exits or `deadline`; true once it has been reaped.
+  bool wait_until(Clock::time_point deadline) {
+    while (!reaped) {
+      if (::waitpid(launcher, &status, WNOHANG) == launcher) {
+        reaped = true;
+        break;
+      }
+      if (Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return reaped;
+  }
+  ~Job() {
+    // Ranks first (they run in their own process groups), then the launcher; only pids that are
+    // still running and still nanochat processes (never a recycled pid of someone else).
+    if (launcher > 0 && !reaped)
+      for (pid_t p : children_of(launcher)) ranks.push_back(p);
+    for (pid_t r : ranks)
+      if (!stopped(r) && slurp("/proc/" + std::to_string(r) + "/comm").rfind("nanochat", 0) == 0) ::kill(r, SIGKILL);
+    if (launcher > 0 && !reaped) {
+      ::kill(launcher, SIGKILL);
+      ::waitpid(launcher, &status, 0);
+    }
+  }
+};
+
+// This machine's name as gethostname reports it (what the launcher puts in its messages).
+std::string this_host() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == 0) return "unknown-host";
+  return buf;
+}
+
+int count_of(const std::string& s, const std::string& needle) {
+  int n = 0;
+  for (size_t p = s.find(needle); p != std::string::npos; p = s.find(needle, p + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST(DistKill, KilledRankStopsTheJobAndIsNamed) {
+  BaseDir b("nc_dk");
+  const std::string log = b.dir + "/launcher.log";
+  const std::string cmd = "NANOCHAT_BASE_DIR=" + b.dir + " exec " + NANOCHAT_BINARY +
+                          " run --nproc-per-node 2 --threads-per-rank 1 --master-port " +
+                          std::to_string(free_port()) + kLongDist + " > " + log + " 2>&1";
+  Job job;
+  job.launcher = ::fork();
+  ASSERT_GE(job.launcher, 0) << std::strerror(errno);
+  if (job.launcher == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+
+  // Training is under way once rank 0 has logged a few steps.
+  const auto start_deadline = Clock::now() + std::chrono::seconds(180);
+  while (count_of(slurp(log), "] step ") < 3) {
+    ASSERT_FALSE(job.wait_until(Clock::now())) << "the job ended before training got going:\n" << slurp(log);
+    ASSERT_LT(Clock::now(), start_deadline) << "no training steps within 180 s:\n" << slurp(log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  pid_t rank0 = -1, rank1 = -1;
+  job.ranks = children_of(job.launcher);
+  for (pid_t p : job.ranks) {
+    const int r = rank_of(p);
+    if (r == 0) rank0 = p;
+    if (r == 1) rank1 = p;
+  }
+  ASSERT_GT(rank0, 0) << "no child of the launcher has RANK=0";
+  ASSERT_GT(rank1, 0) << "no child of the launcher has RANK=1";
+  ASSERT_EQ(job.ranks.size(), 2u);
+
+  ASSERT_EQ(::kill(rank1, SIGKILL), 0) << std::strerror(errno);
+  const auto killed_at = Clock::now();
+
+  // The surviving rank must be stopped within 10 s of the failure (measured to the nearest 20 ms).
+  while (!stopped(rank0) && Clock::now() < killed_at + std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double rank0_after_s = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  EXPECT_TRUE(stopped(rank0)) << "rank 0 still running 10 s after rank 1 was killed:\n" << slurp(log);
+
+  ASSERT_TRUE(job.wait_until(killed_at + std::chrono::seconds(30)))
+      << "the launcher did not exit within 30 s of the kill:\n" << slurp(log);
+  const double launcher_after_s = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  std::printf("rank 0 stopped %.2f s and the launcher exited %.2f s after rank 1 was killed\n", rank0_after_s,
+              launcher_after_s);
+
+  const std::string out = slurp(log);
+  ASSERT_TRUE(WIFEXITED(job.status)) << "the launcher itself was killed by a signal:\n" << out;
+  EXPECT_NE(WEXITSTATUS(job.status), 0) << out;
+  // The launcher's error names the killed rank first, with its pid and the signal: it is the root
+  // cause (killed by a signal the launcher did not send), whatever rank 0 reported.
+  const std::string expected = "nanochat: error: rank 1 (host " + this_host() + ", pid " +
+                               std::to_string(rank1) + ") was killed by signal 9 (SIGKILL)";
+  EXPECT_NE(out.find(expected), std::string::npos) << "expected: " << expected << "\n" << out;
+  // the run got nowhere near its end: this is the failure path, not a finished job
+  EXPECT_EQ(out.find("step 02000/"), std::string::npos) << out;
+}
