@@ -290,6 +290,53 @@ TEST(Gpt, ChunkingAndArenaReuseDoNotChangeResults) {
     ASSERT_NEAR(a.grad_data()[i], b.grad_data()[i], 1e-5 * gmax) << i;
 }
 
+// grad_ready reports every parameter exactly once, lm_head first, and only once its gradient is
+// final: the gradient seen at the callback equals the one after the backward, bit for bit, and the
+// gradients equal those of a run without the callback. Accumulation into an earlier micro-batch's
+// gradient is covered (the second call accumulates).
+TEST(Gpt, GradReadyReportsEachParameterOnceWhenItsGradientIsFinal) {
+  const ModelConfig c = tiny_config();
+  Rng rng(22);
+  const int B = 2, T = 12;
+  const auto idx = random_tokens(rng, B * T, c.vocab_size);
+  const auto tgt = random_tokens(rng, B * T, c.vocab_size);
+  GPT a(c), b(c);
+  randomize(a, 4);
+  randomize(b, 4);
+  a.zero_grad();
+  b.zero_grad();
+  a.forward_backward(idx.data(), tgt.data(), B, T);
+  a.forward_backward(idx.data(), tgt.data(), B, T);
+  b.forward_backward(idx.data(), tgt.data(), B, T);
+  std::vector<size_t> order;
+  std::vector<std::vector<float>> at_ready(b.params().size());
+  b.forward_backward(idx.data(), tgt.data(), B, T, 1.f, [&](size_t k) {
+    order.push_back(k);
+    const ParamInfo& p = b.params()[k];
+    at_ready[k].assign(b.grad_data() + p.offset, b.grad_data() + p.offset + p.numel);
+  });
+  ASSERT_EQ(order.size(), b.params().size());
+  EXPECT_EQ(b.params()[order[0]].name, "lm_head.weight");
+  std::vector<size_t> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t k = 0; k < sorted.size(); ++k) ASSERT_EQ(sorted[k], k) << "reported twice or never";
+  // the last block's tensors come before the first block's
+  const auto pos = [&](const std::string& name) {
+    for (size_t i = 0; i < order.size(); ++i)
+      if (b.params()[order[i]].name == name) return i;
+    return order.size();
+  };
+  EXPECT_LT(pos("transformer.h.2.mlp.c_fc.weight"), pos("transformer.h.0.mlp.c_fc.weight"));
+  EXPECT_LT(pos("value_embeds.2.weight"), pos("value_embeds.0.weight"));
+  for (size_t k = 0; k < b.params().size(); ++k) {
+    const ParamInfo& p = b.params()[k];
+    for (size_t i = 0; i < p.numel; ++i) {
+      ASSERT_EQ(at_ready[k][i], b.grad_data()[p.offset + i]) << p.name << " changed after grad_ready";
+      ASSERT_EQ(a.grad_data()[p.offset + i], b.grad_data()[p.offset + i]) << p.name;
+    }
+  }
+}
+
 // Whole-model check independent of PyTorch: for each parameter tensor, the loss change along its
 // gradient direction u = g/|g| matches |g| (central differences of the fp32 loss).
 TEST(Gpt, WholeModelGradientMatchesFiniteDifferences) {

@@ -69,8 +69,10 @@ OptimConfig config() {
   return c;
 }
 
+// early: every parameter is marked grad_ready() (last index first, like a backward) before step().
 void run_world(int W, const ParamSet& init, const Grads& grads, std::vector<ParamSet>& ranks,
-               std::vector<std::vector<StWriteEntry>>* shard_shapes, std::vector<uint64_t>* launched) {
+               std::vector<std::vector<StWriteEntry>>* shard_shapes, std::vector<uint64_t>* launched,
+               bool early = false) {
   ThreadHub hub(W);
   ranks.assign(W, init);
   std::vector<std::exception_ptr> errors(W);
@@ -83,6 +85,8 @@ void run_world(int W, const ParamSet& init, const Grads& grads, std::vector<Para
         MuonAdamW opt(ranks[r].views(), config(), &comm);
         for (int s = 0; s < kSteps; ++s) {
           for (size_t i = 0; i < init.names.size(); ++i) ranks[r].set_grad(i, grads[s][r][i]);
+          if (early)
+            for (size_t i = init.names.size(); i-- > 0;) opt.grad_ready(i);
           opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W);
         }
         if (shard_shapes) (*shard_shapes)[r] = opt.state_entries();
@@ -167,6 +171,28 @@ TEST_P(MuonAdamWDist, RanksMatchSingleProcess) {
     EXPECT_EQ(shape_of(r, "muon.transformer.h.0.attn.ve_gate.weight.second_momentum_buffer"),
               (std::vector<int64_t>{chunk2, 1, 12}));
   }
+}
+
+// Reductions launched early through grad_ready() (overlapping a backward) give bit-identical
+// parameters, and the same number of collectives; an index out of range is an error.
+TEST_P(MuonAdamWDist, EarlyGradReadyGivesTheSameParameters) {
+  const int W = GetParam();
+  ParamSet init = make_params();
+  Rng rng(300 + W);
+  init.fill_params(rng, -0.5, 0.5);
+  const Grads grads = make_grads(init, W, 400 + W);
+  std::vector<ParamSet> plain, early;
+  std::vector<uint64_t> n_plain, n_early;
+  run_world(W, init, grads, plain, nullptr, &n_plain, false);
+  run_world(W, init, grads, early, nullptr, &n_early, true);
+  for (int r = 0; r < W; ++r) {
+    EXPECT_EQ(n_early[r], n_plain[r]);
+    for (size_t i = 0; i < init.names.size(); ++i)
+      EXPECT_EQ(early[r].p[i], plain[r].p[i]) << "rank " << r << " " << init.names[i];
+  }
+  ParamSet ps = init;
+  MuonAdamW opt(ps.views(), config());
+  EXPECT_THROW(opt.grad_ready(init.names.size()), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, MuonAdamWDist, ::testing::Values(1, 2, 3));

@@ -448,7 +448,8 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
   rmsnorm_forward(A.hin, A.n_f, A.rstd_f, N, C, kRmsNormEps);
 }
 
-void GPT::backward_trunk(const int32_t* idx, int B, int T) {
+void GPT::backward_trunk(const int32_t* idx, int B, int T,
+                         const std::function<void(size_t)>& grad_ready) {
   const int64_t L = cfg_.n_layer, C = cfg_.n_embd, H = cfg_.n_head, Hkv = cfg_.n_kv_head;
   const int64_t D = cfg_.head_dim();
   const int64_t N = static_cast<int64_t>(B) * T;
@@ -551,6 +552,12 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T) {
     lambda_mix_backward(A.hs[i], A.hs[0], resid[i], x0l[i], A.dh, A.dx0, &dr, &da, NC);
     g_resid[i] += static_cast<float>(dr);
     g_x0l[i] += static_cast<float>(da);
+    if (grad_ready) {  // this block's matrices and its value embedding are final
+      const size_t first = layer_first_param_[i];
+      const size_t next = i + 1 < L ? layer_first_param_[i + 1] : static_cast<size_t>(lm_head_);
+      for (size_t k = first; k < next; ++k) grad_ready(k);
+      if (ve_param_[i] >= 0) grad_ready(static_cast<size_t>(ve_param_[i]));
+    }
   }
   // x0 = s = h_0: total gradient at s is the trunk path plus every layer's x0 path
   {
@@ -562,16 +569,22 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T) {
                  A.dC, G + params_[smear_gate_].offset, G + params_[kSmearLambda].offset, B, T, C);
   rmsnorm_backward(A.e_norm, A.rstd_e, A.dC, A.dC, N, C);
   embedding_backward(idx, A.dC, G + params_[wte_].offset, N, C);
+  if (grad_ready)
+    for (size_t k : {kResid, kX0, kSmearLambda, kBackout, wte_, smear_gate_}) grad_ready(k);
 }
 
 float GPT::forward_backward(const int32_t* idx, const int32_t* targets, int B, int T,
-                            float loss_scale) {
+                            float loss_scale, const std::function<void(size_t)>& grad_ready) {
   NC_CHECK(targets != nullptr, "forward_backward needs targets");
   check_inputs(idx, targets, B, T);
   const int64_t N = static_cast<int64_t>(B) * T;
   int64_t n_valid = 0;
   for (int64_t n = 0; n < N; ++n) n_valid += targets[n] >= 0;
-  if (n_valid == 0) return 0.f;
+  if (n_valid == 0) {
+    if (grad_ready)
+      for (size_t k = 0; k < params_.size(); ++k) grad_ready(k);
+    return 0.f;
+  }
   ensure_acts(N);
   forward_trunk(idx, B, T, nullptr);
   const float grad_scale = loss_scale / static_cast<float>(n_valid);
@@ -583,7 +596,8 @@ float GPT::forward_backward(const int32_t* idx, const int32_t* targets, int B, i
         cfg_.vocab_size, kLogitSoftcap, grad_scale, acts_->logits, lm_head_chunk_, nullptr,
         acts_->dC, grad_data() + params_[lm_head_].offset, acts_->dlm_t);
   }
-  backward_trunk(idx, B, T);
+  if (grad_ready) grad_ready(lm_head_);
+  backward_trunk(idx, B, T, grad_ready);
   return static_cast<float>(loss_sum / static_cast<double>(n_valid));
 }
 

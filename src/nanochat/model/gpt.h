@@ -10,6 +10,7 @@
 // so (B*T, V) logits never exist in training or loss evaluation.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -71,8 +72,13 @@ class GPT {
   /// idx, targets: (B, T) int32 row-major; idx in [0, V), targets in [0, V) or -1.
   /// Returns the mean loss (nats, unscaled). If every target is -1 the loss is 0 and nothing is
   /// accumulated (PyTorch would return NaN). Throws nanochat::Error for bad sizes or token ids.
+  /// grad_ready (optional) is called with a parameter's index in params() as soon as the backward
+  /// has finished accumulating its gradient (lm_head first, then each block's tensors and value
+  /// embedding from the last layer down, the embedding and scalars last), so that its reduction
+  /// can overlap the rest of the backward; every parameter is reported exactly once.
   float forward_backward(const int32_t* idx, const int32_t* targets, int B, int T,
-                         float loss_scale = 1.f);
+                         float loss_scale = 1.f,
+                         const std::function<void(size_t)>& grad_ready = {});
   /// Evaluation (no gradients): mean loss over targets != -1 (0 if none); if per_token_loss is
   /// not null it receives B*T losses in nats (0 at ignored positions).
   float forward_loss(const int32_t* idx, const int32_t* targets, int B, int T,
@@ -122,7 +128,7 @@ class GPT {
   // cache, positions start at cache->pos() and keys/values are appended to it.
   void forward_trunk(const int32_t* idx, int B, int T, KVCache* cache);
   // Backward from acts_->dC (= gradient at the final normalised activations) to all parameters.
-  void backward_trunk(const int32_t* idx, int B, int T);
+  void backward_trunk(const int32_t* idx, int B, int T, const std::function<void(size_t)>& grad_ready);
   LayerParams layer_params(int i, float* base) const;
 
   ModelConfig cfg_;

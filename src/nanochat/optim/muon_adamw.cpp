@@ -68,6 +68,7 @@ struct MuonAdamW::MuonSlot {
   AlignedBuffer momentum, second;  // (chunk, m, n), (chunk, nv)
   AlignedBuffer stack, gchunk;     // W > 1: (chunk * W, m, n) and (chunk, m, n)
   std::vector<size_t> counts;
+  int64_t ready = 0;  // matrices marked by grad_ready() this step
   WorkPtr reduce;
 };
 
@@ -215,6 +216,11 @@ void MuonAdamW::allocate() {
       muon_.push_back(std::move(s));
     }
   }
+  param_adam_.assign(params_.size(), -1);
+  param_muon_.assign(params_.size(), -1);
+  for (size_t k = 0; k < adam_.size(); ++k) param_adam_[adam_[k].param] = static_cast<int>(k);
+  for (size_t k = 0; k < muon_.size(); ++k)
+    for (int pi : groups_[muon_[k].group].params) param_muon_[pi] = static_cast<int>(k);
   size_t n_gathers = muon_.size();
   for (const auto& s : adam_) n_gathers += s.sharded ? 1 : 0;
   gathers_.reserve(n_gathers);
@@ -253,13 +259,38 @@ void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight
   finish_gathers();
 }
 
+void MuonAdamW::grad_ready(size_t param) {
+  if (param >= params_.size())
+    fail("optimizer: grad_ready(", param, ") but there are ", params_.size(), " parameters");
+  if (world_ == 1) return;
+  if (param_adam_[param] >= 0) {
+    AdamSlot& s = adam_[param_adam_[param]];
+    if (s.sharded && !s.reduce)
+      s.reduce = comm_->reduce_scatter_sum(params_[s.param].g, s.gslice.f32(), s.counts);
+    return;
+  }
+  MuonSlot& s = muon_[param_muon_[param]];
+  if (s.reduce) return;
+  if (++s.ready == s.K) launch_muon_reduce(s, groups_[s.group]);
+}
+
+void MuonAdamW::launch_muon_reduce(MuonSlot& s, const OptGroup& g) {
+  float* stack = s.stack.f32();
+  for (int64_t k = 0; k < s.K; ++k)
+    std::memcpy(stack + k * s.mn, params_[g.params[k]].g, s.mn * sizeof(float));
+  std::fill(stack + s.K * s.mn, stack + s.chunk * world_ * s.mn, 0.f);
+  s.reduce = comm_->reduce_scatter_sum(stack, s.gchunk.f32(), s.counts);
+}
+
 void MuonAdamW::launch_reductions() {
   if (world_ == 1) return;
+  // Everything grad_ready() has not launched yet, in group order.
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const OptGroup& g = groups_[gi];
     if (g.kind == OptKind::AdamW) {
       for (size_t k = 0; k < g.params.size(); ++k) {
         AdamSlot& s = adam_[group_slot_[gi] + k];
+        if (s.reduce) continue;
         OptParam& p = params_[s.param];
         if (s.sharded)
           s.reduce = comm_->reduce_scatter_sum(p.g, s.gslice.f32(), s.counts);
@@ -268,11 +299,7 @@ void MuonAdamW::launch_reductions() {
       }
     } else {
       MuonSlot& s = muon_[group_slot_[gi]];
-      float* stack = s.stack.f32();
-      for (int64_t k = 0; k < s.K; ++k)
-        std::memcpy(stack + k * s.mn, params_[g.params[k]].g, s.mn * sizeof(float));
-      std::fill(stack + s.K * s.mn, stack + s.chunk * world_ * s.mn, 0.f);
-      s.reduce = comm_->reduce_scatter_sum(stack, s.gchunk.f32(), s.counts);
+      if (!s.reduce) launch_muon_reduce(s, g);
     }
   }
 }
@@ -305,6 +332,7 @@ void MuonAdamW::compute_muon(MuonSlot& s, const OptGroup& g, float grad_scale) {
     timed_wait(s.reduce);
     s.reduce.reset();
   }
+  s.ready = 0;
   MuonHyper hp;
   hp.lr = g.lr;
   hp.momentum = g.momentum;

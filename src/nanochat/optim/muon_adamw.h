@@ -82,6 +82,16 @@ class MuonAdamW {
   void step(float lr_multiplier, float muon_momentum, float muon_weight_decay,
             float grad_scale = 1.f);
 
+  /// Marks parameter `param` (index into the constructor's list) as holding its final gradient
+  /// of this step, so its reduction can start while the backward goes on (issue: overlap the
+  /// reduce-scatter with the last micro-batch's backward). With W > 1 a large (sharded) AdamW
+  /// tensor's reduce-scatter is launched at once, and a Muon group's once all its matrices are
+  /// ready; small all-reduced tensors always wait for step() (their gradients may still be
+  /// rewritten, see train/ordered_grad_sum.h). No-op at W = 1 or for an already launched tensor.
+  /// The gradient must not change afterwards until step() returns. Every rank must mark the same
+  /// parameters in the same order. Throws nanochat::Error for an index out of range.
+  void grad_ready(size_t param);
+
   /// This rank's optimizer state as named tensors (pointers into the optimizer, valid until the
   /// next step()): per AdamW parameter `adamw.<name>.exp_avg` / `.exp_avg_sq` (F32, the owned rows)
   /// and `adamw.<name>.step` (I64 [1]); per Muon group, keyed by its first parameter like nanochat,
@@ -129,6 +139,9 @@ class MuonAdamW {
   std::vector<AdamSlot> adam_;   // one per AdamW parameter, in group order
   std::vector<MuonSlot> muon_;   // one per Muon group, in group order
   std::vector<int> group_slot_;  // group index -> first slot index in adam_ / muon_
+  std::vector<int> param_adam_;  // param index -> slot in adam_, or -1
+  std::vector<int> param_muon_;  // param index -> slot in muon_, or -1
+  void launch_muon_reduce(MuonSlot& s, const OptGroup& g);
   struct Pending {
     WorkPtr work;
     MuonSlot* muon;  // stack to copy back after the wait, or nullptr (AdamW gather)

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -151,9 +152,14 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   // micro-batches and ranks in one fixed order, so the run does not depend on the world size
   // (see ordered_grad_sum.h: their gradient at init is pure rounding noise).
   std::vector<OrderedGradSum::Span> small_spans;
-  for (const auto& p : model.params())
-    if (p.name.rfind("transformer.h.", 0) != 0 && p.numel <= 1024)
+  std::vector<bool> in_order_sum(model.params().size(), false);
+  for (size_t k = 0; k < model.params().size(); ++k) {
+    const auto& p = model.params()[k];
+    if (p.name.rfind("transformer.h.", 0) != 0 && p.numel <= 1024) {
       small_spans.push_back({model.grad_data() + p.offset, p.numel});
+      in_order_sum[k] = true;
+    }
+  }
   OrderedGradSum small_grads(small_spans, static_cast<int>(plan.grad_accum_steps), comm);
   print0(str_cat("Scaling the LR for the AdamW parameters proportional to 1/sqrt(", cfg.n_embd, "/768) = ",
                  std::pow(static_cast<double>(cfg.n_embd) / 768.0, -0.5)));
@@ -366,6 +372,10 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
     // Every micro-batch's mean loss is scaled by 1 / (A * W), the same factor at every world size
     // (so a micro-batch's gradient does not depend on W); the ranks' gradients are then SUMmed.
     const float loss_scale = 1.0f / static_cast<float>(plan.grad_accum_steps * W);
+    const std::function<void(size_t)> no_hook;
+    const std::function<void(size_t)> grad_ready = [&](size_t k) {
+      if (!in_order_sum[k]) opt.grad_ready(k);
+    };
     for (int64_t micro = 0; micro < plan.grad_accum_steps; ++micro) {
       {
         prof::Scope data_scope(prof::Op::Data);
@@ -378,7 +388,11 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
           train_loader.next(x.data(), y.data());
         }
       }
-      train_loss = model.forward_backward(x.data(), y.data(), B, T, loss_scale);
+      // On the last micro-batch each finished gradient starts its reduction at once, overlapping
+      // the rest of the backward (the ordered small tensors wait for small_grads.finish()).
+      const bool last_micro = micro + 1 == plan.grad_accum_steps;
+      train_loss = model.forward_backward(x.data(), y.data(), B, T, loss_scale,
+                                          last_micro && W > 1 ? grad_ready : no_hook);
       small_grads.after_micro_batch(static_cast<int>(micro));
       if (!std::isfinite(train_loss))
         fail("training diverged at step ", step, " (loss ", train_loss, " on rank ", rank,
