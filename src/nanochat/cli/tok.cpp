@@ -2,7 +2,6 @@
 // 6.5): train the BPE tokenizer on the train shards, report its compression.
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,28 +10,13 @@
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/core/timer.h"
+#include "nanochat/data/loader.h"
 #include "nanochat/data/parquet.h"
 #include "nanochat/tokenizer/tokenizer.h"
 
 namespace nanochat::cli {
 
 namespace {
-
-// All *.parquet files of the data directory, sorted (nanochat/dataset.py list_parquet_files);
-// the last one is the validation shard.
-std::vector<std::string> list_shards(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    fail("data directory ", dir, " does not exist; download shards with 'nanochat data download -n N' or ",
-         "pack your own with 'nanochat data pack', or point NANOCHAT_DATA_DIR at them");
-  std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file() && e.path().extension() == ".parquet") out.push_back(e.path().string());
-  if (ec) fail("cannot list data directory ", dir, ": ", ec.message());
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 // A fixed multilingual string for the round-trip sanity check after training.
 const char* const kSanityText =
@@ -52,18 +36,15 @@ void run_tok_train(const TrainOptions& o) {
     fail("tok-train: --vocab-size ", o.vocab_size, " is too small (at least ", 256 + kSpecialTokens.size(), ")");
   std::printf("max_chars: %lld\ndoc_cap: %lld\nvocab_size: %d\n", static_cast<long long>(o.max_chars),
               static_cast<long long>(o.doc_cap), o.vocab_size);
-  const std::string dir = data_dir();
-  const auto shards = list_shards(dir);
-  if (shards.size() < 2)
-    fail("tok-train: found ", shards.size(), " parquet shard(s) in ", dir,
-         "; need at least 2 (all but the last are train, the last is validation). ",
-         "Get more with 'nanochat data download -n N' or 'nanochat data pack'");
+  // The train split (every shard but the last, the val shard); data::split_files names the
+  // directory and what to do when it is missing or holds fewer than two shards.
+  const auto train_shards = data::split_files(data_dir(), "train");
 
   Timer total;
   TokenizerTrainer trainer;
   TrainTextBudget budget(o.max_chars, o.doc_cap);
-  for (size_t f = 0; f + 1 < shards.size() && !budget.exhausted(); ++f) {
-    data::ParquetReader reader(shards[f]);
+  for (size_t f = 0; f < train_shards.size() && !budget.exhausted(); ++f) {
+    data::ParquetReader reader(train_shards[f]);
     for (int g = 0; g < reader.num_row_groups() && !budget.exhausted(); ++g) {
       std::vector<std::string> docs = reader.read_row_group(g);
       size_t keep = 0;
@@ -162,13 +143,15 @@ void run_tok_eval() {
   std::printf("%-14s %12s %12s %10s\n", "text", "bytes", "tokens", "bytes/tok");
   for (const Sample& s : kSamples) eval_line(tok, s.name, s.text);
 
-  std::vector<std::string> shards;
+  // The first train shard and the val shard; without both, a note says why the rows are missing.
+  std::string train_shard, val_shard;
   try {
-    shards = list_shards(data_dir());
+    train_shard = data::split_files(data_dir(), "train").front();
+    val_shard = data::split_files(data_dir(), "val").front();
   } catch (const Error& e) {
-    std::printf("(no shards: %s)\n", e.what());
+    std::printf("(skipping the train/val rows: %s)\n", e.what());
   }
-  if (shards.size() >= 2) {
+  if (!val_shard.empty()) {
     // First row group of the first train shard and of the val shard, docs joined by "\n".
     auto first_group = [](const std::string& path) {
       data::ParquetReader r(path);
@@ -181,10 +164,8 @@ void run_tok_eval() {
       }
       return joined;
     };
-    eval_line(tok, "train-rg0", first_group(shards.front()));
-    eval_line(tok, "val-rg0", first_group(shards.back()));
-  } else if (!shards.empty()) {
-    std::printf("(only %zu shard in %s: skipping the train/val rows)\n", shards.size(), data_dir().c_str());
+    eval_line(tok, "train-rg0", first_group(train_shard));
+    eval_line(tok, "val-rg0", first_group(val_shard));
   }
 }
 
