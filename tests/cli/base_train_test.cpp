@@ -181,3 +181,54 @@ TEST(BaseTrain, CheckpointServesBaseEvalSampleAndChat) {
   EXPECT_EQ(missing.code, 1);
   EXPECT_NE(missing.out.find("no complete checkpoint"), std::string::npos) << missing.out;
 }
+
+// base-eval reports progress on rank 0: a line at every tenth of each split's batches with the
+// batches done, the tokens (batches x B x T, here 2 x 64) and the throughput, then the split's
+// bpb, which still equals the trainer's final val bpb over the same batches.
+TEST(BaseTrain, BaseEvalPrintsProgressLinesAndTheBpb) {
+  BaseDir b("nc_bt_evalprog");
+  auto r = run(b, std::string(kTiny) + " --num-iterations 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string key = "Step 00001 | Validation bpb: ";
+  auto pos = r.out.find(key);
+  ASSERT_NE(pos, std::string::npos) << r.out;
+  const std::string trainer_bpb = r.out.substr(pos + key.size(), 8);
+
+  // 256 tokens per split = 2 batches: a line after each, before the split's bpb.
+  auto e = run(b, " base-eval -g t --split-tokens 256");
+  ASSERT_EQ(e.code, 0) << e.out;
+  const auto train_1 = e.out.find("train: 1/2 batches (50%) | 128 tokens | ");
+  const auto train_2 = e.out.find("train: 2/2 batches (100%) | 256 tokens | ");
+  const auto train_bpb = e.out.find("train bpb: ");
+  const auto val_1 = e.out.find("val: 1/2 batches (50%) | 128 tokens | ");
+  const auto val_2 = e.out.find("val: 2/2 batches (100%) | 256 tokens | ");
+  const auto val_bpb = e.out.find("val bpb: " + trainer_bpb);
+  for (auto p : {train_1, train_2, train_bpb, val_1, val_2, val_bpb}) ASSERT_NE(p, std::string::npos) << e.out;
+  EXPECT_TRUE(train_1 < train_2 && train_2 < train_bpb && train_bpb < val_1 && val_1 < val_2 && val_2 < val_bpb)
+      << e.out;
+  // elapsed seconds and tok/s are numbers, the rate positive
+  const std::string line = e.out.substr(val_2, e.out.find('\n', val_2) - val_2);
+  const auto s_at = line.find(" s | ");
+  ASSERT_NE(s_at, std::string::npos) << line;
+  EXPECT_GE(std::stod(line.substr(line.rfind("| ", s_at) + 2)), 0.0) << line;
+  EXPECT_GT(std::stod(line.substr(s_at + 5)), 0.0) << line;
+  EXPECT_NE(line.find(" tok/s"), std::string::npos) << line;
+
+  // 20 batches: a line at every tenth, i.e. after batches 2, 4, ..., 20.
+  auto e20 = run(b, " base-eval -g t --split-tokens 2560");
+  ASSERT_EQ(e20.code, 0) << e20.out;
+  for (const char* split : {"train", "val"})
+    for (int k = 1; k <= 10; ++k) {
+      const std::string want = std::string(split) + ": " + std::to_string(2 * k) + "/20 batches (" +
+                               std::to_string(10 * k) + "%) | " + std::to_string(256 * k) + " tokens | ";
+      EXPECT_NE(e20.out.find(want), std::string::npos) << want << "\n" << e20.out;
+    }
+  EXPECT_NE(e20.out.find("train bpb: "), std::string::npos) << e20.out;
+  EXPECT_NE(e20.out.find("val bpb: "), std::string::npos) << e20.out;
+
+  // Another rank of a job prints the results but no progress.
+  auto r1 = run(b, " base-eval -g t --split-tokens 256", "RANK=1");
+  ASSERT_EQ(r1.code, 0) << r1.out;
+  EXPECT_EQ(r1.out.find(" batches ("), std::string::npos) << r1.out;
+  EXPECT_NE(r1.out.find("val bpb: " + trainer_bpb), std::string::npos) << r1.out;
+}

@@ -1,5 +1,8 @@
 // `nanochat base-eval`: bits per byte of a trained checkpoint on the train and val splits
 // (the bpb part of nanochat scripts/base_eval.py; spec 3.6, 8.1 step 5). CORE is not included.
+// While a split is evaluated, rank 0 (RANK unset or 0) prints a progress line at every tenth of
+// its batches and at least every 30 s: "<split>: <done>/<total> batches (<pct>%) | <tokens> tokens
+// | <elapsed> s | <tok/s> tok/s".
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -8,7 +11,9 @@
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/data/loader.h"
+#include "nanochat/core/timer.h"
 #include "nanochat/dist/communicator.h"
+#include "nanochat/dist/env.h"
 #include "nanochat/kernels/gemm.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/tokenizer.h"
@@ -18,6 +23,9 @@
 namespace nanochat::cli {
 
 namespace {
+// Seconds between progress lines when a tenth of the batches takes longer than that.
+constexpr double kProgressEverySeconds = 30.0;
+
 struct EvalArgs {
   std::string model_tag;
   int64_t step = -1;
@@ -50,10 +58,26 @@ void register_base_eval(CLI::App& app) {
                 static_cast<long long>(lm.step), static_cast<long long>(steps), o.B, o.T);
     LocalCommunicator local;
     const auto token_bytes = tok.token_bytes();
+    const bool print_progress = dist::env_int("RANK").value_or(0) == 0;
+    const int64_t tokens_per_batch = static_cast<int64_t>(o.B) * o.T;
     for (const char* split : {"train", "val"}) {
       o.split = split;
       data::DataLoader dl(tok, o);
-      const double bpb = evaluate_bpb(*lm.model, dl, steps, token_bytes, local);
+      Timer timer;
+      double last_line = 0;
+      auto progress = [&](int64_t done, int64_t total) {
+        const double elapsed = timer.seconds();
+        const bool new_tenth = done * 10 / total != (done - 1) * 10 / total;
+        if (!new_tenth && elapsed - last_line < kProgressEverySeconds) return;
+        last_line = elapsed;
+        const int64_t tokens = done * tokens_per_batch;
+        std::printf("%s: %lld/%lld batches (%.0f%%) | %lld tokens | %.2f s | %.0f tok/s\n", split,
+                    static_cast<long long>(done), static_cast<long long>(total), 100.0 * done / total,
+                    static_cast<long long>(tokens), elapsed, elapsed > 0 ? tokens / elapsed : 0.0);
+        std::fflush(stdout);
+      };
+      const double bpb = evaluate_bpb(*lm.model, dl, steps, token_bytes, local,
+                                      print_progress ? std::function<void(int64_t, int64_t)>(progress) : nullptr);
       std::printf("%s bpb: %.6f\n", split, bpb);
       std::fflush(stdout);
     }

@@ -10,7 +10,7 @@
 namespace nanochat {
 
 double evaluate_bpb(GPT& model, data::DataLoader& loader, int64_t steps, const std::vector<int32_t>& token_bytes,
-                    Communicator& comm) {
+                    Communicator& comm, const std::function<void(int64_t done, int64_t steps)>& progress) {
   const int B = loader.batch_size(), T = loader.seq_len();
   std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
   std::vector<float> losses(x.size());
@@ -26,6 +26,7 @@ double evaluate_bpb(GPT& model, data::DataLoader& loader, int64_t steps, const s
         totals[1] += nb;
       }
     }
+    if (progress) progress(s + 1, steps);
   }
   comm.all_reduce_sum_f64(totals, 2)->wait();
   if (totals[1] <= 0) return std::numeric_limits<double>::infinity();

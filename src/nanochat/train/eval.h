@@ -1,6 +1,7 @@
 #pragma once
 // Validation bits per byte (nanochat loss_eval.py evaluate_bpb; spec 3.6).
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace nanochat {
@@ -14,7 +15,9 @@ class Communicator;
 /// bpb = sum of per-token losses (nats) over targets whose token has > 0 bytes, divided by
 /// ln 2 x the total bytes of those targets, over `steps` batches of `loader`, summed over ranks.
 /// token_bytes: (V,) raw bytes per token id (0 for special tokens). Returns +inf if no bytes.
+/// progress, if set, is called on this rank after each batch's forward pass with (batches done,
+/// steps), done = 1..steps; it only observes (the result does not depend on it).
 double evaluate_bpb(GPT& model, data::DataLoader& loader, int64_t steps, const std::vector<int32_t>& token_bytes,
-                    Communicator& comm);
+                    Communicator& comm, const std::function<void(int64_t done, int64_t steps)>& progress = {});
 
 }  // namespace nanochat
