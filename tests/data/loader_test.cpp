@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "nanochat/core/error.h"
 #include "nanochat/data/parquet.h"
@@ -243,4 +245,71 @@ TEST(Loader, ResumeFromAnotherLayoutIsRejected) {
   dl.next(x.data(), y.data());
   auto st = dl.state();
   EXPECT_THROW(DataLoader(tok, opts(s, 1, 64, 0, 1), &st), Error);
+}
+
+// Resuming at another world size (approximate): 2 ranks' states become 3 ranks' states whose
+// buffers are exactly the old buffers dealt round-robin and whose cursors start after the
+// furthest old cursor, one row group per new rank; the new loaders run and read only row groups
+// at or after that point (no document twice), each its own (rank-strided) ones.
+TEST(Loader, ReshardToAnotherWorldSize) {
+  Shards s("nc_loader_reshard", 16);
+  const Tokenizer& tok = tokenizer();
+  const int B = 2, T = 128;
+  std::vector<int32_t> x(B * T), y(B * T);
+  std::vector<nlohmann::json> old;
+  for (int r = 0; r < 2; ++r) {
+    DataLoader dl(tok, opts(s, B, T, r, 2));
+    for (int n = 0; n < 7 + 2 * r; ++n) dl.next(x.data(), y.data());  // ranks at different points
+    old.push_back(nlohmann::json::parse(dl.state().dump()));
+  }
+  // the furthest old cursor, as (epoch, file, row group)
+  std::tuple<int64_t, int, int> far{-1, -1, -1};
+  int64_t far_offset = 0;
+  std::multiset<std::vector<int>> old_buffered;
+  for (const auto& st : old) {
+    const auto& c = st["cursor"];
+    std::tuple<int64_t, int, int> cur{c["epoch"].get<int64_t>(), c["pq"].get<int>(), c["rg"].get<int>()};
+    if (cur > far) {
+      far = cur;
+      far_offset = c["doc_offset"].get<int64_t>();
+    }
+    for (const auto& d : st["buffer"]) old_buffered.insert(d.get<std::vector<int>>());
+  }
+  ASSERT_FALSE(old_buffered.empty());
+  const auto news = reshard_loader_states(old, 3);
+  ASSERT_EQ(news.size(), 3u);
+  std::multiset<std::vector<int>> new_buffered;
+  const int base = std::get<2>(far) + (far_offset > 0 ? 1 : 0);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(news[r]["rank"], r);
+    EXPECT_EQ(news[r]["world_size"], 3);
+    EXPECT_EQ(news[r]["cursor"]["rg"].get<int>(), base + r);
+    EXPECT_EQ(news[r]["cursor"]["pq"].get<int>(), std::get<1>(far));
+    for (const auto& d : news[r]["buffer"]) new_buffered.insert(d.get<std::vector<int>>());
+    // sizes differ by at most one (round-robin)
+    EXPECT_LE(news[r]["buffer"].size(), old_buffered.size() / 3 + 1);
+  }
+  EXPECT_EQ(new_buffered, old_buffered) << "buffered documents were lost or duplicated";
+  for (int r = 0; r < 3; ++r) {
+    const nlohmann::json st = news[r];
+    DataLoader dl(tok, opts(s, B, T, r, 3), &st);
+    for (int n = 0; n < 6; ++n) dl.next(x.data(), y.data());
+    const nlohmann::json after = dl.state();
+    for (const auto& d : after["buffer"]) {
+      const auto ref = d.get<std::vector<int>>();
+      if (old_buffered.count(ref)) continue;  // carried over from the old ranks
+      // newly read: in the same epoch, at or after the start row group of the start file, or a
+      // later file; and one of this rank's row groups
+      const bool later_file = ref[0] != std::get<1>(far);
+      EXPECT_TRUE(later_file || ref[1] >= base) << "row group " << ref[1] << " re-read (start " << base << ")";
+      if (!later_file) {
+        EXPECT_EQ((ref[1] - base) % 3, r);
+      }
+    }
+  }
+  EXPECT_THROW(reshard_loader_states({}, 2), Error);
+  EXPECT_THROW(reshard_loader_states(old, 0), Error);
+  auto other = old;
+  other[1]["split"] = "val";
+  EXPECT_THROW(reshard_loader_states(other, 2), Error);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include "nanochat/core/error.h"
 #include "nanochat/data/pack.h"
@@ -281,5 +282,48 @@ void DataLoader::next(int32_t* inputs, int32_t* targets) {
 }
 
 json DataLoader::state() const { return state_; }
+
+std::vector<json> reshard_loader_states(const std::vector<json>& old_states, int new_world) {
+  if (old_states.empty()) fail("loader re-shard: no loader states given");
+  if (new_world < 1) fail("loader re-shard: world size must be >= 1 (got ", new_world, ")");
+  const json& first = old_states.front();
+  std::tuple<int64_t, int, int> best{-1, -1, -1};
+  int64_t best_offset = 0;
+  std::vector<json> docs;
+  try {
+    for (size_t r = 0; r < old_states.size(); ++r) {
+      const json& s = old_states[r];
+      if (s.at("version").get<int>() != 1) fail("loader re-shard: unknown state version in rank ", r, "'s state");
+      if (s.at("split") != first.at("split") || s.at("files") != first.at("files"))
+        fail("loader re-shard: rank ", r, "'s loader state is for another split or shard list than rank 0's");
+      const json& c = s.at("cursor");
+      const std::tuple<int64_t, int, int> cur{c.at("epoch").get<int64_t>(), c.at("pq").get<int>(),
+                                              c.at("rg").get<int>()};
+      if (cur > best) {
+        best = cur;
+        best_offset = c.at("doc_offset").get<int64_t>();
+      }
+    }
+    // buffered docs, dealt round-robin in (old rank, buffer position) order
+    for (size_t r = 0; r < old_states.size(); ++r)
+      for (const auto& d : old_states[r].at("buffer")) docs.push_back(d);
+  } catch (const json::exception& e) {
+    fail("loader re-shard: malformed loader state: ", e.what());
+  }
+  const auto [epoch, pq, rg] = best;
+  // the furthest cursor's row group was (partly) read when doc_offset > 0: start after it
+  const int base = rg + (best_offset > 0 ? 1 : 0);
+  std::vector<json> out;
+  for (int r = 0; r < new_world; ++r) {
+    json buf = json::array();
+    for (size_t i = static_cast<size_t>(r); i < docs.size(); i += static_cast<size_t>(new_world))
+      buf.push_back(docs[i]);
+    out.push_back({{"version", 1}, {"split", first.at("split")}, {"rank", r}, {"world_size", new_world},
+                   {"files", first.at("files")}, {"epoch", epoch}, {"pq_idx", pq}, {"rg_idx", base + r},
+                   {"cursor", {{"epoch", epoch}, {"pq", pq}, {"rg", base + r}, {"doc_offset", 0}}},
+                   {"buffer", buf}});
+  }
+  return out;
+}
 
 }  // namespace nanochat::data

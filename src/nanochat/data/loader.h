@@ -45,6 +45,19 @@ struct LoaderOptions {
   int prefetch_depth = 3;    ///< batches kept ready
 };
 
+/// Loader states for resuming at another world size (approximate, like nanochat's resume; the
+/// same-world-size resume is exact). old_states: state() of every rank of the saving run, in rank
+/// order (all of one split and shard list). Returns one state per rank of new_world ranks:
+///  * every new rank starts after the furthest (epoch, file, row group) cursor of the old ranks,
+///    rank r at row group base + r (stepping new_world), so no document is read twice;
+///  * the documents waiting in the old ranks' packing buffers are dealt round-robin to the new
+///    ranks, so none of them is lost;
+///  * what is skipped: the unread rest of each old rank's current row group and the row groups
+///    the slower old ranks had not reached yet (at most about one row group per old rank).
+/// Throws nanochat::Error for an empty list, states of different splits/shards, or new_world < 1.
+std::vector<nlohmann::json> reshard_loader_states(const std::vector<nlohmann::json>& old_states,
+                                                  int new_world);
+
 /// Infinite stream of (B, T) input/target batches for one rank. Not copyable; one consumer thread.
 class DataLoader {
  public:

@@ -434,3 +434,100 @@ size_t MuonAdamW::state_floats() const {
 }
 
 }  // namespace nanochat
+
+namespace nanochat {
+
+size_t MuonAdamW::whole_state_floats() const {
+  size_t n = 0;
+  for (const auto& s : adam_) n += 2 * static_cast<size_t>(numel_of(params_[s.param].shape));
+  for (const auto& s : muon_) n += static_cast<size_t>(s.K) * (s.mn + static_cast<size_t>(s.nv));
+  return n;
+}
+
+MuonAdamW::WholeState MuonAdamW::assemble_whole_state(const std::vector<StFile>& shards) const {
+  const int W0 = static_cast<int>(shards.size());
+  if (W0 < 1) fail("optimizer re-shard: no shard files given");
+  WholeState out;
+  out.values.resize(whole_state_floats());
+  float* dst = out.values.data();
+  // Checks a shard tensor's dtype and element count and returns its floats.
+  auto floats_of = [&](int r, const std::string& key, size_t want) -> const float* {
+    const StTensor& t = shards[r].at(key);
+    if (t.dtype != "F32" || t.bytes.size() != want * sizeof(float))
+      fail("optimizer state ", shards[r].path, ": tensor '", key, "' is ", t.dtype, " ", shape_str(t.shape),
+           " (", t.bytes.size() / 4, " values) but rank ", r, " of ", W0, " of this model should hold ", want,
+           " F32 values; the files are not one run's shards of this model");
+    return reinterpret_cast<const float*>(t.bytes.data());
+  };
+  for (const auto& s : adam_) {
+    const OptParam& p = params_[s.param];
+    const int64_t numel = numel_of(p.shape), rows = p.shape[0], row_elems = numel / rows;
+    const bool sharded0 = W0 > 1 && numel >= kSmallAdamW;  // the layout of the saving run
+    for (const char* which : {".exp_avg", ".exp_avg_sq"}) {
+      const std::string key = "adamw." + p.name + which;
+      if (!sharded0) {
+        std::memcpy(dst, floats_of(0, key, static_cast<size_t>(numel)), static_cast<size_t>(numel) * sizeof(float));
+      } else {
+        const int64_t c = ceil_div(rows, W0);
+        for (int r = 0; r < W0; ++r) {
+          const int64_t r0 = std::min(rows, r * c), r1 = std::min(rows, (r + 1) * c);
+          const size_t n = static_cast<size_t>((r1 - r0) * row_elems);
+          std::memcpy(dst + r0 * row_elems, floats_of(r, key, n), n * sizeof(float));
+        }
+      }
+      dst += numel;
+    }
+    const StTensor& st = shards[0].at("adamw." + p.name + ".step");
+    if (st.dtype != "I64" || st.bytes.size() != sizeof(int64_t))
+      fail("optimizer state ", shards[0].path, ": 'adamw.", p.name, ".step' is not one I64");
+    int64_t step = 0;
+    std::memcpy(&step, st.bytes.data(), sizeof step);
+    out.steps.push_back(step);
+  }
+  for (const auto& s : muon_) {
+    const std::string& first = groups_[s.group].names.front();
+    const int64_t c = ceil_div(s.K, W0);
+    for (int part = 0; part < 2; ++part) {
+      const size_t per = part == 0 ? s.mn : static_cast<size_t>(s.nv);
+      const std::string key = "muon." + first + (part == 0 ? ".momentum_buffer" : ".second_momentum_buffer");
+      for (int r = 0; r < W0; ++r) {
+        const int64_t k0 = std::min(s.K, r * c), k1 = std::min(s.K, (r + 1) * c);
+        const float* src = floats_of(r, key, static_cast<size_t>(c) * per);  // chunk incl. padding
+        std::memcpy(dst + static_cast<size_t>(k0) * per, src, static_cast<size_t>(k1 - k0) * per * sizeof(float));
+      }
+      dst += static_cast<size_t>(s.K) * per;
+    }
+  }
+  return out;
+}
+
+void MuonAdamW::load_whole_state(const WholeState& whole) {
+  if (whole.values.size() != whole_state_floats() || whole.steps.size() != adam_.size())
+    fail("optimizer re-shard: the whole state has ", whole.values.size(), " values and ", whole.steps.size(),
+         " step counts but this optimizer needs ", whole_state_floats(), " and ", adam_.size(),
+         " (another model?)");
+  const float* src = whole.values.data();
+  int64_t steps = 0;
+  for (size_t k = 0; k < adam_.size(); ++k) {
+    AdamSlot& s = adam_[k];
+    const int64_t numel = numel_of(params_[s.param].shape);
+    const size_t off = s.sharded ? static_cast<size_t>(s.row0 * s.row_elems) : 0;
+    std::memcpy(s.m.f32(), src + off, s.owned * sizeof(float));
+    std::memcpy(s.v.f32(), src + numel + off, s.owned * sizeof(float));
+    src += 2 * numel;
+    s.step = whole.steps[k];
+    steps = std::max(steps, s.step);
+  }
+  for (auto& s : muon_) {
+    for (int part = 0; part < 2; ++part) {
+      const size_t per = part == 0 ? s.mn : static_cast<size_t>(s.nv);
+      float* dst = part == 0 ? s.momentum.f32() : s.second.f32();
+      std::fill(dst, dst + static_cast<size_t>(s.chunk) * per, 0.f);
+      std::memcpy(dst, src + static_cast<size_t>(s.first) * per, static_cast<size_t>(s.owned) * per * sizeof(float));
+      src += static_cast<size_t>(s.K) * per;
+    }
+  }
+  steps_ = steps;
+}
+
+}  // namespace nanochat

@@ -105,6 +105,25 @@ class MuonAdamW {
   /// another dtype or shape (optimizer shards are per world size).
   void load_state(const StFile& f);
 
+  /// World-size-independent ("whole") optimizer state, for resuming at another world size:
+  /// for each AdamW parameter in group order its exp_avg then exp_avg_sq with every row, then for
+  /// each Muon group its momentum_buffer (K, m, n) and second_momentum_buffer (K, max(m, n)) with
+  /// every matrix, as one flat float vector; and the AdamW step counts in the same order.
+  struct WholeState {
+    std::vector<float> values;
+    std::vector<int64_t> steps;
+  };
+  /// Number of floats in WholeState::values (the same for every world size).
+  size_t whole_state_floats() const;
+  /// Builds the whole state from ALL shard files written by state_entries() of a run of this
+  /// model at world size shards.size() (shards[r] = rank r's file). Any rank may call it; it uses
+  /// only the files. Throws nanochat::Error naming the file and tensor when one is missing or
+  /// has another shape.
+  WholeState assemble_whole_state(const std::vector<StFile>& shards) const;
+  /// Loads this rank's part of a whole state (AdamW rows [row0, row0 + nrows), Muon matrices of
+  /// this rank's chunk). Throws nanochat::Error if the sizes do not match this optimizer.
+  void load_whole_state(const WholeState& whole);
+
   /// Parameter groups in nanochat's order (for logs and tests).
   const std::vector<OptGroup>& groups() const { return groups_; }
   const std::vector<OptParam>& params() const { return params_; }

@@ -207,22 +207,64 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
     if (!(saved == cfg))
       fail("cannot resume from ", cp.meta(), ": its model_config ", saved.to_json().dump(),
            " differs from the one the flags give ", cfg.to_json().dump());
-    if (meta.value("world_size", 1) != W)
-      fail("cannot resume from ", cp.meta(), ": it was saved by ", meta.value("world_size", 1),
-           " ranks and this job has ", W, " (optimizer shards are per rank)");
+    const int W0 = meta.value("world_size", 1);
+    if (W0 < 1) fail("checkpoint ", cp.meta(), ": world_size ", W0, " is not a rank count");
     if (meta.value("total_batch_size", int64_t{0}) != plan.total_batch_size ||
         meta.value("device_batch_size", 0) != B)
       fail("cannot resume from ", cp.meta(), ": it used --total-batch-size ", meta.value("total_batch_size", int64_t{0}),
            " and --device-batch-size ", meta.value("device_batch_size", 0), "; pass the same values to resume exactly");
-    if (!fs::exists(cp.optim(rank)))
-      fail("rank ", rank, " has no optimizer shard ", cp.optim(rank),
-           "; every node needs its own ranks' optim_*_rank<r> files (resume on the same nodes, or share the folder)");
-    StFile optim_file = load_safetensors(cp.optim(rank));
-    opt.load_state(optim_file);
-    auto it = optim_file.metadata.find("loader_state");
-    if (it == optim_file.metadata.end())
-      fail("checkpoint ", cp.optim(rank), " has no loader state; it was not written by a complete save");
-    loader_state = json::parse(it->second);
+    auto loader_state_of = [](const StFile& f) {
+      auto it = f.metadata.find("loader_state");
+      if (it == f.metadata.end())
+        fail("checkpoint ", f.path, " has no loader state; it was not written by a complete save");
+      return json::parse(it->second);
+    };
+    if (W0 == W) {
+      if (!fs::exists(cp.optim(rank)))
+        fail("rank ", rank, " has no optimizer shard ", cp.optim(rank),
+             "; every node needs its own ranks' optim_*_rank<r> files (resume on the same nodes, or share the folder)");
+      StFile optim_file = load_safetensors(cp.optim(rank));
+      opt.load_state(optim_file);
+      loader_state = loader_state_of(optim_file);
+    } else {
+      // Another world size: rank 0 reads every old shard, reassembles the whole optimizer state
+      // and sends it to every rank, which keeps its own part; the loader states are re-dealt
+      // (approximate data resume, see data::reshard_loader_states).
+      MuonAdamW::WholeState whole;
+      whole.values.resize(opt.whole_state_floats());
+      std::string states_text;
+      if (master) {
+        std::vector<StFile> shards;
+        std::vector<json> old_states;
+        for (int r = 0; r < W0; ++r) {
+          if (!fs::exists(cp.optim(r)))
+            fail("resuming the ", W0, "-rank checkpoint ", cp.meta(), " with ", W, " ranks needs every old shard on rank 0, but ",
+                 cp.optim(r), " is missing; copy all optim_", cp.step, "_rank<r> files into ", ckpt_dir,
+                 " on this node");
+          shards.push_back(load_safetensors(cp.optim(r)));
+          old_states.push_back(loader_state_of(shards.back()));
+        }
+        whole = opt.assemble_whole_state(shards);
+        // --loader-global-stream: every rank reads the one-rank stream, whose position after a
+        // step is the same at any world size, so its state carries over exactly.
+        states_text = a.loader_global_stream
+                          ? json(std::vector<json>(static_cast<size_t>(W), old_states.front())).dump()
+                          : json(data::reshard_loader_states(old_states, W)).dump();
+      }
+      int64_t nsteps = static_cast<int64_t>(whole.steps.size());
+      comm.broadcast(&nsteps, sizeof nsteps, 0)->wait();
+      whole.steps.resize(static_cast<size_t>(nsteps));
+      comm.broadcast(whole.steps.data(), whole.steps.size() * sizeof(int64_t), 0)->wait();
+      comm.broadcast(whole.values.data(), whole.values.size() * sizeof(float), 0)->wait();
+      broadcast_string(comm, states_text, 0);
+      opt.load_whole_state(whole);
+      loader_state = json::parse(states_text).at(static_cast<size_t>(rank));
+      print0(str_cat("Re-sharded the optimizer state of ", W0, " ranks for ", W, " ranks; ",
+                     a.loader_global_stream
+                         ? "the one-rank data stream resumes exactly"
+                         : "the data stream resumes approximately (after the furthest row group read, "
+                           "buffered documents kept; the same world size resumes exactly)"));
+    }
     step = meta.at("step").get<int64_t>();
     val_bpb = from_num_or_inf(meta.value("val_bpb", json(nullptr)));
     const json& ls = meta.at("loop_state");
