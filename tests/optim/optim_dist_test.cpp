@@ -207,7 +207,7 @@ StFile to_file(const std::vector<StWriteEntry>& entries, int rank) {
     int64_t n = 1;
     for (int64_t d : e.shape) n *= d;
     t.bytes.resize(static_cast<size_t>(n) * st_dtype_size(e.dtype));
-    std::memcpy(t.bytes.data(), e.data, t.bytes.size());
+    if (!t.bytes.empty()) std::memcpy(t.bytes.data(), e.data, t.bytes.size());  // empty shards: no rows
     f.tensors[e.name] = std::move(t);
   }
   return f;

@@ -472,7 +472,8 @@ MuonAdamW::WholeState MuonAdamW::assemble_whole_state(const std::vector<StFile>&
         for (int r = 0; r < W0; ++r) {
           const int64_t r0 = std::min(rows, r * c), r1 = std::min(rows, (r + 1) * c);
           const size_t n = static_cast<size_t>((r1 - r0) * row_elems);
-          std::memcpy(dst + r0 * row_elems, floats_of(r, key, n), n * sizeof(float));
+          const float* src = floats_of(r, key, n);
+          if (n > 0) std::memcpy(dst + r0 * row_elems, src, n * sizeof(float));
         }
       }
       dst += numel;
@@ -493,7 +494,8 @@ MuonAdamW::WholeState MuonAdamW::assemble_whole_state(const std::vector<StFile>&
       for (int r = 0; r < W0; ++r) {
         const int64_t k0 = std::min(s.K, r * c), k1 = std::min(s.K, (r + 1) * c);
         const float* src = floats_of(r, key, static_cast<size_t>(c) * per);  // chunk incl. padding
-        std::memcpy(dst + static_cast<size_t>(k0) * per, src, static_cast<size_t>(k1 - k0) * per * sizeof(float));
+        if (k1 > k0)
+          std::memcpy(dst + static_cast<size_t>(k0) * per, src, static_cast<size_t>(k1 - k0) * per * sizeof(float));
       }
       dst += static_cast<size_t>(s.K) * per;
     }
@@ -512,8 +514,10 @@ void MuonAdamW::load_whole_state(const WholeState& whole) {
     AdamSlot& s = adam_[k];
     const int64_t numel = numel_of(params_[s.param].shape);
     const size_t off = s.sharded ? static_cast<size_t>(s.row0 * s.row_elems) : 0;
-    std::memcpy(s.m.f32(), src + off, s.owned * sizeof(float));
-    std::memcpy(s.v.f32(), src + numel + off, s.owned * sizeof(float));
+    if (s.owned > 0) {  // a rank may own no rows (then its buffers are empty)
+      std::memcpy(s.m.f32(), src + off, s.owned * sizeof(float));
+      std::memcpy(s.v.f32(), src + numel + off, s.owned * sizeof(float));
+    }
     src += 2 * numel;
     s.step = whole.steps[k];
     steps = std::max(steps, s.step);
@@ -523,7 +527,8 @@ void MuonAdamW::load_whole_state(const WholeState& whole) {
       const size_t per = part == 0 ? s.mn : static_cast<size_t>(s.nv);
       float* dst = part == 0 ? s.momentum.f32() : s.second.f32();
       std::fill(dst, dst + static_cast<size_t>(s.chunk) * per, 0.f);
-      std::memcpy(dst, src + static_cast<size_t>(s.first) * per, static_cast<size_t>(s.owned) * per * sizeof(float));
+      if (s.owned > 0)
+        std::memcpy(dst, src + static_cast<size_t>(s.first) * per, static_cast<size_t>(s.owned) * per * sizeof(float));
       src += static_cast<size_t>(s.K) * per;
     }
   }
