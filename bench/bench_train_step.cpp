@@ -9,6 +9,7 @@
 //   d6b32: the same with runcpu's device batch B 32
 //   d12:   depth 12, head_dim 128, T 1024, B 4, window "SSSL"
 //   (all: vocab 32768, aspect ratio 64: n_embd = ceil(depth*64/head_dim)*head_dim)
+// --recompute-mlp turns on the model's MLP activation recompute (GPT::set_recompute_mlp).
 // --json prints one JSON object per line (the peer benchmark, bench/peer/, reads it);
 // --list-configs prints the config table (as JSON lines with --json) and exits; --peak-only
 // measures and prints the FMA peak per thread count and exits. With --json, one progress line
@@ -124,7 +125,7 @@ void usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--steps N] [--warmup N] [--threads 1,2] "
                "[--config d4,d6,d6b32,d12|all] [--peak-seconds S] [--json] [--list-configs] "
-               "[--peak-only]\n",
+               "[--peak-only] [--recompute-mlp]\n",
                argv0);
 }
 
@@ -133,7 +134,7 @@ void usage(const char* argv0) {
 int main(int argc, char** argv) {
   int steps = 5, warmup = 1;
   double peak_seconds = 0.3;
-  bool json = false, list_only = false, peak_only = false;
+  bool json = false, list_only = false, peak_only = false, recompute_mlp = false;
   std::vector<int> threads = {1, 2};
   std::vector<std::string> which = {"all"};
   for (int i = 1; i < argc; ++i) {
@@ -145,6 +146,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--json")) json = true;
     else if (!std::strcmp(argv[i], "--list-configs")) list_only = true;
     else if (!std::strcmp(argv[i], "--peak-only")) peak_only = true;
+    else if (!std::strcmp(argv[i], "--recompute-mlp")) recompute_mlp = true;
     else {
       usage(argv[0]);
       return 2;
@@ -217,6 +219,7 @@ int main(int argc, char** argv) {
       ModelConfig cfg = ModelConfig::from_depth(bc.depth, kAspect, bc.head_dim, bc.T, kVocab, bc.pattern);
       GPT model(cfg);
       model.init_weights(42);
+      model.set_recompute_mlp(recompute_mlp);
       std::vector<OptParam> ps;
       for (const auto& p : model.params())
         ps.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});

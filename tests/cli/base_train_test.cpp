@@ -49,6 +49,19 @@ TEST(BaseTrain, ResumeReproducesTheUninterruptedRunExactly) {
   EXPECT_LT(straight[7], straight[0]);
 }
 
+// --recompute-mlp trades memory for time without changing the run: identical losses and weights.
+TEST(BaseTrain, RecomputeMlpDoesNotChangeTheRun) {
+  BaseDir b("nc_bt_recompute");
+  auto r1 = run(b, std::string(kTiny) + " --num-iterations 3 --eval-every -1 --model-tag plain");
+  ASSERT_EQ(r1.code, 0) << r1.out;
+  auto r2 = run(b, std::string(kTiny) + " --num-iterations 3 --eval-every -1 --model-tag rec --recompute-mlp");
+  ASSERT_EQ(r2.code, 0) << r2.out;
+  auto l1 = losses(b.ckpt("plain") + "/metrics.jsonl"), l2 = losses(b.ckpt("rec") + "/metrics.jsonl");
+  ASSERT_EQ(l1.size(), 3u);
+  for (int64_t s = 0; s < 3; ++s) EXPECT_EQ(l1[s], l2[s]) << "step " << s;
+  EXPECT_TRUE(slurp(b.ckpt("plain") + "/model_000003.safetensors") == slurp(b.ckpt("rec") + "/model_000003.safetensors"));
+}
+
 // --profile prints every op family's share of the step time, the data loader's included.
 TEST(BaseTrain, ProfilePrintsTheTimeSharePerOpFamily) {
   BaseDir b("nc_bt_profile");

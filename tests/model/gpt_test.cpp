@@ -290,6 +290,30 @@ TEST(Gpt, ChunkingAndArenaReuseDoNotChangeResults) {
     ASSERT_NEAR(a.grad_data()[i], b.grad_data()[i], 1e-5 * gmax) << i;
 }
 
+// MLP activation recompute: bit-identical loss and gradients, less activation memory.
+TEST(Gpt, RecomputeMlpGivesIdenticalGradientsWithLessMemory) {
+  const ModelConfig c = tiny_config();
+  Rng rng(23);
+  const int B = 2, T = 12;
+  const auto idx = random_tokens(rng, B * T, c.vocab_size);
+  const auto tgt = random_tokens(rng, B * T, c.vocab_size);
+  GPT a(c), b(c);
+  randomize(a, 5);
+  randomize(b, 5);
+  b.set_recompute_mlp(true);
+  EXPECT_TRUE(b.recompute_mlp());
+  a.zero_grad();
+  b.zero_grad();
+  const float la = a.forward_backward(idx.data(), tgt.data(), B, T);
+  const float lb = b.forward_backward(idx.data(), tgt.data(), B, T);
+  EXPECT_EQ(la, lb);
+  for (size_t i = 0; i < a.num_params(); ++i) ASSERT_EQ(a.grad_data()[i], b.grad_data()[i]) << i;
+  // (L - 1) buffers of (N, 4C) floats fewer, up to the arena's per-buffer rounding
+  const size_t saved = static_cast<size_t>(c.n_layer - 1) * B * T * 4 * c.n_embd * sizeof(float);
+  EXPECT_LE(b.activation_bytes() + saved, a.activation_bytes() + 64 * c.n_layer);
+  EXPECT_GE(b.activation_bytes() + saved + 64 * c.n_layer, a.activation_bytes());
+}
+
 // grad_ready reports every parameter exactly once, lm_head first, and only once its gradient is
 // final: the gradient seen at the callback equals the one after the backward, bit for bit, and the
 // gradients equal those of a run without the callback. Accumulation into an earlier micro-batch's

@@ -46,6 +46,7 @@ void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
   c->add_option("--model-tag", a.model_tag, "checkpoint directory name (default d<depth>)");
   c->add_option("--threads", a.threads, "OpenMP threads of this rank (0 = OMP_NUM_THREADS or all cores)")->capture_default_str();
   c->add_option("--seed", a.seed, "initialisation seed")->capture_default_str();
+  c->add_flag("--recompute-mlp", a.recompute_mlp, "recompute each layer's MLP hidden activation in the backward instead of keeping it: about (depth-1) x B x T x 16 x model_dim bytes less memory for ~4% more time (same results)");
   c->add_flag("--profile", a.profile, "print where the training steps' time went per op family (GEMMs by layer type, attention, lm_head + loss, norms, optimizer, data) at the end");
   c->add_option("--fault-inject", a.fault_inject, "tests only: final-eval")->group("");  // hidden
   c->add_flag("--loader-global-stream", a.loader_global_stream,

@@ -40,8 +40,7 @@ struct GPT::LayerParams {
 
 // Saved activations of one layer, N = B*T tokens.
 struct GPT::LayerActs {
-  float* n1;      // (N, C) rmsnorm(h_in)
-  float* rstd1;   // (N)
+  float* rstd1;   // (N) of rmsnorm(h_in) (n1 itself is recomputed in the backward)
   float* q;       // (N, H, D) after rotary + QK norm * 1.2
   float* k;       // (N, Hkv, D)
   float* v;       // (N, Hkv, D) after value-embedding mixing
@@ -64,10 +63,11 @@ struct GPT::Acts {
   float* n_f;     // (N, C) final norm output
   float* rstd_f;  // (N)
   // scratch (forward and backward)
-  float* hin;   // (N, C): h_in in the forward, h_f before the final norm
+  float* hin;   // (N, C): h_in in the forward, h_f before the final norm; scratch in the backward
+  float* n1;    // (N, C): rmsnorm(h_in) of the current layer (forward, and recomputed in the backward)
   float* qkv;   // (N, (H + 2 Hkv) D): fused projection output / its gradient
   float* a4;    // (N, 4C): relu^2 output
-  float* b4;    // (N, 4C): gradient of the MLP hidden layer
+  float* b4;    // (N, 4C): gradient of the MLP hidden layer (shares a4's memory: a4 is dead by then)
   float* dh;    // (N, C) running gradient of the residual stream
   float* dx0;   // (N, C) gradient accumulated at x0
   float* dhf;   // (N, C) gradient at h_f (kept for the backout)
@@ -194,6 +194,14 @@ void GPT::set_lm_head_chunk(int64_t rows) {
   }
 }
 
+void GPT::set_recompute_mlp(bool on) {
+  if (on != recompute_mlp_) {
+    recompute_mlp_ = on;
+    acts_.reset();
+    acts_tokens_ = 0;
+  }
+}
+
 void GPT::zero_grad() { std::memset(grad_data(), 0, num_params_ * sizeof(float)); }
 
 void GPT::init_weights(uint64_t seed) {
@@ -267,7 +275,6 @@ void GPT::ensure_acts(int64_t N) {
     for (auto& h : acts->hs) h = take(N * C);
     for (int64_t i = 0; i < L; ++i) {
       LayerActs& la = acts->layers[i];
-      la.n1 = take(N * C);
       la.rstd1 = take(N);
       la.q = take(N * H * D);
       la.k = take(N * Hkv * D);
@@ -279,7 +286,7 @@ void GPT::ensure_acts(int64_t N) {
       la.lse = take(N * H);
       la.n2 = take(N * C);
       la.rstd2 = take(N);
-      la.f = take(N * 4 * C);
+      la.f = recompute_mlp_ && i > 0 ? acts->layers[0].f : take(N * 4 * C);  // shared when recomputed
     }
     acts->e_norm = take(N * C);
     acts->rstd_e = take(N);
@@ -288,8 +295,9 @@ void GPT::ensure_acts(int64_t N) {
     acts->rstd_f = take(N);
     acts->hin = take(N * C);
     acts->qkv = take(N * QKV);
+    acts->n1 = take(N * C);
     acts->a4 = take(N * 4 * C);
-    acts->b4 = take(N * 4 * C);
+    acts->b4 = acts->a4;
     acts->dh = take(N * C);
     acts->dx0 = take(N * C);
     acts->dhf = take(N * C);
@@ -379,11 +387,11 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
     }
     {
       Prof ps(Op::NormRotary);
-      rmsnorm_forward(A.hin, la.n1, la.rstd1, N, C, kRmsNormEps);
+      rmsnorm_forward(A.hin, A.n1, la.rstd1, N, C, kRmsNormEps);
     }
     {
       Prof ps(Op::GemmQKV);
-      linear_fwd(la.n1, lp.qkv, A.qkv, N, C, QKV);
+      linear_fwd(A.n1, lp.qkv, A.qkv, N, C, QKV);
     }
     {
       Prof ps(Op::NormRotary);
@@ -391,7 +399,7 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
                           kQkScale);
       rope_qknorm_forward(A.qkv + H * D, QKV, la.k, la.rstd_k, cosp, sinp, B, T, Hkv, D, pos0,
                           kRmsNormEps, kQkScale);
-      ve_gate_forward(la.n1, C, lp.ve_gate, lp.ve, idx, A.qkv + (H + Hkv) * D, QKV, la.v,
+      ve_gate_forward(A.n1, C, lp.ve_gate, lp.ve, idx, A.qkv + (H + Hkv) * D, QKV, la.v,
                       la.gamma, N, Hkv, D);
     }
     if (cache) {
@@ -484,6 +492,10 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T,
     LayerActs& la = A.layers[i];
     const LayerParams lp = layer_params(static_cast<int>(i), P);
     const LayerParams lg = layer_params(static_cast<int>(i), G);
+    if (recompute_mlp_) {  // the c_fc output was overwritten by later layers: recompute it
+      Prof ps(Op::GemmMlpFc);
+      linear_fwd(la.n2, lp.fc, la.f, N, C, 4 * C);
+    }
     {
       Prof ps(Op::Elementwise);
       if (i == bl) axpy(-beta, A.dhf, A.dh, NC);  // backout path into this block's output
@@ -535,16 +547,23 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T,
         std::memcpy(dst + n * QKV, A.dv + n * row, sizeof(float) * row);
     }
     {
+      // n1 is not kept per layer: recompute it with the forward's code from the same inputs
+      // (bit-identical), saving (L-1) (N, C) buffers of activation memory.
+      Prof ps(Op::NormRotary);
+      lambda_mix_forward(A.hs[i], A.hs[0], resid[i], x0l[i], A.hin, NC);
+      rmsnorm_forward(A.hin, A.n1, la.rstd1, N, C, kRmsNormEps);
+    }
+    {
       Prof ps(Op::GemmQKV);
-      linear_bwd_w_acc(A.qkv, la.n1, lg.qkv, N, C, QKV, A.dw_t);
+      linear_bwd_w_acc(A.qkv, A.n1, lg.qkv, N, C, QKV, A.dw_t);
       linear_bwd_x(A.qkv, lp.qkv, A.dC, N, C, QKV);
     }
     {
       Prof ps(Op::NormRotary);
       if (lp.ve)
-        ve_gate_backward(la.n1, C, lp.ve_gate, lp.ve, idx, la.gamma, A.dv, A.dC, lg.ve_gate,
+        ve_gate_backward(A.n1, C, lp.ve_gate, lp.ve, idx, la.gamma, A.dv, A.dC, lg.ve_gate,
                          lg.ve, A.dz, N, Hkv, D);
-      rmsnorm_backward(la.n1, la.rstd1, A.dC, A.dh, N, C, 1.f, true);  // dh is now d h_in
+      rmsnorm_backward(A.n1, la.rstd1, A.dC, A.dh, N, C, 1.f, true);  // dh is now d h_in
     }
     // h_in = r h + a x0
     Prof ps(Op::Elementwise);

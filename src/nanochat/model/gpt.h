@@ -116,6 +116,11 @@ class GPT {
 
   /// Rows of the fused lm_head chunk (tokens per chunk; default 256). For tuning/tests.
   void set_lm_head_chunk(int64_t rows);
+  /// Activation recompute for the MLP (off by default): the c_fc output (N, 4C) is not kept per
+  /// layer but recomputed in the backward (one more c_fc GEMM per layer, ~+11% block GEMM FLOPs),
+  /// which saves (L-1) (N, 4C) floats, the largest activation. Gradients are bit-identical.
+  void set_recompute_mlp(bool on);
+  bool recompute_mlp() const { return recompute_mlp_; }
 
  private:
   struct LayerParams;
@@ -139,6 +144,7 @@ class GPT {
   AlignedBuffer rope_cos_, rope_sin_;  // (10 * sequence_len, D/2)
   std::vector<int> windows_;
   int64_t lm_head_chunk_ = 256;
+  bool recompute_mlp_ = false;
   std::vector<size_t> layer_first_param_;  // index in params_ of each layer's c_q
   size_t wte_ = 0, lm_head_ = 0, smear_gate_ = 0;
   std::vector<int64_t> ve_param_;  // per layer: index in params_ of value_embeds.{i}, or -1

@@ -44,6 +44,7 @@ struct BaseTrainArgs {
   // CPU extras (not in nanochat)
   int threads = 0;                   ///< OpenMP threads per rank; 0 = this rank's share of the cores
   uint64_t seed = 42;                ///< init / sampling seed (nanochat seeds torch with 42)
+  bool recompute_mlp = false;        ///< recompute the MLP's c_fc output in the backward (less memory)
   bool profile = false;              ///< print the per-op-family time share of the steps at the end
   std::string fault_inject;          ///< tests only: "final-eval" makes the last evaluation fail
   /// tests only: every rank reads the world-size-1 data stream and keeps micro-batches r, r+W, ...

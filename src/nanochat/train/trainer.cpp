@@ -137,6 +137,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   // Model, optimizer (spec 2.1 lrs x batch_lr_scale; Muon wd scaled).
   GPT model(cfg);
   model.init_weights(a.seed);
+  model.set_recompute_mlp(a.recompute_mlp);
   std::vector<OptParam> ops;
   for (const auto& p : model.params())
     ops.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
