@@ -27,6 +27,14 @@ using namespace nanochat;
 using namespace nctest;
 
 
+// The first 8 characters of the trainer's "Step <step> | Validation bpb: " value ("" if absent).
+std::string trainer_val_bpb(const std::string& out, int step) {
+  char key[64];
+  std::snprintf(key, sizeof key, "Step %05d | Validation bpb: ", step);
+  const auto pos = out.find(key);
+  return pos == std::string::npos ? std::string() : out.substr(pos + std::strlen(key), 8);
+}
+
 // N steps straight == N/2 steps, stop, resume: identical losses and identical final weights.
 TEST(BaseTrain, ResumeReproducesTheUninterruptedRunExactly) {
   BaseDir b("nc_bt_resume");
@@ -176,10 +184,8 @@ TEST(BaseTrain, CheckpointServesBaseEvalSampleAndChat) {
   BaseDir b("nc_bt_use");
   auto r = run(b, std::string(kTiny) + " --num-iterations 3");
   ASSERT_EQ(r.code, 0) << r.out;
-  const std::string key = "Step 00003 | Validation bpb: ";
-  auto pos = r.out.find(key);
-  ASSERT_NE(pos, std::string::npos) << r.out;
-  const std::string trainer_bpb = r.out.substr(pos + key.size(), 8);
+  const std::string trainer_bpb = trainer_val_bpb(r.out, 3);
+  ASSERT_FALSE(trainer_bpb.empty()) << r.out;
   auto e = run(b, " base-eval -g t --split-tokens 256");
   ASSERT_EQ(e.code, 0) << e.out;
   EXPECT_NE(e.out.find("val bpb: " + trainer_bpb), std::string::npos) << e.out << "\ntrainer: " << trainer_bpb;
@@ -202,10 +208,8 @@ TEST(BaseTrain, BaseEvalPrintsProgressLinesAndTheBpb) {
   BaseDir b("nc_bt_evalprog");
   auto r = run(b, std::string(kTiny) + " --num-iterations 1");
   ASSERT_EQ(r.code, 0) << r.out;
-  const std::string key = "Step 00001 | Validation bpb: ";
-  auto pos = r.out.find(key);
-  ASSERT_NE(pos, std::string::npos) << r.out;
-  const std::string trainer_bpb = r.out.substr(pos + key.size(), 8);
+  const std::string trainer_bpb = trainer_val_bpb(r.out, 1);
+  ASSERT_FALSE(trainer_bpb.empty()) << r.out;
 
   // 256 tokens per split = 2 batches: a line after each, before the split's bpb.
   auto e = run(b, " base-eval -g t --split-tokens 256");
