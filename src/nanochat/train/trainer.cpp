@@ -19,7 +19,7 @@
 #include "nanochat/core/timer.h"
 #include "nanochat/data/loader.h"
 #include "nanochat/core/profile.h"
-#include "nanochat/train/ordered_grad_sum.h"
+#include "nanochat/train/grad_accum.h"
 #include "nanochat/data/parquet.h"
 #include "nanochat/dist/agree.h"
 #include "nanochat/dist/communicator.h"
@@ -149,19 +149,11 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   oc.weight_decay = static_cast<float>(plan.weight_decay_scaled);
   oc.model_dim = cfg.n_embd;
   MuonAdamW opt(ops, oc, &comm);
-  // The small non-matrix tensors (the per-layer and root scalars, smear_gate) are summed over
-  // micro-batches and ranks in one fixed order, so the run does not depend on the world size
-  // (see ordered_grad_sum.h: their gradient at init is pure rounding noise).
-  std::vector<OrderedGradSum::Span> small_spans;
-  std::vector<bool> in_order_sum(model.params().size(), false);
-  for (size_t k = 0; k < model.params().size(); ++k) {
-    const auto& p = model.params()[k];
-    if (p.name.rfind("transformer.h.", 0) != 0 && p.numel <= 1024) {
-      small_spans.push_back({model.grad_data() + p.offset, p.numel});
-      in_order_sum[k] = true;
-    }
-  }
-  OrderedGradSum small_grads(small_spans, static_cast<int>(plan.grad_accum_steps), comm);
+  // Token-weighted gradient accumulation with world-size-independent sums of the small tensors;
+  // on the last micro-batch each finished gradient starts its reduction (grad_accum.h).
+  GradAccumulator accum(model, static_cast<int>(plan.grad_accum_steps), comm,
+                        W > 1 ? std::function<void(size_t)>([&opt](size_t k) { opt.grad_ready(k); })
+                              : std::function<void(size_t)>());
   print0(str_cat("Scaling the LR for the AdamW parameters proportional to 1/sqrt(", cfg.n_embd, "/768) = ",
                  std::pow(static_cast<double>(cfg.n_embd) / 768.0, -0.5)));
 
@@ -412,13 +404,6 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
     Timer t;
     const double wait0 = opt.comm_wait_seconds();
     float train_loss = 0.f;
-    // Every micro-batch's mean loss is scaled by 1 / (A * W), the same factor at every world size
-    // (so a micro-batch's gradient does not depend on W); the ranks' gradients are then SUMmed.
-    const float loss_scale = 1.0f / static_cast<float>(plan.grad_accum_steps * W);
-    const std::function<void(size_t)> no_hook;
-    const std::function<void(size_t)> grad_ready = [&](size_t k) {
-      if (!in_order_sum[k]) opt.grad_ready(k);
-    };
     for (int64_t micro = 0; micro < plan.grad_accum_steps; ++micro) {
       {
         prof::Scope data_scope(prof::Op::Data);
@@ -431,21 +416,16 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
           train_loader.next(x.data(), y.data());
         }
       }
-      // On the last micro-batch each finished gradient starts its reduction at once, overlapping
-      // the rest of the backward (the ordered small tensors wait for small_grads.finish()).
-      const bool last_micro = micro + 1 == plan.grad_accum_steps;
-      train_loss = model.forward_backward(x.data(), y.data(), B, T, loss_scale,
-                                          last_micro && W > 1 ? grad_ready : no_hook);
-      small_grads.after_micro_batch(static_cast<int>(micro));
+      train_loss = accum.micro_batch(static_cast<int>(micro), x.data(), y.data(), B, T);
       if (!std::isfinite(train_loss))
         fail("training diverged at step ", step, " (loss ", train_loss, " on rank ", rank,
              "); lower the learning rates or check the data");
     }
-    small_grads.finish();
+    const float grad_scale = accum.finish();  // 1 / valid tokens of the step over all ranks
     const double lrm = sched.lr_multiplier(step);
     const double mom = sched.muon_momentum(step);
     const double mwd = sched.muon_weight_decay(step, plan.weight_decay_scaled);
-    opt.step(static_cast<float>(lrm), static_cast<float>(mom), static_cast<float>(mwd), 1.0f);
+    opt.step(static_cast<float>(lrm), static_cast<float>(mom), static_cast<float>(mwd), grad_scale);
     model.zero_grad();
     const double dt = t.seconds();
     prof::enable(false);
