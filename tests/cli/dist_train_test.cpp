@@ -17,10 +17,14 @@ namespace {
 // Depth 3, not 2: at depth 2 the backout layer is the last one, the final norm cancels
 // backout_lambda, and its gradient is pure rounding noise that Adam's sign-like first steps
 // amplify differently for every summation order.
+// --weight-decay 0: Muon's cautious weight decay applies lr*wd*p only where g*p >= 0, a
+// discontinuous decision; where g*p is within rounding noise of 0 the ranks' different summation
+// order flips it for that element (seen: one c_fc element off by lr*wd*p = 1.6e-5, 2.3e-4 of the
+// tensor's max). The decay itself is tested bit-identical across world sizes in tests/optim.
 const char* kDist =
     " base-train --depth 3 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --window-pattern SL"
     " --device-batch-size 2 --total-batch-size 768 --eval-every -1 --sample-every -1 --core-metric-every -1"
-    " --threads 1 --model-tag t --num-iterations 5 --warmup-steps 1 --loader-global-stream";
+    " --threads 1 --model-tag t --num-iterations 5 --warmup-steps 1 --weight-decay 0 --loader-global-stream";
 
 StFile final_weights(const BaseDir& b) { return load_safetensors(b.ckpt() + "/model_000005.safetensors"); }
 
