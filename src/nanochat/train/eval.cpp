@@ -15,8 +15,10 @@ double evaluate_bpb(GPT& model, data::DataLoader& loader, int64_t steps, const s
   std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
   std::vector<float> losses(x.size());
   double totals[2] = {0.0, 0.0};  // nats, bytes
+  const int rank = comm.rank(), W = comm.world_size();
   for (int64_t s = 0; s < steps; ++s) {
     loader.next(x.data(), y.data());
+    if (s % W != rank) continue;  // another rank's batch
     model.forward_loss(x.data(), y.data(), B, T, losses.data());
     for (size_t i = 0; i < y.size(); ++i) {
       if (y[i] < 0) continue;

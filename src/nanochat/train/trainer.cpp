@@ -281,7 +281,11 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   data::LoaderOptions vo = lo;
   vo.split = "val";
   vo.prefetch = false;
-  const int64_t eval_steps = std::max<int64_t>(1, a.eval_tokens / (static_cast<int64_t>(B) * T * W));
+  // Every rank reads the one-rank val stream and evaluates every W-th batch (evaluate_bpb), so the
+  // val bpb of given weights does not depend on the world size (and equals base-eval's).
+  vo.rank = 0;
+  vo.world_size = 1;
+  const int64_t eval_steps = std::max<int64_t>(1, a.eval_tokens / (static_cast<int64_t>(B) * T));  // all ranks
 
   // Startup agreement (DESIGN.md 3.10): one clear error on every rank if anything differs.
   if (W > 1) {
