@@ -1,10 +1,37 @@
 #include "nanochat/core/peak.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 // The measured peak must be a plausible positive number; its value is reported by benchmarks.
 TEST(Peak, MeasuresAPositivePlausiblePeak) {
   double g = nanochat::measure_fma_peak_gflops(1, 0.05);
   EXPECT_GT(g, 0.5);      // even a scalar path on a slow machine does more than 0.5 GFLOP/s
   EXPECT_LT(g, 10000.0);  // and no single core does 10 TFLOP/s fp32
+}
+
+// The MFU reference is the highest peak seen on the machine (cached per ISA and thread count),
+// so a measurement taken while the cores are busy cannot push MFU above 100%.
+TEST(Peak, BestKnownPeakKeepsTheHighestMeasurementPerThreadCount) {
+  namespace fs = std::filesystem;
+  const std::string dir = (fs::temp_directory_path() / ("nc_peak_" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  const std::string cache = dir + "/sub/fma_peak.json";  // parent folders are created
+  EXPECT_DOUBLE_EQ(nanochat::best_known_fma_peak_gflops(100.0, 1, cache), 100.0);
+  EXPECT_DOUBLE_EQ(nanochat::best_known_fma_peak_gflops(50.0, 1, cache), 100.0);   // a busy-machine reading
+  EXPECT_DOUBLE_EQ(nanochat::best_known_fma_peak_gflops(80.0, 2, cache), 80.0);    // per thread count
+  EXPECT_DOUBLE_EQ(nanochat::best_known_fma_peak_gflops(150.0, 1, cache), 150.0);  // a higher one replaces it
+  EXPECT_DOUBLE_EQ(nanochat::best_known_fma_peak_gflops(10.0, 1, cache), 150.0);
+  EXPECT_DOUBLE_EQ(nanochat::best_known_fma_peak_gflops(10.0, 2, cache), 80.0);
+  {
+    std::ofstream out(cache);
+    out << "not json";
+  }
+  EXPECT_DOUBLE_EQ(nanochat::best_known_fma_peak_gflops(42.0, 1, cache), 42.0);  // corrupt cache: start over
+  EXPECT_DOUBLE_EQ(nanochat::best_known_fma_peak_gflops(41.0, 1, cache), 42.0);
+  fs::remove_all(dir);
 }

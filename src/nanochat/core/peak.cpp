@@ -4,7 +4,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <vector>
+
+#include <unistd.h>
 
 #include "nanochat/core/timer.h"
 
@@ -123,6 +130,41 @@ double measure_fma_peak_gflops(int threads, double seconds) {
     const double flops = 2.0 * kFmasPerIter * static_cast<double>(iters) * threads;
     best = std::max(best, flops / slowest / 1e9);
   } while (total.seconds() < seconds);
+  return best;
+}
+
+double best_known_fma_peak_gflops(double measured, int threads, const std::string& cache_path) {
+  const std::string key = std::string(fma_peak_isa()) + "/" + std::to_string(threads);
+  nlohmann::json cache = nlohmann::json::object();
+  {
+    std::ifstream in(cache_path);
+    if (in) {
+      std::stringstream ss;
+      ss << in.rdbuf();
+      try {
+        cache = nlohmann::json::parse(ss.str());
+        if (!cache.is_object()) cache = nlohmann::json::object();
+      } catch (const nlohmann::json::exception&) {
+        cache = nlohmann::json::object();  // unreadable: start over
+      }
+    }
+  }
+  double best = measured;
+  if (cache.contains(key) && cache[key].is_number()) best = std::max(best, cache[key].get<double>());
+  if (best > measured || (cache.contains(key) && cache[key] == measured)) return best;
+  cache[key] = measured;
+  std::error_code ec;
+  const std::filesystem::path path(cache_path);
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  const std::string tmp = cache_path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp);
+    if (!out) return best;
+    out << cache.dump(2) << "\n";
+    if (!out) return best;
+  }
+  std::filesystem::rename(tmp, cache_path, ec);  // atomic replace; ranks racing both write a max
+  if (ec) std::filesystem::remove(tmp, ec);
   return best;
 }
 

@@ -3,6 +3,8 @@
 // vector width the build targets (AVX-512, else AVX2, else scalar). MFU figures are reported
 // against this measured peak (nanochat prints MFU against a GPU table; on CPU it prints 0).
 
+#include <string>
+
 namespace nanochat {
 
 /// fp32 FMA peak in GFLOP/s using `threads` OpenMP threads, measured for about `seconds`.
@@ -10,5 +12,12 @@ double measure_fma_peak_gflops(int threads, double seconds = 0.3);
 
 /// Name of the vector path measure_fma_peak_gflops uses ("avx512", "avx2" or "scalar").
 const char* fma_peak_isa();
+
+/// The highest fp32 FMA peak seen on this machine for `threads` threads: max(measured, the value
+/// cached in the JSON file `cache_path`, keyed by ISA and thread count), written back when the
+/// new measurement is higher. A measurement taken while other processes use the cores reads low
+/// (MFU against it could exceed 100%); the cached maximum keeps MFU comparable across runs.
+/// A missing or unreadable cache is replaced; write failures are ignored (the cache is optional).
+double best_known_fma_peak_gflops(double measured, int threads, const std::string& cache_path);
 
 }  // namespace nanochat

@@ -130,9 +130,12 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   if (a.core_metric_every > 0)
     print0("NOTE: the CORE metric (--core-metric-every) needs nanochat's DCLM eval bundle and is not "
            "implemented in nanochat.cpp; it is skipped. Pass --core-metric-every -1 to silence this.");
-  const double peak_gflops = measure_fma_peak_gflops(num_threads(), 0.2);
-  print0(str_cat("Measured fp32 FMA peak of this rank: ", static_cast<int64_t>(peak_gflops), " GFLOP/s (",
-                 fma_peak_isa(), ", ", num_threads(), " threads); MFU is reported against peak x world size"));
+  const double measured_peak = measure_fma_peak_gflops(num_threads(), 0.2);
+  const std::string peak_cache = base_dir() + "/fma_peak.json";
+  const double peak_gflops = best_known_fma_peak_gflops(measured_peak, num_threads(), peak_cache);
+  print0(str_cat("Measured fp32 FMA peak of this rank: ", static_cast<int64_t>(measured_peak), " GFLOP/s (",
+                 fma_peak_isa(), ", ", num_threads(), " threads); MFU is reported against the highest peak seen on "
+                 "this machine, ", static_cast<int64_t>(peak_gflops), " GFLOP/s (", peak_cache, "), x world size"));
 
   // Model, optimizer (spec 2.1 lrs x batch_lr_scale; Muon wd scaled).
   GPT model(cfg);
