@@ -183,3 +183,55 @@ TEST(DistKill, KilledRankStopsTheJobAndIsNamed) {
   // the run got nowhere near its end: this is the failure path, not a finished job
   EXPECT_EQ(out.find("step 02000/"), std::string::npos) << out;
 }
+
+// A frozen rank (SIGSTOP: its sockets stay open, it never answers) ends the job within the
+// collective timeout (NANOCHAT_COLLECTIVE_TIMEOUT, here 5 s) with a message naming rank 1, and the
+// launcher does not wait forever for the stopped process.
+TEST(DistKill, FrozenRankEndsTheJobWithinTheCollectiveTimeout) {
+  BaseDir b("nc_dk_frozen");
+  const std::string log = b.dir + "/launcher.log";
+  const std::string cmd = "NANOCHAT_COLLECTIVE_TIMEOUT=5 NANOCHAT_BASE_DIR=" + b.dir + " exec " + NANOCHAT_BINARY +
+                          " run --nproc-per-node 2 --threads-per-rank 1 --master-port " +
+                          std::to_string(free_port()) + kLongDist + " > " + log + " 2>&1";
+  Job job;
+  job.launcher = ::fork();
+  ASSERT_GE(job.launcher, 0) << std::strerror(errno);
+  if (job.launcher == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto start_deadline = Clock::now() + std::chrono::seconds(180);
+  while (count_of(slurp(log), "] step ") < 3) {
+    ASSERT_FALSE(job.wait_until(Clock::now())) << "the job ended before training got going:\n" << slurp(log);
+    ASSERT_LT(Clock::now(), start_deadline) << "no training steps within 180 s:\n" << slurp(log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  pid_t rank1 = -1;
+  job.ranks = children_of(job.launcher);
+  for (pid_t p : job.ranks)
+    if (rank_of(p) == 1) rank1 = p;
+  ASSERT_GT(rank1, 0) << "no child of the launcher has RANK=1";
+  ASSERT_EQ(::kill(rank1, SIGSTOP), 0) << std::strerror(errno);
+  const auto frozen_at = Clock::now();
+  // timeout 5 s + the step in flight + the launcher's settle and stop: well under a minute
+  const bool ended = job.wait_until(frozen_at + std::chrono::seconds(60));
+  if (!ended) ::kill(rank1, SIGCONT);  // let the cleanup kill it
+  ASSERT_TRUE(ended) << "the job was still running 60 s after rank 1 froze:\n" << slurp(log);
+  std::printf("the launcher exited %.2f s after rank 1 froze\n",
+              std::chrono::duration<double>(Clock::now() - frozen_at).count());
+  const std::string out = slurp(log);
+  ASSERT_TRUE(WIFEXITED(job.status)) << out;
+  EXPECT_NE(WEXITSTATUS(job.status), 0) << out;
+  for (size_t p = out.find("error"); p != std::string::npos; p = out.find("error", p + 1)) {
+    const size_t bol = out.rfind('\n', p) + 1;
+    std::printf("  %s\n", out.substr(bol, out.find('\n', p) - bol).c_str());
+    p = out.find('\n', p);
+    if (p == std::string::npos) break;
+  }
+  // rank 0's own error names the rank it waited for, and the timeout
+  const std::string expected = "no data from rank 1 (host " + this_host() + ", pid " + std::to_string(rank1) + ")";
+  EXPECT_NE(out.find(expected), std::string::npos) << "expected: " << expected << "\n" << out;
+  EXPECT_NE(out.find("NANOCHAT_COLLECTIVE_TIMEOUT"), std::string::npos) << out;
+  EXPECT_EQ(out.find("step 02000/"), std::string::npos) << out;
+  EXPECT_TRUE(stopped(rank1) || ::kill(rank1, 0) != 0) << "the frozen rank was left behind";
+}

@@ -160,6 +160,7 @@ struct GlooCommunicator::Impl {
   DistEnv env;
   DistOptions opts;
   Ms coll_timeout{0};
+  int waiting_on = -1;  // comm thread: the rank whose data the last failed receive waited for
   std::string host;
   DeviceChoice dev_choice;
   std::unique_ptr<StoreServer> server;
@@ -203,6 +204,7 @@ struct GlooCommunicator::Impl {
   void run_thread();
   std::string diagnose(const std::string& what, const std::string& gloo_msg);
   WorkPtr submit(std::string what, std::function<void()> fn);
+  void recv_from(gloo::transport::UnboundBuffer& buf, int peer);
   void ring_reduce_scatter(float* in, float* out, const std::vector<size_t>& counts);
   void ring_all_gather(const float* in, float* out, const std::vector<size_t>& counts);
 };
@@ -346,6 +348,10 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
     std::string host_of_store = env.store_hosted ? "node 0's `nanochat run`" : rank_desc(0);
     msg += str_cat(client->where(), " is unreachable as well, so the process hosting it (", host_of_store,
                    ") has probably died");
+  } else if (waiting_on >= 0) {
+    msg += str_cat("no data from ", rank_desc(waiting_on), " within the collective timeout (", secs(coll_timeout),
+                   " s, NANOCHAT_COLLECTIVE_TIMEOUT) and no rank reported a failure: that rank (or one before it in "
+                   "the ring) is probably hung or stopped, or the network to it failed");
   } else {
     msg += str_cat("no other rank reported a failure: a peer may be hung or stopped, or the network between hosts "
                    "failed (collective timeout ",
@@ -407,6 +413,17 @@ WorkPtr GlooCommunicator::Impl::submit(std::string what, std::function<void()> f
   return std::make_shared<GlooWork>(st);
 }
 
+// Waits for the next posted receive from `peer` (the ring's previous rank); on a timeout or an
+// abort records the peer for the diagnosis and rethrows.
+void GlooCommunicator::Impl::recv_from(gloo::transport::UnboundBuffer& buf, int peer) {
+  try {
+    if (!buf.waitRecv(coll_timeout)) fail("receive from ", rank_desc(peer), " aborted");
+  } catch (...) {
+    waiting_on = peer;
+    throw;
+  }
+}
+
 // Ring reduce-scatter with unequal segment sizes. Step s (0..W-2): send segment (r-1-s) to the next
 // rank, receive segment (r-2-s) from the previous one and add it in place; after W-1 steps
 // segment r holds the sum over all ranks. Segments travel in chunks of kChunk floats so the
@@ -444,7 +461,7 @@ void GlooCommunicator::Impl::ring_reduce_scatter(float* in, float* out, const st
     send_chunks(seg(r - 1));
     for (size_t q = 0; q < recvs.size() && q < kInFlight; ++q) post_recv(q);
     for (size_t q = 0; q < recvs.size(); ++q) {
-      if (!tmp->waitRecv(coll_timeout)) fail("receive aborted");
+      recv_from(*tmp, prev);
       const float* src = scratch.data() + (q % kInFlight) * kChunk;
       float* dst = in + recvs[q].begin;
       for (size_t i = 0; i < recvs[q].len; ++i) dst[i] += src[i];
@@ -492,7 +509,7 @@ void GlooCommunicator::Impl::ring_all_gather(const float* in, float* out, const 
   }
   for (size_t q = 0; q < recvs.size() && q < kWindow; ++q) post_recv(q);
   for (size_t q = 0; q < recvs.size(); ++q) {
-    if (!buf->waitRecv(coll_timeout)) fail("receive aborted");
+    recv_from(*buf, prev);
     if (recvs[q].step < W - 2) {
       buf->send(next, slot, recvs[q].begin * sizeof(float), recvs[q].len * sizeof(float));
       ++sends;
