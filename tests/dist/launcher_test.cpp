@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdio>
 #include <map>
-#include <regex>
 #include <sstream>
 
 #include "nanochat/dist/net.h"
@@ -34,11 +34,17 @@ Proc run_cli(std::vector<std::string> args, std::vector<std::string> env = {}) {
   return Proc::spawn(args, e);
 }
 
+// Every "rank R of W: pid P" in the output (no std::regex: its libstdc++ code trips
+// -Wmaybe-uninitialized in the sanitizer build).
 std::map<int, long> rank_pids(const std::string& out) {
   std::map<int, long> m;
-  std::regex re("rank ([0-9]+) of [0-9]+: pid ([0-9]+)");
-  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it)
-    m[std::stoi((*it)[1])] = std::stol((*it)[2]);
+  for (size_t at = out.find("rank "); at != std::string::npos; at = out.find("rank ", at + 1)) {
+    int r = -1, w = -1;
+    long pid = -1;
+    int used = 0;
+    if (std::sscanf(out.c_str() + at, "rank %d of %d: pid %ld%n", &r, &w, &pid, &used) == 3 && used > 0)
+      m[r] = pid;
+  }
   return m;
 }
 
