@@ -123,31 +123,37 @@ int count_of(const std::string& s, const std::string& needle) {
   return n;
 }
 
-}  // namespace
-
-TEST(DistKill, KilledRankStopsTheJobAndIsNamed) {
-  BaseDir b("nc_dk");
-  const std::string log = b.dir + "/launcher.log";
-  const std::string cmd = "NANOCHAT_BASE_DIR=" + b.dir + " exec " + NANOCHAT_BINARY +
+// Starts `nanochat run` with two ranks of kLongDist (env: extra VAR=value words) under `job`,
+// output to `log`, and returns once rank 0 has logged 3 steps (fatal failure after 180 s, or if
+// the job ends first); then job.ranks holds the launcher's children.
+void start_training(const BaseDir& b, const std::string& env, const std::string& log, Job& job) {
+  const std::string cmd = env + " NANOCHAT_BASE_DIR=" + b.dir + " exec " + NANOCHAT_BINARY +
                           " run --nproc-per-node 2 --threads-per-rank 1 --master-port " +
                           std::to_string(free_port()) + kLongDist + " > " + log + " 2>&1";
-  Job job;
   job.launcher = ::fork();
   ASSERT_GE(job.launcher, 0) << std::strerror(errno);
   if (job.launcher == 0) {
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-
-  // Training is under way once rank 0 has logged a few steps.
   const auto start_deadline = Clock::now() + std::chrono::seconds(180);
   while (count_of(slurp(log), "] step ") < 3) {
     ASSERT_FALSE(job.wait_until(Clock::now())) << "the job ended before training got going:\n" << slurp(log);
     ASSERT_LT(Clock::now(), start_deadline) << "no training steps within 180 s:\n" << slurp(log);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  pid_t rank0 = -1, rank1 = -1;
   job.ranks = children_of(job.launcher);
+}
+
+}  // namespace
+
+TEST(DistKill, KilledRankStopsTheJobAndIsNamed) {
+  BaseDir b("nc_dk");
+  const std::string log = b.dir + "/launcher.log";
+  Job job;
+  start_training(b, "", log, job);
+  if (HasFatalFailure()) return;
+  pid_t rank0 = -1, rank1 = -1;
   for (pid_t p : job.ranks) {
     const int r = rank_of(p);
     if (r == 0) rank0 = p;
@@ -190,24 +196,10 @@ TEST(DistKill, KilledRankStopsTheJobAndIsNamed) {
 TEST(DistKill, FrozenRankEndsTheJobWithinTheCollectiveTimeout) {
   BaseDir b("nc_dk_frozen");
   const std::string log = b.dir + "/launcher.log";
-  const std::string cmd = "NANOCHAT_COLLECTIVE_TIMEOUT=5 NANOCHAT_BASE_DIR=" + b.dir + " exec " + NANOCHAT_BINARY +
-                          " run --nproc-per-node 2 --threads-per-rank 1 --master-port " +
-                          std::to_string(free_port()) + kLongDist + " > " + log + " 2>&1";
   Job job;
-  job.launcher = ::fork();
-  ASSERT_GE(job.launcher, 0) << std::strerror(errno);
-  if (job.launcher == 0) {
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  const auto start_deadline = Clock::now() + std::chrono::seconds(180);
-  while (count_of(slurp(log), "] step ") < 3) {
-    ASSERT_FALSE(job.wait_until(Clock::now())) << "the job ended before training got going:\n" << slurp(log);
-    ASSERT_LT(Clock::now(), start_deadline) << "no training steps within 180 s:\n" << slurp(log);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  start_training(b, "NANOCHAT_COLLECTIVE_TIMEOUT=5", log, job);
+  if (HasFatalFailure()) return;
   pid_t rank1 = -1;
-  job.ranks = children_of(job.launcher);
   for (pid_t p : job.ranks)
     if (rank_of(p) == 1) rank1 = p;
   ASSERT_GT(rank1, 0) << "no child of the launcher has RANK=1";
