@@ -126,6 +126,13 @@ TEST(DistTrain, ResumeAtAnotherWorldSizeContinuesTheRun) {
     EXPECT_NE(r.out.find("Resumed from step 3"), std::string::npos) << r.out;
     EXPECT_LE(max_rel_diff(w1, final_weights(b2)), 1e-4);
   }
+  // a missing old shard: one clear error on every new rank (rank 0 tells the others), no hang
+  fs::remove(b2.ckpt() + "/optim_000003_rank1.safetensors");
+  auto bad = run(b2, " run --nproc-per-node 3 --threads-per-rank 1 --master-port " + std::to_string(free_port()) +
+                         kDist + " --resume-from-step 3", "NANOCHAT_COLLECTIVE_TIMEOUT=600");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("optim_000003_rank1.safetensors is missing"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("[rank 1] nanochat: error: resuming the 2-rank checkpoint"), std::string::npos) << bad.out;
   // approximate data resume (no global stream): 2 ranks -> 1 rank continues the training
   std::string flags = kDist;
   flags = flags.substr(0, flags.find(" --loader-global-stream"));

@@ -17,9 +17,8 @@
 #include "nanochat/core/paths.h"
 #include "nanochat/core/peak.h"
 #include "nanochat/core/timer.h"
-#include "nanochat/data/loader.h"
 #include "nanochat/core/profile.h"
-#include "nanochat/train/grad_accum.h"
+#include "nanochat/data/loader.h"
 #include "nanochat/data/parquet.h"
 #include "nanochat/dist/agree.h"
 #include "nanochat/dist/communicator.h"
@@ -30,6 +29,7 @@
 #include "nanochat/train/chart.h"
 #include "nanochat/train/checkpoint.h"
 #include "nanochat/train/eval.h"
+#include "nanochat/train/grad_accum.h"
 #include "nanochat/train/sample.h"
 #include "nanochat/train/schedules.h"
 
@@ -228,8 +228,8 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
       // (approximate data resume, see data::reshard_loader_states).
       MuonAdamW::WholeState whole;
       whole.values.resize(opt.whole_state_floats());
-      std::string states_text;
-      if (master) {
+      std::string states_text, error;
+      if (master) try {
         std::vector<StFile> shards;
         std::vector<json> old_states;
         for (int r = 0; r < W0; ++r) {
@@ -246,7 +246,12 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
         states_text = a.loader_global_stream
                           ? json(std::vector<json>(static_cast<size_t>(W), old_states.front())).dump()
                           : json(data::reshard_loader_states(old_states, W)).dump();
+      } catch (const std::exception& e) {
+        error = e.what();
       }
+      // rank 0's failure reaches every rank at once (they would otherwise wait in the broadcast)
+      broadcast_string(comm, error, 0);
+      if (!error.empty()) fail(error);
       int64_t nsteps = static_cast<int64_t>(whole.steps.size());
       comm.broadcast(&nsteps, sizeof nsteps, 0)->wait();
       whole.steps.resize(static_cast<size_t>(nsteps));
