@@ -110,25 +110,25 @@ record "2 ranks x 1 thread, one host" "$batch" "$t2" "$c2"
 if [ "$netns" = 1 ]; then
   ip=/usr/sbin/ip
   id="ncb$$"
-  a="${id}a" b="${id}b"
-  cleanup() { "$ip" netns del "$a" 2>/dev/null || true; "$ip" netns del "$b" 2>/dev/null || true; }
+  ns_a="${id}a" ns_b="${id}b"
+  cleanup() { "$ip" netns del "$ns_a" 2>/dev/null || true; "$ip" netns del "$ns_b" 2>/dev/null || true; }
   trap cleanup EXIT
-  if "$ip" netns add "$a" 2>/dev/null && "$ip" netns add "$b"; then
+  if "$ip" netns add "$ns_a" 2>/dev/null && "$ip" netns add "$ns_b"; then
     "$ip" link add "${id}x" type veth peer name "${id}y"
-    "$ip" link set "${id}x" netns "$a"
-    "$ip" link set "${id}y" netns "$b"
-    "$ip" -n "$a" addr add 10.79.0.1/24 dev "${id}x"
-    "$ip" -n "$b" addr add 10.79.0.2/24 dev "${id}y"
-    for ns in "$a" "$b"; do "$ip" -n "$ns" link set lo up; done
-    "$ip" -n "$a" link set "${id}x" up
-    "$ip" -n "$b" link set "${id}y" up
-    "$ip" netns exec "$a" tc qdisc add dev "${id}x" root tbf rate "$rate" burst 256kb latency 50ms
-    "$ip" netns exec "$b" tc qdisc add dev "${id}y" root tbf rate "$rate" burst 256kb latency 50ms
+    "$ip" link set "${id}x" netns "$ns_a"
+    "$ip" link set "${id}y" netns "$ns_b"
+    "$ip" -n "$ns_a" addr add 10.79.0.1/24 dev "${id}x"
+    "$ip" -n "$ns_b" addr add 10.79.0.2/24 dev "${id}y"
+    for ns in "$ns_a" "$ns_b"; do "$ip" -n "$ns" link set lo up; done
+    "$ip" -n "$ns_a" link set "${id}x" up
+    "$ip" -n "$ns_b" link set "${id}y" up
+    "$ip" netns exec "$ns_a" tc qdisc add dev "${id}x" root tbf rate "$rate" burst 256kb latency 50ms
+    "$ip" netns exec "$ns_b" tc qdisc add dev "${id}y" root tbf rate "$rate" burst 256kb latency 50ms
     IFS=, read -ra lbs <<< "$link_batches"
     for lb in "${lbs[@]}"; do
       echo "== 2 hosts (namespaces, $rate link) x 1 rank x 1 thread, total batch $lb"
       node() {  # $1 = node rank
-        NANOCHAT_JOB_TOKEN=bench "$ip" netns exec "$([ "$1" = 0 ] && echo "$a" || echo "$b")" \
+        NANOCHAT_JOB_TOKEN=bench "$ip" netns exec "$([ "$1" = 0 ] && echo "$ns_a" || echo "$ns_b")" \
           "$bin" run --nnodes 2 --node-rank "$1" --nproc-per-node 1 --threads-per-rank 1 \
           --master-addr 10.79.0.1 --master-port 29562 $(train_flags "$lb" "benchl$lb")
       }
