@@ -45,6 +45,16 @@ int adamw_group_of(const std::string& name) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The ZeRO-2 shard layout (rows of an AdamW tensor, matrices of a Muon group): n items split in
+// blocks of ceil(n / W), rank r owning [begin, end) (trailing ranks fewer, possibly none).
+struct Block {
+  int64_t begin, end;
+};
+Block block_of(int64_t n, int W, int r) {
+  const int64_t c = ceil_div(n, W);
+  return {std::min(n, r * c), std::min(n, (r + 1) * c)};
+}
+
 }  // namespace
 
 // One AdamW parameter: its (possibly row-sharded) state and communication handles.
@@ -173,14 +183,14 @@ void MuonAdamW::allocate() {
         if (s.sharded) {
           const int64_t rows = p.shape[0];
           s.row_elems = numel / rows;
-          const int64_t c = ceil_div(rows, world_);
           s.counts.resize(world_);
           for (int r = 0; r < world_; ++r) {
-            const int64_t r0 = std::min(rows, r * c), r1 = std::min(rows, (r + 1) * c);
-            s.counts[r] = static_cast<size_t>((r1 - r0) * s.row_elems);
+            const Block b = block_of(rows, world_, r);
+            s.counts[r] = static_cast<size_t>((b.end - b.begin) * s.row_elems);
           }
-          s.row0 = std::min(rows, rank_ * c);
-          s.nrows = std::min(rows, (rank_ + 1) * c) - s.row0;
+          const Block mine = block_of(rows, world_, rank_);
+          s.row0 = mine.begin;
+          s.nrows = mine.end - mine.begin;
           s.owned = static_cast<size_t>(s.nrows * s.row_elems);
           s.state_shape[0] = s.nrows;
           s.gslice = AlignedBuffer(s.owned * sizeof(float));
@@ -201,8 +211,9 @@ void MuonAdamW::allocate() {
       s.mn = static_cast<size_t>(s.m * s.n);
       s.nv = s.m >= s.n ? s.m : s.n;
       s.chunk = ceil_div(s.K, world_);
-      s.first = std::min(s.K, rank_ * s.chunk);
-      s.owned = std::min(s.K, (rank_ + 1) * s.chunk) - s.first;
+      const Block mine = block_of(s.K, world_, rank_);
+      s.first = mine.begin;
+      s.owned = mine.end - mine.begin;
       s.momentum = AlignedBuffer(static_cast<size_t>(s.chunk) * s.mn * sizeof(float));
       s.second = AlignedBuffer(static_cast<size_t>(s.chunk * s.nv) * sizeof(float));
       if (world_ > 1) {
@@ -265,13 +276,18 @@ void MuonAdamW::grad_ready(size_t param) {
   if (world_ == 1) return;
   if (param_adam_[param] >= 0) {
     AdamSlot& s = adam_[param_adam_[param]];
-    if (s.sharded && !s.reduce)
-      s.reduce = comm_->reduce_scatter_sum(params_[s.param].g, s.gslice.f32(), s.counts);
+    if (s.sharded && !s.reduce) launch_adam_reduce(s);
     return;
   }
   MuonSlot& s = muon_[param_muon_[param]];
   if (s.reduce) return;
   if (++s.ready == s.K) launch_muon_reduce(s, groups_[s.group]);
+}
+
+// Sharded: reduce-scatter by rows into gslice; small: all-reduce in place.
+void MuonAdamW::launch_adam_reduce(AdamSlot& s) {
+  float* g = params_[s.param].g;
+  s.reduce = s.sharded ? comm_->reduce_scatter_sum(g, s.gslice.f32(), s.counts) : comm_->all_reduce_sum(g, s.owned);
 }
 
 void MuonAdamW::launch_muon_reduce(MuonSlot& s, const OptGroup& g) {
@@ -290,12 +306,7 @@ void MuonAdamW::launch_reductions() {
     if (g.kind == OptKind::AdamW) {
       for (size_t k = 0; k < g.params.size(); ++k) {
         AdamSlot& s = adam_[group_slot_[gi] + k];
-        if (s.reduce) continue;
-        OptParam& p = params_[s.param];
-        if (s.sharded)
-          s.reduce = comm_->reduce_scatter_sum(p.g, s.gslice.f32(), s.counts);
-        else
-          s.reduce = comm_->all_reduce_sum(p.g, s.owned);
+        if (!s.reduce) launch_adam_reduce(s);
       }
     } else {
       MuonSlot& s = muon_[group_slot_[gi]];
@@ -468,12 +479,11 @@ MuonAdamW::WholeState MuonAdamW::assemble_whole_state(const std::vector<StFile>&
       if (!sharded0) {
         std::memcpy(dst, floats_of(0, key, static_cast<size_t>(numel)), static_cast<size_t>(numel) * sizeof(float));
       } else {
-        const int64_t c = ceil_div(rows, W0);
         for (int r = 0; r < W0; ++r) {
-          const int64_t r0 = std::min(rows, r * c), r1 = std::min(rows, (r + 1) * c);
-          const size_t n = static_cast<size_t>((r1 - r0) * row_elems);
+          const Block b = block_of(rows, W0, r);
+          const size_t n = static_cast<size_t>((b.end - b.begin) * row_elems);
           const float* src = floats_of(r, key, n);
-          if (n > 0) std::memcpy(dst + r0 * row_elems, src, n * sizeof(float));
+          if (n > 0) std::memcpy(dst + b.begin * row_elems, src, n * sizeof(float));
         }
       }
       dst += numel;
@@ -492,10 +502,11 @@ MuonAdamW::WholeState MuonAdamW::assemble_whole_state(const std::vector<StFile>&
       const size_t per = part == 0 ? s.mn : static_cast<size_t>(s.nv);
       const std::string key = "muon." + first + (part == 0 ? ".momentum_buffer" : ".second_momentum_buffer");
       for (int r = 0; r < W0; ++r) {
-        const int64_t k0 = std::min(s.K, r * c), k1 = std::min(s.K, (r + 1) * c);
+        const Block b = block_of(s.K, W0, r);
         const float* src = floats_of(r, key, static_cast<size_t>(c) * per);  // chunk incl. padding
-        if (k1 > k0)
-          std::memcpy(dst + static_cast<size_t>(k0) * per, src, static_cast<size_t>(k1 - k0) * per * sizeof(float));
+        if (b.end > b.begin)
+          std::memcpy(dst + static_cast<size_t>(b.begin) * per, src,
+                      static_cast<size_t>(b.end - b.begin) * per * sizeof(float));
       }
       dst += static_cast<size_t>(s.K) * per;
     }

@@ -160,6 +160,7 @@ class MuonAdamW {
   std::vector<int> group_slot_;  // group index -> first slot index in adam_ / muon_
   std::vector<int> param_adam_;  // param index -> slot in adam_, or -1
   std::vector<int> param_muon_;  // param index -> slot in muon_, or -1
+  void launch_adam_reduce(AdamSlot& s);
   void launch_muon_reduce(MuonSlot& s, const OptGroup& g);
   struct Pending {
     WorkPtr work;
