@@ -18,6 +18,8 @@
 // the step (the JSON line carries it as profile_s, seconds per step per family).
 // peak_rss_bytes is getrusage(RUSAGE_SELF).ru_maxrss after that row, i.e. the process-wide peak
 // so far: run one config per process for a per-config figure (bench/peer does).
+// Page faults per step (median over the timed steps, JSON page_faults_per_step) show whether the
+// steady state touches fresh memory; the first step after a single warm-up step may still fault.
 #include <sys/resource.h>
 #include <time.h>
 
@@ -82,6 +84,14 @@ long peak_rss_bytes() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return ru.ru_maxrss * 1024L;  // Linux reports KiB
+}
+
+// Minor + major page faults of the process so far (getrusage); a steady training step should add
+// none (first-touch faults cost ~13 us per 4 KiB page, see core/arena.h).
+long page_faults() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt + ru.ru_majflt;
 }
 
 /// CPU seconds used by the whole process (all threads) so far.
@@ -253,13 +263,16 @@ int main(int argc, char** argv) {
         if (json) std::fprintf(stderr, "warmup %d/%d: %.3f s\n", s + 1, warmup, warm_times.back());
       }
       std::vector<double> times, fb_times, opt_times, cpu_times;
+      std::vector<double> faults;  // page faults per timed step
       prof::reset();
       prof::enable(true);
       for (int s = 0; s < steps; ++s) {
         const double c0 = process_cpu_seconds();
+        const long f0 = page_faults();
         Timer t;
         one_step();
         times.push_back(t.seconds());
+        faults.push_back(static_cast<double>(page_faults() - f0));
         cpu_times.push_back(process_cpu_seconds() - c0);
         fb_times.push_back(t_fb);
         opt_times.push_back(t_opt);
@@ -279,12 +292,12 @@ int main(int argc, char** argv) {
             "\"warmup\":%d,\"num_params\":%zu,\"flops_per_token\":%lld,\"step_s\":%.6f,"
             "\"fwdbwd_s\":%.6f,\"opt_s\":%.6f,\"tok_s\":%.3f,\"gflops\":%.3f,"
             "\"peak_gflops\":%.3f,\"peak_isa\":\"%s\",\"mfu\":%.5f,\"peak_rss_bytes\":%ld,"
-            "\"step_cpu_s\":%.6f,\"loss\":%.5f,\"step_times\":",
+            "\"step_cpu_s\":%.6f,\"page_faults_per_step\":%.0f,\"loss\":%.5f,\"step_times\":",
             bc.name, bc.depth, bc.head_dim, static_cast<long long>(cfg.n_embd), bc.T, bc.B,
             bc.pattern, kVocab, nt, steps, warmup, model.num_params(),
             static_cast<long long>(model.num_flops_per_token()), med, median(fb_times),
             median(opt_times), tps, gflops, peak, fma_peak_isa(), gflops / peak, rss,
-            median(cpu_times), loss);
+            median(cpu_times), median(faults), loss);
         print_list(times);
         std::printf(",\"warmup_times\":");
         print_list(warm_times);
@@ -298,6 +311,7 @@ int main(int argc, char** argv) {
                     nt, bc.B, bc.T, med * 1e3, tps, gflops, 100.0 * gflops / peak, rss / 1e9, peak,
                     fma_peak_isa());
         print_profile(sum_times, steps);
+        std::printf("    page faults per step (median): %.0f\n", median(faults));
       }
       std::fflush(stdout);
     }
