@@ -508,8 +508,9 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
     L.append("## Detail")
     L.append("")
     L.append("| config | thr | run | tok/s | tok/s (CPU-time) | step s | fwd+bwd s | opt s | "
-             "warm-up s | GFLOP/s | MFU | peak RSS GB | cpu/wall | load1 | other load | notes |")
-    L.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+             "warm-up s | GFLOP/s | MFU | peak RSS GB | page faults / step | cpu/wall | load1 | other load | "
+             "notes |")
+    L.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         c = configs[r["config"]]
         res = r["res"] or {}
@@ -529,6 +530,7 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
             f"{g:.1f}" if g else "-",
             f"{100 * g / peaks[r['threads']]:.1f}%" if g and peaks.get(r["threads"]) else "-",
             rss_cell(r),
+            f"{res['page_faults_per_step']:.0f}" if ok and "page_faults_per_step" in res else "-",
             f"{r['cpu'] / r['wall']:.2f}" if r["wall"] else "-", f"{r['load1']:.1f}",
             f"{r['other']:.2f}", "; ".join(notes)]) + " |")
     L.append("")

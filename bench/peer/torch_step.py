@@ -134,7 +134,12 @@ def main():
     idx = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
     tgt = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
 
+    def faults():
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return ru.ru_minflt + ru.ru_majflt
+
     def step():
+        f0 = faults()
         c0 = time.process_time()
         t0 = time.perf_counter()
         for p in P.values():
@@ -149,7 +154,7 @@ def main():
             opt.step()
         t3 = time.perf_counter()
         lv = loss.item()
-        return lv, t1 - t0, t2 - t1, t3 - t2, t3 - t0, time.process_time() - c0
+        return lv, t1 - t0, t2 - t1, t3 - t2, t3 - t0, time.process_time() - c0, faults() - f0
 
     warm, rows = [], []
     # one progress line per step on stderr: a driver that times the run out still sees how far
@@ -176,6 +181,7 @@ def main():
                num_params=sum(p.numel() for p in P.values()), flops_per_token=fpt,
                step_s=step_s, fwd_s=med([r[1] for r in rows]), bwd_s=med([r[2] for r in rows]),
                opt_s=med([r[3] for r in rows]), step_cpu_s=med([r[5] for r in rows]),
+               page_faults_per_step=med([r[6] for r in rows]),
                tok_s=tok_s, gflops=tok_s * fpt / 1e9,
                loss=rows[-1][0], step_times=[r[4] for r in rows], warmup_times=warm,
                peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
