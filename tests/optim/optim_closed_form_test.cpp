@@ -125,7 +125,9 @@ std::vector<double> polar_reference(std::vector<double> X, int64_t m, int64_t n)
 
 TEST(PolarExpress, MatchesDoublePrecisionIteration) {
   Rng rng(7);
-  for (auto [m, n] : {std::pair<int64_t, int64_t>{40, 24}, {24, 40}, {32, 32}, {2, 12}}) {
+  // sides >= 128 take the blocked Gram path (odd 135: unequal halves)
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{40, 24}, {24, 40}, {32, 32}, {2, 12}, {160, 135},
+                      {135, 160}, {128, 128}}) {
     SCOPED_TRACE(::testing::PrintToString(std::make_pair(m, n)));
     auto x = randn(rng, m * n);
     const double f = frob(x) * 1.01 + 1e-6;

@@ -33,7 +33,8 @@ struct MuonScratch {
 /// Polar Express (spec 2.3 step 5, arXiv 2505.16932, nanochat's 5 coefficient triples) on the
 /// row-major (m, n) matrix in x, in place: tall (m > n): A = X^T X, X <- aX + X(bA + cA^2);
 /// otherwise A = X X^T, X <- aX + (bA + cA^2)X. The caller pre-scales x (spectral norm < 1).
-/// Products go through sgemm (kernels/gemm.h). Returns the pointer holding the result (x or
+/// Products go through sgemm (kernels/gemm.h); the symmetric A and A^2 = A A^T of a side >= 128
+/// are built from three half-size block products (3/4 of the FLOPs). Returns the pointer holding the result (x or
 /// s.x2; the other is clobbered). steps <= 5.
 float* polar_express(float* x, int64_t m, int64_t n, const MuonScratch& s, int steps = 5);
 
