@@ -193,12 +193,15 @@ TEST(BaseTrain, CheckpointServesBaseEvalSampleAndChat) {
   auto s = run(b, " sample -g t -p Elizabeth -n 6 -t 0");
   ASSERT_EQ(s.code, 0) << s.out;
   EXPECT_NE(s.out.find("---\nElizabeth"), std::string::npos) << s.out;
-  auto c = run(b, " chat -g t -p hello --max-tokens 5");
+  auto c = run(b, " chat -g t -s 3 --threads 1 -p hello --max-tokens 5");
   ASSERT_EQ(c.code, 0) << c.out;
   EXPECT_NE(c.out.find("Assistant: "), std::string::npos) << c.out;
   auto missing = run(b, " sample -g nope");
   EXPECT_EQ(missing.code, 1);
   EXPECT_NE(missing.out.find("no complete checkpoint"), std::string::npos) << missing.out;
+  auto no_step = run(b, " base-eval -g t -s 99 --threads 1");  // only step 3 was saved
+  EXPECT_EQ(no_step.code, 1);
+  EXPECT_NE(no_step.out.find("99"), std::string::npos) << no_step.out;
 }
 
 // base-eval reports progress on rank 0: a line at every tenth of each split's batches with the

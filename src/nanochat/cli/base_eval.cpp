@@ -27,8 +27,7 @@ namespace {
 constexpr double kProgressEverySeconds = 30.0;
 
 struct EvalArgs {
-  std::string model_tag;
-  int64_t step = -1;
+  CheckpointChoice ckpt;
   int device_batch_size = 0;   // 0 = the checkpoint's
   int64_t split_tokens = 40 * 524288;
   int threads = 0;
@@ -39,15 +38,14 @@ void register_base_eval(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   CLI::App* c = app.add_subcommand("base-eval", "bits per byte of a checkpoint on the train and val splits");
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  c->add_option("-g,--model-tag", a->model_tag, "checkpoint tag (default: largest d<N>)");
-  c->add_option("-s,--step", a->step, "checkpoint step (default: last)");
+  add_checkpoint_options(c, a->ckpt);
   c->add_option("--device-batch-size", a->device_batch_size, "rows per batch (0 = the checkpoint's)")->capture_default_str();
   c->add_option("--split-tokens", a->split_tokens, "tokens evaluated per split")->capture_default_str();
-  c->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->capture_default_str();
+  add_threads_option(c, a->threads);
   c->callback([a] {
     if (a->threads > 0) set_num_threads(a->threads);
     const Tokenizer tok = Tokenizer::load(tokenizer_dir());
-    LoadedModel lm = load_trained_model(a->model_tag, a->step);
+    LoadedModel lm = load_trained_model(a->ckpt.model_tag, a->ckpt.step);
     require_tokenizer_vocab(lm, tok.vocab_size());
     data::LoaderOptions o;
     o.B = a->device_batch_size > 0 ? a->device_batch_size : lm.meta.value("device_batch_size", 8);

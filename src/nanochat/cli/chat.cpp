@@ -20,29 +20,30 @@ namespace nanochat::cli {
 
 namespace {
 struct ChatArgs {
-  std::string model_tag;
-  int64_t step = -1;
+  CheckpointChoice ckpt;
   std::string prompt;
   double temperature = 0.6;
   int top_k = 50;
   uint64_t seed = 42;
   int max_tokens = 256;
+  int threads = 0;
 };
 }  // namespace
 
 void register_chat(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
   CLI::App* c = app.add_subcommand("chat", "chat with a checkpoint in the terminal (nanochat chat_cli)");
-  c->add_option("-g,--model-tag", a->model_tag, "checkpoint tag (default: largest d<N>)");
-  c->add_option("-s,--step", a->step, "checkpoint step (default: last)");
+  add_checkpoint_options(c, a->ckpt);
   c->add_option("-p,--prompt", a->prompt, "answer this one prompt and exit");
   c->add_option("-t,--temperature", a->temperature, "sampling temperature")->capture_default_str();
   c->add_option("-k,--top-k", a->top_k, "top-k sampling")->capture_default_str();
   c->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   c->add_option("--max-tokens", a->max_tokens, "tokens per reply")->capture_default_str();
+  add_threads_option(c, a->threads);
   c->callback([a] {
+    if (a->threads > 0) set_num_threads(a->threads);
     const Tokenizer tok = Tokenizer::load(tokenizer_dir());
-    LoadedModel lm = load_trained_model(a->model_tag, a->step);
+    LoadedModel lm = load_trained_model(a->ckpt.model_tag, a->ckpt.step);
     require_tokenizer_vocab(lm, tok.vocab_size());
     const int32_t bos = tok.bos_id(), us = tok.encode_special("<|user_start|>"),
                   ue = tok.encode_special("<|user_end|>"), as = tok.encode_special("<|assistant_start|>"),

@@ -18,8 +18,7 @@ namespace nanochat::cli {
 
 namespace {
 struct SampleArgs {
-  std::string model_tag;
-  int64_t step = -1;
+  CheckpointChoice ckpt;
   std::vector<std::string> prompts;
   int max_tokens = 64;
   double temperature = 0.8;
@@ -33,19 +32,18 @@ struct SampleArgs {
 void register_sample(CLI::App& app) {
   auto a = std::make_shared<SampleArgs>();
   CLI::App* c = app.add_subcommand("sample", "generate text from a trained checkpoint (KV-cache decoding)");
-  c->add_option("-g,--model-tag", a->model_tag, "checkpoint tag under base_checkpoints/ (default: largest d<N>)");
-  c->add_option("-s,--step", a->step, "checkpoint step (default: the last complete one)");
+  add_checkpoint_options(c, a->ckpt);
   c->add_option("-p,--prompt", a->prompts, "prompt(s); default: base_train's seven sample prompts");
   c->add_option("-n,--max-tokens", a->max_tokens, "new tokens per sample")->capture_default_str();
   c->add_option("-t,--temperature", a->temperature, "0 = greedy")->capture_default_str();
   c->add_option("-k,--top-k", a->top_k, "sample among the k most likely tokens (0 = all)")->capture_default_str();
   c->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   c->add_option("--num-samples", a->num_samples, "samples per prompt")->capture_default_str();
-  c->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->capture_default_str();
+  add_threads_option(c, a->threads);
   c->callback([a] {
     if (a->threads > 0) set_num_threads(a->threads);
     const Tokenizer tok = Tokenizer::load(tokenizer_dir());
-    LoadedModel lm = load_trained_model(a->model_tag, a->step);
+    LoadedModel lm = load_trained_model(a->ckpt.model_tag, a->ckpt.step);
     require_tokenizer_vocab(lm, tok.vocab_size());
     std::printf("model %s step %lld (%s)\n", lm.tag.c_str(), static_cast<long long>(lm.step), lm.dir.c_str());
     std::vector<std::string> prompts = a->prompts;
