@@ -58,9 +58,13 @@ void rotary_table(T* cos, T* sin, int64_t rows, int64_t D, double base) {
   }
 }
 
-template <typename T>
-void rotary_forward(T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
-                    int64_t pos0) {
+namespace {
+
+// Applies row_op(row, cos_t, sin_t, half) in place to every (b, t, h) row of a (B, T, H, D)
+// row-major tensor; row t uses the table row pos0 + t.
+template <typename T, typename RowOp>
+void for_each_rotary_row(T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H,
+                         int64_t D, int64_t pos0, RowOp row_op) {
   const int64_t half = D / 2;
 #pragma omp parallel for collapse(2) schedule(static) if (B * T_ * H * D > 32768)
   for (int64_t b = 0; b < B; ++b)
@@ -69,25 +73,25 @@ void rotary_forward(T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int
       const T* s = sin + (pos0 + t) * half;
       for (int64_t h = 0; h < H; ++h) {
         T* row = x + ((b * T_ + t) * H + h) * D;
-        rotate_row(row, row, c, s, half);
+        row_op(row, c, s, half);
       }
     }
+}
+
+}  // namespace
+
+template <typename T>
+void rotary_forward(T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
+                    int64_t pos0) {
+  for_each_rotary_row(x, cos, sin, B, T_, H, D, pos0,
+                      [](T* row, const T* c, const T* s, int64_t half) { rotate_row(row, row, c, s, half); });
 }
 
 template <typename T>
 void rotary_backward(T* dx, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
                      int64_t pos0) {
-  const int64_t half = D / 2;
-#pragma omp parallel for collapse(2) schedule(static) if (B * T_ * H * D > 32768)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T_; ++t) {
-      const T* c = cos + (pos0 + t) * half;
-      const T* s = sin + (pos0 + t) * half;
-      for (int64_t h = 0; h < H; ++h) {
-        T* row = dx + ((b * T_ + t) * H + h) * D;
-        unrotate_row(row, row, c, s, half);
-      }
-    }
+  for_each_rotary_row(dx, cos, sin, B, T_, H, D, pos0,
+                      [](T* row, const T* c, const T* s, int64_t half) { unrotate_row(row, row, c, s, half); });
 }
 
 template <typename T>

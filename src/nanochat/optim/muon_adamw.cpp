@@ -444,9 +444,7 @@ size_t MuonAdamW::state_floats() const {
   return n;
 }
 
-}  // namespace nanochat
-
-namespace nanochat {
+// --- re-sharding: the whole (unsharded) state, for a resume at another world size
 
 size_t MuonAdamW::whole_state_floats() const {
   size_t n = 0;
