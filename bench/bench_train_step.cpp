@@ -292,12 +292,14 @@ int main(int argc, char** argv) {
             "\"warmup\":%d,\"num_params\":%zu,\"flops_per_token\":%lld,\"step_s\":%.6f,"
             "\"fwdbwd_s\":%.6f,\"opt_s\":%.6f,\"tok_s\":%.3f,\"gflops\":%.3f,"
             "\"peak_gflops\":%.3f,\"peak_isa\":\"%s\",\"mfu\":%.5f,\"peak_rss_bytes\":%ld,"
-            "\"step_cpu_s\":%.6f,\"page_faults_per_step\":%.0f,\"loss\":%.5f,\"step_times\":",
+            "\"step_cpu_s\":%.6f,\"page_faults_per_step\":%.0f,\"activation_bytes\":%zu,"
+            "\"optimizer_state_bytes\":%zu,\"loss\":%.5f,\"step_times\":",
             bc.name, bc.depth, bc.head_dim, static_cast<long long>(cfg.n_embd), bc.T, bc.B,
             bc.pattern, kVocab, nt, steps, warmup, model.num_params(),
             static_cast<long long>(model.num_flops_per_token()), med, median(fb_times),
             median(opt_times), tps, gflops, peak, fma_peak_isa(), gflops / peak, rss,
-            median(cpu_times), median(faults), loss);
+            median(cpu_times), median(faults), model.activation_bytes(),
+            4 * opt.state_floats(), loss);
         print_list(times);
         std::printf(",\"warmup_times\":");
         print_list(warm_times);
@@ -312,6 +314,13 @@ int main(int argc, char** argv) {
                     fma_peak_isa());
         print_profile(sum_times, steps);
         std::printf("    page faults per step (median): %.0f\n", median(faults));
+        // where the peak RSS goes: the big buffers the program holds (GB = 1e9 bytes)
+        const double pg = 2.0 * 4.0 * static_cast<double>(model.num_params()) / 1e9;
+        const double og = 4.0 * static_cast<double>(opt.state_floats()) / 1e9;
+        const double ag = static_cast<double>(model.activation_bytes()) / 1e9;
+        std::printf("    memory: params + grads %.2f GB, optimizer state %.2f GB, activations %.2f GB, "
+                    "rest (optimizer scratch, libraries, code) %.2f GB\n",
+                    pg, og, ag, rss / 1e9 - pg - og - ag);
       }
       std::fflush(stdout);
     }
