@@ -221,6 +221,7 @@ int main(int argc, char** argv) {
   if (!json)
     std::printf("%-6s %3s %3s %5s | %9s %9s | %10s %8s | %9s | %s\n", "cfg", "thr", "B", "T",
                 "step_ms", "tok/s", "GFLOP/s", "MFU", "peak RSS", "peak GFLOP/s (measured FMA, ISA)");
+  bool first_row = true;
   for (int nt : threads) {
     set_num_threads(nt);
     const double peak = measure_fma_peak_gflops(nt, peak_seconds);
@@ -318,11 +319,13 @@ int main(int argc, char** argv) {
         const double pg = 2.0 * 4.0 * static_cast<double>(model.num_params()) / 1e9;
         const double og = 4.0 * static_cast<double>(opt.state_floats()) / 1e9;
         const double ag = static_cast<double>(model.activation_bytes()) / 1e9;
-        std::printf("    memory: params + grads %.2f GB, optimizer state %.2f GB, activations %.2f GB, "
-                    "rest (optimizer scratch, libraries, code) %.2f GB\n",
-                    pg, og, ag, rss / 1e9 - pg - og - ag);
+        std::printf("    memory: params + grads %.2f GB, optimizer state %.2f GB, activations %.2f GB", pg, og, ag);
+        if (first_row)  // later rows' peak RSS is the process's peak so far, not their own
+          std::printf(", rest of the peak RSS (optimizer scratch, libraries, code) %.2f GB", rss / 1e9 - pg - og - ag);
+        std::printf("\n");
       }
       std::fflush(stdout);
+      first_row = false;
     }
   }
   return 0;
