@@ -35,3 +35,16 @@ TEST(Peak, BestKnownPeakKeepsTheHighestMeasurementPerThreadCount) {
   EXPECT_DOUBLE_EQ(nanochat::best_known_fma_peak_gflops(41.0, 1, cache), 42.0);
   fs::remove_all(dir);
 }
+
+// The n-thread MFU reference is at least min(n, cores) x the 1-thread peak (a 2-thread reading with
+// one core busy is about one core's worth), and the n-thread figure when that is higher.
+TEST(Peak, MfuReferenceIsAtLeastThreadsTimesTheOneThreadPeak) {
+  EXPECT_DOUBLE_EQ(nanochat::mfu_reference_peak_gflops(256.0, 242.0, 2, 2), 484.0);  // the busy reading
+  EXPECT_DOUBLE_EQ(nanochat::mfu_reference_peak_gflops(470.0, 230.0, 2, 2), 470.0);  // a real 2-core peak
+  EXPECT_DOUBLE_EQ(nanochat::mfu_reference_peak_gflops(256.0, 242.0, 4, 2), 484.0);  // 4 threads, 2 cores
+  EXPECT_DOUBLE_EQ(nanochat::mfu_reference_peak_gflops(256.0, 242.0, 2, 0), 484.0);  // cores unknown
+  EXPECT_DOUBLE_EQ(nanochat::mfu_reference_peak_gflops(100.0, 242.0, 1, 8), 242.0);
+  const int cores = nanochat::physical_cores_available();
+  EXPECT_GE(cores, 1);  // this process may run somewhere
+  EXPECT_LE(cores, static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
+}

@@ -11,7 +11,11 @@
 #include <sstream>
 #include <vector>
 
+#include <sched.h>
 #include <unistd.h>
+
+#include <set>
+#include <utility>
 
 #include "nanochat/core/timer.h"
 
@@ -166,6 +170,27 @@ double best_known_fma_peak_gflops(double measured, int threads, const std::strin
   std::filesystem::rename(tmp, cache_path, ec);  // atomic replace; ranks racing both write a max
   if (ec) std::filesystem::remove(tmp, ec);
   return best;
+}
+
+int physical_cores_available() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 0;
+  std::set<std::pair<int, int>> cores;  // (package id, core id)
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    std::ifstream pk(dir + "physical_package_id"), co(dir + "core_id");
+    int p = -1, c = -1;
+    if (!(pk >> p) || !(co >> c)) return 0;
+    cores.insert({p, c});
+  }
+  return static_cast<int>(cores.size());
+}
+
+double mfu_reference_peak_gflops(double best_n, double best_1, int threads, int cores) {
+  const int n = cores > 0 ? std::min(threads, cores) : threads;
+  return std::max(best_n, static_cast<double>(std::max(n, 1)) * best_1);
 }
 
 }  // namespace nanochat

@@ -20,4 +20,15 @@ const char* fma_peak_isa();
 /// A missing or unreadable cache is replaced; write failures are ignored (the cache is optional).
 double best_known_fma_peak_gflops(double measured, int threads, const std::string& cache_path);
 
+/// Physical cores (distinct package/core ids in sysfs) among the CPUs this process may run on
+/// (sched_getaffinity); 0 if that cannot be read.
+int physical_cores_available();
+
+/// The MFU reference for `threads` threads: the best known n-thread peak `best_n`, but at least
+/// min(threads, cores) x the best known 1-thread peak `best_1` (GFLOP/s; cores <= 0 = unknown,
+/// then threads is used). A 2-thread measurement taken while one core is busy reads about one
+/// core's worth, which made MFU read over 100%; one core measured alone is seldom disturbed.
+/// Turbo can make the 1-thread figure a little high, so MFU errs low, never above 100%.
+double mfu_reference_peak_gflops(double best_n, double best_1, int threads, int cores);
+
 }  // namespace nanochat
