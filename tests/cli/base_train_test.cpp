@@ -201,7 +201,8 @@ TEST(BaseTrain, CheckpointServesBaseEvalSampleAndChat) {
   EXPECT_NE(missing.out.find("no complete checkpoint"), std::string::npos) << missing.out;
   auto no_step = run(b, " base-eval -g t -s 99 --threads 1");  // only step 3 was saved
   EXPECT_EQ(no_step.code, 1);
-  EXPECT_NE(no_step.out.find("99"), std::string::npos) << no_step.out;
+  EXPECT_NE(no_step.out.find("no complete checkpoint for step 99"), std::string::npos) << no_step.out;
+  EXPECT_NE(no_step.out.find("-s/--step"), std::string::npos) << no_step.out;
 }
 
 // base-eval reports progress on rank 0: a line at every tenth of each split's batches with the

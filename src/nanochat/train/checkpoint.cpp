@@ -109,7 +109,7 @@ nlohmann::json read_checkpoint_meta(const CheckpointPaths& p) {
     for (auto s : steps) have += (have.empty() ? "" : ", ") + std::to_string(s);
     fail("no complete checkpoint for step ", p.step, " in ", p.dir,
          have.empty() ? std::string(" (the directory has none)")
-                      : " (complete steps: " + have + "); pass one of them to --resume-from-step");
+                      : " (complete steps: " + have + "); pass one of them to --resume-from-step (base-train) or -s/--step (base-eval, sample, chat)");
   }
   std::ifstream f(p.meta());
   if (!f) fail("cannot read ", p.meta(), ": ", std::strerror(errno));
