@@ -535,6 +535,23 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
             f"{r['other']:.2f}", "; ".join(notes)]) + " |")
     L.append("")
 
+    # --- our profile per op family (bench_train_step's core/profile.h scopes)
+    prof_rows = [r for r in rows if r["side"] == "ours" and r["status"] == "ok" and r["res"]
+                 and r["res"].get("profile_s")]
+    if prof_rows:
+        fams = list(prof_rows[0]["res"]["profile_s"].keys())
+        L.append("## Our step per op family (share of the mean timed step)")
+        L.append("")
+        L.append("| config | thr | " + " | ".join(fams) + " |")
+        L.append("|---|---:|" + "---:|" * len(fams))
+        for r in prof_rows:
+            res = r["res"]
+            times = res.get("step_times") or [res["step_s"]]
+            mean = sum(times) / len(times)
+            L.append("| " + " | ".join([r["config"], str(r["threads"])] + [
+                f"{100 * res['profile_s'].get(f, 0.0) / mean:.1f}%" for f in fams]) + " |")
+        L.append("")
+
     # --- PyTorch environment per variant, as found inside the process
     if a.variant_list:
         L.append("## PyTorch variants (settings as set by the driver and as found in the process)")
