@@ -131,8 +131,8 @@ void print_profile(double step_seconds_total, int steps) {
               100.0 * rest / step_seconds_total);
 }
 
-void usage(const char* argv0) {
-  std::fprintf(stderr,
+void usage(const char* argv0, FILE* to = stderr) {
+  std::fprintf(to,
                "usage: %s [--steps N] [--warmup N] [--threads 1,2] "
                "[--config d4,d6,d6b32,d12|all] [--peak-seconds S] [--json] [--list-configs] "
                "[--peak-only] [--recompute-mlp]\n",
@@ -157,7 +157,11 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--list-configs")) list_only = true;
     else if (!std::strcmp(argv[i], "--peak-only")) peak_only = true;
     else if (!std::strcmp(argv[i], "--recompute-mlp")) recompute_mlp = true;
-    else {
+    else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      usage(argv[0], stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "bench_train_step: unknown or incomplete option '%s'\n", argv[i]);
       usage(argv[0]);
       return 2;
     }

@@ -40,7 +40,7 @@ void register_base_eval(CLI::App& app) {
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_checkpoint_options(c, a->ckpt);
   c->add_option("--device-batch-size", a->device_batch_size, "rows per batch (0 = the checkpoint's)")->capture_default_str();
-  c->add_option("--split-tokens", a->split_tokens, "tokens evaluated per split")->capture_default_str();
+  c->add_option("--split-tokens", a->split_tokens, "tokens evaluated per split (rounded down to whole batches of B x T, at least one)")->capture_default_str();
   add_threads_option(c, a->threads);
   c->callback([a] {
     if (a->threads > 0) set_num_threads(a->threads);

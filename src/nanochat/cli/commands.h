@@ -23,8 +23,9 @@ struct CheckpointChoice {
 /// command's shared argument struct).
 inline void add_checkpoint_options(CLI::App* c, CheckpointChoice& choice) {
   c->add_option("-g,--model-tag", choice.model_tag,
-                "checkpoint tag under base_checkpoints/ (default: the largest d<N>)");
-  c->add_option("-s,--step", choice.step, "checkpoint step (default: the last complete one)");
+                "checkpoint tag under base_checkpoints/ (default: the d<N> tag with the largest N, "
+                "else the most recently written tag)");
+  c->add_option("-s,--step", choice.step, "checkpoint step (default or -1: the last complete one)");
 }
 
 /// Adds --threads (OpenMP threads for the model's kernels; 0 = the OpenMP default).
