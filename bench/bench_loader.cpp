@@ -1,5 +1,5 @@
 // Data loader benchmark: tokens per second delivered by DataLoader::next() (parquet read ->
-// tokenize -> BOS best-fit pack, spec 5.3-5.4), with the prefetch thread and without it.
+// tokenize -> BOS best-fit pack, docs/nanochat.md 5.3-5.4), with the prefetch thread and without it.
 //
 // usage: bench_loader [DATA_DIR] [--tokenizer DIR] [--vocab-size N] [--B N] [--T N] [--batches N]
 //                     [--tokenizer-threads N]

@@ -1,4 +1,4 @@
-// Training-step benchmark (issue: model + optimizer speed). Measures this machine's fp32 FMA
+// Training-step benchmark (model + optimizer speed). Measures this machine's fp32 FMA
 // peak, then times forward+backward+MuonAdamW steps on random tokens and prints tok/s and MFU
 // (FLOPs/token = nanochat's estimate_flops) per (config, thread count).
 //

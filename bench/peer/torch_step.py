@@ -10,11 +10,11 @@ what it finds loaded. Prints one JSON object on stdout (or a readable line witho
     /usr/bin/python3 bench/peer/torch_step.py --depth 4 --head-dim 128 --seq 512 --batch 8 \
         --window SSSL --threads 1 --steps 3 --json
 
-Model: nanochat_ref.forward (nanochat's GPT, spec section 1: rotary, QK-norm, relu^2 MLP,
+Model: nanochat_ref.forward (nanochat's GPT, docs/nanochat.md 1: rotary, QK-norm, relu^2 MLP,
 value embeddings, smear, backout, softcap 15, sliding windows; attention as an explicit masked
 softmax because torch 1.13 has no flash/SDPA with windows). Weights: nanochat_ref.init_params.
 Optimizer (--optim): 'muon' (default) = nanochat_ref.MuonAdamW, nanochat's MuonAdamW math
-(spec section 2) written with plain torch ops; 'adamw' = torch.optim.AdamW over all parameters
+(docs/nanochat.md 2) written with plain torch ops; 'adamw' = torch.optim.AdamW over all parameters
 (lr 1e-3, betas (0.8, 0.95)), the stand-in the perf-baseline study used.
 Gradients are reset with set_to_none (nanochat calls model.zero_grad(set_to_none=True)).
 """
@@ -90,7 +90,7 @@ def cpu_capability():
 
 
 def flops_per_token(cfg):
-    """nanochat estimate_flops (spec 1.9): 6 * matmul params + 12 * H * D * min(window, T) per
+    """nanochat estimate_flops (docs/nanochat.md 1.9): 6 * matmul params + 12 * H * D * min(window, T) per
     layer; matmul params = every 2D weight except the embedding tables (wte, value_embeds)."""
     n = 0
     for name, shape in ref.param_shapes(cfg):

@@ -1,5 +1,5 @@
 // Loader tests on real text (Pride and Prejudice paragraphs from the committed sample shard):
-// packing equals an independent straight-line implementation of spec 5.3-5.4, exact resume,
+// packing equals an independent straight-line implementation of docs/nanochat.md 5.3-5.4, exact resume,
 // rank striding, and the error cases.
 #include "nanochat/data/loader.h"
 
@@ -65,7 +65,7 @@ const Tokenizer& tokenizer() {
   return tok;
 }
 
-// Independent reference of spec 5.3/5.4 for one rank over the train files.
+// Independent reference of docs/nanochat.md 5.3/5.4 for one rank over the train files.
 std::vector<std::vector<int32_t>> reference_batches(const Shards& s, const Tokenizer& tok, int B, int T, int rank, int W,
                                                     int doc_batch, int buffer_size, int nbatches) {
   struct Doc { std::vector<int32_t> t; };

@@ -1,4 +1,4 @@
-// Two hosts simulated by two network namespaces joined by a veth pair (DESIGN.md 5.5): one
+// Two hosts simulated by two network namespaces joined by a veth pair (docs/architecture.md 5.5): one
 // `nanochat run` per namespace, node 0 hosting the store. Needs root and `ip netns`; where
 // `ip netns add` fails the tests skip with the reason. Namespaces are removed even on failure.
 #include <gmock/gmock.h>

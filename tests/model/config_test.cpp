@@ -1,5 +1,5 @@
-// ModelConfig and the parameter / FLOP counts against nanochat-spec 1.1, 1.6 and 1.9's worked
-// tables (numbers copied from the spec, which took them from nanochat itself).
+// ModelConfig and the parameter / FLOP counts against docs/nanochat.md 1.1, 1.6 and 1.9's worked
+// tables (numbers computed by nanochat itself).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -25,7 +25,7 @@ TEST(ModelConfig, DefaultsAreNanochats) {
 
 TEST(ModelConfig, FromDepthRoundsWidthUpToHeadDim) {
   struct Row { int depth, head_dim, T; int64_t C, H; };
-  // spec 1.1 worked configs (aspect 64)
+  // docs/nanochat.md 1.1 worked configs (aspect 64)
   for (Row r : {Row{6, 64, 512, 384, 6}, Row{12, 128, 2048, 768, 6}, Row{20, 128, 2048, 1280, 10},
                 Row{24, 128, 2048, 1536, 12}, Row{26, 128, 2048, 1664, 13},
                 Row{5, 128, 512, 384, 3},  // 320 rounded up to 384
@@ -112,7 +112,7 @@ TEST(ModelConfig, JsonRoundTrip) {
   EXPECT_THROW(ModelConfig::from_json(bad), Error);
 }
 
-// spec 1.9 worked counts (vocab 32768)
+// docs/nanochat.md 1.9 worked counts (vocab 32768)
 TEST(ModelCounts, MatchSpecTable) {
   struct Row {
     int depth, head_dim, T;

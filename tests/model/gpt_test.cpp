@@ -1,5 +1,5 @@
-// GPT: parameter table, initialisation (spec 1.2), the loss at init (spec 10.3), exactly-zero
-// gradients at init (spec 1.7), consistency of the training / evaluation / logits paths, a
+// GPT: parameter table, initialisation (docs/nanochat.md 1.2), the loss at init (10.3), exactly-zero
+// gradients at init (1.7), consistency of the training / evaluation / logits paths, a
 // whole-model finite-difference check, input validation, and no allocation in a steady step.
 #include <gtest/gtest.h>
 
@@ -175,7 +175,7 @@ TEST(Gpt, InitWeightsFollowsNanochat) {
   EXPECT_FALSE(std::equal(m.param_data(), m.param_data() + m.num_params(), m2.param_data()));
 }
 
-// spec 1.7 end and 10.3/10.6: at init the loss is ~ln(V) and these gradients are exactly zero.
+// docs/nanochat.md 1.7 end and 10.3/10.6: at init the loss is ~ln(V) and these gradients are exactly zero.
 TEST(Gpt, InitLossIsLnVAndSomeGradientsAreExactlyZero) {
   const ModelConfig c = ModelConfig::from_depth(2, 64, 64, 64, 32768, "SSSL");  // C = 128
   GPT m(c);

@@ -1,4 +1,4 @@
-// KV-cache inference (spec 1.10): prefill + token-by-token decode reproduces the full forward's
+// KV-cache inference (docs/nanochat.md 1.10): prefill + token-by-token decode reproduces the full forward's
 // logits at every position (incl. sliding windows that cut, GQA, smear across steps), and a
 // batch-1 prefill copied into a batch-2 cache continues correctly.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Closed forms of MuonAdamW (nanochat-spec 10.7-10.10) and an independent double-precision check
+// Closed forms of MuonAdamW (docs/nanochat.md 10.7-10.10) and an independent double-precision check
 // of the sgemm-based Polar Express.
 #include <gtest/gtest.h>
 
@@ -147,7 +147,7 @@ TEST(PolarExpress, MatchesDoublePrecisionIteration) {
 }
 
 TEST(PolarExpress, SingularValuesClusteredAndMuonPlusNorm) {
-  // spec 10.9: singular values of the first Muon update of a random full-rank gradient lie in a
+  // docs/nanochat.md 10.9: singular values of the first Muon update of a random full-rank gradient lie in a
   // band (max/min < 4 after normalising by the mean); with wd = 0, ||dP||_F = lr_eff sqrt(min(m, n)).
   Rng rng(11);
   for (auto [m, n] : {std::pair<int64_t, int64_t>{64, 32}, {32, 64}, {48, 16}}) {
@@ -187,7 +187,7 @@ OptimConfig small_cfg() {
 }
 
 TEST(MuonAdamWClosedForm, AdamWFirstStepIsSignStepPlusDecay) {
-  // spec 10.7: m_hat = g, v_hat = g^2, so p1 = p0 (1 - lr wd) - lr g / (|g| + eps) ~ -lr sign(g).
+  // docs/nanochat.md 10.7: m_hat = g, v_hat = g^2, so p1 = p0 (1 - lr wd) - lr g / (|g| + eps) ~ -lr sign(g).
   ParamSet ps;
   ps.add("lm_head.weight", {64, 48});  // lr 0.008 * (48/768)^-0.5, wd 0.01
   ps.add("resid_lambdas", {4});        // lr 0.5 * 0.01, wd 0.05
@@ -215,7 +215,8 @@ TEST(MuonAdamWClosedForm, AdamWFirstStepIsSignStepPlusDecay) {
 }
 
 TEST(MuonAdamWClosedForm, MuonZeroGradientIsPureDecay) {
-  // spec 10.8: with zero gradient every Muon path yields g = 0 and the update is P (1 - lr_eff wd).
+  // docs/nanochat.md 10.8: with zero gradient every Muon path yields g = 0 and the update is
+  // P (1 - lr_eff wd).
   ParamSet ps;
   ps.add("transformer.h.0.attn.c_q.weight", {16, 16});   // lr factor 1
   ps.add("transformer.h.0.mlp.c_fc.weight", {64, 16});   // tall 4:1, lr factor 2
@@ -276,7 +277,7 @@ TEST(MuonAdamWClosedForm, CautiousWeightDecayOnlyWhereUpdateAgreesWithParam) {
 }
 
 TEST(MuonAdamWGroups, OrderShapesAndLearningRates) {
-  // spec 2.1: AdamW groups 0-5 then Muon groups sorted by shape ascending, params in model order.
+  // docs/nanochat.md 2.1: AdamW groups 0-5 then Muon groups sorted by shape ascending, params in model order.
   ParamSet ps;
   ps.add("resid_lambdas", {2});
   ps.add("x0_lambdas", {2});
@@ -302,7 +303,7 @@ TEST(MuonAdamWGroups, OrderShapesAndLearningRates) {
   ASSERT_EQ(g.size(), 6u + 4u);
   const char* labels[6] = {"lm_head", "wte", "value_embeds", "resid", "x0", "smear"};
   for (int i = 0; i < 6; ++i) EXPECT_EQ(g[i].label, labels[i]);
-  // runcpu effective lrs (spec 2.1): lm_head 0.002, wte 0.075, value_embeds 0.0375,
+  // runcpu effective lrs (docs/nanochat.md 2.1): lm_head 0.002, wte 0.075, value_embeds 0.0375,
   // resid 0.000883883, x0 0.0883883, smear 0.2, Muon 0.00353553.
   EXPECT_NEAR(g[0].initial_lr, 0.002, 1e-8);
   EXPECT_NEAR(g[1].initial_lr, 0.075, 1e-7);

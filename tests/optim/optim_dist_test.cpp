@@ -1,4 +1,4 @@
-// ZeRO-2 sharding (nanochat-spec 2.4, 10.12-10.13; DESIGN.md 3.8): W = 2 and 3 ranks (threads
+// ZeRO-2 sharding (docs/nanochat.md 2.4, 10.12-10.13; docs/architecture.md 3.8): W = 2 and 3 ranks (threads
 // sharing memory through the test-only ThreadCommunicator) fed per-rank gradients must produce the
 // parameters of one process fed the summed gradients, within 1e-6 relative; the state shards
 // have the documented shapes; the collective sequence is identical on every rank.
@@ -148,7 +148,7 @@ TEST_P(MuonAdamWDist, RanksMatchSingleProcess) {
     EXPECT_EQ(launched[0], static_cast<uint64_t>(kSteps * (9 + 5 + 3 + 5)));
   }
 
-  // Shard shapes (spec 2.4 generalised to any W): rows ceil(R/W) per rank, trailing ranks fewer.
+  // Shard shapes (docs/nanochat.md 2.4 generalised to any W): rows ceil(R/W) per rank, trailing ranks fewer.
   auto shape_of = [&](int r, const std::string& name) {
     for (const auto& e : shards[r])
       if (e.name == name) return e.shape;

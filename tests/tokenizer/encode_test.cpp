@@ -1,5 +1,6 @@
-// Encoding/decoding (spec 6.1, 6.3): exact parity with tiktoken on real text, an independent naive
-// BPE oracle, round trips (including invalid UTF-8), special tokens, token_bytes, encode_batch.
+// Encoding/decoding (docs/nanochat.md 6.1, 6.3): exact parity with tiktoken on real text, an
+// independent naive BPE oracle, round trips (including invalid UTF-8), special tokens, token_bytes,
+// encode_batch.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -137,7 +138,7 @@ TEST(EncodeTest, TokenBytesAreRawByteLengths) {
   for (int i = 1; i <= 9; ++i) EXPECT_EQ(tb[t.vocab_size() - i], 0);
   for (int id = 256; id < t.vocab_size() - 9; ++id)
     EXPECT_EQ(tb[id], static_cast<int32_t>(t.id_to_token_bytes(id).size()));
-  // Sum over an encoding = the byte length of the text (what bpb divides by, spec 3.6).
+  // Sum over an encoding = the byte length of the text (what bpb divides by, docs/nanochat.md 3.6).
   const std::string text = tok_test::read_bytes(tok_test::fixture("multilingual.txt"));
   int64_t sum = 0;
   for (int32_t id : t.encode(text)) sum += tb[id];

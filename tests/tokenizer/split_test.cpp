@@ -1,4 +1,4 @@
-// Regex pre-split (spec 6.1). Expected chunks below were derived by hand from the pattern
+// Regex pre-split (docs/nanochat.md 6.1). Expected chunks below were derived by hand from the pattern
 //   '(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+
 // (first alternative that matches at the current position wins; possessive parts never give back)
 // and cross-checked at dev time with Python's `regex` module. split_fuzz.json holds 400 random

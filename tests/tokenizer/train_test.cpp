@@ -1,4 +1,4 @@
-// BPE training (spec 6.2): closed-form merges on hand-made corpora, determinism, and exact parity
+// BPE training (docs/nanochat.md 6.2): closed-form merges on hand-made corpora, determinism, and exact parity
 // with nanochat's rustbpe on a real corpus (small_tok/ was trained by rustbpe, see
 // tools/tokenizer/make_fixtures.py).
 #include <gmock/gmock.h>

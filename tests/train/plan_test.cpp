@@ -6,7 +6,7 @@
 
 using namespace nanochat;
 
-// Worked counts of nanochat-spec 1.9 (vocab 32768).
+// Worked counts of docs/nanochat.md 1.9 (vocab 32768).
 TEST(Plan, CountsMatchNanochatTable) {
   struct Row { int depth, head_dim, seq; const char* pattern; int64_t total, matmul, flops, tm, ve; };
   const Row rows[] = {
@@ -26,7 +26,7 @@ TEST(Plan, CountsMatchNanochatTable) {
   }
 }
 
-// runcpu.sh derivations (spec 3.2): bls 0.1767767, wd_scaled 0.2349029, 1 micro-step at W=1.
+// runcpu.sh derivations (docs/nanochat.md 3.2): bls 0.1767767, wd_scaled 0.2349029, 1 micro-step at W=1.
 TEST(Plan, RuncpuDerivations) {
   BaseTrainArgs a;
   a.depth = 6; a.head_dim = 64; a.window_pattern = "L"; a.max_seq_len = 512;
@@ -40,7 +40,7 @@ TEST(Plan, RuncpuDerivations) {
   EXPECT_EQ(p.grad_accum_steps, 1);
 }
 
-// d12 defaults: auto batch 524288, 2520 steps, wd unchanged (spec 3.2).
+// d12 defaults: auto batch 524288, 2520 steps, wd unchanged (docs/nanochat.md 3.2).
 TEST(Plan, D12DefaultsAutoBatchAndHorizon) {
   BaseTrainArgs a;
   a.depth = 12;

@@ -4,7 +4,7 @@
 
 using namespace nanochat;
 
-// Worked values of nanochat-spec 3.4 (runcpu.sh: N = 5000, defaults for the rest).
+// Worked values of docs/nanochat.md 3.4 (runcpu.sh: N = 5000, defaults for the rest).
 TEST(Schedules, RuncpuLrMultiplier) {
   LrSchedule s;
   s.num_iterations = 5000;

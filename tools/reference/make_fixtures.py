@@ -173,7 +173,7 @@ def make_model_fixture(out_dir, case, check):
 # ------------------------------------------------------------------------------------------------
 # Optimizer-only fixture
 
-OPTIM_SHAPES = [  # model order; names decide the group (spec 2.1)
+OPTIM_SHAPES = [  # model order; names decide the group (docs/nanochat.md 2.1)
     ("resid_lambdas", (3,)),
     ("x0_lambdas", (3,)),
     ("smear_lambda", (1,)),

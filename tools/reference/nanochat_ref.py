@@ -1,6 +1,6 @@
 """Dev-time PyTorch reference of nanochat's GPT and MuonAdamW (HEAD 92d63d4).
 
-A restatement of /work/shared/nanochat-spec.md sections 1 (model) and 2 (optimizer) written for
+A restatement of docs/nanochat.md sections 1 (model) and 2 (optimizer) written for
 torch 1.13 (Debian's python3-torch), which lacks F.rms_norm and SDPA's enable_gqa: the RMS norm and
 the attention (explicit masked softmax, GQA by repeating kv heads) are written out by hand.
 
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-# F.rms_norm with eps unset uses the machine epsilon of float32 (spec 1.4). The same constant is
+# F.rms_norm with eps unset uses the machine epsilon of float32 (docs/nanochat.md 1.4). The same constant is
 # used in float64 runs so that float64 is the exact-arithmetic image of the float32 model.
 RMS_EPS = 2.0 ** -23
 SOFTCAP = 15.0
@@ -39,7 +39,7 @@ POLAR_EXPRESS_COEFFS = (
 
 
 # ------------------------------------------------------------------------------------------------
-# Model configuration (spec 1.1, 1.2, 1.6)
+# Model configuration (docs/nanochat.md 1.1, 1.2, 1.6)
 
 @dataclass
 class GPTConfig:
@@ -81,7 +81,7 @@ def window_sizes(cfg):
 
 
 def param_shapes(cfg):
-    """(state_dict key, shape) in nanochat's registration order (spec 1.2)."""
+    """(state_dict key, shape) in nanochat's registration order (docs/nanochat.md 1.2)."""
     C, L, Vp = cfg.n_embd, cfg.n_layer, cfg.padded_vocab
     D, H, Hkv = cfg.head_dim, cfg.n_head, cfg.n_kv_head
     out = [("resid_lambdas", (L,)), ("x0_lambdas", (L,)), ("smear_lambda", (1,)),
@@ -143,10 +143,10 @@ def init_params(cfg, seed):
 
 
 # ------------------------------------------------------------------------------------------------
-# Forward pass (spec 1.3 - 1.6)
+# Forward pass (docs/nanochat.md 1.3 - 1.6)
 
 def rms_norm(x):
-    """y = x * (mean(x^2) + eps)^-1/2 over the last dim, no weight (spec 1.4)."""
+    """y = x * (mean(x^2) + eps)^-1/2 over the last dim, no weight (docs/nanochat.md 1.4)."""
     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + RMS_EPS)
 
 
@@ -236,7 +236,7 @@ def forward(P, cfg, idx, targets=None, reduction="mean"):
 
 
 # ------------------------------------------------------------------------------------------------
-# Optimizer (spec 2.1 - 2.3), single process
+# Optimizer (docs/nanochat.md 2.1 - 2.3), single process
 
 def adamw_group_of(name):
     """AdamW group index (0..5) of a parameter name, or None for Muon (transformer.h.*)."""
@@ -259,7 +259,9 @@ def adamw_group_of(name):
 
 def build_groups(names_shapes, model_dim, unembedding_lr, embedding_lr, matrix_lr, scalar_lr,
                  weight_decay):
-    """Param groups in nanochat's order (spec 2.1). names_shapes: [(name, shape)] in model order."""
+    """Param groups in nanochat's order (docs/nanochat.md 2.1).
+
+    names_shapes: [(name, shape)] in model order."""
     dm = (model_dim / 768.0) ** -0.5
     adamw = [
         dict(lr=unembedding_lr * dm, betas=(0.8, 0.96), wd=0.01),
@@ -298,7 +300,7 @@ def polar_express(X, steps=5):
 
 def muon_update(G, P, M, Vb, mu, lr, wd, beta2, ns_steps=5):
     """One Muon step on stacks G, P, M (K,m,n) and Vb ((K,m,1) if m>=n else (K,1,n)), in place on
-    P, M, Vb (spec 2.3). lr is the group lr (the shape factor is applied here)."""
+    P, M, Vb (docs/nanochat.md 2.3). lr is the group lr (the shape factor is applied here)."""
     K, m, n = P.shape
     M += (1 - mu) * (G - M)
     X = G + mu * (M - G)

@@ -14,8 +14,8 @@ Independent truths, none produced by our C++ code:
                      module (same semantics as tiktoken's fancy-regex: \\s = White_Space)
 
 usage: pip install rustbpe tiktoken regex
-       tools/tokenizer/make_fixtures.py AUSTEN_DIR   (persuasion.txt and emma.txt from
-       /work/shared/data/fetch_corpora.sh OUT austen -> OUT/austen/)
+       tools/tokenizer/make_fixtures.py AUSTEN_DIR   (a folder holding persuasion.txt and
+       emma.txt, Jane Austen's novels as plain text, e.g. from Project Gutenberg)
 """
 import argparse
 import base64

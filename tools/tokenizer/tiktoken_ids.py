@@ -4,7 +4,7 @@
 Loads DIR/tokenizer.ranks (tiktoken format: base64 bytes + rank) and DIR/tokenizer.json (split
 pattern, special tokens) written by nanochat.cpp's Tokenizer::save, builds
 tiktoken.Encoding(pat_str=pattern, mergeable_ranks=..., special_tokens=...) exactly as nanochat
-wraps its rustbpe output (spec 6.2), and encodes every input with encode_ordinary.
+wraps its rustbpe output (docs/nanochat.md 6.2), and encodes every input with encode_ordinary.
 
 usage:
   tiktoken_ids.py DIR TEXTFILE... > ids.json      # {"<basename>": [ids...], ...} one entry per file

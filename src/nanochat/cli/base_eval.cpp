@@ -1,5 +1,5 @@
 // `nanochat base-eval`: bits per byte of a trained checkpoint on the train and val splits
-// (the bpb part of nanochat scripts/base_eval.py; spec 3.6, 8.1 step 5). CORE is not included.
+// (the bpb part of nanochat scripts/base_eval.py; docs/nanochat.md 3.6, 8.1 step 5). CORE is not included.
 // While a split is evaluated, rank 0 (RANK unset or 0) prints a progress line at every tenth of
 // its batches and at least every 30 s: "<split>: <done>/<total> batches (<pct>%) | <tokens> tokens
 // | <elapsed> s | <tok/s> tok/s".

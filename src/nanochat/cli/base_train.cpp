@@ -1,4 +1,4 @@
-// `nanochat base-train`: nanochat's scripts/base_train.py flags (spec 3.1), one rank of a job.
+// `nanochat base-train`: nanochat's scripts/base_train.py flags (docs/nanochat.md 3.1), one rank of a job.
 // Started alone it trains in one process; under `nanochat run` (or torchrun-style environment
 // variables RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT) it is one rank of a data-parallel job.
 #include <cstdio>

@@ -1,5 +1,5 @@
 // `nanochat chat`: a simple terminal chat with a checkpoint (nanochat scripts/chat_cli.py;
-// spec 7.2): conversation tokens BOS, <|user_start|> text <|user_end|> <|assistant_start|> ...,
+// docs/nanochat.md 7.2): conversation tokens BOS, <|user_start|> text <|user_end|> <|assistant_start|> ...,
 // streamed up to 256 tokens per reply, stopping at <|assistant_end|> or <|bos|>.
 #include <cstdio>
 #include <iostream>

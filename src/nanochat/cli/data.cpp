@@ -1,5 +1,5 @@
 // `nanochat data pack|inspect|download`: build, describe and fetch parquet shards in nanochat's
-// layout (nanochat/dataset.py, dev/repackage_data_reference.py; spec 5.1-5.2).
+// layout (nanochat/dataset.py, dev/repackage_data_reference.py; docs/nanochat.md 5.1-5.2).
 #include <cstdio>
 #include <memory>
 

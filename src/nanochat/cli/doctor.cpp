@@ -1,4 +1,4 @@
-// `nanochat doctor`: preflight for a distributed job (DESIGN.md 1). Resolves and probes the
+// `nanochat doctor`: preflight for a distributed job (docs/architecture.md 1). Resolves and probes the
 // master host:port, shows the interface and address Gloo would bind, whether the store port is
 // free (on node 0) or answering, and the versions. Exits non-zero when a check fails.
 #include <sys/socket.h>

@@ -1,4 +1,4 @@
-// nanochat: one binary, subcommands named after nanochat's scripts (DESIGN.md section 1).
+// nanochat: one binary, subcommands named after nanochat's scripts (docs/architecture.md 1).
 #include <cstdio>
 #include <exception>
 

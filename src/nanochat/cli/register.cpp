@@ -11,7 +11,8 @@ void register_base_eval(CLI::App& app);  // cli/base_eval.cpp
 void register_sample(CLI::App& app);  // cli/sample.cpp
 void register_chat(CLI::App& app);    // cli/chat.cpp
 
-// Subcommand registrations (one per cli/<name>.cpp). Keep this list in DESIGN.md order.
+// Subcommand registrations (one per cli/<name>.cpp). Keep this list in the order of the table in
+// docs/architecture.md 1.
 void register_all(CLI::App& app) {
   (void)app;
   register_data(app);

@@ -1,4 +1,4 @@
-// `nanochat run`: torchrun-style launcher (DESIGN.md 1). Also registers the hidden
+// `nanochat run`: torchrun-style launcher (docs/architecture.md 1). Also registers the hidden
 // `nanochat dist-selftest` that tests/dist/ runs under it.
 #include <cstdio>
 #include <cstdlib>

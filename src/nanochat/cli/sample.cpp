@@ -1,5 +1,5 @@
 // `nanochat sample`: generate text from a trained checkpoint with the KV cache
-// (nanochat's base_train sampling and engine.py; spec 3.7, 7.1).
+// (nanochat's base_train sampling and engine.py; docs/nanochat.md 3.7, 7.1).
 #include <cstdio>
 #include <memory>
 #include <string>

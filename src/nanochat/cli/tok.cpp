@@ -1,5 +1,5 @@
-// `nanochat tok-train` and `nanochat tok-eval` (scripts/tok_train.py, scripts/tok_eval.py; spec 6.2,
-// 6.5): train the BPE tokenizer on the train shards, report its compression.
+// `nanochat tok-train` and `nanochat tok-eval` (scripts/tok_train.py, scripts/tok_eval.py;
+// docs/nanochat.md 6.2, 6.5): train the BPE tokenizer on the train shards, report its compression.
 #include <algorithm>
 #include <cstdio>
 #include <memory>

@@ -1,7 +1,7 @@
 #pragma once
 // Arena: one 64-byte-aligned allocation, pre-touched once, handed out by a bump pointer.
 // First-touch page faults cost ~13 us per 4 KiB page on our VMs, so activations are carved from
-// an arena sized once per (B, T) and never allocated inside a training step (DESIGN.md 3.4).
+// an arena sized once per (B, T) and never allocated inside a training step (docs/architecture.md 3.4).
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -1,5 +1,5 @@
 #pragma once
-// Per-op-family wall-time profile of the training step (issue: CPU speed, profile breakdown).
+// Per-op-family wall-time profile of the training step (what --profile prints).
 //
 // The model, optimizer and trainer wrap each op call in a `prof::Scope`; when profiling is off
 // (the default) a scope costs one load and a branch. The caller enables it, runs steps, reads the

@@ -1,7 +1,7 @@
 #pragma once
 // Deterministic random numbers for initialisation, sampling and data shuffling.
 // xoshiro256** seeded through splitmix64; normals by Box-Muller. Not bit-compatible with
-// PyTorch's generator (nanochat-spec 1.2: numerics are validated with imported weights instead).
+// PyTorch's generator (docs/nanochat.md 1.2: numerics are validated with imported weights instead).
 #include <cmath>
 #include <cstdint>
 

@@ -1,6 +1,6 @@
 #pragma once
 // `nanochat data download`: fetch nanochat's pretraining shards over HTTP(S) with libcurl
-// (nanochat/dataset.py; spec 5.1). Files shard_%05d.parquet for 0..N-1 plus the validation shard
+// (nanochat/dataset.py; docs/nanochat.md 5.1). Files shard_%05d.parquet for 0..N-1 plus the validation shard
 // 06542 (always). Each file streams into "<name>.tmp"; an existing .tmp is resumed with an HTTP
 // Range request; failures are retried with exponential backoff; a finished file must open as
 // Parquet (magic + footer) before it is renamed into place. Existing valid shards are skipped.

@@ -104,7 +104,7 @@ struct DataLoader::Impl {
     }
   }
 
-  // One batch of B rows of T+1 tokens, BOS-aligned best fit (spec 5.4).
+  // One batch of B rows of T+1 tokens, BOS-aligned best fit (docs/nanochat.md 5.4).
   void make_batch(std::vector<int32_t>& rows) {
     const int64_t L = opt.T + 1;
     rows.resize(static_cast<size_t>(opt.B) * static_cast<size_t>(L));

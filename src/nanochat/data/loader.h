@@ -1,5 +1,5 @@
 #pragma once
-// Training/validation batches from parquet shards (nanochat dataloader.py; spec 5.1, 5.3, 5.4):
+// Training/validation batches from parquet shards (nanochat dataloader.py; docs/nanochat.md 5.1, 5.3, 5.4):
 //  * shards: sorted *.parquet in the data directory; the last file is validation, the rest train;
 //  * rank r of W reads row groups r, r+W, ... of every file, in file order, forever (epochs from 1);
 //  * each row group is cut into doc batches of 128, tokenized with BOS prepended;

@@ -246,7 +246,7 @@ PackResult pack_corpus(const PackOptions& opt) {
   Rng rng(opt.seed);
   for (int64_t i = n - 1; i > 0; --i) std::swap(docs[static_cast<size_t>(i)], docs[rng.below(static_cast<uint64_t>(i + 1))]);
 
-  // ---- plan train shards: close at >= shard_chars AND a multiple of 1024 docs (spec 5.2) ----
+  // ---- plan train shards: close at >= shard_chars AND a multiple of 1024 docs (docs/nanochat.md 5.2) ----
   const int64_t n_train = n - opt.val_docs;
   std::vector<int64_t> ends;  // exclusive end index of each train shard
   int64_t chars = 0, count = 0;

@@ -1,6 +1,6 @@
 #pragma once
 // `nanochat data pack` and `nanochat data inspect`: turn text / JSONL files into shuffled shards in
-// nanochat's layout (spec 5.2), and describe a shard.
+// nanochat's layout (docs/nanochat.md 5.2), and describe a shard.
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 #pragma once
 // A small Parquet reader and writer for one text column — the shard layout of nanochat's
-// pretraining data (spec 5.2; format: https://github.com/apache/parquet-format).
+// pretraining data (docs/nanochat.md 5.2; format: https://github.com/apache/parquet-format).
 //
 // Reader: finds the top-level column named "text" (BYTE_ARRAY, REQUIRED or OPTIONAL; other columns
 // are skipped, nested ones included) and decodes it one row group at a time, reading only that

@@ -1,5 +1,5 @@
 #pragma once
-// Startup agreement (DESIGN.md 3.10): before the first step every rank compares the facts that
+// Startup agreement (docs/architecture.md 3.10): before the first step every rank compares the facts that
 // must be identical across the job (model config, batch settings, tokenizer hash, data manifest,
 // build version, nnodes, ...). A difference is one clear error on EVERY rank, never a hang or a
 // silently diverging run.

@@ -1,5 +1,5 @@
 #pragma once
-// Communicator: the collectives the engine needs, behind one interface (DESIGN.md 3.6).
+// Communicator: the collectives the engine needs, behind one interface (docs/architecture.md 3.6).
 // Implementations: LocalCommunicator (world size 1, no-ops), GlooCommunicator (TCP, dist/).
 // Every operation is asynchronous: it returns a Work handle; wait() blocks until done (with the
 // communicator's deadline) and rethrows a failure as nanochat::Error naming the peer rank/host.

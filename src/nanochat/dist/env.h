@@ -1,6 +1,6 @@
 #pragma once
 // Process placement and distributed options, read from torchrun's environment variables
-// (DESIGN.md 1, 3.7): RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// (docs/architecture.md 1, 3.7): RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // plus nanochat's NANOCHAT_STORE_HOSTED, NANOCHAT_SOCKET_IFNAME (or GLOO_SOCKET_IFNAME),
 // NANOCHAT_JOB_TOKEN, NANOCHAT_COLLECTIVE_TIMEOUT and NANOCHAT_RENDEZVOUS_TIMEOUT (seconds).
 #include <chrono>
@@ -39,7 +39,7 @@ struct DistOptions {
   DistOptions resolved() const;
 };
 
-/// The interface and address the Gloo device binds (DESIGN.md 3.7).
+/// The interface and address the Gloo device binds (docs/architecture.md 3.7).
 struct DeviceChoice {
   std::string iface;    ///< interface name ("" if the address belongs to none we can list)
   std::string address;  ///< numeric address published to the peers

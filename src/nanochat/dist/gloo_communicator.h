@@ -1,5 +1,5 @@
 #pragma once
-// GlooCommunicator: the Communicator over Gloo's TCP transport (DESIGN.md 3.6, 3.7, 3.10).
+// GlooCommunicator: the Communicator over Gloo's TCP transport (docs/architecture.md 3.6, 3.7, 3.10).
 //
 // Rendezvous: the job's TCP store (dist/store.h) at MASTER_ADDR:MASTER_PORT, hosted by rank 0
 // unless NANOCHAT_STORE_HOSTED=1 (then node 0's launcher hosts it). Keys live under

@@ -1,5 +1,5 @@
 #pragma once
-// The launcher behind `nanochat run` (DESIGN.md 1, 3.7, 3.10), with torchrun's meanings:
+// The launcher behind `nanochat run` (docs/architecture.md 1, 3.7, 3.10), with torchrun's meanings:
 // it starts --nproc-per-node ranks of a program on this node with RANK = node_rank*P + local,
 // LOCAL_RANK, WORLD_SIZE = N*P, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, OMP_NUM_THREADS.
 // Node 0's launcher hosts the job's store (ranks get NANOCHAT_STORE_HOSTED=1); the launchers of

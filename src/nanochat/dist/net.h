@@ -1,7 +1,7 @@
 #pragma once
 // Small POSIX socket helpers shared by the store, the Gloo communicator, the launcher and doctor
-// (DESIGN.md 3.7, 3.10). Every blocking call takes a deadline: a DROPping firewall must never stall
-// a connect or a read for the kernel's two-minute default.
+// (docs/architecture.md 3.7, 3.10). Every blocking call takes a deadline: a DROPping firewall must
+// never stall a connect or a read for the kernel's two-minute default.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>

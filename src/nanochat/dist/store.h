@@ -1,5 +1,5 @@
 #pragma once
-// TCP key-value store for rendezvous (DESIGN.md 3.7). Gloo ships no network store, so the job
+// TCP key-value store for rendezvous (docs/architecture.md 3.7). Gloo ships no network store, so the job
 // runs its own: node 0's launcher (or rank 0 when ranks are started by hand) hosts a StoreServer
 // on MASTER_ADDR:MASTER_PORT and every process talks to it through a StoreClient.
 //

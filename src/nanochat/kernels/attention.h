@@ -2,7 +2,7 @@
 // Causal (optionally sliding-window) multi-head self-attention with grouped-query heads, fp32 on
 // CPU: forward, hand-written backward, and the KV-cache forward used at inference.
 //
-// Math (nanochat-spec sections 1.3, 1.6, 1.7, 1.10): for batch b, query head h, query position i,
+// Math (docs/nanochat.md 1.3, 1.6, 1.7, 1.10): for batch b, query head h, query position i,
 //   S_ij = scale * q_i . k_j          for allowed keys max(0, i - window) <= j <= i
 //   P_ij = softmax_j(S_ij),  out_i = sum_j P_ij v_j,  lse_i = log sum_j exp(S_ij)
 // Backward (FlashAttention-2, Dao 2023): P is recomputed from q, k and lse; with
@@ -17,7 +17,7 @@
 // Throughput is measured by bench/bench_attention (d4 and d6 training shapes).
 //
 // Window convention: window >= T (or window < 0) is plain causal attention; window w lets a query
-// see w + 1 keys including itself (nanochat-spec 1.6).
+// see w + 1 keys including itself (docs/nanochat.md 1.6).
 //
 // Errors: all functions throw nanochat::Error on invalid shapes (non-positive sizes, H % Hkv != 0,
 // a cache too short for pos0 + Tq).

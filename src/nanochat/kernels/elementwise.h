@@ -1,5 +1,5 @@
 #pragma once
-// Elementwise pieces of the nanochat block and trunk (nanochat-spec 1.3, backward 1.7):
+// Elementwise pieces of the nanochat block and trunk (docs/nanochat.md 1.3, backward 1.7):
 // relu^2 MLP activation, per-layer residual mixing h_in = r*h + a*x0 with scalar lambdas, and the
 // small vector helpers used for backout (h_f = h - beta*hb). OpenMP over elements.
 #include <cstdint>

@@ -1,6 +1,6 @@
 #pragma once
 // Token embedding lookup (nn.Embedding) and its backward, a scatter-add in which repeated tokens
-// accumulate (index_add). Used for wte and for the value-embedding tables (nanochat-spec 1.3, 1.7).
+// accumulate (index_add). Used for wte and for the value-embedding tables (docs/nanochat.md 1.3, 1.7).
 #include <cstdint>
 
 namespace nanochat {

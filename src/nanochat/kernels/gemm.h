@@ -1,7 +1,7 @@
 #pragma once
 // Single-precision GEMM through oneDNN's dnnl_sgemm (row-major). Chosen by measurement:
 // on the development machines dnnl_sgemm was the fastest library at 2 threads on every training
-// shape and within 3% of the best at 1 thread (shared/research/perf-baseline.md, section 2).
+// shape and within 3% of the best at 1 thread.
 // oneDNN picks its AVX-512 kernels by itself, independent of OPENBLAS_CORETYPE.
 #include <cstdint>
 

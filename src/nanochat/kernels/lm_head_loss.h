@@ -1,5 +1,5 @@
 #pragma once
-// The model's head (nanochat-spec 1.3 steps 6-8, backward 1.7): logits = x * W[:V]^T (vocab
+// The model's head (docs/nanochat.md 1.3 steps 6-8, backward 1.7): logits = x * W[:V]^T (vocab
 // padding cropped), softcap z = cap * tanh(logits / cap) with cap = 15, cross-entropy against
 // targets with ignore_index -1. Fused and chunked over tokens so the (N, V) logits never exist:
 // each chunk's logits go to a small scratch, are turned into dlogits in place, and feed the two

@@ -1,12 +1,12 @@
 #pragma once
-// Rotary position embeddings, nanochat's variant (nanochat-spec 1.5): base 100000, half-split
+// Rotary position embeddings, nanochat's variant (docs/nanochat.md 1.5): base 100000, half-split
 // (NeoX-style) pairs (x[j], x[j + D/2]), and the sign convention
 //   out1 = x1*cos + x2*sin,   out2 = -x1*sin + x2*cos       (a rotation by -angle)
 // with angle(t, j) = t * inv_freq_j, inv_freq_j = 1 / base^(2j/D). Backward is the inverse
 // rotation: dx1 = dy1*cos - dy2*sin, dx2 = dy1*sin + dy2*cos.
 // Plus the fused attention pre-processing of nanochat's CausalSelfAttention: rotary, then
-// per-head RMS norm over D, times 1.2 (spec 1.3 step 3), reading a strided input (the q/k columns of
-// a fused qkv projection) and writing a contiguous (B, T, heads, D) output.
+// per-head RMS norm over D, times 1.2 (docs/nanochat.md 1.3 step 3), reading a strided input (the
+// q/k columns of a fused qkv projection) and writing a contiguous (B, T, heads, D) output.
 #include <cstdint>
 
 namespace nanochat {

@@ -1,5 +1,5 @@
 #pragma once
-// nanochat's "smear": previous-token mixing of the normalised token embedding (nanochat-spec 1.3
+// nanochat's "smear": previous-token mixing of the normalised token embedding (docs/nanochat.md 1.3
 // step 2, backward 1.7). For each row b and t >= 1:
 //   u_t = sum_{c<24} w[c] * e_t[c],  g_t = lambda * sigmoid(u_t),  s_t = e_t + g_t * e_{t-1};
 //   s_0 = e_0.
@@ -22,7 +22,7 @@ template <typename T>
 void smear_backward(const T* e, const T* w, T lambda, const T* sig, const T* ds, T* de, T* dw,
                     T* dlambda, int64_t B, int64_t T_, int64_t C);
 
-/// One decode step with a previous embedding (spec 1.10, T == 1 with a KV cache):
+/// One decode step with a previous embedding (docs/nanochat.md 1.10, T == 1 with a KV cache):
 /// s = e + lambda * sigmoid(w . e[:24]) * prev, for B rows of C. s may alias e.
 template <typename T>
 void smear_step(const T* e, const T* prev, const T* w, T lambda, T* s, int64_t B, int64_t C);

@@ -1,5 +1,5 @@
 #pragma once
-// Value embeddings with their input-dependent gate (nanochat-spec 1.3 attention step 2, 1.7):
+// Value embeddings with their input-dependent gate (docs/nanochat.md 1.3 attention step 2, 1.7):
 //   gamma[n, h] = 3 * sigmoid(sum_{j<12} n1[n, j] * Wg[h, j])        (Wg = ve_gate.weight (Hkv, 12))
 //   v_out[n, h, :] = v_in[n, h, :] + gamma[n, h] * table[idx[n], h*D : (h+1)*D]
 // table = value_embeds.{layer}.weight (rows, Hkv*D).

@@ -24,7 +24,7 @@ using Prof = prof::Scope;
 
 namespace {
 constexpr float kQkScale = 1.2f;  // nanochat multiplies q and k by 1.2 after the QK norm
-// Indices in params_ of the root scalars (registered first, spec 1.2).
+// Indices in params_ of the root scalars (registered first, docs/nanochat.md 1.2).
 constexpr size_t kResid = 0, kX0 = 1, kSmearLambda = 2, kBackout = 3;
 }  // namespace
 
@@ -98,7 +98,7 @@ std::vector<ParamInfo> GPT::param_table(const ModelConfig& cfg) {
     offset += p.numel;
     t.push_back(std::move(p));
   };
-  // Registration order of nanochat's GPT (spec 1.2): root scalars, wte, blocks, lm_head,
+  // Registration order of nanochat's GPT (docs/nanochat.md 1.2): root scalars, wte, blocks, lm_head,
   // smear_gate, value_embeds ascending.
   add("resid_lambdas", {L});
   add("x0_lambdas", {L});

@@ -1,5 +1,5 @@
 #pragma once
-// The nanochat GPT (nanochat/gpt.py; nanochat-spec section 1) in fp32 on CPU: parameters in one
+// The nanochat GPT (nanochat/gpt.py; docs/nanochat.md 1) in fp32 on CPU: parameters in one
 // flat buffer (named views in state_dict order), nanochat's initialisation, the training forward
 // with a hand-written backward, evaluation losses, logits, and a KV-cache inference path.
 //
@@ -43,7 +43,7 @@ class GPT {
   GPT& operator=(const GPT&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
-  /// Parameters in nanochat's state_dict / model.parameters() order (spec 1.2).
+  /// Parameters in nanochat's state_dict / model.parameters() order (docs/nanochat.md 1.2).
   const std::vector<ParamInfo>& params() const { return params_; }
   /// Total number of parameter elements (= size of the flat buffers in floats).
   size_t num_params() const { return num_params_; }
@@ -59,7 +59,7 @@ class GPT {
   /// The ParamInfo of a name; throws nanochat::Error for an unknown name.
   const ParamInfo& param_info(const std::string& name) const;
 
-  /// nanochat's init_weights (spec 1.2) drawn from our own RNG (core/rng.h): wte N(0, 0.8),
+  /// nanochat's init_weights (docs/nanochat.md 1.2) drawn from our own RNG (core/rng.h): wte N(0, 0.8),
   /// lm_head N(0, 0.001), c_q/c_k/c_v U(-s, s) with s = sqrt(3/C), c_fc U(-0.4s, 0.4s), both
   /// c_proj zero, ve_gate and smear_gate U(0, 0.02), value_embeds U(-s, s), lambdas by formula,
   /// smear_lambda 0, backout_lambda 0.2. Deterministic for a seed (independent of thread count).
@@ -86,7 +86,7 @@ class GPT {
   /// Logits after the softcap, cropped to V: logits (B, T, V) row-major, caller-allocated.
   void forward_logits(const int32_t* idx, int B, int T, float* logits);
 
-  /// KV-cache forward (spec 1.10): processes T new tokens per row starting at the cache's
+  /// KV-cache forward (docs/nanochat.md 1.10): processes T new tokens per row starting at the cache's
   /// position, appends their keys/values, advances the cache by T. If logits != nullptr it
   /// receives the softcapped logits of every new position (B, T, V) when all_positions, else
   /// only of the last one (B, V). The cache must have been made for this model's config with
@@ -97,11 +97,11 @@ class GPT {
   void forward_cached(const int32_t* idx, int B, int T, KVCache& cache, float* logits,
                       bool all_positions = false);
 
-  /// estimate_flops (spec 1.9): 6 * matmul params + sum over layers of 12*H*D*min(window, T).
+  /// estimate_flops (docs/nanochat.md 1.9): 6 * matmul params + sum over layers of 12*H*D*min(window, T).
   int64_t num_flops_per_token() const;
   /// Matmul parameter count (all Linear weights: block matrices incl. ve_gate, lm_head, smear_gate).
   int64_t num_matmul_params() const;
-  /// num_scaling_params (spec 1.9): keys wte, value_embeds, lm_head, transformer_matrices,
+  /// num_scaling_params (docs/nanochat.md 1.9): keys wte, value_embeds, lm_head, transformer_matrices,
   /// scalars, total.
   std::map<std::string, int64_t> num_scaling_params() const;
 
@@ -154,7 +154,7 @@ class GPT {
   std::unique_ptr<Acts> acts_;
 };
 
-/// Key/value cache for generation (nanochat engine.py KVCache, spec 1.10): per layer k and v of
+/// Key/value cache for generation (nanochat engine.py KVCache, docs/nanochat.md 1.10): per layer k and v of
 /// shape (B, T_max, Hkv, D) fp32, the current position (all rows aligned), and the previous
 /// position's normalised embedding for the smear at decode steps.
 class KVCache {

@@ -31,7 +31,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
-// AdamW group index of a parameter name (spec 2.1), -1 for Muon (transformer.h.*), -2 for none.
+// AdamW group index of a parameter name (docs/nanochat.md 2.1), -1 for Muon (transformer.h.*), -2 for none.
 int adamw_group_of(const std::string& name) {
   if (name == "lm_head.weight") return 0;
   if (name == "transformer.wte.weight") return 1;
@@ -133,7 +133,7 @@ void MuonAdamW::build_groups(const OptimConfig& cfg) {
     const int gi = adamw_group_of(p.name);
     if (gi == -2)
       fail("optimizer: parameter '", p.name,
-           "' belongs to no MuonAdamW group (expected nanochat state_dict names, spec 2.1)");
+           "' belongs to no MuonAdamW group (expected nanochat state_dict names, docs/nanochat.md 2.1)");
     if (gi >= 0) {
       groups_[gi].params.push_back(static_cast<int>(i));
       groups_[gi].names.push_back(p.name);

@@ -1,6 +1,6 @@
 #pragma once
-// MuonAdamW: nanochat's combined optimizer (nanochat/optim.py class MuonAdamW; nanochat-spec 2.1-2.4)
-// with its ZeRO-2-style sharding inside the optimizer (DESIGN.md 3.8):
+// MuonAdamW: nanochat's combined optimizer (nanochat/optim.py class MuonAdamW; docs/nanochat.md 2.1-2.4)
+// with its ZeRO-2-style sharding inside the optimizer (docs/architecture.md 3.8):
 //  - AdamW parameters with < 1024 elements: gradients all-reduced, every rank updates the whole
 //    parameter, state replicated.
 //  - AdamW parameters with >= 1024 elements: gradients reduce-scattered by rows, rank r owns rows
@@ -28,7 +28,7 @@
 namespace nanochat {
 
 /// One parameter handed to the optimizer. name = nanochat state_dict key (decides the group,
-/// spec 2.1); p and g point at numel(shape) floats (row-major) that outlive the optimizer.
+/// docs/nanochat.md 2.1); p and g point at numel(shape) floats (row-major) that outlive the optimizer.
 struct OptParam {
   std::string name;
   std::vector<int64_t> shape;
@@ -46,7 +46,7 @@ struct OptimConfig {
 
 enum class OptKind { AdamW, Muon };
 
-/// One parameter group (spec 2.1 table), in nanochat's group order.
+/// One parameter group (docs/nanochat.md 2.1 table), in nanochat's group order.
 struct OptGroup {
   OptKind kind = OptKind::AdamW;
   std::string label;               ///< lm_head, wte, value_embeds, resid, x0, smear, muon (m,n)
@@ -64,7 +64,7 @@ struct OptGroup {
 /// nanochat's MuonAdamW. Not thread-safe; one instance per rank.
 class MuonAdamW {
  public:
-  /// Builds the groups of spec 2.1 from the parameter names and allocates all state and
+  /// Builds the groups of docs/nanochat.md 2.1 from the parameter names and allocates all state and
   /// communication buffers for this rank's shard. comm == nullptr means a single process.
   /// Throws nanochat::Error for a name that belongs to no group, a non-2-D Muon parameter,
   /// null pointers or duplicate names.
@@ -73,8 +73,8 @@ class MuonAdamW {
   MuonAdamW(const MuonAdamW&) = delete;
   MuonAdamW& operator=(const MuonAdamW&) = delete;
 
-  /// One update (spec 2.2-2.4). lr_multiplier scales every group's initial lr; muon_momentum and
-  /// muon_weight_decay are the scheduled Muon values (spec 3.4). Gradients are summed over ranks
+  /// One update (docs/nanochat.md 2.2-2.4). lr_multiplier scales every group's initial lr; muon_momentum and
+  /// muon_weight_decay are the scheduled Muon values (docs/nanochat.md 3.4). Gradients are summed over ranks
   /// and then multiplied by grad_scale (e.g. 1/W to average, or 1/tokens for token-weighted sums).
   /// With world size 1 the gradient buffers are left unchanged; with W > 1 the collectives use
   /// them as scratch (their contents afterwards are unspecified). Every rank must call step()
@@ -83,8 +83,8 @@ class MuonAdamW {
             float grad_scale = 1.f);
 
   /// Marks parameter `param` (index into the constructor's list) as holding its final gradient
-  /// of this step, so its reduction can start while the backward goes on (issue: overlap the
-  /// reduce-scatter with the last micro-batch's backward). With W > 1 a large (sharded) AdamW
+  /// of this step, so its reduction can start while the backward goes on (the reduce-scatter
+  /// overlaps the last micro-batch's backward). With W > 1 a large (sharded) AdamW
   /// tensor's reduce-scatter is launched at once, and a Muon group's once all its matrices are
   /// ready; small all-reduced tensors always wait for step() (their gradients may still be
   /// rewritten, see train/ordered_grad_sum.h). No-op at W = 1 or for an already launched tensor.

@@ -15,12 +15,12 @@ namespace {
 // Element counts below which OpenMP is not worth its fork/join.
 constexpr int64_t kParElems = 1 << 15;
 
-// PyTorch's lerp(a, b, w): a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w) (spec 2.2).
+// PyTorch's lerp(a, b, w): a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w) (docs/nanochat.md 2.2).
 inline float lerp(float a, float b, float w) {
   return std::fabs(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.f - w);
 }
 
-// Polar Express coefficients (a, b, c) for 5 iterations (nanochat optim.py; spec 2.3 step 5).
+// Polar Express coefficients (a, b, c) for 5 iterations (nanochat optim.py; docs/nanochat.md 2.3 step 5).
 constexpr double kPolar[5][3] = {
     {8.156554524902461, -22.48329292557795, 15.878769915207462},
     {4.042929935166739, -2.808917465908714, 0.5000178451051316},

@@ -1,5 +1,5 @@
 #pragma once
-// The per-tensor math of nanochat's MuonAdamW (nanochat/optim.py; nanochat-spec 2.2 and 2.3), in
+// The per-tensor math of nanochat's MuonAdamW (nanochat/optim.py; docs/nanochat.md 2.2 and 2.3), in
 // fp32 with double accumulators for norms. The optimizer class (muon_adamw.h) decides which rank
 // runs which piece; these functions know nothing about ranks or groups.
 #include <cstddef>
@@ -7,13 +7,13 @@
 
 namespace nanochat {
 
-/// Hyperparameters of one AdamW update (spec 2.2). step is the 1-based count after increment.
+/// Hyperparameters of one AdamW update (docs/nanochat.md 2.2). step is the 1-based count after increment.
 struct AdamWHyper {
   double lr = 0, weight_decay = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-10;
   int64_t step = 1;
 };
 
-/// One AdamW step on n elements, in place on p, m (exp_avg) and v (exp_avg_sq) (spec 2.2):
+/// One AdamW step on n elements, in place on p, m (exp_avg) and v (exp_avg_sq) (docs/nanochat.md 2.2):
 /// p <- p(1 - lr wd); m <- m + (1-b1)(g - m); v <- v + (1-b2)(g^2 - v);
 /// p <- p - (lr / (1 - b1^t)) m / (sqrt(v / (1 - b2^t)) + eps), with g = grad_scale * grad.
 void adamw_update(float* p, const float* grad, float* m, float* v, size_t n, float grad_scale,
@@ -30,7 +30,7 @@ struct MuonScratch {
   double* rowv = nullptr;
 };
 
-/// Polar Express (spec 2.3 step 5, arXiv 2505.16932, nanochat's 5 coefficient triples) on the
+/// Polar Express (docs/nanochat.md 2.3 step 5, arXiv 2505.16932, nanochat's 5 coefficient triples) on the
 /// row-major (m, n) matrix in x, in place: tall (m > n): A = X^T X, X <- aX + X(bA + cA^2);
 /// otherwise A = X X^T, X <- aX + (bA + cA^2)X. The caller pre-scales x (spectral norm < 1).
 /// Products go through sgemm (kernels/gemm.h); the symmetric A and A^2 = A A^T of a side >= 128
@@ -38,14 +38,14 @@ struct MuonScratch {
 /// s.x2; the other is clobbered). steps <= 5.
 float* polar_express(float* x, int64_t m, int64_t n, const MuonScratch& s, int steps = 5);
 
-/// Hyperparameters of one Muon update (spec 2.3); lr is the group lr (the shape factor
+/// Hyperparameters of one Muon update (docs/nanochat.md 2.3); lr is the group lr (the shape factor
 /// sqrt(max(1, m/n)) is applied inside).
 struct MuonHyper {
   double lr = 0, momentum = 0.95, weight_decay = 0, beta2 = 0.9;
   int ns_steps = 5;
 };
 
-/// One Muon step on a single (m, n) row-major matrix (spec 2.3 steps 1-10), in place on p,
+/// One Muon step on a single (m, n) row-major matrix (docs/nanochat.md 2.3 steps 1-10), in place on p,
 /// momentum (m*n) and second_moment (m floats if m >= n, else n floats): Nesterov momentum,
 /// MuonEq row equilibration, pre-scale, Polar Express, Muon+ (Frobenius norm sqrt(min(m, n))),
 /// NorMuon variance reduction, cautious weight decay (mask g*p >= 0) and the update with

@@ -1,4 +1,4 @@
-// BPE training (spec 6.2, the algorithm of nanochat's rustbpe; our own implementation).
+// BPE training (docs/nanochat.md 6.2, the algorithm of nanochat's rustbpe; our own implementation).
 //
 // 1. Every document is split with the pattern; distinct chunks are counted (weighted).
 // 2. Each distinct chunk becomes a "word": a sequence of token ids, initially its bytes (0..255).

@@ -5,7 +5,7 @@
 
 namespace nanochat {
 
-// nanochat/tokenizer.py SPLIT_PATTERN (spec 6.1): GPT-4's pattern with \p{N}{1,2}.
+// nanochat/tokenizer.py SPLIT_PATTERN (docs/nanochat.md 6.1): GPT-4's pattern with \p{N}{1,2}.
 const char* const kSplitPattern =
     R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+)";
 

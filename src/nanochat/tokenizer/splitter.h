@@ -1,5 +1,5 @@
 #pragma once
-// Internal: the regex pre-split of the tokenizer (spec 6.1) on top of PCRE2 with JIT.
+// Internal: the regex pre-split of the tokenizer (docs/nanochat.md 6.1) on top of PCRE2 with JIT.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 

@@ -1,5 +1,5 @@
 #pragma once
-// Byte-level BPE tokenizer of nanochat (spec section 6; nanochat/tokenizer.py + rustbpe + tiktoken).
+// Byte-level BPE tokenizer of nanochat (docs/nanochat.md 6; nanochat/tokenizer.py + rustbpe + tiktoken).
 //
 //  * Pre-split: nanochat's split regex (GPT-4's pattern with \p{N}{1,2}), matched with PCRE2 (JIT)
 //    with tiktoken's semantics (\s = Unicode White_Space). Text is bytes: invalid UTF-8 sequences
@@ -21,10 +21,10 @@
 
 namespace nanochat {
 
-/// nanochat's split pattern (spec 6.1), exactly.
+/// nanochat's split pattern (docs/nanochat.md 6.1), exactly.
 extern const char* const kSplitPattern;
 
-/// The 9 special tokens in id order (spec 6.1); they take the top 9 ids of the vocabulary.
+/// The 9 special tokens in id order (docs/nanochat.md 6.1); they take the top 9 ids of the vocabulary.
 inline constexpr std::array<const char*, 9> kSpecialTokens = {
     "<|bos|>",          "<|user_start|>", "<|user_end|>",     "<|assistant_start|>", "<|assistant_end|>",
     "<|python_start|>", "<|python_end|>", "<|output_start|>", "<|output_end|>"};
@@ -44,13 +44,14 @@ class Tokenizer {
   /// An empty tokenizer (vocab_size() == 0); only useful as a placeholder to assign to.
   Tokenizer();
 
-  /// Trains byte-level BPE like nanochat's rustbpe (spec 6.2): each doc is split with kSplitPattern,
-  /// unique chunks are counted (weighted), then vocab_size - 9 - 256 merges are learned, each the
-  /// pair with the highest weighted count (ties -> lexicographically smallest (a, b) id pair), merged
-  /// left-to-right without overlap. The 9 specials take the top ids. Deterministic (splitting runs
-  /// on 2 threads; the result does not depend on it). Verified merge-for-merge against rustbpe.
-  /// Throws nanochat::Error if vocab_size < 256 + 9. If the text runs out of pairs before all merges
-  /// are learned, the vocabulary is smaller than asked (vocab_size() tells).
+  /// Trains byte-level BPE like nanochat's rustbpe (docs/nanochat.md 6.2): each doc is split with
+  /// kSplitPattern, unique chunks are counted (weighted), then vocab_size - 9 - 256 merges are
+  /// learned, each the pair with the highest weighted count (ties -> lexicographically smallest
+  /// (a, b) id pair), merged left-to-right without overlap. The 9 specials take the top ids.
+  /// Deterministic (splitting runs on 2 threads; the result does not depend on it). Verified
+  /// merge-for-merge against rustbpe. Throws nanochat::Error if vocab_size < 256 + 9. If the text
+  /// runs out of pairs before all merges are learned, the vocabulary is smaller than asked
+  /// (vocab_size() tells).
   static Tokenizer train(const std::vector<std::string>& docs, int vocab_size,
                          TokenizerTrainStats* stats = nullptr);
 
@@ -91,7 +92,7 @@ class Tokenizer {
   int32_t bos_id() const;
   /// Total vocabulary size V including the 9 specials.
   int vocab_size() const;
-  /// (V,) raw byte length of each token; 0 for the 9 specials (spec 6.2, used for bpb in 3.6).
+  /// (V,) raw byte length of each token; 0 for the 9 specials (docs/nanochat.md 6.2, used for bpb in 3.6).
   std::vector<int32_t> token_bytes() const;
   /// The raw bytes of one token (a special id gives its name). Throws for an id out of range.
   std::string id_to_token_bytes(int32_t id) const;
@@ -108,7 +109,7 @@ class Tokenizer {
   std::shared_ptr<const Impl> impl_;
 };
 
-/// The text selection of nanochat's tok_train (spec 6.2): each document is cut to doc_cap
+/// The text selection of nanochat's tok_train (docs/nanochat.md 6.2): each document is cut to doc_cap
 /// characters (Unicode code points, Python's doc[:doc_cap]); documents are taken until the one that
 /// makes the running character count exceed max_chars (that one is still taken).
 class TrainTextBudget {
@@ -126,7 +127,7 @@ class TrainTextBudget {
   int64_t chars_ = 0, docs_ = 0;
 };
 
-/// Streaming BPE trainer (spec 6.2): feed documents, then train(). Tokenizer::train() wraps it.
+/// Streaming BPE trainer (docs/nanochat.md 6.2): feed documents, then train(). Tokenizer::train() wraps it.
 /// Memory grows with the number of distinct pre-split chunks, not with the text length.
 class TokenizerTrainer {
  public:

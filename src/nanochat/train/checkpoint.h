@@ -1,5 +1,5 @@
 #pragma once
-// Atomic, portable checkpoints (DESIGN.md 3.9; nanochat checkpoint_manager.py layout with
+// Atomic, portable checkpoints (docs/architecture.md 3.9; nanochat checkpoint_manager.py layout with
 // safetensors instead of torch pickles):
 //   <dir>/model_<S:06d>.safetensors        weights, nanochat state_dict keys (rank 0)
 //   <dir>/meta_<S:06d>.json                nanochat's meta fields + loader/RNG state (rank 0)

@@ -1,5 +1,5 @@
 #pragma once
-// Validation bits per byte (nanochat loss_eval.py evaluate_bpb; spec 3.6).
+// Validation bits per byte (nanochat loss_eval.py evaluate_bpb; docs/nanochat.md 3.6).
 #include <cstdint>
 #include <functional>
 #include <vector>

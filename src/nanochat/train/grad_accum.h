@@ -1,6 +1,6 @@
 #pragma once
-// Gradient accumulation of one optimizer step on one rank (nanochat-spec 3.3, generalised for
-// data parallelism; distributed issue: token-weighted SUM, overlap, any world size).
+// Gradient accumulation of one optimizer step on one rank (docs/nanochat.md 3.3, generalised for
+// data parallelism: token-weighted SUM, overlap with the backward, any world size).
 //
 //  * Every micro-batch adds the gradient of the SUM of its token losses (targets != -1), so ranks
 //    and micro-batches may hold different numbers of valid tokens; finish() returns the scale

@@ -1,8 +1,8 @@
 #pragma once
-// World-size-independent summation of small gradients (distributed issue: W = 1, 2, 3 reach the
-// same parameters).
+// World-size-independent summation of small gradients (so that W = 1, 2 and 3 reach the same
+// parameters).
 //
-// resid_lambdas, x0_lambdas and backout_lambda have an exactly zero gradient at init (spec 1.7,
+// resid_lambdas, x0_lambdas and backout_lambda have an exactly zero gradient at init (docs/nanochat.md 1.7,
 // 10.3): what the backward computes for them is rounding noise, and AdamW's first steps move them
 // by ~lr * sign(noise). The noise of a sum depends on the order of its terms, so with the usual
 // "accumulate over micro-batches, then all-reduce" the trained model would depend on the world

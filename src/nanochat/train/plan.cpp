@@ -54,7 +54,7 @@ TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size
   }
   p.log.push_back(fmt("Estimated FLOPs per token: %e", static_cast<double>(p.counts.flops_per_token)));
 
-  // Data/batch scaling against the d12 reference built with the same flags (spec 3.2).
+  // Data/batch scaling against the d12 reference built with the same flags (docs/nanochat.md 3.2).
   const double ratio = a.target_param_data_ratio;
   p.target_tokens = static_cast<int64_t>(ratio * static_cast<double>(p.counts.scaling_params()));
   ModelConfig ref = ModelConfig::from_depth(12, a.aspect_ratio, a.head_dim, a.max_seq_len,
@@ -79,7 +79,7 @@ TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size
   if (p.weight_decay_scaled != a.weight_decay)
     p.log.push_back(fmt("Scaling weight decay from %.6f", a.weight_decay) + fmt(" to %.6f", p.weight_decay_scaled));
 
-  // Horizon: --num-iterations > --target-flops > --target-param-data-ratio (spec 3.1).
+  // Horizon: --num-iterations > --target-flops > --target-param-data-ratio (docs/nanochat.md 3.1).
   if (a.num_iterations > 0) {
     p.num_iterations = a.num_iterations;
     p.log.push_back("Using user-provided number of iterations: " + with_commas(p.num_iterations));
@@ -103,7 +103,7 @@ TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size
   p.log.push_back(fmt("Total training FLOPs estimate: %e",
                       static_cast<double>(p.counts.flops_per_token) * static_cast<double>(total_tokens)));
 
-  // Gradient accumulation (spec 3.3).
+  // Gradient accumulation (docs/nanochat.md 3.3).
   const int64_t B = a.device_batch_size, T = a.max_seq_len, W = world_size;
   const int64_t per_micro = B * T;
   const int64_t world_tokens = per_micro * W;

@@ -1,5 +1,5 @@
 #pragma once
-// base_train's flags and the quantities derived from them (nanochat-spec 3.1-3.3, 1.9).
+// base_train's flags and the quantities derived from them (docs/nanochat.md 3.1-3.3, 1.9).
 #include <cstdint>
 #include <map>
 #include <string>
@@ -9,7 +9,7 @@
 
 namespace nanochat {
 
-/// nanochat scripts/base_train.py flags with their defaults (spec 3.1), plus CPU extras.
+/// nanochat scripts/base_train.py flags with their defaults (docs/nanochat.md 3.1), plus CPU extras.
 struct BaseTrainArgs {
   std::string run = "dummy";
   std::string device_type;           ///< accepted for compatibility; only "" or "cpu" run here
@@ -52,7 +52,7 @@ struct BaseTrainArgs {
   bool loader_global_stream = false;
 };
 
-/// Parameter counts of nanochat's GPT.num_scaling_params plus matmul params (spec 1.9).
+/// Parameter counts of nanochat's GPT.num_scaling_params plus matmul params (docs/nanochat.md 1.9).
 struct ModelCounts {
   int64_t wte = 0, value_embeds = 0, lm_head = 0, transformer_matrices = 0, scalars = 0, total = 0;
   int64_t matmul = 0;           ///< all Linear weights: block matrices (incl. ve_gate) + lm_head + smear_gate
@@ -64,7 +64,7 @@ struct ModelCounts {
 /// Counts from the config alone (GPT's static counters; no model is allocated).
 ModelCounts count_params(const ModelConfig& cfg);
 
-/// Everything base_train derives before the first step (spec 3.2-3.3).
+/// Everything base_train derives before the first step (docs/nanochat.md 3.2-3.3).
 struct TrainPlan {
   ModelConfig model;
   ModelCounts counts;

@@ -1,6 +1,6 @@
 #pragma once
 // Text generation with the KV cache (nanochat engine.py Engine.generate / sample_next_token,
-// spec 7.1): batch-1 prefill of the prompt, then one token per step through the cache.
+// docs/nanochat.md 7.1): batch-1 prefill of the prompt, then one token per step through the cache.
 #include <cstdint>
 #include <functional>
 #include <vector>

@@ -1,5 +1,5 @@
 #pragma once
-// Training schedules of nanochat's scripts/base_train.py (nanochat-spec 3.4).
+// Training schedules of nanochat's scripts/base_train.py (docs/nanochat.md 3.4).
 // `it` is the 0-based index of the optimizer step being made, `N` the number of steps.
 #include <cstdint>
 

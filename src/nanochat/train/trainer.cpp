@@ -40,7 +40,7 @@ namespace nanochat {
 
 namespace {
 
-// The seven prompts base_train samples greedily (spec 3.7).
+// The seven prompts base_train samples greedily (docs/nanochat.md 3.7).
 const char* const kSamplePrompts[] = {
     "The capital of France is",
     "The chemical symbol of gold is",
@@ -142,7 +142,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
                  "this machine (at least threads x the 1-thread peak, up to the physical cores), ",
                  static_cast<int64_t>(peak_gflops), " GFLOP/s (", peak_cache, "), x world size"));
 
-  // Model, optimizer (spec 2.1 lrs x batch_lr_scale; Muon wd scaled).
+  // Model, optimizer (docs/nanochat.md 2.1 lrs x batch_lr_scale; Muon wd scaled).
   GPT model(cfg);
   model.init_weights(a.seed);
   model.set_recompute_mlp(a.recompute_mlp);
@@ -176,7 +176,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   const std::string ckpt_dir = base_dir() + "/base_checkpoints/" + tag;
   const std::string metrics_path = ckpt_dir + "/metrics.jsonl";
 
-  // Loop state (spec 3.9 loop_state) and resume.
+  // Loop state (docs/nanochat.md 3.9 loop_state) and resume.
   int64_t step = 0;
   double val_bpb = std::numeric_limits<double>::quiet_NaN();
   double min_val_bpb = std::numeric_limits<double>::infinity();
@@ -300,7 +300,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   vo.world_size = 1;
   const int64_t eval_steps = std::max<int64_t>(1, a.eval_tokens / (static_cast<int64_t>(B) * T));  // all ranks
 
-  // Startup agreement (DESIGN.md 3.10): one clear error on every rank if anything differs.
+  // Startup agreement (docs/architecture.md 3.10): one clear error on every rank if anything differs.
   if (W > 1) {
     json user = args_to_json(a);
     user.erase("threads");  // nodes may legitimately use different thread counts
@@ -416,7 +416,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
     }
     if (last) break;
 
-    // 3. one optimizer step: gradient accumulation over micro-batches (spec 3.3).
+    // 3. one optimizer step: gradient accumulation over micro-batches (docs/nanochat.md 3.3).
     prof::enable(a.profile);
     Timer t;
     const double wait0 = opt.comm_wait_seconds();
@@ -450,7 +450,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
     ++profiled_steps;
     const double comm_wait = opt.comm_wait_seconds() - wait0;
 
-    // 4. log line (spec 3.10).
+    // 4. log line (docs/nanochat.md 3.10).
     smooth_train_loss = ema_beta * smooth_train_loss + (1 - ema_beta) * train_loss;
     const double debiased = smooth_train_loss / (1 - std::pow(ema_beta, static_cast<double>(step + 1)));
     const double pct = 100.0 * static_cast<double>(step) / static_cast<double>(N);

@@ -1,5 +1,5 @@
 #pragma once
-// base_train's main loop (nanochat scripts/base_train.py; spec 3.3-3.10) for one rank of a
+// base_train's main loop (nanochat scripts/base_train.py; docs/nanochat.md 3.3-3.10) for one rank of a
 // data-parallel job: derivations, init or resume, gradient accumulation, MuonAdamW steps, log
 // lines, val bpb, samples, atomic checkpoints, metrics JSONL and an SVG report.
 #include <string>
