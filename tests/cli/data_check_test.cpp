@@ -2,7 +2,10 @@
 // `nanochat data verify`, through the built binary: a corrupt page in a later row group stops the
 // run before step 0 naming the file and row group, a second start skips checked shards, a
 // changed shard is checked again, --skip-data-check starts anyway.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -120,4 +123,44 @@ TEST(DataCheck, DataVerifyReportsEveryCorruptShard) {
   auto one = run(b, " data verify -q " + shard(b, 1));
   EXPECT_EQ(one.code, 0) << one.out;
   EXPECT_TRUE(has(one.out, "1 file(s), 6 row groups")) << one.out;
+}
+
+// The two ranks of a node share the data directory: one checks, the other waits for it and finds
+// the shards recorded; with a corrupt shard both ranks stop before step 0 naming it.
+TEST(DataCheck, RanksOfANodeCheckOnceAndBothStopOnACorruptShard) {
+  BaseDir b("nc_dck_ranks");
+  const std::string launch = " run --nproc-per-node 2 --threads-per-rank 1 --master-port ";
+  auto good = run(b, launch + std::to_string(35000 + ::getpid() % 400) + kTwoSteps);
+  ASSERT_EQ(good.code, 0) << good.out;
+  size_t checks = 0;
+  for (size_t at = 0; (at = good.out.find("Data check: 3 shard(s) (", at)) != std::string::npos; ++at) ++checks;
+  EXPECT_EQ(checks, 1u) << good.out;
+  const std::string bad = shard(b, 1);
+  corrupt_row_group(bad, 3);
+  auto r = run(b, launch + std::to_string(35400 + ::getpid() % 400) + kTwoSteps);
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "[rank 0]   " + bad + ": row group 3 (of 6)")) << r.out;
+  EXPECT_TRUE(has(r.out, "[rank 1]   " + bad + ": row group 3 (of 6)")) << r.out;
+  EXPECT_FALSE(has(r.out, "step 00000")) << r.out;
+}
+
+// A process that waits for another one's check says for whom and gives up at the deadline
+// (NANOCHAT_DATA_CHECK_WAIT_S) with what to do, instead of hanging.
+TEST(DataCheck, WaitingForAnotherCheckHasADeadline) {
+  BaseDir b("nc_dck_wait");
+  const std::string lock = b.dir + "/base_data_climbmix/.nanochat_verified.lock";
+  int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "process 4242 on testhost", 24), 24);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = run(b, kTwoSteps, "NANOCHAT_DATA_CHECK_WAIT_S=2");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(fd);
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "Data check: waiting for process 4242 on testhost to finish checking the shards in")) << r.out;
+  EXPECT_TRUE(has(r.out, "gave up after 2 s waiting for process 4242 on testhost")) << r.out;
+  EXPECT_TRUE(has(r.out, "NANOCHAT_DATA_CHECK_WAIT_S")) << r.out;
+  EXPECT_FALSE(has(r.out, "step 00000")) << r.out;
+  EXPECT_LT(s, 30.0);
 }

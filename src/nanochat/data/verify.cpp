@@ -211,7 +211,7 @@ class DirLock {
     const char* env = std::getenv("NANOCHAT_DATA_CHECK_WAIT_S");
     const double limit = env && *env ? std::atof(env) : 3600.0;
     const auto t0 = Clock::now();
-    double next_note = 5;
+    double next_note = std::min(5.0, limit / 2);
     while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       if (errno != EWOULDBLOCK && errno != EINTR) {  // e.g. a file system without locks
         ::close(fd_);

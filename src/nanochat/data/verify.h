@@ -63,7 +63,7 @@ std::string corrupt_shard_advice(const std::string& path);
 /// that the manifest does not list as checked in their current state are checked, and the
 /// results recorded. Processes sharing `dir` (the ranks of a node) take turns through a lock
 /// file, so one checks while the others wait and then find the manifest up to date; a waiting
-/// process prints what it waits for every 30 s and gives up after $NANOCHAT_DATA_CHECK_WAIT_S
+/// process prints what it waits for after 5 s and then every 30 s, and gives up after $NANOCHAT_DATA_CHECK_WAIT_S
 /// (default 3600) seconds. skip = true (--skip-data-check) checks nothing. leader: this process
 /// prints the "already checked" / "skipped" lines (rank 0). Throws nanochat::Error naming every
 /// corrupt shard, its row group and page and what to do, before any training step.
