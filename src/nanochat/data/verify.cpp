@@ -200,16 +200,26 @@ std::vector<ShardCheck> verify_shards(const std::vector<std::string>& files, con
 
 namespace {
 
+// $NANOCHAT_DATA_CHECK_WAIT_S (default 3600): how long to wait for another process's check.
+double wait_limit_s() {
+  const char* env = std::getenv("NANOCHAT_DATA_CHECK_WAIT_S");
+  if (!env || !*env) return 3600.0;
+  char* end = nullptr;
+  const double v = std::strtod(env, &end);
+  if (end == env || *end != '\0' || !(v > 0))
+    fail("NANOCHAT_DATA_CHECK_WAIT_S='", env, "' is not a positive number of seconds (default 3600)");
+  return v;
+}
+
 // An exclusive flock on "<dir>/.nanochat_verified.lock" for the life of the object, so the
 // processes sharing a data directory check and record its shards one at a time. held() is false
 // when the lock file cannot be created (a read-only directory): then nothing is recorded.
 class DirLock {
  public:
   explicit DirLock(const std::string& dir) : path_((fs::path(dir) / ".nanochat_verified.lock").string()) {
+    const double limit = wait_limit_s();
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) return;
-    const char* env = std::getenv("NANOCHAT_DATA_CHECK_WAIT_S");
-    const double limit = env && *env ? std::atof(env) : 3600.0;
     const auto t0 = Clock::now();
     double next_note = std::min(5.0, limit / 2);
     while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -237,8 +247,8 @@ class DirLock {
     char host[256] = "?";
     ::gethostname(host, sizeof host - 1);
     std::string me = str_cat("process ", ::getpid(), " on ", host);
-    if (::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) < 0) {
-    }  // the holder's name is only informative
+    const ssize_t wrote = ::ftruncate(fd_, 0) == 0 ? ::pwrite(fd_, me.data(), me.size(), 0) : -1;
+    (void)wrote;  // the holder's name is only informative
   }
   ~DirLock() {
     if (fd_ >= 0) ::close(fd_);  // releases the flock
