@@ -1,6 +1,5 @@
-// `nanochat data pack|inspect|download|verify`: build, describe, fetch and check parquet shards in
-// nanochat's layout (nanochat/dataset.py, dev/repackage_data_reference.py; spec 5.1-5.2).
-#include <chrono>
+// `nanochat data pack|inspect|download`: build, describe and fetch parquet shards in nanochat's
+// layout (nanochat/dataset.py, dev/repackage_data_reference.py; spec 5.1-5.2).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -8,6 +7,7 @@
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
+#include "nanochat/core/timer.h"
 #include "nanochat/data/download.h"
 #include "nanochat/data/pack.h"
 #include "nanochat/data/verify.h"
@@ -16,7 +16,7 @@ namespace nanochat::cli {
 
 namespace {
 
-// ---- verify ----
+// ---- verify ---- (`nanochat data verify`: decode every page of shards, data/verify.h)
 void register_data_verify(CLI::App* data) {
   struct VerifyArgs {
     std::vector<std::string> files;
@@ -43,9 +43,9 @@ void register_data_verify(CLI::App* data) {
         files.push_back(f);
       }
     }
-    const auto t0 = std::chrono::steady_clock::now();
+    const Timer timer;
     auto res = data::verify_shards(files, {va->threads, !va->quiet});
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = timer.seconds();
     const bool recorded = data::record_results(res);
     int bad = 0;
     int64_t groups = 0, pages = 0, crcs = 0, bytes = 0;
