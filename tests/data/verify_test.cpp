@@ -132,3 +132,17 @@ TEST(ShardCheck, TrainingCheckThrowsNamingTheShardAndWhatToDo) {
   EXPECT_NO_THROW(check_training_shards(d.string(), true, false)) << "--skip-data-check checks nothing";
   fs::remove_all(d);
 }
+
+// An unreadable manifest is not an error: everything is checked again and the manifest rewritten.
+TEST(ShardCheck, GarbledManifestMeansCheckAgain) {
+  fs::path d = temp_dir("garbled");
+  make_shard(d, "shard_00000.parquet", 20);
+  make_shard(d, "shard_00001.parquet", 20);
+  { std::ofstream(verified_manifest_path(d.string())) << "{\"version\": 1, \"files\": {\"shard_00000.parq"; }
+  EXPECT_NO_THROW(check_training_shards(d.string(), false, false));
+  std::ifstream in(verified_manifest_path(d.string()));
+  nlohmann::json m = nlohmann::json::parse(in);
+  EXPECT_EQ(m["files"]["shard_00000.parquet"]["ok"], true);
+  EXPECT_EQ(m["files"]["shard_00001.parquet"]["ok"], true);
+  fs::remove_all(d);
+}
