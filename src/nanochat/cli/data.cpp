@@ -1,15 +1,74 @@
 // `nanochat data pack|inspect|download`: build, describe and fetch parquet shards in nanochat's
 // layout (nanochat/dataset.py, dev/repackage_data_reference.py; docs/nanochat.md 5.1-5.2).
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
+#include "nanochat/core/timer.h"
 #include "nanochat/data/download.h"
 #include "nanochat/data/pack.h"
+#include "nanochat/data/verify.h"
 
 namespace nanochat::cli {
+
+namespace {
+
+// ---- verify ---- (`nanochat data verify`: decode every page of shards, data/verify.h)
+void register_data_verify(CLI::App* data) {
+  struct VerifyArgs {
+    std::vector<std::string> files;
+    int threads = 0;
+    bool quiet = false;
+  };
+  auto va = std::make_shared<VerifyArgs>();
+  CLI::App* v = data->add_subcommand(
+      "verify",
+      "Decode every page of every row group of parquet shards (page CRCs checked where present) and report corrupt ones; "
+      "results are recorded in <dir>/.nanochat_verified.json, so base-train does not check those shards again");
+  v->add_option("files", va->files, "Parquet files or directories (default: the data directory)");
+  v->add_option("--threads", va->threads, "Worker threads (0 = all hardware threads)")->capture_default_str();
+  v->add_flag("-q,--quiet", va->quiet, "No progress bar");
+  v->callback([va] {
+    std::vector<std::string> files;
+    if (va->files.empty()) va->files.push_back(data_dir());
+    for (const auto& f : va->files) {
+      if (std::filesystem::is_directory(f)) {
+        auto in = data::list_parquet_files(f);
+        if (in.empty()) fail("nanochat data verify: ", f, " holds no *.parquet file");
+        files.insert(files.end(), in.begin(), in.end());
+      } else {
+        files.push_back(f);
+      }
+    }
+    const Timer timer;
+    auto res = data::verify_shards(files, {va->threads, !va->quiet});
+    const double s = timer.seconds();
+    const bool recorded = data::record_results(res);
+    int bad = 0;
+    int64_t groups = 0, pages = 0, crcs = 0, bytes = 0;
+    for (const auto& r : res) {
+      groups += r.row_groups;
+      pages += r.stats.pages;
+      crcs += r.stats.crc_pages;
+      bytes += r.stats.chunk_bytes;
+      std::printf("%s  %s\n", r.ok ? "ok     " : "CORRUPT", r.ok ? r.path.c_str() : r.error.c_str());
+      bad += !r.ok;
+    }
+    std::printf("%zu file(s), %lld row groups, %lld pages (%lld with CRCs), %.1f MB checked in %.2f s: %s%s\n", res.size(),
+                static_cast<long long>(groups), static_cast<long long>(pages), static_cast<long long>(crcs),
+                static_cast<double>(bytes) / 1e6, s, bad ? str_cat(bad, " corrupt").c_str() : "all good",
+                recorded ? "" : " (results not recorded: a directory is not writable)");
+    std::fflush(stdout);
+    if (bad)
+      fail(bad, " corrupt shard(s) (listed above): re-download each (delete it, then run 'nanochat data download' again) "
+           "or re-pack the corpus ('nanochat data pack'), then run 'nanochat data verify' again");
+  });
+}
+
+}  // namespace
 
 void register_data(CLI::App& app) {
   CLI::App* data = app.add_subcommand("data", "Build, inspect and download parquet text shards (nanochat layout)");
@@ -67,6 +126,8 @@ void register_data(CLI::App& app) {
     std::printf("%d shard(s) in %s (%d downloaded, %d already present)\n", r.downloaded + r.present, dl->dir.c_str(),
                 r.downloaded, r.present);
   });
+
+  register_data_verify(data);
 }
 
 }  // namespace nanochat::cli

@@ -677,7 +677,7 @@ const RowGroupInfo& ParquetReader::row_group(int i) const {
   return row_groups_[static_cast<size_t>(i)];
 }
 
-std::vector<std::string> ParquetReader::read_row_group(int i) const {
+std::vector<std::string> ParquetReader::read_row_group(int i, PageStats* stats) const {
   const RowGroupInfo& rg = row_group(i);
   const ColumnChunkInfo& c = rg.text;
   std::vector<std::string> rows;
@@ -716,6 +716,10 @@ std::vector<std::string> ParquetReader::read_row_group(int i) const {
     std::string_view payload(chunk.data() + body, static_cast<size_t>(h.compressed_size));
     pos = body + static_cast<size_t>(h.compressed_size);
     page_no++;
+    if (stats) {
+      stats->pages++;
+      stats->crc_pages += h.has_crc;
+    }
     if (h.has_crc) {
       uint32_t crc = static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(payload.data()), static_cast<uInt>(payload.size())));
       if (crc != h.crc) page_fail(str_cat("page CRC mismatch (stored ", h.crc, ", computed ", crc, "): the page is corrupt"));
@@ -839,6 +843,10 @@ std::vector<std::string> ParquetReader::read_row_group(int i) const {
           rows.emplace_back();
       }
     }
+  }
+  if (stats) {
+    stats->chunk_bytes += c.total_compressed_size;
+    stats->text_bytes += text_bytes;
   }
   return rows;
 }
@@ -985,6 +993,8 @@ void ParquetWriter::flush_row_group() {
     w.field_i32(1, 0);  // type DATA_PAGE
     w.field_i32(2, static_cast<int32_t>(raw.size()));
     w.field_i32(3, static_cast<int32_t>(comp.size()));
+    // PageHeader.crc: CRC-32 of the compressed page, so a reader can tell a corrupt page.
+    w.field_i32(4, static_cast<int32_t>(crc32(0L, reinterpret_cast<const Bytef*>(comp.data()), static_cast<uInt>(comp.size()))));
     w.field_header(5, CType::Struct);
     w.begin_struct();
     w.field_i32(1, static_cast<int32_t>(count));

@@ -15,7 +15,8 @@
 //
 // Writer: exactly nanochat's layout — one OPTIONAL BYTE_ARRAY column "text" (STRING logical
 // type), PLAIN encoding, no dictionary, no statistics, data page v1, ZSTD (level 3), row groups of
-// 1024 rows, data pages of about 1 MiB. It writes "<path>.tmp" and renames it on close().
+// 1024 rows, data pages of about 1 MiB, each with its CRC-32 in the page header. It writes
+// "<path>.tmp" and renames it on close().
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -43,6 +44,14 @@ struct ColumnChunkInfo {
   int64_t data_page_offset = 0;
   int64_t dictionary_page_offset = -1;  // -1: none
   int64_t start = 0;                    // first byte of the chunk (dictionary page if any)
+};
+
+/// Counts of what read_row_group() decoded (the shard check's summary, data/verify.h).
+struct PageStats {
+  int64_t pages = 0;             // pages read (dictionary, data and index pages)
+  int64_t crc_pages = 0;         // of them, pages whose header carries a CRC (checked)
+  int64_t chunk_bytes = 0;       // bytes of the column chunk on disk
+  int64_t text_bytes = 0;        // bytes of text decoded
 };
 
 /// One row group as listed in the footer.
@@ -73,8 +82,9 @@ class ParquetReader {
   /// Rows of row group i (0 <= i < num_row_groups(), else nanochat::Error).
   int64_t row_group_num_rows(int i) const;
   const RowGroupInfo& row_group(int i) const;
-  /// All "text" values of row group i in row order (nulls -> ""). Reads only that chunk.
-  std::vector<std::string> read_row_group(int i) const;
+  /// All "text" values of row group i in row order (nulls -> ""). Reads only that chunk, checks
+  /// every page's CRC when its header carries one, and decodes every page; adds to *stats if given.
+  std::vector<std::string> read_row_group(int i, PageStats* stats = nullptr) const;
 
   /// The schema tree as text, e.g. "message schema {\n  optional binary text (STRING);\n}".
   std::string schema_string() const;

@@ -20,6 +20,7 @@
 #include "nanochat/core/profile.h"
 #include "nanochat/data/loader.h"
 #include "nanochat/data/parquet.h"
+#include "nanochat/data/verify.h"
 #include "nanochat/dist/agree.h"
 #include "nanochat/dist/communicator.h"
 #include "nanochat/kernels/gemm.h"
@@ -127,6 +128,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   print0("Vocab size: " + with_commas(tok.vocab_size()));
   print0("Model config: " + cfg.to_json().dump());
   for (auto& l : plan.log) print0(l);
+  data::check_training_shards(data_dir(), a.skip_data_check, master);  // a corrupt page stops the run here
   if (a.core_metric_every > 0)
     print0("NOTE: the CORE metric (--core-metric-every) needs nanochat's DCLM eval bundle and is not "
            "implemented in nanochat.cpp; it is skipped. Pass --core-metric-every -1 to silence this.");
