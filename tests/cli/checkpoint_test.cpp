@@ -136,6 +136,14 @@ struct NodeDir {
   ~NodeDir() { fs::remove_all(dir); }
 };
 
+// Prints the output's error lines (what a user would read).
+void show_errors(const std::string& out) {
+  for (size_t p = out.find("error: "); p != std::string::npos; p = out.find("error: ", p + 1)) {
+    const size_t bol = out.rfind('\n', p) + 1;
+    std::printf("  %s\n", out.substr(bol, out.find('\n', p) - bol).c_str());
+  }
+}
+
 void flip_byte(const std::string& path, size_t from_end) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(0, std::ios::end);
@@ -166,7 +174,7 @@ TEST(Checkpoint, LastStepIsSavedBeforeTheFinalEvaluation) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     // The final evaluation starts once step 4 is saved (or, before the fix, right away).
-    const auto evaluating = Clock::now() + std::chrono::milliseconds(1500);
+    const auto evaluating = Clock::now() + std::chrono::seconds(3);
     while (!fs::exists(b.ckpt() + "/complete_000004") && Clock::now() < evaluating)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const pid_t rank1 = child_with_rank(job.pid, 1);
@@ -174,6 +182,7 @@ TEST(Checkpoint, LastStepIsSavedBeforeTheFinalEvaluation) {
     ASSERT_EQ(::kill(rank1, SIGKILL), 0);
     ASSERT_TRUE(job.wait_until(Clock::now() + std::chrono::seconds(60))) << slurp(log);
     const std::string out = slurp(log);
+    show_errors(out);
     EXPECT_NE(job.code(), 0) << out;
     EXPECT_EQ(out.find("Step 00004 | Validation bpb"), std::string::npos)
         << "the kill came after the final evaluation; make it longer\n" << out;
@@ -225,6 +234,7 @@ TEST(Checkpoint, NodeThatCannotWriteIsNamedByEveryNode) {
     return std::make_pair(r0, r1);
   };
   auto both_name_rank1_and = [](const Result& r0, const Result& r1, const std::string& path) {
+    show_errors(r0.out + r1.out);
     for (const Result* r : {&r0, &r1}) {
       EXPECT_NE(r->code, 0) << r->out;
       EXPECT_NE(r->out.find("rank 1 (host "), std::string::npos) << r->out;
@@ -265,6 +275,7 @@ TEST(Checkpoint, CorruptFileIsNamedWithTheNewestIntactStep) {
   flip_byte(s6.optim(1), 100);  // rank 1's shard of step 6
   auto bad = run(b, launch2() + flags + " --resume-from-step 6");
   EXPECT_NE(bad.code, 0);
+  show_errors(bad.out);
   const std::string msg = "checkpoint file " + s6.optim(1) + " is corrupt";
   for (int rank = 0; rank < 2; ++rank) {
     const std::string line = "[rank " + std::to_string(rank) + "] nanochat: error: " + msg;
@@ -296,6 +307,7 @@ TEST(Checkpoint, DivergedReplicaStopsTheJob) {
   ASSERT_EQ(ok.code, 0) << ok.out;
   auto bad = run(b, launch2() + flags, "NANOCHAT_TEST_FAULT=flip-bit:1:2:resid_lambdas");
   EXPECT_NE(bad.code, 0);
+  show_errors(bad.out);
   for (int rank = 0; rank < 2; ++rank) {
     const std::string line = "[rank " + std::to_string(rank) +
                              "] nanochat: error: the ranks' copies of the model differ at step ";

@@ -39,7 +39,7 @@ void throw_if_any_rank_failed(Communicator& comm, const std::string& my_error, c
     msg += str_cat(msg.empty() ? "" : "; ", "rank ", j, " (host ", theirs.value("host", "?"), ") ", err);
   }
   if (msg.empty()) return;
-  if (!hint.empty()) msg += "; " + hint;
+  if (!hint.empty()) msg += ". " + hint;
   fail(msg);
 }
 

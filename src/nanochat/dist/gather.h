@@ -22,7 +22,7 @@ std::vector<std::string> rank_names(Communicator& comm);
 
 /// Every rank passes its own error (empty = none). If any rank has one, every rank throws the
 /// same nanochat::Error: "rank R (host H) <error>" for each failed rank, joined by "; ", then
-/// `hint` (what to do) when given. Returns normally on every rank when no rank failed.
+/// ". <hint>" (what to do) when a hint is given. Returns normally on every rank when no rank failed.
 /// All ranks must call it together.
 void throw_if_any_rank_failed(Communicator& comm, const std::string& my_error, const std::string& hint = "");
 

@@ -23,6 +23,17 @@ std::string could_not_write(const std::string& path, const std::string& why) {
   return "could not write " + path + ": " + why;
 }
 
+const char* const kFolderHint =
+    "Every node needs a writable checkpoint folder $NANOCHAT_BASE_DIR/base_checkpoints/<tag> of its own "
+    "(check free space, permissions, and that no file sits where a folder must go)";
+
+// "" when `dir` exists or was created, else the reason in could_not_write form.
+std::string create_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  return ec ? could_not_write(dir, "cannot create the directory (" + ec.message() + ")") : std::string();
+}
+
 // True when this rank's files of step `step` in `dir` (files_read_by_rank) match their marker.
 bool intact_here(const std::string& dir, int64_t step, int rank, int world_size) {
   const CheckpointPaths cp{dir, step};
@@ -39,19 +50,19 @@ bool intact_here(const std::string& dir, int64_t step, int rank, int world_size)
 
 }  // namespace
 
+void prepare_checkpoint_dirs(Communicator& comm, const std::string& dir) {
+  dist::throw_if_any_rank_failed(comm, create_dir(dir), str_cat("Nothing was trained. ", kFolderHint));
+}
+
 void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GPT& model, const MuonAdamW& opt,
                          const std::map<std::string, std::string>& optim_metadata, const json& meta,
                          bool fail_write) {
   const int rank = comm.rank(), W = comm.world_size();
-  const std::string hint = str_cat("step ", cp.step, " was not saved. Every node needs its own writable ", cp.dir,
-                                   " (check free space, permissions, and that no file sits where a folder must "
-                                   "go), then resume from the last complete checkpoint");
+  const std::string hint = str_cat("Step ", cp.step, " was not saved. ", kFolderHint,
+                                   "; then resume from the last complete checkpoint");
   // 1. Every rank: its directory exists and the step's old marker is gone.
-  std::string err;
-  std::error_code ec;
-  fs::create_directories(cp.dir, ec);
-  if (ec) err = could_not_write(cp.dir, "cannot create the directory (" + ec.message() + ")");
-  else try {
+  std::string err = create_dir(cp.dir);
+  if (err.empty()) try {
       begin_checkpoint(cp);
     } catch (const Error& e) {
       err = could_not_write(cp.marker(), e.what());

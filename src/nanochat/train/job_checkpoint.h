@@ -18,6 +18,11 @@ class Communicator;
 class GPT;
 class MuonAdamW;
 
+/// Before training: every rank creates its checkpoint directory `dir`; one that cannot makes every
+/// rank throw the same nanochat::Error "rank R (host H) could not write <dir>: <reason>" (a job
+/// that could never save stops before its first step). All ranks must call it together.
+void prepare_checkpoint_dirs(Communicator& comm, const std::string& dir);
+
 /// Saves step cp.step: every rank creates its directory and drops the step's old marker, writes
 /// its optimizer shard (with `optim_metadata`), rank 0 also the weights and `meta`; then every
 /// rank writes the completion marker holding every file's CRC32. Collectives between the phases

@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -36,6 +35,7 @@
 #include "nanochat/train/replicas.h"
 #include "nanochat/train/sample.h"
 #include "nanochat/train/schedules.h"
+#include "nanochat/train/test_fault.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -103,44 +103,6 @@ std::string data_manifest(const std::string& dir) {
       m.push_back({fs::path(f).filename().string(), r.file_size(), r.num_row_groups()});
     }
   return m.dump();
-}
-
-// NANOCHAT_TEST_FAULT, for the end-to-end tests only (not a user feature):
-//   "flip-bit:<rank>:<step>:<tensor>"  that rank flips the lowest bit of the tensor's first
-//                                      element right after that step's optimizer update;
-//   "write-fail:<rank>"                that rank's checkpoint writes fail.
-struct TestFault {
-  std::string kind;
-  int rank = -1;
-  int64_t step = -1;
-  std::string tensor;
-};
-
-TestFault test_fault_from_env() {
-  TestFault f;
-  const char* env = std::getenv("NANOCHAT_TEST_FAULT");
-  if (env == nullptr || *env == 0) return f;
-  std::vector<std::string> part;
-  std::stringstream ss(env);
-  for (std::string p; std::getline(ss, p, ':');) part.push_back(p);
-  try {
-    if (part.size() == 4 && part[0] == "flip-bit") return {part[0], std::stoi(part[1]), std::stoll(part[2]), part[3]};
-    if (part.size() == 2 && part[0] == "write-fail") return {part[0], std::stoi(part[1]), -1, ""};
-  } catch (const std::exception&) {
-  }
-  fail("NANOCHAT_TEST_FAULT='", env, "' is not flip-bit:<rank>:<step>:<tensor> or write-fail:<rank> (it is for tests only)");
-}
-
-void flip_lowest_bit(GPT& model, const std::string& tensor) {
-  for (const auto& p : model.params())
-    if (p.name == tensor) {
-      uint32_t bits;
-      std::memcpy(&bits, model.param_data() + p.offset, sizeof bits);
-      bits ^= 1u;
-      std::memcpy(model.param_data() + p.offset, &bits, sizeof bits);
-      return;
-    }
-  fail("NANOCHAT_TEST_FAULT: the model has no tensor ", tensor);
 }
 
 }  // namespace
@@ -383,9 +345,10 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
     print0(str_cat("All ", W, " ranks agree on build, model, batch, tokenizer, data and flags"));
   }
 
+  // Every rank can write its checkpoint folder (nodes need not share one), else all stop now.
+  prepare_checkpoint_dirs(comm, ckpt_dir);
   // Metrics file: fresh run truncates; resume keeps the records up to the resume step.
   if (master) {
-    fs::create_directories(ckpt_dir);
     std::vector<std::string> keep;
     if (a.resume_from_step >= 0) {
       std::ifstream in(metrics_path);
