@@ -211,7 +211,7 @@ std::optional<int64_t> newest_intact_step(const std::string& dir, int64_t except
       bool intact = true;
       for (const auto& f : files_of(cp)) intact = intact && check_checkpoint_file(marker, f).empty();
       if (intact) return *it;
-    } catch (const Error&) {
+    } catch (const std::exception&) {  // unreadable or malformed marker
     }
   }
   return std::nullopt;

@@ -43,7 +43,7 @@ bool intact_here(const std::string& dir, int64_t step, int rank, int world_size)
     for (const auto& f : files_read_by_rank(cp, rank, world_size, saved_w))
       if (!check_checkpoint_file(marker, f).empty()) return false;
     return true;
-  } catch (const Error&) {
+  } catch (const std::exception&) {  // unreadable or malformed marker
     return false;
   }
 }

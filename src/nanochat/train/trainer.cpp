@@ -213,7 +213,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
           std::memcpy(model.param_data() + p.offset, t.bytes.data(), p.numel * sizeof(float));
         }
       }
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // also a malformed file's JSON
       error = e.what();
     }
     agree_on_checkpoint_load(comm, cp, error, corrupt);
@@ -250,7 +250,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
           opt.load_state(optim_file);
           loader_state = loader_state_of(optim_file);
         }
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {
         error = e.what();
       }
       agree_on_checkpoint_load(comm, cp, error, corrupt);
@@ -450,12 +450,13 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
       save();
       try {
         evaluate_and_sample(true);
-        if (final_eval && master) rewrite_checkpoint_meta(CheckpointPaths{ckpt_dir, step}, meta_json());
       } catch (const Error& e) {
         eval_error = e.what();
         print0(str_cat("ERROR during the final evaluation/sampling: ", e.what(), " (the weights of step ", step,
                        " are saved)"));
       }
+      if (final_eval && master && eval_error.empty())
+        rewrite_checkpoint_meta(CheckpointPaths{ckpt_dir, step}, meta_json());
       break;
     }
 
