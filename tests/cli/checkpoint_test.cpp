@@ -173,9 +173,11 @@ TEST(Checkpoint, LastStepIsSavedBeforeTheFinalEvaluation) {
       ASSERT_LT(Clock::now(), deadline) << slurp(log);
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    // The final evaluation starts once step 4 is saved (or, before the fix, right away).
+    // The final evaluation starts once rank 0 has logged the save of step 4 (or, before the fix,
+    // right away: then the save comes only after the evaluation).
     const auto evaluating = Clock::now() + std::chrono::seconds(3);
-    while (!fs::exists(b.ckpt() + "/complete_000004") && Clock::now() < evaluating)
+    while (slurp(log).find("Saved checkpoint " + b.ckpt() + "/model_000004") == std::string::npos &&
+           Clock::now() < evaluating)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     const pid_t rank1 = child_with_rank(job.pid, 1);
     ASSERT_GT(rank1, 0) << slurp(log);
