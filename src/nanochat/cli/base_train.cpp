@@ -49,6 +49,11 @@ void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
   c->add_flag("--recompute-mlp", a.recompute_mlp, "recompute each layer's MLP hidden activation in the backward instead of keeping it: about (depth-1) x B x T x 16 x model_dim bytes less memory for ~4% more time (same results)");
   c->add_flag("--profile", a.profile, "print where the training steps' time went per op family (GEMMs by layer type, attention, lm_head + loss, norms, optimizer, data) at the end");
   c->add_flag("--skip-data-check", a.skip_data_check, "start without checking every page of the train/val shards (by default shards not checked before, or changed since, are decoded in full at start-up and a corrupt one stops the run before step 0)");
+  c->add_option("--check-replicas-every", a.check_replicas_every,
+                "compare the ranks' copies of the parameters (a CRC32 per tensor) every N steps and at every save; "
+                "a difference stops the job naming the tensor and the rank (0 = never)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--fault-inject", a.fault_inject, "tests only: final-eval")->group("");  // hidden
   c->add_flag("--loader-global-stream", a.loader_global_stream,
               "tests only: every rank reads the single-process stream and keeps every W-th micro-batch")

@@ -7,7 +7,13 @@
 //   <dir>/complete_<S:06d>                 written last; a step without it is ignored
 // Every file is written under a temporary name, fsynced and renamed; the directory is fsynced.
 // A kill at any moment therefore leaves every earlier complete checkpoint usable.
+// The completion marker is JSON {"step", "world_size", "crc32": {file name: CRC32}} recording
+// the zlib CRC32 of every file of the step when it was written; readers check the files they
+// read against it (a marker holding only "ok", from before checksums, checks nothing). Every rank
+// writes the marker into its own directory, so nodes without a shared filesystem can check their
+// own optimizer shards.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -34,10 +40,29 @@ void write_safetensors_atomic(const std::string& path, const std::vector<StWrite
 /// Writes a text file atomically (tmp + fsync + rename + dir fsync).
 void write_text_atomic(const std::string& path, const std::string& text);
 
-/// Invalidates step S (removes its marker) before its files are rewritten. Rank 0 only.
+/// Creates the checkpoint directory and invalidates step S (removes its marker) before its files
+/// are rewritten. Every rank, in its own directory (the same one on a shared filesystem).
+/// Throws nanochat::Error naming the directory when it cannot be created or the marker removed.
 void begin_checkpoint(const CheckpointPaths& p);
-/// Marks step S complete after every rank has written its files. Rank 0 only.
-void finish_checkpoint(const CheckpointPaths& p);
+/// Marks step S complete after every rank has written its files: writes the marker with `crcs`
+/// (file name without directory -> CRC32, or an array of CRC32s any of which is accepted).
+void finish_checkpoint(const CheckpointPaths& p, const nlohmann::json& crcs, int world_size);
+
+/// zlib CRC32 of n bytes in memory.
+uint32_t bytes_crc32(const void* data, size_t n);
+/// zlib CRC32 of a whole file. Throws nanochat::Error naming the file when it cannot be read.
+uint32_t file_crc32(const std::string& path);
+/// The marker of step S as JSON ({} for a marker from before checksums). Throws the same
+/// nanochat::Error as read_checkpoint_meta when the step is missing or incomplete.
+nlohmann::json read_checkpoint_marker(const CheckpointPaths& p);
+/// Checks the file `path` of a step against the CRC32 that step's `marker` recorded for it.
+/// Returns "" when it matches or the marker records no checksum for it; otherwise a message
+/// naming the file and what is wrong (missing, unreadable, or recorded vs actual CRC32).
+std::string check_checkpoint_file(const nlohmann::json& marker, const std::string& path);
+/// Newest complete step in `dir`, other than `except`, whose files files_of(step) all pass
+/// check_checkpoint_file; nullopt when there is none. Reads those files (newest step first).
+std::optional<int64_t> newest_intact_step(const std::string& dir, int64_t except,
+                                          const std::function<std::vector<std::string>(const CheckpointPaths&)>& files_of);
 
 /// Complete steps in `dir`, ascending (a step counts only with its completion marker).
 std::vector<int64_t> complete_checkpoint_steps(const std::string& dir);
@@ -45,7 +70,7 @@ std::vector<int64_t> complete_checkpoint_steps(const std::string& dir);
 std::optional<int64_t> last_complete_step(const std::string& dir);
 
 /// Reads meta_<S>.json; throws nanochat::Error naming the file and what to do when the step
-/// is missing or incomplete.
+/// is missing or incomplete. Does not check checksums (check_checkpoint_file does).
 nlohmann::json read_checkpoint_meta(const CheckpointPaths& p);
 
 }  // namespace nanochat

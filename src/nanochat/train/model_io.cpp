@@ -52,6 +52,16 @@ LoadedModel load_trained_model(const std::string& tag_in, int64_t step) {
   }
   out.step = step;
   CheckpointPaths cp{out.dir, step};
+  const nlohmann::json marker = read_checkpoint_marker(cp);
+  for (const std::string& f : {cp.model(), cp.meta()}) {
+    const std::string bad = check_checkpoint_file(marker, f);
+    if (bad.empty()) continue;
+    auto intact = newest_intact_step(out.dir, step, [](const CheckpointPaths& c) {
+      return std::vector<std::string>{c.model(), c.meta()};
+    });
+    if (intact) fail(bad, ". The newest intact checkpoint in ", out.dir, " is step ", *intact, ": pass -s ", *intact);
+    fail(bad, ". ", out.dir, " holds no other intact checkpoint");
+  }
   out.meta = read_checkpoint_meta(cp);
   ModelConfig cfg = ModelConfig::from_json(out.meta.at("model_config"));
   out.model = std::make_unique<GPT>(cfg);

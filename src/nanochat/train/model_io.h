@@ -25,7 +25,9 @@ struct LoadedModel {
 std::string default_model_tag(const std::string& checkpoints_root);
 
 /// Loads tag (empty = default_model_tag) at step (-1 = the last complete step). Throws
-/// nanochat::Error naming the directory/file and the available steps when something is missing.
+/// nanochat::Error naming the directory/file and the available steps when something is missing,
+/// or naming the file and the newest intact step when the weights or meta fail the CRC32 their
+/// completion marker recorded.
 LoadedModel load_trained_model(const std::string& tag, int64_t step);
 
 /// Throws nanochat::Error naming the checkpoint when its vocabulary differs from the tokenizer's.

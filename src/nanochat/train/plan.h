@@ -47,6 +47,8 @@ struct BaseTrainArgs {
   bool recompute_mlp = false;        ///< recompute the MLP's c_fc output in the backward (less memory)
   bool profile = false;              ///< print the per-op-family time share of the steps at the end
   bool skip_data_check = false;      ///< do not check the shards' pages at start-up (data/verify.h)
+  /// compare the ranks' parameters (CRC32 per tensor) every N steps and at every save; 0 = never
+  int64_t check_replicas_every = 100;
   std::string fault_inject;          ///< tests only: "final-eval" makes the last evaluation fail
   /// tests only: every rank reads the world-size-1 data stream and keeps micro-batches r, r+W, ...
   /// so W ranks x A micro-steps see exactly the batches of 1 rank x (A*W) micro-steps.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -31,8 +32,11 @@
 #include "nanochat/train/checkpoint.h"
 #include "nanochat/train/eval.h"
 #include "nanochat/train/grad_accum.h"
+#include "nanochat/train/job_checkpoint.h"
+#include "nanochat/train/replicas.h"
 #include "nanochat/train/sample.h"
 #include "nanochat/train/schedules.h"
+#include "nanochat/train/test_fault.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -66,7 +70,8 @@ json args_to_json(const BaseTrainArgs& a) {
               {"eval_every", a.eval_every}, {"eval_tokens", a.eval_tokens},
               {"core_metric_every", a.core_metric_every}, {"core_metric_max_per_task", a.core_metric_max_per_task},
               {"sample_every", a.sample_every}, {"save_every", a.save_every}, {"model_tag", a.model_tag},
-              {"threads", a.threads}, {"seed", a.seed}};
+              {"threads", a.threads}, {"seed", a.seed},
+              {"check_replicas_every", a.check_replicas_every}};
 }
 
 // Python's json writes float('inf') as the bare token Infinity; nlohmann writes null. Keep a
@@ -116,6 +121,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
     fail("--device-type ", a.device_type, ": nanochat.cpp trains on CPUs only; use --device-type cpu or leave it unset");
   if (a.fp8) print0("WARNING: --fp8 is CUDA-only in nanochat; ignored on CPU (training runs in fp32)");
   if (a.threads > 0) set_num_threads(a.threads);
+  const TestFault fault = test_fault_from_env();
 
   // Tokenizer and derived plan.
   const Tokenizer tok = Tokenizer::load(tokenizer_dir());
@@ -190,22 +196,34 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   json loader_state;  // null = fresh
   if (a.resume_from_step >= 0) {
     // Rank 0 reads the weights and meta and broadcasts them, so nodes without a shared
-    // filesystem only need their own ranks' optimizer shards.
+    // filesystem only need their own ranks' optimizer shards. Every file read is checked against
+    // the CRC32 its marker recorded; what any rank finds, every rank reports.
     CheckpointPaths cp{ckpt_dir, a.resume_from_step};
-    std::string meta_text;
-    if (master) {
-      meta_text = read_checkpoint_meta(cp).dump();
-      StFile weights = load_safetensors(cp.model());
-      for (const auto& p : model.params()) {
-        const StTensor& t = weights.at(p.name);
-        if (t.shape != p.shape || t.dtype != "F32")
-          fail("checkpoint ", cp.model(), ": tensor ", p.name, " has the wrong shape or dtype for the model the flags give");
-        std::memcpy(model.param_data() + p.offset, t.bytes.data(), p.numel * sizeof(float));
+    std::string meta_text, marker_text, error, corrupt;
+    if (master) try {
+      const json marker = read_checkpoint_marker(cp);
+      marker_text = marker.dump();
+      for (const std::string& f : {cp.model(), cp.meta()})
+        if (corrupt.empty()) corrupt = check_checkpoint_file(marker, f);
+      if (corrupt.empty()) {
+        meta_text = read_checkpoint_meta(cp).dump();
+        StFile weights = load_safetensors(cp.model());
+        for (const auto& p : model.params()) {
+          const StTensor& t = weights.at(p.name);
+          if (t.shape != p.shape || t.dtype != "F32")
+            fail("checkpoint ", cp.model(), ": tensor ", p.name, " has the wrong shape or dtype for the model the flags give");
+          std::memcpy(model.param_data() + p.offset, t.bytes.data(), p.numel * sizeof(float));
+        }
       }
+    } catch (const std::exception& e) {  // also a malformed file's JSON
+      error = e.what();
     }
+    agree_on_checkpoint_load(comm, cp, error, corrupt);
     broadcast_string(comm, meta_text, 0);
+    broadcast_string(comm, marker_text, 0);
     comm.broadcast(model.param_data(), model.num_params() * sizeof(float), 0)->wait();
     json meta = json::parse(meta_text);
+    const json marker = json::parse(marker_text);
     ModelConfig saved = ModelConfig::from_json(meta.at("model_config"));
     if (!(saved == cfg))
       fail("cannot resume from ", cp.meta(), ": its model_config ", saved.to_json().dump(),
@@ -223,19 +241,28 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
       return json::parse(it->second);
     };
     if (W0 == W) {
-      if (!fs::exists(cp.optim(rank)))
-        fail("rank ", rank, " has no optimizer shard ", cp.optim(rank),
-             "; every node needs its own ranks' optim_*_rank<r> files (resume on the same nodes, or share the folder)");
-      StFile optim_file = load_safetensors(cp.optim(rank));
-      opt.load_state(optim_file);
-      loader_state = loader_state_of(optim_file);
+      error.clear();
+      try {
+        if (!fs::exists(cp.optim(rank)))
+          fail("rank ", rank, " has no optimizer shard ", cp.optim(rank),
+               "; every node needs its own ranks' optim_*_rank<r> files (resume on the same nodes, or share the folder)");
+        corrupt = check_checkpoint_file(marker, cp.optim(rank));
+        if (corrupt.empty()) {
+          StFile optim_file = load_safetensors(cp.optim(rank));
+          opt.load_state(optim_file);
+          loader_state = loader_state_of(optim_file);
+        }
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      agree_on_checkpoint_load(comm, cp, error, corrupt);
     } else {
       // Another world size: rank 0 reads every old shard, reassembles the whole optimizer state
       // and sends it to every rank, which keeps its own part; the loader states are re-dealt
       // (approximate data resume, see data::reshard_loader_states).
       MuonAdamW::WholeState whole;
       whole.values.resize(opt.whole_state_floats());
-      std::string states_text, error;
+      std::string states_text;
       if (master) try {
         std::vector<StFile> shards;
         std::vector<json> old_states;
@@ -244,21 +271,24 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
             fail("resuming the ", W0, "-rank checkpoint ", cp.meta(), " with ", W, " ranks needs every old shard on rank 0, but ",
                  cp.optim(r), " is missing; copy all optim_", cp.step, "_rank<r> files into ", ckpt_dir,
                  " on this node");
+          corrupt = check_checkpoint_file(marker, cp.optim(r));
+          if (!corrupt.empty()) break;
           shards.push_back(load_safetensors(cp.optim(r)));
           old_states.push_back(loader_state_of(shards.back()));
         }
-        whole = opt.assemble_whole_state(shards);
-        // --loader-global-stream: every rank reads the one-rank stream, whose position after a
-        // step is the same at any world size, so its state carries over exactly.
-        states_text = a.loader_global_stream
-                          ? json(std::vector<json>(static_cast<size_t>(W), old_states.front())).dump()
-                          : json(data::reshard_loader_states(old_states, W)).dump();
+        if (corrupt.empty()) {
+          whole = opt.assemble_whole_state(shards);
+          // --loader-global-stream: every rank reads the one-rank stream, whose position after a
+          // step is the same at any world size, so its state carries over exactly.
+          states_text = a.loader_global_stream
+                            ? json(std::vector<json>(static_cast<size_t>(W), old_states.front())).dump()
+                            : json(data::reshard_loader_states(old_states, W)).dump();
+        }
       } catch (const std::exception& e) {
         error = e.what();
       }
       // rank 0's failure reaches every rank at once (they would otherwise wait in the broadcast)
-      broadcast_string(comm, error, 0);
-      if (!error.empty()) fail(error);
+      agree_on_checkpoint_load(comm, cp, error, corrupt);
       int64_t nsteps = static_cast<int64_t>(whole.steps.size());
       comm.broadcast(&nsteps, sizeof nsteps, 0)->wait();
       whole.steps.resize(static_cast<size_t>(nsteps));
@@ -311,14 +341,16 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
                        {"batch settings", str_cat("B=", B, " T=", T, " total=", plan.total_batch_size,
                                                   " grad_accum=", plan.grad_accum_steps)},
                        {"tokenizer hash", std::to_string(tok.hash())},
-                       {"data manifest (" + lo.data_dir + ")", data_manifest(lo.data_dir)},
+                       // the key must not hold the local path: nodes may keep their data elsewhere
+                       {"data manifest (shards under $NANOCHAT_BASE_DIR)", data_manifest(lo.data_dir)},
                        {"base-train flags", user.dump()}});
     print0(str_cat("All ", W, " ranks agree on build, model, batch, tokenizer, data and flags"));
   }
 
+  // Every rank can write its checkpoint folder (nodes need not share one), else all stop now.
+  prepare_checkpoint_dirs(comm, ckpt_dir);
   // Metrics file: fresh run truncates; resume keeps the records up to the resume step.
   if (master) {
-    fs::create_directories(ckpt_dir);
     std::vector<std::string> keep;
     if (a.resume_from_step >= 0) {
       std::ifstream in(metrics_path);
@@ -351,72 +383,84 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   const double ema_beta = 0.9;
   std::string eval_error;
 
+  // Rank 0's meta_<step>.json: nanochat's fields plus the loop state.
+  auto meta_json = [&] {
+    return json{{"step", step},
+                {"val_bpb", num_or_inf(val_bpb)},
+                {"model_config", cfg.to_json()},
+                {"user_config", args_to_json(a)},
+                {"device_batch_size", B},
+                {"max_seq_len", T},
+                {"total_batch_size", plan.total_batch_size},
+                {"world_size", W},
+                {"tokenizer_hash", std::to_string(tok.hash())},
+                {"dataloader_state_dict", train_loader.state()},
+                {"loop_state", {{"min_val_bpb", num_or_inf(min_val_bpb)},
+                                {"smooth_train_loss", smooth_train_loss},
+                                {"total_training_time", total_training_time}}}};
+  };
+  auto save = [&] {
+    CheckpointPaths cp{ckpt_dir, step};
+    // Each rank's optimizer shard carries that rank's exact loader state, so a resume on any
+    // node finds both in its own file.
+    auto optim_meta = opt.state_metadata();
+    optim_meta["loader_state"] = train_loader.state().dump();
+    save_job_checkpoint(comm, cp, model, opt, optim_meta, meta_json(),
+                        fault.kind == "write-fail" && fault.rank == rank);
+    print0("Saved checkpoint " + cp.model());
+  };
+  // val bpb and (rank 0) greedy samples of the prompts.
+  auto evaluate_and_sample = [&](bool last) {
+    if (last && a.fault_inject == "final-eval") fail("fault injected into the final evaluation (--fault-inject)");
+    if (a.eval_every > 0 && (last || step % a.eval_every == 0)) {
+      data::DataLoader val_loader(tok, vo, nullptr);
+      val_bpb = evaluate_bpb(model, val_loader, eval_steps, token_bytes, comm);
+      min_val_bpb = std::min(min_val_bpb, val_bpb);
+      char b[96];
+      std::snprintf(b, sizeof b, "Step %05lld | Validation bpb: %.6f", static_cast<long long>(step), val_bpb);
+      print0(b);
+      record({{"step", step}, {"val_bpb", num_or_inf(val_bpb)}});
+    }
+    if (a.sample_every > 0 && master && (last || (step > 0 && step % a.sample_every == 0))) {
+      SampleOptions so;
+      so.max_tokens = 16;
+      for (const char* prompt : kSamplePrompts) {
+        std::vector<int32_t> ids = tok.encode(prompt);
+        ids.insert(ids.begin(), tok.bos_id());
+        auto gen = generate(model, ids, so);
+        ids.insert(ids.end(), gen.begin(), gen.end());
+        print0(tok.decode(ids));
+      }
+    }
+  };
+
   for (;;) {
     const bool last = step == N;
-    // 1. val bpb (and, on the last step, samples) — a failure there must not lose the weights.
-    try {
-      if (last && a.fault_inject == "final-eval") fail("fault injected into the final evaluation (--fault-inject)");
-      if (a.eval_every > 0 && (last || step % a.eval_every == 0)) {
-        data::DataLoader val_loader(tok, vo, nullptr);
-        val_bpb = evaluate_bpb(model, val_loader, eval_steps, token_bytes, comm);
-        min_val_bpb = std::min(min_val_bpb, val_bpb);
-        char b[96];
-        std::snprintf(b, sizeof b, "Step %05lld | Validation bpb: %.6f", static_cast<long long>(step), val_bpb);
-        print0(b);
-        record({{"step", step}, {"val_bpb", num_or_inf(val_bpb)}});
+    const bool save_now = last || (step > 0 && step != resume_step && a.save_every > 0 && step % a.save_every == 0);
+    // 1. the replicas are still identical (and a checkpoint never stores one rank's fault)
+    if (a.check_replicas_every > 0 && (save_now || (step > 0 && step % a.check_replicas_every == 0)))
+      check_replicas(model, comm, step);
+    if (!last) {
+      // 2. val bpb and samples, 3. checkpoint
+      evaluate_and_sample(false);
+      if (save_now) save();
+    } else {
+      // The last step is saved BEFORE the final evaluation: a failure there (or a rank lost
+      // during it) must not lose the weights. Its meta then gets the final val bpb.
+      const bool final_eval = a.eval_every > 0;
+      if (final_eval) val_bpb = std::numeric_limits<double>::quiet_NaN();  // not evaluated yet
+      save();
+      try {
+        evaluate_and_sample(true);
+      } catch (const Error& e) {
+        eval_error = e.what();
+        print0(str_cat("ERROR during the final evaluation/sampling: ", e.what(), " (the weights of step ", step,
+                       " are saved)"));
       }
-      if (a.sample_every > 0 && master && (last || (step > 0 && step % a.sample_every == 0))) {
-        SampleOptions so;
-        so.max_tokens = 16;
-        for (const char* prompt : kSamplePrompts) {
-          std::vector<int32_t> ids = tok.encode(prompt);
-          ids.insert(ids.begin(), tok.bos_id());
-          auto gen = generate(model, ids, so);
-          ids.insert(ids.end(), gen.begin(), gen.end());
-          print0(tok.decode(ids));
-        }
-      }
-    } catch (const Error& e) {
-      if (!last) throw;
-      eval_error = e.what();
-      print0(std::string("ERROR during the final evaluation/sampling: ") + e.what() + " (saving the weights anyway)");
+      if (final_eval && master && eval_error.empty())
+        rewrite_checkpoint_meta(CheckpointPaths{ckpt_dir, step}, meta_json());
+      break;
     }
-    // 2. checkpoint
-    if (last || (step > 0 && step != resume_step && a.save_every > 0 && step % a.save_every == 0)) {
-      CheckpointPaths cp{ckpt_dir, step};
-      if (master) begin_checkpoint(cp);
-      comm.barrier()->wait();
-      // Each rank's optimizer shard carries that rank's exact loader state, so a resume on any
-      // node finds both in its own file.
-      auto optim_meta = opt.state_metadata();
-      optim_meta["loader_state"] = train_loader.state().dump();
-      write_safetensors_atomic(cp.optim(rank), opt.state_entries(), optim_meta);
-      comm.barrier()->wait();
-      if (master) {
-        std::vector<StWriteEntry> entries;
-        for (const auto& p : model.params())
-          entries.push_back({p.name, "F32", p.shape, model.param_data() + p.offset});
-        write_safetensors_atomic(cp.model(), entries, {{"format", "nanochat.cpp"}});
-        json meta = {{"step", step},
-                     {"val_bpb", num_or_inf(val_bpb)},
-                     {"model_config", cfg.to_json()},
-                     {"user_config", args_to_json(a)},
-                     {"device_batch_size", B},
-                     {"max_seq_len", T},
-                     {"total_batch_size", plan.total_batch_size},
-                     {"world_size", W},
-                     {"tokenizer_hash", std::to_string(tok.hash())},
-                     {"dataloader_state_dict", train_loader.state()},
-                     {"loop_state", {{"min_val_bpb", num_or_inf(min_val_bpb)},
-                                     {"smooth_train_loss", smooth_train_loss},
-                                     {"total_training_time", total_training_time}}}};
-        write_text_atomic(cp.meta(), meta.dump(2));
-        finish_checkpoint(cp);
-        print0("Saved checkpoint " + cp.model());
-      }
-      comm.barrier()->wait();
-    }
-    if (last) break;
 
     // 3. one optimizer step: gradient accumulation over micro-batches (docs/nanochat.md 3.3).
     prof::enable(a.profile);
@@ -446,6 +490,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
     const double mwd = sched.muon_weight_decay(step, plan.weight_decay_scaled);
     opt.step(static_cast<float>(lrm), static_cast<float>(mom), static_cast<float>(mwd), grad_scale);
     model.zero_grad();
+    if (fault.kind == "flip-bit" && fault.rank == rank && fault.step == step) flip_lowest_bit(model, fault.tensor);
     const double dt = t.seconds();
     prof::enable(false);
     profiled_seconds += dt;

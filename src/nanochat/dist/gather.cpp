@@ -1,0 +1,46 @@
+#include "nanochat/dist/gather.h"
+
+#include <nlohmann/json.hpp>
+
+#include "nanochat/core/error.h"
+#include "nanochat/dist/net.h"
+
+namespace nanochat::dist {
+
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine) {
+  const int W = comm.world_size(), r = comm.rank();
+  if (W == 1) return {mine};
+  std::vector<double> sizes(static_cast<size_t>(W), 0.0);
+  sizes[static_cast<size_t>(r)] = static_cast<double>(mine.size());
+  comm.all_reduce_sum_f64(sizes.data(), sizes.size())->wait();
+  std::vector<std::string> all(static_cast<size_t>(W));
+  for (int j = 0; j < W; ++j) {
+    std::string& buf = all[static_cast<size_t>(j)];
+    buf = j == r ? mine : std::string(static_cast<size_t>(sizes[static_cast<size_t>(j)]), '\0');
+    if (!buf.empty()) comm.broadcast(buf.data(), buf.size(), j)->wait();
+  }
+  return all;
+}
+
+std::vector<std::string> rank_names(Communicator& comm) {
+  std::vector<std::string> hosts = all_gather_strings(comm, host_name());
+  for (size_t j = 0; j < hosts.size(); ++j) hosts[j] = str_cat("rank ", j, " (host ", hosts[j], ")");
+  return hosts;
+}
+
+void throw_if_any_rank_failed(Communicator& comm, const std::string& my_error, const std::string& hint) {
+  const nlohmann::json mine = {{"host", host_name()}, {"error", my_error}};
+  const std::vector<std::string> all = all_gather_strings(comm, mine.dump());
+  std::string msg;
+  for (size_t j = 0; j < all.size(); ++j) {
+    const nlohmann::json theirs = nlohmann::json::parse(all[j]);
+    const std::string err = theirs.value("error", "");
+    if (err.empty()) continue;
+    msg += str_cat(msg.empty() ? "" : "; ", "rank ", j, " (host ", theirs.value("host", "?"), ") ", err);
+  }
+  if (msg.empty()) return;
+  if (!hint.empty()) msg += ". " + hint;
+  fail(msg);
+}
+
+}  // namespace nanochat::dist

@@ -1,0 +1,320 @@
+// Checkpoints of data-parallel jobs through the binary (tiny model, 1-2 ranks, loopback):
+// the last step is saved before the final evaluation (a rank killed during it loses nothing),
+// nodes without a shared filesystem each write their own folder and a node that cannot write is
+// named by every node, a corrupt checkpoint file is named with the newest intact step by every
+// rank, and ranks whose replicas of the model differ stop the job naming the tensor and rank.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_util.h"
+#include "nanochat/train/checkpoint.h"
+
+using namespace nctest;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// 2 ranks x B 2 x T 64 = one micro-batch per rank per step.
+const char* kCk =
+    " base-train --depth 2 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --window-pattern SL"
+    " --device-batch-size 2 --total-batch-size 256 --sample-every -1 --core-metric-every -1"
+    " --threads 1 --model-tag t";
+
+// A port in 32000-32999 that was free a moment ago on 127.0.0.1 (these tests' own range).
+int test_port() {
+  static int next = static_cast<int>(::getpid() % 1000);
+  for (int tries = 0; tries < 1000; ++tries) {
+    const int port = 32000 + (next++ % 1000);
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (ok) return port;
+  }
+  return 32999;
+}
+
+std::string launch2() {
+  return " run --nproc-per-node 2 --threads-per-rank 1 --master-port " + std::to_string(test_port());
+}
+
+// The value of RANK in /proc/<pid>/environ, or -1.
+int rank_of(pid_t pid) {
+  const std::string env = slurp("/proc/" + std::to_string(pid) + "/environ");
+  for (size_t at = 0; at < env.size();) {
+    size_t end = env.find('\0', at);
+    if (end == std::string::npos) end = env.size();
+    if (env.compare(at, 5, "RANK=") == 0) return std::atoi(env.c_str() + at + 5);
+    at = end + 1;
+  }
+  return -1;
+}
+
+// The child of `parent` whose RANK is `rank` (a scan of /proc/*/stat), or -1.
+pid_t child_with_rank(pid_t parent, int rank) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string st = slurp("/proc/" + name + "/stat");
+    const auto rp = st.rfind(')');
+    if (rp == std::string::npos || rp + 4 > st.size()) continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str()));
+    if (std::atol(st.c_str() + rp + 4) == parent && rank_of(pid) == rank) return pid;
+  }
+  return -1;
+}
+
+// The binary under sh, output to `log`; killed (with its ranks) on destruction if still running.
+struct Proc {
+  pid_t pid = -1;
+  int status = 0;
+  bool reaped = false;
+  Proc(const BaseDir& b, const std::string& args, const std::string& log, const std::string& env = "") {
+    const std::string cmd = env + " NANOCHAT_BASE_DIR=" + b.dir + " exec " + NANOCHAT_BINARY + args + " > " + log + " 2>&1";
+    pid = ::fork();
+    if (pid == 0) {
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  bool wait_until(Clock::time_point deadline) {
+    while (!reaped) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) reaped = true;
+      else if (Clock::now() >= deadline) break;
+      else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return reaped;
+  }
+  int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+  ~Proc() {
+    if (pid <= 0 || reaped) return;
+    for (int r = 0; r < 2; ++r)
+      if (pid_t c = child_with_rank(pid, r); c > 0) ::kill(c, SIGKILL);
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+};
+
+// Like cli_util.h's run, with NANOCHAT_BASE_DIR=dir.
+Result run_at(const std::string& dir, const std::string& args, const std::string& env) {
+  std::string cmd = "NANOCHAT_BASE_DIR=" + dir + " " + env + " timeout 300 " + NANOCHAT_BINARY + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+}
+
+// Copies b's shards and tokenizer into a fresh base dir (a second "node" without shared files).
+struct NodeDir {
+  std::string dir;
+  explicit NodeDir(const BaseDir& b, const std::string& name) {
+    dir = (fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))).string();
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    fs::copy(b.dir + "/base_data_climbmix", dir + "/base_data_climbmix", fs::copy_options::recursive);
+    fs::copy(b.dir + "/tokenizer", dir + "/tokenizer", fs::copy_options::recursive);
+  }
+  ~NodeDir() { fs::remove_all(dir); }
+};
+
+// Prints the output's error lines (what a user would read).
+void show_errors(const std::string& out) {
+  for (size_t p = out.find("error: "); p != std::string::npos; p = out.find("error: ", p + 1)) {
+    const size_t bol = out.rfind('\n', p) + 1;
+    std::printf("  %s\n", out.substr(bol, out.find('\n', p) - bol).c_str());
+  }
+}
+
+void flip_byte(const std::string& path, size_t from_end) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(0, std::ios::end);
+  const auto size = static_cast<size_t>(f.tellg());
+  f.seekg(static_cast<std::streamoff>(size - from_end));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(static_cast<std::streamoff>(size - from_end));
+  f.write(&c, 1);
+}
+
+}  // namespace
+
+// Rank 1 is killed (SIGKILL) while the final evaluation runs (a long one: 4096 batches). The last
+// step's checkpoint was written before it started, so it is complete, base-eval loads it, and the
+// job resumes from it.
+TEST(Checkpoint, LastStepIsSavedBeforeTheFinalEvaluation) {
+  BaseDir b("nc_ck_final");
+  const std::string log = b.dir + "/log.txt";
+  const std::string flags = std::string(kCk) + " --num-iterations 4 --eval-every 100 --eval-tokens 524288";
+  {
+    Proc job(b, launch2() + flags, log);
+    const auto deadline = Clock::now() + std::chrono::seconds(180);
+    while (slurp(log).find("step 00003/00004") == std::string::npos) {
+      ASSERT_FALSE(job.wait_until(Clock::now())) << "the job ended early:\n" << slurp(log);
+      ASSERT_LT(Clock::now(), deadline) << slurp(log);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    // The final evaluation starts once rank 0 has logged the save of step 4 (or, before the fix,
+    // right away: then the save comes only after the evaluation).
+    const auto evaluating = Clock::now() + std::chrono::seconds(3);
+    while (slurp(log).find("Saved checkpoint " + b.ckpt() + "/model_000004") == std::string::npos &&
+           Clock::now() < evaluating)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const pid_t rank1 = child_with_rank(job.pid, 1);
+    ASSERT_GT(rank1, 0) << slurp(log);
+    ASSERT_EQ(::kill(rank1, SIGKILL), 0);
+    ASSERT_TRUE(job.wait_until(Clock::now() + std::chrono::seconds(60))) << slurp(log);
+    const std::string out = slurp(log);
+    show_errors(out);
+    EXPECT_NE(job.code(), 0) << out;
+    EXPECT_EQ(out.find("Step 00004 | Validation bpb"), std::string::npos)
+        << "the kill came after the final evaluation; make it longer\n" << out;
+  }
+  ASSERT_EQ(complete_checkpoint_steps(b.ckpt()), std::vector<int64_t>{4}) << slurp(log);
+  auto e = run(b, " base-eval -g t -s 4 --split-tokens 256 --threads 1");
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("val bpb: "), std::string::npos) << e.out;
+  auto r = run(b, launch2() + std::string(kCk) + " --num-iterations 4 --eval-every -1 --resume-from-step 4");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Resumed from step 4"), std::string::npos) << r.out;
+}
+
+// Without the fault the final val bpb lands in metrics.jsonl and in the rewritten meta, whose
+// new checksum the marker holds.
+TEST(Checkpoint, FinalValBpbIsRecordedAfterTheSave) {
+  BaseDir b("nc_ck_meta");
+  auto r = run(b, std::string(kCk) + " --num-iterations 3 --eval-every 100 --eval-tokens 256");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto meta = json::parse(slurp(b.ckpt() + "/meta_000003.json"));
+  ASSERT_TRUE(meta.at("val_bpb").is_number()) << meta.dump();
+  const std::string key = "Step 00003 | Validation bpb: ";
+  const auto at = r.out.find(key);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_NEAR(meta["val_bpb"].get<double>(), std::stod(r.out.substr(at + key.size(), 8)), 1e-6);
+  EXPECT_NE(slurp(b.ckpt() + "/metrics.jsonl").find("\"step\":3,\"val_bpb\""), std::string::npos);
+  const CheckpointPaths cp{b.ckpt(), 3};
+  const json marker = read_checkpoint_marker(cp);
+  EXPECT_EQ(marker["crc32"]["meta_000003.json"].get<uint32_t>(), file_crc32(cp.meta())) << marker.dump();
+  EXPECT_EQ(check_checkpoint_file(marker, cp.model()), "");
+}
+
+// Two nodes on loopback, each with its own NANOCHAT_BASE_DIR (no shared filesystem). Node 1 has a
+// regular file where its base_checkpoints folder must go: both nodes stop naming rank 1, its host
+// and the path, never a network error. With a normal folder both nodes save their own files.
+TEST(Checkpoint, NodeThatCannotWriteIsNamedByEveryNode) {
+  BaseDir n0("nc_ck_node0");
+  NodeDir n1(n0, "nc_ck_node1");
+  std::ofstream(n1.dir + "/base_checkpoints") << "not a folder\n";
+  auto two_nodes = [&](const std::string& flags, const std::string& fault) {
+    const std::string common = " run --nnodes 2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1"
+                               " --master-port " + std::to_string(test_port());
+    const std::string env = "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_COLLECTIVE_TIMEOUT=60 " + fault;
+    Result r0, r1;
+    std::thread t0([&] { r0 = run_at(n0.dir, common + " --node-rank 0" + flags, env); });
+    std::thread t1([&] { r1 = run_at(n1.dir, common + " --node-rank 1" + flags, env); });
+    t0.join();
+    t1.join();
+    return std::make_pair(r0, r1);
+  };
+  auto both_name_rank1_and = [](const Result& r0, const Result& r1, const std::string& path) {
+    show_errors(r0.out + r1.out);
+    for (const Result* r : {&r0, &r1}) {
+      EXPECT_NE(r->code, 0) << r->out;
+      EXPECT_NE(r->out.find("rank 1 (host "), std::string::npos) << r->out;
+      EXPECT_NE(r->out.find(") could not write " + path), std::string::npos) << path << "\n" << r->out;
+      EXPECT_EQ(r->out.find("connection"), std::string::npos) << r->out;
+    }
+  };
+  const std::string flags = std::string(kCk) + " --num-iterations 2 --eval-every -1";
+  auto [bad0, bad1] = two_nodes(flags, "");
+  both_name_rank1_and(bad0, bad1, n1.dir + "/base_checkpoints");
+  fs::remove(n1.dir + "/base_checkpoints");
+  auto [ok0, ok1] = two_nodes(flags, "");
+  ASSERT_EQ(ok0.code, 0) << ok0.out << "\n--- node 1:\n" << ok1.out;
+  ASSERT_EQ(ok1.code, 0) << ok1.out;
+  const std::string ck1 = n1.dir + "/base_checkpoints/t";
+  EXPECT_EQ(complete_checkpoint_steps(n0.ckpt()), std::vector<int64_t>{2});
+  EXPECT_EQ(complete_checkpoint_steps(ck1), std::vector<int64_t>{2});
+  EXPECT_TRUE(fs::exists(n0.ckpt() + "/optim_000002_rank0.safetensors"));
+  EXPECT_TRUE(fs::exists(ck1 + "/optim_000002_rank1.safetensors"));
+  // each node resumes from its own folder
+  auto [re0, re1] = two_nodes(std::string(kCk) + " --num-iterations 3 --eval-every -1 --resume-from-step 2", "");
+  EXPECT_EQ(re0.code, 0) << re0.out << "\n--- node 1:\n" << re1.out;
+  EXPECT_EQ(re1.code, 0) << re1.out;
+  // a write that fails in the middle of a save (test-only fault) is named by both nodes too
+  auto [w0, w1] = two_nodes(flags, "NANOCHAT_TEST_FAULT=write-fail:1");
+  both_name_rank1_and(w0, w1, ck1 + "/optim_000002_rank1.safetensors");
+}
+
+// A byte flipped in a saved file: the resume names the file and the newest intact step; with two
+// ranks both print it (the rank that read the bad file tells the other).
+TEST(Checkpoint, CorruptFileIsNamedWithTheNewestIntactStep) {
+  BaseDir b("nc_ck_crc");
+  const std::string flags = std::string(kCk) + " --num-iterations 6 --save-every 2 --eval-every -1";
+  auto r = run(b, launch2() + flags);
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_EQ(complete_checkpoint_steps(b.ckpt()), (std::vector<int64_t>{2, 4, 6}));
+  const CheckpointPaths s4{b.ckpt(), 4}, s6{b.ckpt(), 6};
+  flip_byte(s6.optim(1), 100);  // rank 1's shard of step 6
+  auto bad = run(b, launch2() + flags + " --resume-from-step 6");
+  EXPECT_NE(bad.code, 0);
+  show_errors(bad.out);
+  const std::string msg = "checkpoint file " + s6.optim(1) + " is corrupt";
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string line = "[rank " + std::to_string(rank) + "] nanochat: error: " + msg;
+    EXPECT_NE(bad.out.find(line), std::string::npos) << line << "\n" << bad.out;
+  }
+  EXPECT_NE(bad.out.find("newest intact checkpoint in " + b.ckpt() + " is step 4: resume with --resume-from-step 4"),
+            std::string::npos) << bad.out;
+  // the weights of step 4 too: the way back is step 2; one process (re-sharding) reads both shards
+  flip_byte(s4.model(), 50);
+  auto one = run(b, flags + " --resume-from-step 4");
+  EXPECT_NE(one.code, 0);
+  EXPECT_NE(one.out.find("checkpoint file " + s4.model() + " is corrupt"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("is step 2: resume with --resume-from-step 2"), std::string::npos) << one.out;
+  auto ev = run(b, " base-eval -g t -s 4 --split-tokens 256 --threads 1");
+  EXPECT_NE(ev.code, 0);
+  EXPECT_NE(ev.out.find("checkpoint file " + s4.model() + " is corrupt"), std::string::npos) << ev.out;
+  // base-eval reads no optimizer shard: step 6's weights are intact
+  EXPECT_NE(ev.out.find("is step 6: pass -s 6"), std::string::npos) << ev.out;
+  auto good = run(b, launch2() + flags + " --resume-from-step 2");
+  EXPECT_EQ(good.code, 0) << good.out;
+}
+
+// Rank 1's copy of one tensor changes by one bit after step 2 (test-only fault): the replica
+// check (every 2 steps) stops the job at step 4 at the latest, naming the tensor and rank 1.
+TEST(Checkpoint, DivergedReplicaStopsTheJob) {
+  BaseDir b("nc_ck_replica");
+  const std::string flags = std::string(kCk) + " --num-iterations 8 --eval-every -1 --check-replicas-every 2";
+  auto ok = run(b, launch2() + flags);
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  auto bad = run(b, launch2() + flags, "NANOCHAT_TEST_FAULT=flip-bit:1:2:resid_lambdas");
+  EXPECT_NE(bad.code, 0);
+  show_errors(bad.out);
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string line = "[rank " + std::to_string(rank) +
+                             "] nanochat: error: the ranks' copies of the model differ at step ";
+    EXPECT_NE(bad.out.find(line), std::string::npos) << line << "\n" << bad.out;
+  }
+  EXPECT_NE(bad.out.find("tensor resid_lambdas on rank 1 (host "), std::string::npos) << bad.out;
+  EXPECT_EQ(bad.out.find("step 00004/"), std::string::npos) << "the job went on after the check\n" << bad.out;
+}
