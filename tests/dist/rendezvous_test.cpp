@@ -77,7 +77,7 @@ TEST(Rendezvous, NodeZeroSaysWhichNodeItWaitsForAndStopsOnSigterm) {
 TEST(Rendezvous, ANodeRetryingTheStoreSaysSoAndStopsOnCtrlC) {
   int port = pick_free_port();
   Proc n1 = run_cli(node_args(1, port));
-  ASSERT_TRUE(n1.wait_for_output(str_cat("waiting for node 0's store at 127.0.0.1:", port, " ("), Ms(10000)))
+  ASSERT_TRUE(n1.wait_for_output(str_cat("waiting for node 0's store at 127.0.0.1:", port, ": "), Ms(10000)))
       << n1.output();
   auto t0 = nctest::Clock::now();
   n1.signal(SIGINT);
@@ -88,6 +88,7 @@ TEST(Rendezvous, ANodeRetryingTheStoreSaysSoAndStopsOnCtrlC) {
 }
 
 TEST(Rendezvous, SighupStopsALauncherAndItsRanks) {
+  ::signal(SIGHUP, SIG_DFL);  // the launcher inherits this (an ignored SIGHUP, e.g. under nohup, stays ignored)
   int port = pick_free_port();
   Proc p = run_cli({"run", "--nproc-per-node", "2", "--master-port", std::to_string(port), "dist-selftest",
                     "--iterations", "100000", "--size", "100000"});
@@ -162,4 +163,45 @@ TEST(SlurmHostList, FirstHost) {
   EXPECT_EQ(first_host_of_nodelist("a-b.example.org"), "a-b.example.org");
   EXPECT_THROW(first_host_of_nodelist("node[01-04"), Error);
   EXPECT_THROW(first_host_of_nodelist(""), Error);
+}
+
+// Placement read from srun's and mpirun's variables (in this process: set, read, unset).
+TEST(ClusterEnv, SrunAndMpirunVariablesPlaceTheRank) {
+  auto set = [](std::vector<std::pair<const char*, const char*>> vars) {
+    for (const char* n : {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
+                          "SLURM_LOCALID", "SLURM_NODEID", "SLURM_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS",
+                          "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
+                          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "OMPI_COMM_WORLD_LOCAL_SIZE", "NANOCHAT_STORE_HOSTED"})
+      unsetenv(n);
+    for (auto [n, v] : vars) setenv(n, v, 1);
+  };
+  set({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "2"},
+       {"SLURM_TASKS_PER_NODE", "2(x3),2"}, {"SLURM_JOB_NODELIST", "gpu[07-10]"}});
+  DistEnv e = DistEnv::from_env();
+  EXPECT_EQ(e.rank, 5);
+  EXPECT_EQ(e.world_size, 8);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_world_size, 2);
+  EXPECT_EQ(e.master_addr, "gpu07");
+  EXPECT_EQ(e.master_port, 29500);
+  EXPECT_FALSE(e.store_hosted);
+  // A batch script has SLURM_PROCID and SLURM_NTASKS but no SLURM_LOCALID: one process.
+  set({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}, {"SLURM_JOB_NODELIST", "gpu[07-10]"}});
+  EXPECT_EQ(DistEnv::from_env().world_size, 1);
+  // torchrun's variables win over Slurm's.
+  set({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}, {"WORLD_SIZE", "2"}, {"RANK", "1"},
+       {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1234"}});
+  EXPECT_EQ(DistEnv::from_env().world_size, 2);
+  set({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_ADDR", "n1"}, {"MASTER_PORT", "33123"}});
+  e = DistEnv::from_env();
+  EXPECT_EQ(e.rank, 3);
+  EXPECT_EQ(e.world_size, 4);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.master_addr, "n1");
+  EXPECT_EQ(e.master_port, 33123);
+  set({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}});
+  EXPECT_THROW(DistEnv::from_env(), Error);
+  set({});
 }

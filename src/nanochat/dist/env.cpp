@@ -53,18 +53,20 @@ std::optional<int> tasks_on_node(const std::string& list, long node) {
   return std::nullopt;
 }
 
-// Placement from srun's variables; false when they are absent.
+// Placement from srun's variables; false when they are absent. SLURM_LOCALID is set by srun for
+// each task but not in a batch script (which has SLURM_PROCID=0 and SLURM_NTASKS): a process
+// started by the script itself is a single process, not rank 0 of a job.
 bool from_slurm(DistEnv& e) {
   auto procid = env_int("SLURM_PROCID");
   const char* ws_name = std::getenv("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
   auto ws = env_int(ws_name);
-  if (!procid || !ws) return false;
+  if (!procid || !ws || !env_int("SLURM_LOCALID")) return false;
   e.source = str_cat("Slurm's variables (SLURM_PROCID, ", ws_name, ", SLURM_LOCALID)");
   if (*ws < 1) fail(ws_name, "=", *ws, " must be at least 1");
   e.world_size = static_cast<int>(*ws);
   e.rank = static_cast<int>(*procid);
   if (e.rank < 0 || e.rank >= e.world_size) fail("SLURM_PROCID=", e.rank, " is outside [0, ", ws_name, "=", e.world_size, ")");
-  e.local_rank = static_cast<int>(env_int("SLURM_LOCALID").value_or(0));
+  e.local_rank = static_cast<int>(*env_int("SLURM_LOCALID"));
   std::string per_node = env_str("SLURM_STEP_TASKS_PER_NODE");
   if (per_node.empty()) per_node = env_str("SLURM_TASKS_PER_NODE");
   e.local_world_size = tasks_on_node(per_node, env_int("SLURM_NODEID").value_or(0)).value_or(e.world_size);

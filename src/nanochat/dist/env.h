@@ -24,8 +24,8 @@ struct DistEnv {
   bool store_hosted = false;  ///< NANOCHAT_STORE_HOSTED=1: a launcher hosts the store, rank 0 must not
   std::string source = "torchrun variables";  ///< where the placement came from (for messages)
 
-  /// Reads the variables. When WORLD_SIZE is unset, srun's variables are used (rank SLURM_PROCID,
-  /// world SLURM_STEP_NUM_TASKS or SLURM_NTASKS, local rank SLURM_LOCALID, master MASTER_ADDR or
+  /// Reads the variables. When WORLD_SIZE is unset, srun's variables are used when SLURM_LOCALID
+  /// is set (rank SLURM_PROCID, world SLURM_STEP_NUM_TASKS or SLURM_NTASKS, master MASTER_ADDR or
   /// the first host of SLURM_STEP_NODELIST / SLURM_JOB_NODELIST), else Open MPI's
   /// (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE, master MASTER_ADDR); MASTER_PORT defaults
   /// to 29500 for both. None of them set means a single process. Rank 0 hosts the store then.
