@@ -87,6 +87,19 @@ TEST(Rendezvous, ANodeRetryingTheStoreSaysSoAndStopsOnCtrlC) {
   EXPECT_THAT(n1.output(), HasSubstr("got SIGINT while waiting for the other nodes"));
 }
 
+// Ranks started by hand (or by srun/mpirun) say which ranks they wait for at the rendezvous.
+TEST(Rendezvous, ARankStartedByHandSaysWhichRanksItWaitsFor) {
+  int port = pick_free_port();
+  Proc r0 = run_cli({"dist-selftest"}, {"WORLD_SIZE=3", "RANK=0", "MASTER_ADDR=127.0.0.1",
+                                        "MASTER_PORT=" + std::to_string(port), "NANOCHAT_STORE_HOSTED"});
+  ASSERT_TRUE(r0.wait_for_output(str_cat("waiting for ranks 1, 2 of WORLD_SIZE=3 to join the store at 127.0.0.1:", port,
+                                         " ("),
+                                 Ms(10000)))
+      << r0.output();
+  ASSERT_TRUE(r0.wait_for_output(" s of 60 s)", Ms(5000))) << r0.output();
+  r0.signal(SIGKILL);
+}
+
 TEST(Rendezvous, SighupStopsALauncherAndItsRanks) {
   ::signal(SIGHUP, SIG_DFL);  // the launcher inherits this (an ignored SIGHUP, e.g. under nohup, stays ignored)
   int port = pick_free_port();

@@ -9,12 +9,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <thread>
+
+#include "nanochat/dist/env.h"
 
 namespace nanochat::dist {
 
@@ -507,6 +510,32 @@ struct StoreServer::Impl {
     }
   }
 };
+
+void wait_and_report(Store& store, const std::vector<std::string>& keys, Ms timeout, size_t self,
+                     const std::function<std::string(const std::vector<size_t>& missing)>& describe) {
+  const auto t0 = Clock::now(), deadline = t0 + timeout;
+  const Ms every = wait_report_interval();
+  for (;;) {
+    Ms slice = std::min(every, remaining(deadline));
+    try {
+      store.wait(keys, std::max(slice, Ms(1)));
+      return;
+    } catch (const StoreTimeout&) {
+      if (Clock::now() >= deadline) throw;
+    }
+    std::vector<size_t> missing;
+    size_t lowest_present = keys.size();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (store.check({keys[i]})) lowest_present = std::min(lowest_present, i);
+      else missing.push_back(i);
+    }
+    if (missing.empty() || self != lowest_present) continue;
+    long elapsed = std::lround(std::chrono::duration<double>(Clock::now() - t0).count());
+    std::fprintf(stderr, "%s (%ld s of %g s)\n", describe(missing).c_str(), elapsed,
+                 std::round(timeout.count() / 100.0) / 10.0);
+    std::fflush(stderr);
+  }
+}
 
 std::string port_in_use_message(int port, const std::string& host_label) {
   auto holders = tcp_port_holders(port);

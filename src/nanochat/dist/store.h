@@ -149,6 +149,13 @@ class StoreClient final : public Store {
   bool broken_ = false;
 };
 
+/// Waits like store.wait(keys, timeout) (StoreTimeout after `timeout`), printing to stderr every
+/// wait_report_interval() (dist/env.h) "<describe(missing)> (N s of M s)", where `missing` holds
+/// the indices of the keys not there yet. Only the caller whose `self` is the lowest index of a
+/// key already present prints, so a job whose processes all wait prints one line per interval.
+void wait_and_report(Store& store, const std::vector<std::string>& keys, Ms timeout, size_t self,
+                     const std::function<std::string(const std::vector<size_t>& missing)>& describe);
+
 /// "port P on HOST is already in use by pid N (its command line). If that is a launcher or rank
 /// left over ... stop it (`kill N`) ...; otherwise pick another --master-port": the holders come
 /// from tcp_port_holders(); when none is visible the message says how to find it as root.
