@@ -166,6 +166,11 @@ TEST(Rendezvous, DoctorWithSeveralNodesReportsALoopbackMaster) {
   Proc one = run_cli({"doctor", "--nnodes", "1", "--master-addr", "127.0.0.1", "--master-port", std::to_string(port)});
   ASSERT_TRUE(one.wait(Ms(15000)));
   EXPECT_TRUE(one.exited_ok()) << one.output();
+  Proc opted = run_cli({"doctor", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", std::to_string(port)},
+                       {"NANOCHAT_ALLOW_LOOPBACK_MASTER=1"});
+  ASSERT_TRUE(opted.wait(Ms(15000)));
+  EXPECT_TRUE(opted.exited_ok()) << opted.output();
+  EXPECT_THAT(opted.output(), HasSubstr("[warn] master 127.0.0.1 is a loopback address"));
 }
 
 TEST(SlurmHostList, FirstHost) {
