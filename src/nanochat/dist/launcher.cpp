@@ -274,7 +274,7 @@ bool loopback_master_allowed(const LaunchOptions& o) {
 // This node's place in the job, for the rendezvous and its messages.
 struct NodeCtx {
   int N = 1, P = 1, k = 0;
-  std::string host, master, tag;
+  std::string host, master;
   int port = 0;
   Ms rdzv{0};
 };
@@ -389,7 +389,7 @@ int launch(const LaunchOptions& o) {
   std::unique_ptr<StoreServer> server;
   std::unique_ptr<StoreClient> client_ptr;
   std::unique_ptr<PrefixStore> store_ptr;
-  const NodeCtx ctx{N, P, k, host, master, tag, o.master_port, o.rendezvous_timeout};
+  const NodeCtx ctx{N, P, k, host, master, o.master_port, o.rendezvous_timeout};
   try {
     if (k == 0) server = std::make_unique<StoreServer>(o.master_port, token, master == "127.0.0.1" ? host : master);
     WaitReporter report(tag, o.rendezvous_timeout);
