@@ -61,7 +61,6 @@ bool from_slurm(DistEnv& e) {
   const char* ws_name = std::getenv("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
   auto ws = env_int(ws_name);
   if (!procid || !ws || !env_int("SLURM_LOCALID")) return false;
-  e.source = str_cat("Slurm's variables (SLURM_PROCID, ", ws_name, ", SLURM_LOCALID)");
   if (*ws < 1) fail(ws_name, "=", *ws, " must be at least 1");
   e.world_size = static_cast<int>(*ws);
   e.rank = static_cast<int>(*procid);
@@ -95,7 +94,6 @@ bool from_slurm(DistEnv& e) {
 bool from_open_mpi(DistEnv& e) {
   auto rank = env_int("OMPI_COMM_WORLD_RANK"), ws = env_int("OMPI_COMM_WORLD_SIZE");
   if (!rank || !ws) return false;
-  e.source = "Open MPI's variables (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK)";
   if (*ws < 1) fail("OMPI_COMM_WORLD_SIZE=", *ws, " must be at least 1");
   e.world_size = static_cast<int>(*ws);
   e.rank = static_cast<int>(*rank);

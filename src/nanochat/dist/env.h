@@ -22,7 +22,6 @@ struct DistEnv {
   std::string master_addr;  ///< host of the store (MASTER_ADDR)
   int master_port = 0;      ///< port of the store (MASTER_PORT)
   bool store_hosted = false;  ///< NANOCHAT_STORE_HOSTED=1: a launcher hosts the store, rank 0 must not
-  std::string source = "torchrun variables";  ///< where the placement came from (for messages)
 
   /// Reads the variables. When WORLD_SIZE is unset, srun's variables are used when SLURM_LOCALID
   /// is set (rank SLURM_PROCID, world SLURM_STEP_NUM_TASKS or SLURM_NTASKS, master MASTER_ADDR or
