@@ -158,7 +158,8 @@ TEST(Launcher, TwoNodesOnOneHostFormOneJob) {
   int port = pick_free_port();
   auto node = [&](int k) {
     return run_cli({"run", "--nnodes", "2", "--node-rank", std::to_string(k), "--nproc-per-node", "2", "--master-addr",
-                    "127.0.0.1", "--master-port", port_str(port), "dist-selftest", "--iterations", "2"},
+                    "127.0.0.1", "--allow-loopback-master", "--master-port", port_str(port), "dist-selftest",
+                    "--iterations", "2"},
                    {"NANOCHAT_JOB_TOKEN=shared"});
   };
   Proc n1 = node(1);  // the second node may start first: it retries until node 0's store is up
@@ -173,11 +174,11 @@ TEST(Launcher, TwoNodesOnOneHostFormOneJob) {
 
 TEST(Launcher, MismatchedNnodesIsAnErrorOnBothNodesNotAHang) {
   int port = pick_free_port();
-  Proc a = run_cli({"run", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port",
-                    port_str(port), "dist-selftest"},
+  Proc a = run_cli({"run", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1", "--allow-loopback-master",
+                    "--master-port", port_str(port), "dist-selftest"},
                    {"NANOCHAT_JOB_TOKEN=t"});
-  Proc b = run_cli({"run", "--nnodes", "3", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
-                    port_str(port), "dist-selftest"},
+  Proc b = run_cli({"run", "--nnodes", "3", "--node-rank", "1", "--master-addr", "127.0.0.1", "--allow-loopback-master",
+                    "--master-port", port_str(port), "dist-selftest"},
                    {"NANOCHAT_JOB_TOKEN=t"});
   ASSERT_TRUE(a.wait(Ms(15000))) << a.output();
   ASSERT_TRUE(b.wait(Ms(15000))) << b.output();
@@ -190,20 +191,24 @@ TEST(Launcher, MismatchedNnodesIsAnErrorOnBothNodesNotAHang) {
   EXPECT_THAT(a.output(), ::testing::Not(HasSubstr("[rank ")));  // no rank was started
 }
 
-TEST(Launcher, BusyPortIsAClearError) {
+// The port is held by this test process: the error names it (pid and command) and what to do.
+TEST(Launcher, BusyPortIsAClearErrorNamingTheProcessHoldingIt) {
   StoreServer holder(0, "other-job");
   Proc p = run_cli({"run", "--nproc-per-node", "2", "--master-port", port_str(holder.port()), "dist-selftest"});
   ASSERT_TRUE(p.wait(Ms(15000)));
   EXPECT_EQ(p.exit_code(), 1);
-  EXPECT_THAT(p.output(), HasSubstr(str_cat("nanochat: error: port ", holder.port(),
-                                            " on ")));
-  EXPECT_THAT(p.output(), HasSubstr("is already in use by another process; pick --master-port"));
+  EXPECT_THAT(p.output(), HasSubstr(str_cat("nanochat: error: port ", holder.port(), " on ")));
+  EXPECT_THAT(p.output(), HasSubstr(str_cat("is already in use by pid ", getpid(), " (")));
+  EXPECT_THAT(p.output(), HasSubstr("test_dist"));
+  EXPECT_THAT(p.output(), HasSubstr(str_cat("stop it (`kill ", getpid(), "`)")));
+  EXPECT_THAT(p.output(), HasSubstr("otherwise pick another --master-port"));
 }
 
 TEST(Launcher, UnreachableMasterIsAClearErrorAfterTheDeadline) {
   int port = pick_free_port();
   Proc p = run_cli({"run", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
-                    port_str(port), "--rendezvous-timeout", "2", "dist-selftest"});
+                    port_str(port), "--rendezvous-timeout", "2", "dist-selftest"},
+                   {"NANOCHAT_ALLOW_LOOPBACK_MASTER=1"});
   ASSERT_TRUE(p.wait(Ms(15000))) << p.output();
   EXPECT_EQ(p.exit_code(), 1);
   EXPECT_THAT(p.output(), HasSubstr(str_cat("nanochat: error: cannot reach the store at 127.0.0.1:", port, " after 2.")));

@@ -1,6 +1,7 @@
 // `nanochat doctor`: preflight for a distributed job (docs/architecture.md 1). Resolves and probes the
 // master host:port, shows the interface and address Gloo would bind, whether the store port is
-// free (on node 0) or answering, and the versions. Exits non-zero when a check fails.
+// free (on node 0) or answering, and the versions; with --nnodes > 1 a loopback master is a
+// problem. Exits non-zero when a check fails.
 #include <sys/socket.h>
 
 #include <cstdio>
@@ -28,6 +29,7 @@ struct DoctorArgs {
   int master_port = 0;
   std::string iface;
   int nproc_per_node = 1;
+  int nnodes = 1;
 };
 
 void line(const char* status, const std::string& what) { std::printf("[%s] %s\n", status, what.c_str()); }
@@ -50,6 +52,22 @@ int doctor(const DoctorArgs& a) {
 #endif
   line("info", str_cat("host ", host_name(), ", ", physical_cores(), " physical cores available; with --nproc-per-node ",
                        a.nproc_per_node, " each rank gets OMP_NUM_THREADS=", std::max(1, physical_cores() / a.nproc_per_node)));
+
+  // A multi-node job needs a master the other hosts can reach.
+  if (a.nnodes > 1 && a.master_addr.empty() && !std::getenv("MASTER_ADDR")) {
+    line("FAIL", str_cat("--nnodes ", a.nnodes, " needs --master-addr (or MASTER_ADDR): node 0's address on a network "
+                         "every node shares"));
+    ++problems;
+  } else if (a.nnodes > 1 && is_loopback_literal(master)) {
+    const char* allow = std::getenv("NANOCHAT_ALLOW_LOOPBACK_MASTER");
+    if (allow && std::string(allow) == "1") {
+      line("warn", str_cat("master ", master, " is a loopback address: with --nnodes ", a.nnodes,
+                           " every node must run on this machine (NANOCHAT_ALLOW_LOOPBACK_MASTER=1)"));
+    } else {
+      line("FAIL", loopback_master_error(master, a.nnodes));
+      ++problems;
+    }
+  }
 
   // Master resolution and route.
   bool master_local = false;
@@ -126,6 +144,8 @@ void register_doctor(CLI::App& app) {
   sub->add_option("--master-port", args->master_port, "store port (default MASTER_PORT, else 29500)");
   sub->add_option("--iface", args->iface, "network interface to check (default NANOCHAT_SOCKET_IFNAME / route)");
   sub->add_option("--nproc-per-node", args->nproc_per_node, "ranks per node, for the thread split")
+      ->capture_default_str();
+  sub->add_option("--nnodes", args->nnodes, "nodes of the job: with more than one, the master must not be loopback")
       ->capture_default_str();
   sub->callback([args] {
     int rc = doctor(*args);

@@ -11,6 +11,7 @@
 #include "nanochat/dist/gloo_communicator.h"
 #include "nanochat/dist/launcher.h"
 #include "nanochat/dist/selftest.h"
+#include "nanochat/dist/startup.h"
 
 namespace nanochat::cli {
 
@@ -63,6 +64,7 @@ void register_selftest(CLI::App& app) {
                 << (d.iface.empty() ? "" : " on " + d.iface) << " (" << d.reason << ")" << std::endl;
     }
 #endif
+    dist::startup_barrier(*comm, "selftest");
     dist::run_selftest(*comm, args->st, std::cout);
   });
 }
@@ -84,6 +86,9 @@ void register_run(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--master-addr,--master_addr", L.master_addr,
                   "address of node 0, reachable from every node (default 127.0.0.1 with one node)");
+  sub->add_flag("--allow-loopback-master", L.allow_loopback_master,
+                "accept a loopback --master-addr with --nnodes > 1: every node runs on this machine (tests; also "
+                "NANOCHAT_ALLOW_LOOPBACK_MASTER=1)");
   sub->add_option("--master-port,--master_port", L.master_port, "TCP port of the job's store on node 0")->capture_default_str();
   sub->add_option("--iface", L.iface, "network interface for Gloo (default: the one that routes to --master-addr)");
   sub->add_option("--threads-per-rank", L.threads_per_rank,

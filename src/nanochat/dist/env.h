@@ -3,6 +3,8 @@
 // (docs/architecture.md 1, 3.7): RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // plus nanochat's NANOCHAT_STORE_HOSTED, NANOCHAT_SOCKET_IFNAME (or GLOO_SOCKET_IFNAME),
 // NANOCHAT_JOB_TOKEN, NANOCHAT_COLLECTIVE_TIMEOUT and NANOCHAT_RENDEZVOUS_TIMEOUT (seconds).
+// Without torchrun's variables, ranks started directly by Slurm's srun (SLURM_PROCID, ...) or
+// Open MPI's mpirun (OMPI_COMM_WORLD_RANK, ...) find their place from those launchers' variables.
 #include <chrono>
 #include <optional>
 #include <string>
@@ -21,10 +23,19 @@ struct DistEnv {
   int master_port = 0;      ///< port of the store (MASTER_PORT)
   bool store_hosted = false;  ///< NANOCHAT_STORE_HOSTED=1: a launcher hosts the store, rank 0 must not
 
-  /// Reads the variables. WORLD_SIZE unset means a single process. Throws nanochat::Error naming
-  /// the variable when one is malformed or inconsistent (e.g. RANK >= WORLD_SIZE, no MASTER_ADDR).
+  /// Reads the variables. When WORLD_SIZE is unset, srun's variables are used when SLURM_LOCALID
+  /// is set (rank SLURM_PROCID, world SLURM_STEP_NUM_TASKS or SLURM_NTASKS, master MASTER_ADDR or
+  /// the first host of SLURM_STEP_NODELIST / SLURM_JOB_NODELIST), else Open MPI's
+  /// (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE, master MASTER_ADDR); MASTER_PORT defaults
+  /// to 29500 for both. None of them set means a single process. Rank 0 hosts the store then.
+  /// Throws nanochat::Error naming the variable when one is malformed or inconsistent (e.g.
+  /// RANK >= WORLD_SIZE, no MASTER_ADDR).
   static DistEnv from_env();
 };
+
+/// The first host of a Slurm host list: "node[01-04,07],gpu5" -> "node01", "rack[2-3]-n[8-9]" ->
+/// "rack2-n8", "a,b" -> "a". Throws nanochat::Error on an unbalanced bracket or an empty list.
+std::string first_host_of_nodelist(const std::string& nodelist);
 
 /// Knobs of the Gloo communicator. Unset fields come from the environment, then the defaults.
 struct DistOptions {
@@ -55,5 +66,13 @@ DeviceChoice choose_device(const std::string& master_addr, int master_port, cons
 /// Reads an integer environment variable; nullopt when unset. Throws naming the variable when
 /// it is not an integer.
 std::optional<long> env_int(const char* name);
+
+/// Reads a duration in seconds (a positive decimal, e.g. "2.5") from environment variable `name`;
+/// `def` when unset. Throws naming the variable when it is not a positive number.
+Ms env_seconds(const char* name, Ms def);
+
+/// How often a distributed wait (launchers meeting, the start-up barrier) prints what it waits
+/// for: NANOCHAT_WAIT_REPORT_INTERVAL seconds, default 10.
+Ms wait_report_interval();
 
 }  // namespace nanochat::dist

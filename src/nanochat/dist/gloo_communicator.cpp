@@ -247,7 +247,12 @@ void GlooCommunicator::Impl::rendezvous() {
   std::vector<std::string> keys;
   for (int j = 0; j < W; ++j) keys.push_back(str_cat("info/", j));
   try {
-    store->wait(keys, remaining(deadline));
+    wait_and_report(*store, keys, remaining(deadline), static_cast<size_t>(r), [&](const std::vector<size_t>& m) {
+      std::string list;
+      for (size_t i = 0; i < m.size() && i < 8; ++i) list += str_cat(i ? ", " : "", m[i]);
+      return str_cat(me(), ": waiting for rank", m.size() == 1 ? " " : "s ", list, m.size() > 8 ? ", ..." : "",
+                     " of WORLD_SIZE=", W, " to join ", client->where());
+    });
   } catch (const StoreTimeout&) {
     std::string missing;
     int n_missing = 0;

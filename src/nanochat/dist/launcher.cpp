@@ -11,9 +11,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -21,6 +23,7 @@
 #include <thread>
 
 #include "nanochat/core/error.h"
+#include "nanochat/dist/env.h"
 #include "nanochat/dist/store.h"
 
 extern char** environ;
@@ -61,9 +64,12 @@ void on_signal(int s) {
   }
 }
 
-// Restores the previous SIGINT/SIGTERM handlers when the launcher returns.
+// Restores the previous SIGINT/SIGTERM/SIGHUP handlers when the launcher returns. SIGHUP (the
+// terminal or SSH session went away) stops the job like SIGTERM, unless it was ignored when the
+// launcher started (`nohup nanochat run ...`): then it stays ignored.
 struct SignalGuard {
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {}, old_term {}, old_hup {};
+  bool hup = false;
   Fd r, w;
   SignalGuard() {
     int p[2];
@@ -77,13 +83,58 @@ struct SignalGuard {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    struct sigaction cur {};
+    sigaction(SIGHUP, nullptr, &cur);
+    if (cur.sa_handler != SIG_IGN) {
+      sigaction(SIGHUP, &sa, &old_hup);
+      hup = true;
+    }
   }
   ~SignalGuard() {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
+    if (hup) sigaction(SIGHUP, &old_hup, nullptr);
     g_wake_fd = -1;
   }
 };
+
+// A signal arrived while the launcher waited for the other nodes.
+struct Interrupted {
+  int sig;
+};
+
+void throw_if_signalled() {
+  if (int s = g_signal.load()) throw Interrupted{s};
+}
+
+// Prints "<tag>waiting for ... (20 s of 300 s)" every wait_report_interval() while a wait lasts.
+class WaitReporter {
+ public:
+  WaitReporter(std::string tag, Ms limit)
+      : tag_(std::move(tag)), limit_(limit), t0_(Clock::now()), every_(wait_report_interval()), next_(t0_ + every_) {}
+  void tick(const std::function<std::string()>& what) {
+    auto now = Clock::now();
+    if (now < next_) return;
+    next_ = now + every_;
+    long elapsed = std::lround(std::chrono::duration<double>(now - t0_).count());
+    std::fprintf(stderr, "%s%s (%ld s of %g s)\n", tag_.c_str(), what().c_str(), elapsed, limit_.count() / 1000.0);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string tag_;
+  Ms limit_;
+  Clock::time_point t0_;
+  Ms every_;
+  Clock::time_point next_;
+};
+
+// "node 1" / "nodes 1, 3".
+std::string node_list(const std::vector<int>& nodes) {
+  std::string s = nodes.size() == 1 ? "node " : "nodes ";
+  for (size_t i = 0; i < nodes.size(); ++i) s += (i ? ", " : "") + std::to_string(nodes[i]);
+  return s;
+}
 
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
@@ -215,7 +266,102 @@ std::string rank_range(int first, int count) {
   return count == 1 ? str_cat("rank ", first) : str_cat("ranks ", first, "-", first + count - 1);
 }
 
+bool loopback_master_allowed(const LaunchOptions& o) {
+  const char* v = std::getenv("NANOCHAT_ALLOW_LOOPBACK_MASTER");
+  return o.allow_loopback_master || (v && std::string(v) == "1");
+}
+
+// This node's place in the job, for the rendezvous and its messages.
+struct NodeCtx {
+  int N = 1, P = 1, k = 0;
+  std::string host, master;
+  int port = 0;
+  Ms rdzv{0};
+};
+
+// The launchers of all nodes meet in the store: each registers its shape, node 0 checks them and
+// says "go" once all have joined. Prints what it waits for every wait_report_interval(). Throws
+// Interrupted on a signal, nanochat::Error on a mismatch or when the rendezvous deadline passes.
+void meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::time_point deadline) {
+  const int N = c.N, P = c.P, k = c.k;
+  const std::string at = host_port(c.master, c.port);
+  if (store.add(str_cat("claim/", k), 1) > 1) {
+    std::string other = "another launcher";
+    if (auto v = store.try_get(str_cat("node/", k))) other = str_cat("the launcher on host ", nlohmann::json::parse(*v).value("host", "?"));
+    fail("--node-rank ", k, " is used twice: by this launcher (host ", c.host, ") and by ", other,
+         "; give every node a distinct --node-rank in [0, ", N, ")");
+  }
+  nlohmann::json me = {{"nnodes", N}, {"nproc_per_node", P}, {"host", c.host}, {"pid", static_cast<long>(getpid())}};
+  store.set(str_cat("node/", k), me.dump());
+  auto check_shape = [&](int j, const std::string& v) {
+    auto nj = nlohmann::json::parse(v);
+    if (nj.value("nnodes", 0) == N && nj.value("nproc_per_node", 0) == P) return;
+    std::string e = str_cat("the nodes of this job disagree: node ", k, " (host ", c.host, ") has --nnodes ", N,
+                            " --nproc-per-node ", P, " but node ", j, " (host ", nj.value("host", "?"), ") has --nnodes ",
+                            nj.value("nnodes", 0), " --nproc-per-node ", nj.value("nproc_per_node", 0),
+                            "; start every node with the same --nnodes and --nproc-per-node");
+    store.set("error", e);
+    fail(e);
+  };
+  // Node 0 checks every node each round; the others only look for "go" (and, when they report or
+  // give up, for who is missing), so the store's load does not grow with the square of the nodes.
+  auto missing_nodes = [&](bool check) {
+    std::vector<int> missing;
+    for (int j = 0; j < N; ++j) {
+      auto v = store.try_get(str_cat("node/", j));
+      if (!v) missing.push_back(j);
+      else if (check) check_shape(j, *v);
+    }
+    return missing;
+  };
+  bool checked_node0 = k == 0;
+  for (;;) {
+    throw_if_signalled();
+    if (auto e = store.try_get("error")) fail(*e);
+    if (store.try_get("go")) return;
+    if (!checked_node0) {
+      if (auto v = store.try_get("node/0")) {
+        check_shape(0, *v);
+        checked_node0 = true;
+      }
+    }
+    std::vector<int> missing;
+    if (k == 0) {
+      missing = missing_nodes(true);
+      if (missing.empty()) {
+        store.set("go", "1");
+        return;
+      }
+    }
+    if (Clock::now() >= deadline) {
+      if (k != 0) missing = missing_nodes(false);
+      std::string e = k == 0 ? str_cat(node_list(missing), " of --nnodes ", N, " never joined the store at ", at,
+                                       " within ", c.rdzv.count() / 1000.0,
+                                       " s; start `nanochat run` on every node with the same --master-addr/--master-port")
+                             : str_cat("node 0 (", at, ") did not start the job within ", c.rdzv.count() / 1000.0,
+                                       " s: ", missing.empty() ? "it has not said go" : node_list(missing) + " never joined");
+      if (k == 0) store.set("error", e);
+      fail(e);
+    }
+    report.tick([&] {
+      if (k != 0) missing = missing_nodes(false);
+      return missing.empty() ? str_cat("waiting for node 0 to start the job at ", at)
+                             : str_cat("waiting for ", node_list(missing), " of ", N, " to join at ", at);
+    });
+    std::this_thread::sleep_for(Ms(50));
+  }
+}
+
 }  // namespace
+
+std::string loopback_master_error(const std::string& master, int nnodes) {
+  return str_cat("--master-addr ", master, " is a loopback address, but with --nnodes ", nnodes,
+                 " the other nodes must reach node 0 over the network: on each of them ", master,
+                 " is that node itself, so they would wait for a store that never answers. Give every node node 0's "
+                 "address on a network they share (e.g. --master-addr 10.0.0.1; `nanochat doctor --nnodes ", nnodes,
+                 " --master-addr ADDR` checks it). To run all the nodes on this one machine (tests), pass "
+                 "--allow-loopback-master or set NANOCHAT_ALLOW_LOOPBACK_MASTER=1");
+}
 
 int launch(const LaunchOptions& o) {
   if (o.nnodes < 1) fail("--nnodes must be at least 1 (got ", o.nnodes, ")");
@@ -231,6 +377,7 @@ int launch(const LaunchOptions& o) {
     if (o.nnodes > 1) fail("--master-addr is required with --nnodes ", o.nnodes, ": give every node the address of node 0");
     master = "127.0.0.1";
   }
+  if (o.nnodes > 1 && is_loopback_literal(master) && !loopback_master_allowed(o)) fail(loopback_master_error(master, o.nnodes));
   std::string token = o.job_token.empty() ? job_token_from_env() : o.job_token;
   if (token.empty() && o.nnodes == 1) token = random_token();
 
@@ -240,80 +387,38 @@ int launch(const LaunchOptions& o) {
 
   SignalGuard signals;
   std::unique_ptr<StoreServer> server;
-  if (k == 0) server = std::make_unique<StoreServer>(o.master_port, token, master == "127.0.0.1" ? host : master);
-
-  StoreClientOptions co;
-  co.host = master;
-  co.port = o.master_port;
-  co.job_token = token;
-  co.connect_timeout = o.rendezvous_timeout;
-  co.identity = str_cat("launcher of node ", k, " on ", host, " (pid ", getpid(), ")");
-  StoreClient client(co);
-  PrefixStore store(client, "nc/launch/");
-  client.set_will(str_cat("nc/launch/gone/", k), str_cat("node ", k, "'s launcher (host ", host, ")"));
-
-  // Every node registers; any disagreement on the shape of the job is an error on every node.
-  if (store.add(str_cat("claim/", k), 1) > 1) {
-    std::string other = "another launcher";
-    if (auto v = store.try_get(str_cat("node/", k))) other = str_cat("the launcher on host ", nlohmann::json::parse(*v).value("host", "?"));
-    fail("--node-rank ", k, " is used twice: by this launcher (host ", host, ") and by ", other,
-         "; give every node a distinct --node-rank in [0, ", N, ")");
-  }
-  nlohmann::json me = {{"nnodes", N}, {"nproc_per_node", P}, {"host", host}, {"pid", static_cast<long>(getpid())}};
-  store.set(str_cat("node/", k), me.dump());
-  const auto rdzv_deadline = Clock::now() + o.rendezvous_timeout;
-  auto shape_error = [&](int j, const nlohmann::json& other) -> std::string {
-    return str_cat("the nodes of this job disagree: node ", k, " (host ", host, ") has --nnodes ", N,
-                   " --nproc-per-node ", P, " but node ", j, " (host ", other.value("host", "?"), ") has --nnodes ",
-                   other.value("nnodes", 0), " --nproc-per-node ", other.value("nproc_per_node", 0),
-                   "; start every node with the same --nnodes and --nproc-per-node");
-  };
-  if (k != 0) {
-    auto n0 = nlohmann::json::parse(store.get("node/0", remaining(rdzv_deadline)));
-    if (n0.value("nnodes", 0) != N || n0.value("nproc_per_node", 0) != P) {
-      std::string e = shape_error(0, n0);
-      store.set("error", e);
-      fail(e);
-    }
-  }
-  for (;;) {
-    if (auto e = store.try_get("error")) fail(*e);
-    if (store.try_get("go")) break;
-    if (k == 0) {
-      std::vector<int> missing;
-      for (int j = 1; j < N; ++j) {
-        auto v = store.try_get(str_cat("node/", j));
-        if (!v) {
-          missing.push_back(j);
-          continue;
-        }
-        auto nj = nlohmann::json::parse(*v);
-        if (nj.value("nnodes", 0) != N || nj.value("nproc_per_node", 0) != P) {
-          std::string e = shape_error(j, nj);
-          store.set("error", e);
-          fail(e);
-        }
+  std::unique_ptr<StoreClient> client_ptr;
+  std::unique_ptr<PrefixStore> store_ptr;
+  const NodeCtx ctx{N, P, k, host, master, o.master_port, o.rendezvous_timeout};
+  try {
+    if (k == 0) server = std::make_unique<StoreServer>(o.master_port, token, master == "127.0.0.1" ? host : master);
+    WaitReporter report(tag, o.rendezvous_timeout);
+    StoreClientOptions co;
+    co.host = master;
+    co.port = o.master_port;
+    co.job_token = token;
+    co.connect_timeout = o.rendezvous_timeout;
+    co.identity = str_cat("launcher of node ", k, " on ", host, " (pid ", getpid(), ")");
+    co.on_retry = [&](const std::string& err) {
+      throw_if_signalled();
+      report.tick([&] { return str_cat("waiting for node 0's store at ", host_port(master, o.master_port), ": ", err); });
+    };
+    client_ptr = std::make_unique<StoreClient>(co);
+    store_ptr = std::make_unique<PrefixStore>(*client_ptr, "nc/launch/");
+    client_ptr->set_will(str_cat("nc/launch/gone/", k), str_cat("node ", k, "'s launcher (host ", host, ")"));
+    meet(*store_ptr, ctx, report, Clock::now() + o.rendezvous_timeout);
+  } catch (const Interrupted& i) {
+    if (store_ptr) try {
+        store_ptr->set("error", str_cat("node ", k, "'s launcher (host ", host, ") was stopped by ", signal_name(i.sig),
+                                        " before the job started"));
+      } catch (const Error&) {
       }
-      if (missing.empty()) {
-        store.set("go", "1");
-        break;
-      }
-      if (Clock::now() >= rdzv_deadline) {
-        std::string list;
-        for (int j : missing) list += (list.empty() ? "" : ", ") + std::to_string(j);
-        std::string e = str_cat("node", missing.size() == 1 ? " " : "s ", list, " of --nnodes ", N,
-                                " never joined the store at ", host_port(master, o.master_port), " within ",
-                                o.rendezvous_timeout.count() / 1000.0,
-                                " s; start `nanochat run` on every node with the same --master-addr/--master-port");
-        store.set("error", e);
-        fail(e);
-      }
-    } else if (Clock::now() >= rdzv_deadline) {
-      fail("node 0 (", host_port(master, o.master_port), ") did not start the job within ",
-           o.rendezvous_timeout.count() / 1000.0, " s: not every node has joined yet");
-    }
-    std::this_thread::sleep_for(Ms(50));
+    std::fprintf(stderr, "%sgot %s while waiting for the other nodes; stopped (no rank was started)\n", tag.c_str(),
+                 signal_name(i.sig).c_str());
+    std::fflush(stderr);
+    return 128 + i.sig;
   }
+  PrefixStore& store = *store_ptr;
 
   // Threads per rank: the flag, else the user's OMP_NUM_THREADS, else this node's cores split.
   std::string threads;
@@ -405,9 +510,12 @@ int launch(const LaunchOptions& o) {
     if (sig != 0) {
       if (!interrupted) {
         interrupted = sig;
-        std::fprintf(stderr, "%sgot %s, forwarding it to the ranks\n", tag.c_str(), signal_name(sig).c_str());
+        // SIGHUP: the terminal went away; the ranks (in their own process groups) get SIGTERM.
+        const int fwd = sig == SIGHUP ? SIGTERM : sig;
+        std::fprintf(stderr, "%sgot %s, %s\n", tag.c_str(), signal_name(sig).c_str(),
+                     fwd == sig ? "forwarding it to the ranks" : "stopping the ranks with SIGTERM");
         std::fflush(stderr);
-        signal_live(sig);
+        signal_live(fwd);
         term_sent = true;
         kill_deadline = Clock::now() + o.grace;
       } else {
@@ -474,11 +582,21 @@ int launch(const LaunchOptions& o) {
     store.set(str_cat("done/", k), "1");
     if (k == 0) {
       const auto deadline = Clock::now() + o.rendezvous_timeout;
+      WaitReporter report(tag, o.rendezvous_timeout);
       for (int j = 1; j < N && !remote;) {
+        if (int sig = g_signal.load()) {
+          std::fprintf(stderr, "%sgot %s while waiting for node %d to finish; stopped\n", tag.c_str(),
+                       signal_name(sig).c_str(), j);
+          return 128 + sig;
+        }
         if (store.try_get(str_cat("done/", j))) {
           ++j;
           continue;
         }
+        report.tick([&] {
+          return str_cat("this node's ranks finished; keeping the store at ", host_port(master, o.master_port),
+                         " up until node ", j, " of ", N, " finishes too");
+        });
         if (auto v = store.try_get(str_cat("failure/", j))) {
           auto js = nlohmann::json::parse(*v);
           remote = Failure{js.value("desc", "a rank on node " + std::to_string(j) + " failed"), js.value("crash", false)};

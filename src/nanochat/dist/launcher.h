@@ -5,7 +5,7 @@
 // Node 0's launcher hosts the job's store (ranks get NANOCHAT_STORE_HOSTED=1); the launchers of
 // all nodes register in the store first, so a different --nnodes / --nproc-per-node on some node
 // is one clear error on every node instead of a hang. Output lines of rank R are prefixed with
-// "[rank R] ". Ctrl-C / SIGTERM are forwarded; if a rank fails, the other ranks (on every node)
+// "[rank R] ". Ctrl-C / SIGTERM are forwarded (SIGHUP stops the ranks with SIGTERM); if a rank fails, the other ranks (on every node)
 // are stopped: a few seconds to exit on their own, then SIGTERM, then SIGKILL after a grace period.
 #include <chrono>
 #include <string>
@@ -20,6 +20,9 @@ struct LaunchOptions {
   int nproc_per_node = 1;
   int node_rank = 0;
   std::string master_addr;    ///< "" = 127.0.0.1 when nnodes == 1 (required otherwise)
+  /// A loopback --master-addr with nnodes > 1 is refused (the other hosts cannot reach it) unless
+  /// this is set or NANOCHAT_ALLOW_LOOPBACK_MASTER=1: every node on one machine (tests).
+  bool allow_loopback_master = false;
   int master_port = 29500;
   std::string iface;          ///< passed to the ranks as NANOCHAT_SOCKET_IFNAME when set
   int threads_per_rank = 0;   ///< OMP_NUM_THREADS; 0 = env OMP_NUM_THREADS, else cores / P
@@ -32,10 +35,16 @@ struct LaunchOptions {
 };
 
 /// Runs the job's ranks on this node until they all exit. Returns 0 when every rank (on every
-/// node) succeeded, 128+signal when interrupted by SIGINT/SIGTERM. Throws nanochat::Error naming
-/// the failed rank, its host and its exit status when a rank fails (here or on another node), and
-/// for setup errors (busy port, unreachable master, mismatched --nnodes between nodes).
+/// node) succeeded, 128+signal when interrupted by SIGINT/SIGTERM/SIGHUP (also while it waits for
+/// the other nodes: then no rank was started). While it waits for other nodes (to join, or to
+/// finish) it prints what it waits for every wait_report_interval() (dist/env.h). Throws
+/// nanochat::Error naming the failed rank, its host and its exit status when a rank fails (here or
+/// on another node), and for setup errors (busy port, with the process holding it; unreachable
+/// master; a loopback master with nnodes > 1; mismatched --nnodes between nodes).
 int launch(const LaunchOptions& opts);
+
+/// Why a loopback `master` cannot serve `nnodes` > 1 nodes, and what to do (launcher, doctor).
+std::string loopback_master_error(const std::string& master, int nnodes);
 
 /// Physical cores available to this process (distinct core ids of the CPUs in its affinity mask);
 /// falls back to the logical CPU count.

@@ -1,6 +1,7 @@
 #include "nanochat/dist/net.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -11,8 +12,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
 
 #include "nanochat/core/error.h"
 
@@ -250,6 +258,93 @@ bool resolves_to_loopback(const std::string& host) {
   for (addrinfo* a = ai.head; a; a = a->ai_next)
     if (!is_loopback_sockaddr(a->ai_addr)) return false;
   return true;
+}
+
+bool is_loopback_literal(const std::string& host) {
+  std::string h = host;
+  std::transform(h.begin(), h.end(), h.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (!h.empty() && h.back() == '.') h.pop_back();
+  if (h == "localhost" || h == "ip6-localhost" || h == "ip6-loopback" || h == "localhost.localdomain") return true;
+  if (h.size() > 10 && h.compare(h.size() - 10, 10, ".localhost") == 0) return true;
+  sockaddr_in v4{};
+  if (inet_pton(AF_INET, h.c_str(), &v4.sin_addr) == 1) {
+    v4.sin_family = AF_INET;
+    return is_loopback_sockaddr(reinterpret_cast<sockaddr*>(&v4));
+  }
+  sockaddr_in6 v6{};
+  if (inet_pton(AF_INET6, h.c_str(), &v6.sin6_addr) == 1) {
+    v6.sin6_family = AF_INET6;
+    return is_loopback_sockaddr(reinterpret_cast<sockaddr*>(&v6));
+  }
+  return false;
+}
+
+namespace {
+
+// Socket inodes bound to local TCP `port` in one /proc/net/tcp{,6} table, split by whether the
+// socket listens (state 0A).
+void scan_tcp_table(const char* path, int port, std::set<unsigned long>* listening, std::set<unsigned long>* other) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);  // header
+  while (std::getline(f, line)) {
+    std::istringstream is(line);
+    std::string sl, local, remote, state, queues, timer, retr, uid, timeout;
+    unsigned long inode = 0;
+    if (!(is >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode)) continue;
+    auto colon = local.rfind(':');
+    if (colon == std::string::npos || inode == 0) continue;
+    if (std::stoi(local.substr(colon + 1), nullptr, 16) != port) continue;
+    (state == "0A" ? listening : other)->insert(inode);
+  }
+}
+
+std::string command_line_of(long pid) {
+  std::ifstream f(str_cat("/proc/", pid, "/cmdline"), std::ios::binary);
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  while (!s.empty() && s.back() == '\0') s.pop_back();
+  std::replace(s.begin(), s.end(), '\0', ' ');
+  if (s.size() > 160) s = s.substr(0, 157) + "...";
+  return s.empty() ? "?" : s;
+}
+
+}  // namespace
+
+std::vector<PortHolder> tcp_port_holders(int port) {
+  std::vector<PortHolder> out;
+  try {
+    std::set<unsigned long> listening, other;
+    scan_tcp_table("/proc/net/tcp", port, &listening, &other);
+    scan_tcp_table("/proc/net/tcp6", port, &listening, &other);
+    const std::set<unsigned long>& wanted = listening.empty() ? other : listening;
+    if (wanted.empty()) return out;
+    DIR* proc = opendir("/proc");
+    if (!proc) return out;
+    while (dirent* d = readdir(proc)) {
+      char* end = nullptr;
+      long pid = std::strtol(d->d_name, &end, 10);
+      if (pid <= 0 || *end != '\0') continue;
+      std::string fd_dir = str_cat("/proc/", pid, "/fd");
+      DIR* fds = opendir(fd_dir.c_str());
+      if (!fds) continue;  // another user's process
+      bool holds = false;
+      while (dirent* e = readdir(fds)) {
+        char target[64];
+        ssize_t n = readlink((fd_dir + "/" + e->d_name).c_str(), target, sizeof(target) - 1);
+        if (n <= 0) continue;
+        target[n] = '\0';
+        unsigned long inode = 0;
+        if (std::sscanf(target, "socket:[%lu]", &inode) == 1 && wanted.count(inode)) holds = true;
+        if (holds) break;
+      }
+      closedir(fds);
+      if (holds) out.push_back({pid, command_line_of(pid)});
+    }
+    closedir(proc);
+  } catch (const std::exception&) {
+  }
+  return out;
 }
 
 std::string host_name() {

@@ -83,6 +83,12 @@ std::string interface_of_address(const std::string& address);
 /// True if every address `host` resolves to is a loopback address (127.0.0.0/8, ::1).
 bool resolves_to_loopback(const std::string& host);
 
+/// True if `host` is written as a loopback address: an IPv4 literal in 127.0.0.0/8, ::1 (or
+/// ::ffff:127.x.y.z), or a loopback name ("localhost", "*.localhost", "ip6-localhost",
+/// "ip6-loopback"). Names are not resolved: a host name that maps to 127.0.1.1 in this machine's
+/// /etc/hosts may still be a routable name on the other nodes.
+bool is_loopback_literal(const std::string& host);
+
 /// gethostname(), or "unknown-host".
 std::string host_name();
 
@@ -90,6 +96,18 @@ std::string host_name();
 /// SO_REUSEADDR; port 0 picks a free port. Returns the bound socket and *bound_port, or an invalid
 /// Fd with *err = errno (EADDRINUSE when another process holds the port).
 Fd tcp_bind_any(int port, int* bound_port, int* err);
+
+/// A process holding a TCP port, as found through /proc.
+struct PortHolder {
+  long pid = 0;
+  std::string command;  ///< its command line (arguments joined by spaces, shortened), or "?"
+};
+
+/// The processes of this network namespace that hold a socket bound to TCP `port` (listening
+/// ones first; others only when nothing listens): the socket inodes of /proc/net/tcp and
+/// /proc/net/tcp6 are matched with the /proc/<pid>/fd links this user may read. Empty when none
+/// is visible (e.g. another user's process without root). Never throws.
+std::vector<PortHolder> tcp_port_holders(int port);
 
 /// True if nothing on this machine listens on / holds TCP `port` (tries to bind the wildcard).
 bool tcp_port_free(int port);

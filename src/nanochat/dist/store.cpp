@@ -9,12 +9,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <thread>
+
+#include "nanochat/dist/env.h"
 
 namespace nanochat::dist {
 
@@ -508,14 +511,55 @@ struct StoreServer::Impl {
   }
 };
 
+void wait_and_report(Store& store, const std::vector<std::string>& keys, Ms timeout, size_t self,
+                     const std::function<std::string(const std::vector<size_t>& missing)>& describe) {
+  const auto t0 = Clock::now(), deadline = t0 + timeout;
+  const Ms every = wait_report_interval();
+  for (;;) {
+    Ms slice = std::min(every, remaining(deadline));
+    try {
+      store.wait(keys, std::max(slice, Ms(1)));
+      return;
+    } catch (const StoreTimeout&) {
+      if (Clock::now() >= deadline) throw;
+    }
+    std::vector<size_t> missing;
+    size_t lowest_present = keys.size();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (store.check({keys[i]})) lowest_present = std::min(lowest_present, i);
+      else missing.push_back(i);
+    }
+    if (missing.empty() || self != lowest_present) continue;
+    long elapsed = std::lround(std::chrono::duration<double>(Clock::now() - t0).count());
+    std::fprintf(stderr, "%s (%ld s of %g s)\n", describe(missing).c_str(), elapsed,
+                 std::round(timeout.count() / 100.0) / 10.0);
+    std::fflush(stderr);
+  }
+}
+
+std::string port_in_use_message(int port, const std::string& host_label) {
+  auto holders = tcp_port_holders(port);
+  if (holders.empty())
+    return str_cat("port ", port, " on ", host_label, " is already in use by another process (one this user cannot see; `ss -ltnp 'sport = :",
+                   port, "'` as root names it); pick --master-port, or stop that process");
+  std::string who, pids;
+  for (const auto& h : holders) {
+    who += str_cat(who.empty() ? "" : "; ", "pid ", h.pid, " (", h.command, ")");
+    pids += str_cat(" ", h.pid);
+  }
+  return str_cat("port ", port, " on ", host_label, " is already in use by ", who,
+                 ". If that is a launcher or rank left over from an earlier run of this job (e.g. its SSH session "
+                 "dropped), stop it (`kill",
+                 pids, "`) and start again; otherwise pick another --master-port");
+}
+
 StoreServer::StoreServer(int port, std::string job_token, std::string host_label) : impl_(new Impl) {
   impl_->token = std::move(job_token);
   impl_->label = host_label.empty() ? host_name() : std::move(host_label);
   int err = 0;
   impl_->listen_fd = tcp_bind_any(port, &impl_->port, &err);
   if (!impl_->listen_fd) {
-    if (err == EADDRINUSE)
-      fail("port ", port, " on ", impl_->label, " is already in use by another process; pick --master-port");
+    if (err == EADDRINUSE) fail(port_in_use_message(port, impl_->label));
     fail("cannot bind the store to port ", port, " on ", impl_->label, ": ", errno_str(err));
   }
   if (::listen(impl_->listen_fd.get(), 512) != 0)
@@ -602,6 +646,7 @@ StoreClient::StoreClient(StoreClientOptions opts) : opts_(std::move(opts)) {
            ". Check that the master (node 0's `nanochat run`, or rank 0) is running, that MASTER_ADDR/"
            "MASTER_PORT (--master-addr/--master-port) name it, and that no firewall blocks the port");
     }
+    if (opts_.on_retry) opts_.on_retry(last_err);
     std::this_thread::sleep_for(std::min(backoff, remaining(deadline)));
     backoff = std::min(backoff * 2, Ms(1000));
   }

@@ -12,6 +12,7 @@
 // goodbye (process killed, host gone). Ranks use it so survivors can name a dead peer.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -78,8 +79,7 @@ class PrefixStore final : public Store {
 class StoreServer {
  public:
   /// Binds `port` (0 = a free port, see port()). `host_label` names this host in error messages.
-  /// Throws nanochat::Error "port P on HOST is already in use by another process; pick
-  /// --master-port" when the port is taken.
+  /// Throws nanochat::Error port_in_use_message() when the port is taken.
   StoreServer(int port, std::string job_token, std::string host_label = "");
   /// Stops the server thread and closes every connection.
   ~StoreServer();
@@ -108,6 +108,9 @@ struct StoreClientOptions {
   Ms attempt_timeout{2000};            ///< bound of one connect attempt (DROP firewalls)
   Ms op_timeout{60000};                ///< bound of a non-blocking request's answer
   std::string identity;                ///< shown by the server in its logs (e.g. "rank 3 on h1")
+  /// Called after each failed connection attempt with its error, before the backoff sleep; it may
+  /// print progress or throw to give up early (the exception propagates out of the constructor).
+  std::function<void(const std::string& last_error)> on_retry;
 };
 
 /// A connection to a StoreServer. Thread-safe: requests are serialised on one socket, so a long
@@ -145,6 +148,18 @@ class StoreClient final : public Store {
   int attempts_ = 0;
   bool broken_ = false;
 };
+
+/// Waits like store.wait(keys, timeout) (StoreTimeout after `timeout`), printing to stderr every
+/// wait_report_interval() (dist/env.h) "<describe(missing)> (N s of M s)", where `missing` holds
+/// the indices of the keys not there yet. Only the caller whose `self` is the lowest index of a
+/// key already present prints, so a job whose processes all wait prints one line per interval.
+void wait_and_report(Store& store, const std::vector<std::string>& keys, Ms timeout, size_t self,
+                     const std::function<std::string(const std::vector<size_t>& missing)>& describe);
+
+/// "port P on HOST is already in use by pid N (its command line). If that is a launcher or rank
+/// left over ... stop it (`kill N`) ...; otherwise pick another --master-port": the holders come
+/// from tcp_port_holders(); when none is visible the message says how to find it as root.
+std::string port_in_use_message(int port, const std::string& host_label);
 
 /// The job token of this process: NANOCHAT_JOB_TOKEN, or "" when unset.
 std::string job_token_from_env();

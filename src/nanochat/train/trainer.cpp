@@ -23,6 +23,7 @@
 #include "nanochat/data/parquet.h"
 #include "nanochat/data/verify.h"
 #include "nanochat/dist/agree.h"
+#include "nanochat/dist/startup.h"
 #include "nanochat/dist/communicator.h"
 #include "nanochat/kernels/gemm.h"
 #include "nanochat/model/gpt.h"
@@ -194,6 +195,9 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   int64_t profiled_steps = 0;
   prof::reset();
   json loader_state;  // null = fresh
+  // Before the first collective: a rank slow to start is waited for (NANOCHAT_STARTUP_TIMEOUT) and
+  // named, instead of failing the others at the collective timeout (dist/startup.h).
+  dist::startup_barrier(comm, "train");
   if (a.resume_from_step >= 0) {
     // Rank 0 reads the weights and meta and broadcasts them, so nodes without a shared
     // filesystem only need their own ranks' optimizer shards. Every file read is checked against
