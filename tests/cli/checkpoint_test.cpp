@@ -225,7 +225,7 @@ TEST(Checkpoint, NodeThatCannotWriteIsNamedByEveryNode) {
   NodeDir n1(n0, "nc_ck_node1");
   std::ofstream(n1.dir + "/base_checkpoints") << "not a folder\n";
   auto two_nodes = [&](const std::string& flags, const std::string& fault) {
-    const std::string common = " run --nnodes 2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1"
+    const std::string common = " run --nnodes 2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
                                " --master-port " + std::to_string(test_port());
     const std::string env = "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_COLLECTIVE_TIMEOUT=60 " + fault;
     Result r0, r1;

@@ -19,9 +19,10 @@ TestFault test_fault_from_env() {
   try {
     if (part.size() == 4 && part[0] == "flip-bit") return {part[0], std::stoi(part[1]), std::stoll(part[2]), part[3]};
     if (part.size() == 2 && part[0] == "write-fail") return {part[0], std::stoi(part[1]), -1, ""};
+    if (part.size() == 3 && part[0] == "start-delay") return {};  // the start-up barrier's (dist/startup.cpp)
   } catch (const std::exception&) {
   }
-  fail("NANOCHAT_TEST_FAULT='", env, "' is not flip-bit:<rank>:<step>:<tensor> or write-fail:<rank> (it is for tests only)");
+  fail("NANOCHAT_TEST_FAULT='", env, "' is not flip-bit:<rank>:<step>:<tensor>, write-fail:<rank> or start-delay:<rank>:<s> (it is for tests only)");
 }
 
 void flip_lowest_bit(GPT& model, const std::string& tensor) {
