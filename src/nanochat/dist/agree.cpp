@@ -38,25 +38,27 @@ std::string bounded(const std::string& v) {
   return str_cat(v.substr(0, kMaxValueChars), "... (", v.size() - kMaxValueChars, " more characters)");
 }
 
-// "X on rank 0 (host a); missing on ranks 1-2 (hosts b, c)": one entry per distinct value, in full,
-// in rank order, the ranks lacking the value last. `groups` maps a shown value ("" = missing) to its ranks.
-std::string describe(const std::map<std::string, std::vector<int>>& groups, const std::vector<std::string>& hosts) {
+// {"X on rank 0 (host a)", "<missing> on ranks 1-2 (hosts b, c)"}: one entry per distinct value,
+// in full, in rank order, the ranks lacking the value last. `groups` maps a shown value ("" =
+// missing) to its ranks.
+std::vector<std::string> describe(const std::map<std::string, std::vector<int>>& groups,
+                                  const std::vector<std::string>& hosts, const std::string& missing) {
   auto entry = [&](const std::string& value, const std::vector<int>& ranks) {
     std::set<std::string> hs;
     for (int j : ranks) hs.insert(hosts[static_cast<size_t>(j)]);
     std::string hl;
     for (const auto& h : hs) hl += (hl.empty() ? "" : ", ") + h;
-    return str_cat(value.empty() ? std::string("missing") : bounded(value), " on rank", ranks.size() == 1 ? " " : "s ",
+    return str_cat(value.empty() ? missing : bounded(value), " on rank", ranks.size() == 1 ? " " : "s ",
                    rank_list(ranks), " (host", hs.size() == 1 ? " " : "s ", hl, ")");
   };
   std::vector<std::pair<int, std::string>> order;  // by lowest rank
   for (const auto& [value, ranks] : groups)
     if (!value.empty()) order.emplace_back(ranks.front(), value);
   std::sort(order.begin(), order.end());
-  std::string out;
-  for (const auto& [first, value] : order) out += (out.empty() ? "" : "; ") + entry(value, groups.at(value));
-  auto missing = groups.find("");
-  if (missing != groups.end()) out += (out.empty() ? "" : "; ") + entry("", missing->second);
+  std::vector<std::string> out;
+  for (const auto& [first, value] : order) out.push_back(entry(value, groups.at(value)));
+  auto absent = groups.find("");
+  if (absent != groups.end()) out.push_back(entry("", absent->second));
   return out;
 }
 
@@ -81,11 +83,15 @@ void diff_json(const std::string& path, const std::vector<std::optional<json>>& 
   }
   std::map<std::string, std::vector<int>> groups;
   for (size_t j = 0; j < vals.size(); ++j) groups[vals[j] ? vals[j]->dump() : ""].push_back(static_cast<int>(j));
-  if (groups.size() > 1) lines.push_back(str_cat(path.empty() ? "(value)" : path, ": ", describe(groups, hosts)));
+  if (groups.size() <= 1) return;
+  std::string line = (path.empty() ? "(value)" : path) + ":";
+  const auto entries = describe(groups, hosts, "missing");
+  for (size_t i = 0; i < entries.size(); ++i) line += (i ? "; " : " ") + entries[i];
+  lines.push_back(line);
 }
 
 // The differences of one setting, one line each: a key-path diff when every rank's value is a
-// JSON object, else the distinct whole values.
+// JSON object, else the distinct whole values, one per line.
 std::vector<std::string> differences(const std::string& key, const std::vector<std::map<std::string, std::string>>& all,
                                      const std::vector<std::string>& hosts) {
   std::vector<std::optional<json>> parsed(all.size());
@@ -105,7 +111,7 @@ std::vector<std::string> differences(const std::string& key, const std::vector<s
     auto it = all[j].find(key);
     groups[it == all[j].end() ? std::string() : str_cat("'", it->second, "'")].push_back(static_cast<int>(j));
   }
-  if (groups.size() > 1) lines.push_back(describe(groups, hosts));
+  if (groups.size() > 1) lines = describe(groups, hosts, "(missing)");  // one value per line
   return lines;
 }
 
