@@ -204,6 +204,8 @@ struct GlooCommunicator::Impl {
   }
 
   void rendezvous();
+  // Connects Gloo's pairs, all on `port` when it is not 0 (--port-range `range`).
+  void connect_gloo(int port, const std::string& range, Clock::time_point deadline);
   void run_thread();
   std::string diagnose(const std::string& what, const std::string& gloo_msg);
   WorkPtr submit(std::string what, std::function<void()> fn);
@@ -288,7 +290,12 @@ void GlooCommunicator::Impl::rendezvous() {
   if (probe > Ms(0)) mesh->run(*store, infos, probe, Clock::now() + probe + std::max(rdzv / 10, Ms(30000)));
   const int port = mesh->gloo_port();  // 0: the kernel picks each pair's port
   mesh.reset();                         // closes its listener before Gloo binds the same port
+  connect_gloo(port, range ? range->str() : std::string(), deadline);
+}
 
+void GlooCommunicator::Impl::connect_gloo(int port, const std::string& range, Clock::time_point deadline) {
+  const Ms rdzv = *opts.rendezvous_timeout;
+  const int W = env.world_size, r = env.rank;
   // Gloo full mesh. The pair connect waits 5x the context timeout, so connect with a short one.
   try {
     gloo::transport::tcp::attr a;
@@ -322,7 +329,7 @@ void GlooCommunicator::Impl::rendezvous() {
     fail(me(), ": connecting the Gloo mesh to the other ranks failed: ", clean_gloo_message(e.what()),
          ". This rank bound ", dev_choice.address, dev_choice.iface.empty() ? "" : " on " + dev_choice.iface, " (",
          dev_choice.reason,
-         port > 0 ? str_cat(", data-plane port ", port, " (NANOCHAT_PORT_RANGE ", range->str(), ")") : std::string(),
+         port > 0 ? str_cat(", data-plane port ", port, " (NANOCHAT_PORT_RANGE ", range, ")") : std::string(),
          "). Every pair of ranks needs direct TCP connections on the data-plane ports (ephemeral unless "
          "--port-range pins them): check firewalls, and pick an interface the other hosts can reach with --iface / "
          "NANOCHAT_SOCKET_IFNAME");
