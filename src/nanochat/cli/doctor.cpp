@@ -11,6 +11,7 @@
 
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
+#include "nanochat/core/version.h"
 #include "nanochat/dist/env.h"
 #include "nanochat/dist/launcher.h"
 #include "nanochat/dist/net.h"
@@ -43,7 +44,7 @@ int doctor(const DoctorArgs& a) {
   if (port == 0) port = static_cast<int>(env_int("MASTER_PORT").value_or(29500));
 
   std::printf("nanochat doctor\n");
-  line("info", str_cat("nanochat.cpp ", NANOCHAT_VERSION));
+  line("info", str_cat("nanochat.cpp ", build_id()));
 #ifdef NANOCHAT_HAVE_GLOO
   line("info", str_cat("Gloo ", GLOO_VERSION_MAJOR, ".", GLOO_VERSION_MINOR, ".", GLOO_VERSION_PATCH, " (TCP transport)"));
 #else

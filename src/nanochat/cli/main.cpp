@@ -4,11 +4,12 @@
 
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
+#include "nanochat/core/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"nanochat.cpp: train nanochat-style GPT models on CPUs"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("nanochat.cpp ") + NANOCHAT_VERSION);
+  app.set_version_flag("--version", std::string("nanochat.cpp ") + nanochat::build_id());
   nanochat::cli::register_all(app);
   try {
     app.parse(argc, argv);

@@ -10,6 +10,7 @@
 #include "nanochat/dist/env.h"
 #include "nanochat/dist/gloo_communicator.h"
 #include "nanochat/dist/launcher.h"
+#include "nanochat/dist/mesh.h"
 #include "nanochat/dist/selftest.h"
 #include "nanochat/dist/startup.h"
 
@@ -21,6 +22,7 @@ struct RunArgs {
   dist::LaunchOptions launch;
   double rendezvous_timeout_s = 0;
   double grace_s = 10;
+  std::string port_range;
 };
 
 struct SelftestArgs {
@@ -97,6 +99,9 @@ void register_run(CLI::App& app) {
                   "shared token that every node must present to the store (default NANOCHAT_JOB_TOKEN)");
   sub->add_option("--rendezvous-timeout", args->rendezvous_timeout_s,
                   "seconds to wait for all nodes (default NANOCHAT_RENDEZVOUS_TIMEOUT, else 300)");
+  sub->add_option("--port-range", args->port_range,
+                  "A-B: the ports the ranks' Gloo connections listen on (local rank i uses A+i; default "
+                  "NANOCHAT_PORT_RANGE, else ephemeral ports); open them in every node's firewall");
   sub->add_option("--grace", args->grace_s, "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str();
   sub->callback([args, sub] {
@@ -110,6 +115,18 @@ void register_run(CLI::App& app) {
       L.rendezvous_timeout = *d.resolved().rendezvous_timeout;
     }
     L.grace = dist::Ms(static_cast<long>(args->grace_s * 1000));
+    if (!args->port_range.empty()) {
+      const auto pr = dist::parse_port_range(args->port_range, "--port-range");
+      ::setenv("NANOCHAT_PORT_RANGE", pr.str().c_str(), 1);  // the ranks inherit it
+    }
+    if (auto pr = dist::port_range_from_env()) {
+      const std::string what = args->port_range.empty() ? "NANOCHAT_PORT_RANGE=" + pr->str() : "--port-range " + pr->str();
+      dist::check_port_range_size(*pr, L.nproc_per_node, what);
+      if (L.node_rank == 0 && L.master_port >= pr->first && L.master_port <= pr->last)
+        fail(what, " contains --master-port ", L.master_port,
+             ", which node 0 needs for the job's store; pick a range without it (e.g. ", L.master_port + 100, "-",
+             L.master_port + 100 + std::max(pr->size(), L.nproc_per_node) - 1, ")");
+    }
     int rc = dist::launch(L);
     if (rc != 0) {
       std::fflush(stdout);

@@ -10,11 +10,16 @@
 
 namespace nanochat::dist {
 
-/// Exchanges `facts` (key -> value) between all ranks of `comm` with collectives (an all-reduce
-/// of the sizes, then one broadcast per rank). If any key is missing on some rank or has differing
-/// values, every rank throws the same nanochat::Error naming the key, each distinct value and the
-/// ranks (with hosts) holding it. World size 1 returns at once. All ranks must call it together.
-/// Errors of the collectives themselves propagate (they name the failed peer).
+/// Exchanges `facts` (key -> value) plus the "nanochat build" fact (core/version.h build_id())
+/// between all ranks of `comm` with collectives (an all-reduce of the sizes, then one broadcast per
+/// rank). If any key is missing on some rank or has differing values, every rank throws the same
+/// nanochat::Error naming the key and exactly what differs, with the ranks (and hosts) holding
+/// each value: for values that are JSON objects on every rank, one line per differing key path
+/// ("seed: 7 on rank 1 (host b); 42 on rank 0 (host a)"; an entry some ranks lack is shown whole,
+/// "missing" on the others); for other values, each distinct value in full on its own line
+/// ("(missing)" for the ranks without the key). Only absurd sizes are
+/// cut (8192 characters per value, 200 lines per key). World size 1 returns at once. All ranks
+/// must call it together. Errors of the collectives themselves propagate (they name the peer).
 void agree(Communicator& comm, const std::map<std::string, std::string>& facts);
 
 }  // namespace nanochat::dist

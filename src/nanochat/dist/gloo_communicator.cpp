@@ -11,9 +11,12 @@
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "nanochat/core/error.h"
+#include "nanochat/dist/gloo_mesh.h"
+#include "nanochat/dist/mesh.h"
 
 #ifdef NANOCHAT_HAVE_GLOO
 #include <gloo/allreduce.h>
@@ -168,7 +171,7 @@ struct GlooCommunicator::Impl {
   std::unique_ptr<PrefixStore> store;
   std::vector<PeerInfo> peers;
   std::shared_ptr<gloo::transport::Device> dev;
-  std::shared_ptr<gloo::rendezvous::Context> ctx;
+  std::shared_ptr<gloo::Context> ctx;
 
   std::thread thread;
   std::mutex qmu;
@@ -201,6 +204,8 @@ struct GlooCommunicator::Impl {
   }
 
   void rendezvous();
+  // Connects Gloo's pairs, all on `port` when it is not 0 (--port-range `range`).
+  void connect_gloo(int port, const std::string& range, Clock::time_point deadline);
   void run_thread();
   std::string diagnose(const std::string& what, const std::string& gloo_msg);
   WorkPtr submit(std::string what, std::function<void()> fn);
@@ -232,6 +237,8 @@ void GlooCommunicator::Impl::rendezvous() {
 
   nlohmann::json info = {{"host", host}, {"address", dev_choice.address}, {"pid", static_cast<long>(getpid())},
                          {"world_size", W}, {"local_rank", env.local_rank}};
+  const auto range = port_range_from_env();
+  if (range) check_port_range_size(*range, env.local_world_size, "NANOCHAT_PORT_RANGE=" + range->str());
   if (store->add(str_cat("claim/", r), 1) > 1) {
     std::string other = "another process";
     try {
@@ -242,6 +249,10 @@ void GlooCommunicator::Impl::rendezvous() {
     fail("RANK=", r, " is used by two processes: this one (host ", host, ", pid ", getpid(), ") and ", other,
          "; give every process a distinct RANK in [0, ", W, ")");
   }
+  // The data-plane listeners of the mesh check (their ports are Gloo's when a range pins them).
+  std::optional<MeshCheck> mesh;
+  mesh.emplace(env, host, dev_choice.address, range);
+  info.update(mesh->published());
   store->set(str_cat("info/", r), info.dump());
 
   std::vector<std::string> keys;
@@ -266,9 +277,11 @@ void GlooCommunicator::Impl::rendezvous() {
          "MASTER_ADDR/MASTER_PORT");
   }
   peers.resize(W);
+  std::vector<nlohmann::json> infos(W);
   std::string ws_mismatch;
   for (int j = 0; j < W; ++j) {
-    auto j_info = nlohmann::json::parse(store->get(str_cat("info/", j), remaining(deadline) + Ms(1000)));
+    auto& j_info = infos[j];
+    j_info = nlohmann::json::parse(store->get(str_cat("info/", j), remaining(deadline) + Ms(1000)));
     peers[j].host = j_info.value("host", "?");
     peers[j].address = j_info.value("address", "?");
     peers[j].pid = j_info.value("pid", 0L);
@@ -278,7 +291,16 @@ void GlooCommunicator::Impl::rendezvous() {
   if (!ws_mismatch.empty())
     fail("ranks disagree on WORLD_SIZE: ", me(), " has WORLD_SIZE=", W, ws_mismatch,
          ". Start every node with the same --nnodes and --nproc-per-node");
+  const Ms probe = mesh_check_timeout();
+  if (probe > Ms(0)) mesh->run(*store, infos, probe, Clock::now() + probe + std::max(rdzv / 10, Ms(30000)));
+  const int port = mesh->gloo_port();  // 0: the kernel picks each pair's port
+  mesh.reset();                         // closes its listener before Gloo binds the same port
+  connect_gloo(port, range ? range->str() : std::string(), deadline);
+}
 
+void GlooCommunicator::Impl::connect_gloo(int port, const std::string& range, Clock::time_point deadline) {
+  const Ms rdzv = *opts.rendezvous_timeout;
+  const int W = env.world_size, r = env.rank;
   // Gloo full mesh. The pair connect waits 5x the context timeout, so connect with a short one.
   try {
     gloo::transport::tcp::attr a;
@@ -288,14 +310,23 @@ void GlooCommunicator::Impl::rendezvous() {
     } else {
       a.hostname = dev_choice.address;
     }
-    dev = gloo::transport::tcp::CreateDevice(a);
-    ctx = std::make_shared<gloo::rendezvous::Context>(r, W);
     Ms connect_t = std::clamp<Ms>(rdzv / 5, Ms(1000), Ms(12000));
-    ctx->setTimeout(connect_t);
     PrefixStore gloo_keys(*store, "gloo/");
-    GlooStoreAdapter adapter(gloo_keys, std::max(remaining(deadline), Ms(1000)));
-    std::shared_ptr<gloo::transport::Device> d = dev;
-    ctx->connectFullMesh(adapter, d);
+    if (port > 0) {  // --port-range: every pair of this rank listens on `port`, one after another
+      auto c = std::make_shared<OnePortContext>(r, W);
+      c->setTimeout(connect_t);
+      c->connect_one_port(gloo_keys, a, port, env.local_rank, std::max(deadline, Clock::now() + Ms(1000)));
+      dev = c->getDevice();
+      ctx = c;
+    } else {
+      dev = gloo::transport::tcp::CreateDevice(a);
+      auto c = std::make_shared<gloo::rendezvous::Context>(r, W);
+      c->setTimeout(connect_t);
+      GlooStoreAdapter adapter(gloo_keys, std::max(remaining(deadline), Ms(1000)));
+      std::shared_ptr<gloo::transport::Device> d = dev;
+      c->connectFullMesh(adapter, d);
+      ctx = c;
+    }
     ctx->setTimeout(coll_timeout);
   } catch (const Error&) {
     throw;
@@ -303,8 +334,10 @@ void GlooCommunicator::Impl::rendezvous() {
     fail(me(), ": connecting the Gloo mesh to the other ranks failed: ", clean_gloo_message(e.what()),
          ". This rank bound ", dev_choice.address, dev_choice.iface.empty() ? "" : " on " + dev_choice.iface, " (",
          dev_choice.reason,
-         "). Every pair of ranks needs direct TCP connections on ephemeral ports: check firewalls, and pick an "
-         "interface the other hosts can reach with --iface / NANOCHAT_SOCKET_IFNAME");
+         port > 0 ? str_cat(", data-plane port ", port, " (NANOCHAT_PORT_RANGE ", range, ")") : std::string(),
+         "). Every pair of ranks needs direct TCP connections on the data-plane ports (ephemeral unless "
+         "--port-range pins them): check firewalls, and pick an interface the other hosts can reach with --iface / "
+         "NANOCHAT_SOCKET_IFNAME");
   }
   scratch.assign(kInFlight * kChunk, 0.f);
 }

@@ -4,8 +4,10 @@
 // Rendezvous: the job's TCP store (dist/store.h) at MASTER_ADDR:MASTER_PORT, hosted by rank 0
 // unless NANOCHAT_STORE_HOSTED=1 (then node 0's launcher hosts it). Keys live under
 // "nc/g<generation>/". Every rank claims its RANK, publishes host/address/pid, waits (with the
-// rendezvous deadline) for all others, and connects a Gloo full mesh on the device chosen by
-// choose_device() (never the hostname's loopback address).
+// rendezvous deadline) for all others, checks that every pair of ranks can open its data-plane
+// connection (dist/mesh.h: a few seconds, one clear error on every rank otherwise), and connects a
+// Gloo full mesh on the device chosen by choose_device() (never the hostname's loopback address),
+// on the rank's --port-range port (NANOCHAT_PORT_RANGE) when one is set, else on ephemeral ports.
 //
 // Execution: Gloo's collectives block, so one dedicated comm thread owns the Gloo context and
 // executes submitted operations in FIFO order; every call returns at once with a Work handle.

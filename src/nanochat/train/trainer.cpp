@@ -96,13 +96,14 @@ void broadcast_string(Communicator& comm, std::string& s, int root) {
   if (n) comm.broadcast(s.data(), n, root)->wait();
 }
 
-// Names, sizes and row-group counts of the shards: ranks must train on the same data.
+// Names, splits, sizes and row-group counts of the shards: ranks must train on the same data.
+// A JSON object keyed by file name, so the agreement lists exactly the files that differ.
 std::string data_manifest(const std::string& dir) {
-  json m = json::array();
+  json m = json::object();
   for (const char* split : {"train", "val"})
     for (const auto& f : data::split_files(dir, split)) {
       data::ParquetReader r(f);
-      m.push_back({fs::path(f).filename().string(), r.file_size(), r.num_row_groups()});
+      m[fs::path(f).filename().string()] = {{"split", split}, {"bytes", r.file_size()}, {"row_groups", r.num_row_groups()}};
     }
   return m.dump();
 }
@@ -340,13 +341,11 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm) {
   if (W > 1) {
     json user = args_to_json(a);
     user.erase("threads");  // nodes may legitimately use different thread counts
-    dist::agree(comm, {{"build version", NANOCHAT_VERSION},
-                       {"model config", cfg.to_json().dump()},
+    dist::agree(comm, {{"model config", cfg.to_json().dump()},
                        {"batch settings", str_cat("B=", B, " T=", T, " total=", plan.total_batch_size,
                                                   " grad_accum=", plan.grad_accum_steps)},
                        {"tokenizer hash", std::to_string(tok.hash())},
-                       // the key must not hold the local path: nodes may keep their data elsewhere
-                       {"data manifest (shards under $NANOCHAT_BASE_DIR)", data_manifest(lo.data_dir)},
+                       {"data manifest", data_manifest(lo.data_dir)},  // the directory may differ between nodes
                        {"base-train flags", user.dump()}});
     print0(str_cat("All ", W, " ranks agree on build, model, batch, tokenizer, data and flags"));
   }
