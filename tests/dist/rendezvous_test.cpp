@@ -100,6 +100,18 @@ TEST(Rendezvous, ARankStartedByHandSaysWhichRanksItWaitsFor) {
   r0.signal(SIGKILL);
 }
 
+// A rank started before the store is up (rank 0 late under srun, or node 0 not started yet) says
+// where it keeps trying, instead of retrying silently until the rendezvous window ends.
+TEST(Rendezvous, ARankRetryingTheStoreSaysSo) {
+  int port = pick_free_port();
+  Proc r1 = run_cli({"dist-selftest"}, {"WORLD_SIZE=2", "RANK=1", "MASTER_ADDR=127.0.0.1",
+                                        "MASTER_PORT=" + std::to_string(port)});
+  ASSERT_TRUE(r1.wait_for_output(str_cat("rank 1: waiting for the job's store at 127.0.0.1:", port, ": "), Ms(10000)))
+      << r1.output();
+  ASSERT_TRUE(r1.wait_for_output(" s of 60 s)", Ms(5000))) << r1.output();
+  r1.signal(SIGKILL);
+}
+
 TEST(Rendezvous, SighupStopsALauncherAndItsRanks) {
   ::signal(SIGHUP, SIG_DFL);  // the launcher inherits this (an ignored SIGHUP, e.g. under nohup, stays ignored)
   int port = pick_free_port();

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -228,6 +231,18 @@ void GlooCommunicator::Impl::rendezvous() {
   co.job_token = *opts.job_token;
   co.connect_timeout = rdzv;
   co.identity = str_cat("rank ", r, " on ", host, " (pid ", getpid(), ")");
+  // While the store is not up yet (rank 0 or node 0 starting late), say so every interval. The
+  // client keeps this callback, so it holds copies only.
+  auto next_report = std::make_shared<Clock::time_point>(t0 + wait_report_interval());
+  const std::string where = host_port(env.master_addr, env.master_port);
+  co.on_retry = [next_report, r, t0, rdzv, where](const std::string& err) {
+    const auto now = Clock::now();
+    if (now < *next_report) return;
+    *next_report = now + wait_report_interval();
+    std::fprintf(stderr, "rank %d: waiting for the job's store at %s: %s (%ld s of %g s)\n", r, where.c_str(),
+                 err.c_str(), std::lround(std::chrono::duration<double>(now - t0).count()), rdzv.count() / 1000.0);
+    std::fflush(stderr);
+  };
   client = std::make_unique<StoreClient>(co);
   const std::string prefix = str_cat("nc/g", opts.generation, "/");
   store = std::make_unique<PrefixStore>(*client, prefix);
