@@ -11,20 +11,17 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <thread>
 
 #include "nanochat/core/error.h"
 #include "nanochat/dist/env.h"
-#include "nanochat/dist/store.h"
+#include "nanochat/dist/launcher_internal.h"
 
 extern char** environ;
 
@@ -98,48 +95,29 @@ struct SignalGuard {
   }
 };
 
-// A signal arrived while the launcher waited for the other nodes.
-struct Interrupted {
-  int sig;
-};
+}  // namespace
+
+namespace launcher_detail {
+
+int pending_signal() { return g_signal.load(); }
 
 void throw_if_signalled() {
   if (int s = g_signal.load()) throw Interrupted{s};
-}
-
-// Prints "<tag>waiting for ... (20 s of 300 s)" every wait_report_interval() while a wait lasts.
-class WaitReporter {
- public:
-  WaitReporter(std::string tag, Ms limit)
-      : tag_(std::move(tag)), limit_(limit), t0_(Clock::now()), every_(wait_report_interval()), next_(t0_ + every_) {}
-  void tick(const std::function<std::string()>& what) {
-    auto now = Clock::now();
-    if (now < next_) return;
-    next_ = now + every_;
-    long elapsed = std::lround(std::chrono::duration<double>(now - t0_).count());
-    std::fprintf(stderr, "%s%s (%ld s of %g s)\n", tag_.c_str(), what().c_str(), elapsed, limit_.count() / 1000.0);
-    std::fflush(stderr);
-  }
-
- private:
-  std::string tag_;
-  Ms limit_;
-  Clock::time_point t0_;
-  Ms every_;
-  Clock::time_point next_;
-};
-
-// "node 1" / "nodes 1, 3".
-std::string node_list(const std::vector<int>& nodes) {
-  std::string s = nodes.size() == 1 ? "node " : "nodes ";
-  for (size_t i = 0; i < nodes.size(); ++i) s += (i ? ", " : "") + std::to_string(nodes[i]);
-  return s;
 }
 
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev ? str_cat("SIG", abbrev) : str_cat("signal ", sig);
 }
+
+}  // namespace launcher_detail
+
+using namespace launcher_detail;
+
+namespace {
+
+// Takes the pending signal (the supervise loop reacts to each one once).
+int take_signal() { return g_signal.exchange(0); }
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return str_cat("exited with status ", WEXITSTATUS(status));
@@ -168,12 +146,6 @@ struct Child {
   std::string out_buf, err_buf;
   bool exited = false;
   int status = 0;
-};
-
-// A failure, local or reported by another node's launcher.
-struct Failure {
-  std::string desc;     // "rank 2 (host h, pid 7) was killed by signal 9 (SIGKILL)"
-  bool crash = false;   // killed by a signal we did not send: the likely root cause
 };
 
 void write_line(int fd, const std::string& prefix, const std::string& line) {
@@ -271,99 +243,8 @@ bool loopback_master_allowed(const LaunchOptions& o) {
   return o.allow_loopback_master || (v && std::string(v) == "1");
 }
 
-// This node's place in the job, for the rendezvous and its messages.
-struct NodeCtx {
-  int N = 1, P = 1, k = 0;
-  std::string host, master;
-  int port = 0;
-  Ms rdzv{0};
-};
-
-// The launchers of all nodes meet in the store: each registers its shape, node 0 checks them and
-// says "go" once all have joined. Prints what it waits for every wait_report_interval(). Throws
-// Interrupted on a signal, nanochat::Error on a mismatch or when the rendezvous deadline passes.
-void meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::time_point deadline) {
-  const int N = c.N, P = c.P, k = c.k;
-  const std::string at = host_port(c.master, c.port);
-  if (store.add(str_cat("claim/", k), 1) > 1) {
-    std::string other = "another launcher";
-    if (auto v = store.try_get(str_cat("node/", k))) other = str_cat("the launcher on host ", nlohmann::json::parse(*v).value("host", "?"));
-    fail("--node-rank ", k, " is used twice: by this launcher (host ", c.host, ") and by ", other,
-         "; give every node a distinct --node-rank in [0, ", N, ")");
-  }
-  nlohmann::json me = {{"nnodes", N}, {"nproc_per_node", P}, {"host", c.host}, {"pid", static_cast<long>(getpid())}};
-  store.set(str_cat("node/", k), me.dump());
-  auto check_shape = [&](int j, const std::string& v) {
-    auto nj = nlohmann::json::parse(v);
-    if (nj.value("nnodes", 0) == N && nj.value("nproc_per_node", 0) == P) return;
-    std::string e = str_cat("the nodes of this job disagree: node ", k, " (host ", c.host, ") has --nnodes ", N,
-                            " --nproc-per-node ", P, " but node ", j, " (host ", nj.value("host", "?"), ") has --nnodes ",
-                            nj.value("nnodes", 0), " --nproc-per-node ", nj.value("nproc_per_node", 0),
-                            "; start every node with the same --nnodes and --nproc-per-node");
-    store.set("error", e);
-    fail(e);
-  };
-  // Node 0 checks every node each round; the others only look for "go" (and, when they report or
-  // give up, for who is missing), so the store's load does not grow with the square of the nodes.
-  auto missing_nodes = [&](bool check) {
-    std::vector<int> missing;
-    for (int j = 0; j < N; ++j) {
-      auto v = store.try_get(str_cat("node/", j));
-      if (!v) missing.push_back(j);
-      else if (check) check_shape(j, *v);
-    }
-    return missing;
-  };
-  bool checked_node0 = k == 0;
-  for (;;) {
-    throw_if_signalled();
-    if (auto e = store.try_get("error")) fail(*e);
-    if (store.try_get("go")) return;
-    if (!checked_node0) {
-      if (auto v = store.try_get("node/0")) {
-        check_shape(0, *v);
-        checked_node0 = true;
-      }
-    }
-    std::vector<int> missing;
-    if (k == 0) {
-      missing = missing_nodes(true);
-      if (missing.empty()) {
-        store.set("go", "1");
-        return;
-      }
-    }
-    if (Clock::now() >= deadline) {
-      if (k != 0) missing = missing_nodes(false);
-      std::string e = k == 0 ? str_cat(node_list(missing), " of --nnodes ", N, " never joined the store at ", at,
-                                       " within ", c.rdzv.count() / 1000.0,
-                                       " s; start `nanochat run` on every node with the same --master-addr/--master-port")
-                             : str_cat("node 0 (", at, ") did not start the job within ", c.rdzv.count() / 1000.0,
-                                       " s: ", missing.empty() ? "it has not said go" : node_list(missing) + " never joined");
-      if (k == 0) store.set("error", e);
-      fail(e);
-    }
-    report.tick([&] {
-      if (k != 0) missing = missing_nodes(false);
-      return missing.empty() ? str_cat("waiting for node 0 to start the job at ", at)
-                             : str_cat("waiting for ", node_list(missing), " of ", N, " to join at ", at);
-    });
-    std::this_thread::sleep_for(Ms(50));
-  }
-}
-
-}  // namespace
-
-std::string loopback_master_error(const std::string& master, int nnodes) {
-  return str_cat("--master-addr ", master, " is a loopback address, but with --nnodes ", nnodes,
-                 " the other nodes must reach node 0 over the network: on each of them ", master,
-                 " is that node itself, so they would wait for a store that never answers. Give every node node 0's "
-                 "address on a network they share (e.g. --master-addr 10.0.0.1; `nanochat doctor --nnodes ", nnodes,
-                 " --master-addr ADDR` checks it). To run all the nodes on this one machine (tests), pass "
-                 "--allow-loopback-master or set NANOCHAT_ALLOW_LOOPBACK_MASTER=1");
-}
-
-int launch(const LaunchOptions& o) {
+// Validate options: this node's place in the job, or nanochat::Error naming the bad flag.
+NodeCtx plan_node(const LaunchOptions& o) {
   if (o.nnodes < 1) fail("--nnodes must be at least 1 (got ", o.nnodes, ")");
   if (o.nproc_per_node < 1) fail("--nproc-per-node must be at least 1 (got ", o.nproc_per_node, ")");
   if (o.node_rank < 0 || o.node_rank >= o.nnodes)
@@ -381,58 +262,29 @@ int launch(const LaunchOptions& o) {
   std::string token = o.job_token.empty() ? job_token_from_env() : o.job_token;
   if (token.empty() && o.nnodes == 1) token = random_token();
 
-  const int N = o.nnodes, P = o.nproc_per_node, k = o.node_rank, W = N * P;
-  const std::string host = host_name();
-  const std::string tag = str_cat("nanochat run (node ", k, " on ", host, "): ");
+  NodeCtx c;
+  c.N = o.nnodes;
+  c.P = o.nproc_per_node;
+  c.k = o.node_rank;
+  c.host = host_name();
+  c.master = master;
+  c.port = o.master_port;
+  c.rdzv = o.rendezvous_timeout;
+  c.token = token;
+  c.tag = str_cat("nanochat run (node ", c.k, " on ", c.host, "): ");
+  return c;
+}
 
-  SignalGuard signals;
-  std::unique_ptr<StoreServer> server;
-  std::unique_ptr<StoreClient> client_ptr;
-  std::unique_ptr<PrefixStore> store_ptr;
-  const NodeCtx ctx{N, P, k, host, master, o.master_port, o.rendezvous_timeout};
-  try {
-    if (k == 0) server = std::make_unique<StoreServer>(o.master_port, token, master == "127.0.0.1" ? host : master);
-    WaitReporter report(tag, o.rendezvous_timeout);
-    StoreClientOptions co;
-    co.host = master;
-    co.port = o.master_port;
-    co.job_token = token;
-    co.connect_timeout = o.rendezvous_timeout;
-    co.identity = str_cat("launcher of node ", k, " on ", host, " (pid ", getpid(), ")");
-    co.on_retry = [&](const std::string& err) {
-      throw_if_signalled();
-      report.tick([&] { return str_cat("waiting for node 0's store at ", host_port(master, o.master_port), ": ", err); });
-    };
-    client_ptr = std::make_unique<StoreClient>(co);
-    store_ptr = std::make_unique<PrefixStore>(*client_ptr, "nc/launch/");
-    client_ptr->set_will(str_cat("nc/launch/gone/", k), str_cat("node ", k, "'s launcher (host ", host, ")"));
-    meet(*store_ptr, ctx, report, Clock::now() + o.rendezvous_timeout);
-  } catch (const Interrupted& i) {
-    if (store_ptr) try {
-        store_ptr->set("error", str_cat("node ", k, "'s launcher (host ", host, ") was stopped by ", signal_name(i.sig),
-                                        " before the job started"));
-      } catch (const Error&) {
-      }
-    std::fprintf(stderr, "%sgot %s while waiting for the other nodes; stopped (no rank was started)\n", tag.c_str(),
-                 signal_name(i.sig).c_str());
-    std::fflush(stderr);
-    return 128 + i.sig;
-  }
-  PrefixStore& store = *store_ptr;
+// Threads per rank: the flag, else the user's OMP_NUM_THREADS, else this node's cores split.
+std::string rank_threads(const LaunchOptions& o) {
+  if (o.threads_per_rank > 0) return std::to_string(o.threads_per_rank);
+  if (const char* t = std::getenv("OMP_NUM_THREADS"); t && *t) return t;
+  return std::to_string(std::max(1, physical_cores() / o.nproc_per_node));
+}
 
-  // Threads per rank: the flag, else the user's OMP_NUM_THREADS, else this node's cores split.
-  std::string threads;
-  if (o.threads_per_rank > 0) {
-    threads = std::to_string(o.threads_per_rank);
-  } else if (const char* t = std::getenv("OMP_NUM_THREADS"); t && *t) {
-    threads = t;
-  } else {
-    threads = std::to_string(std::max(1, physical_cores() / P));
-  }
-  std::fprintf(stderr, "%s%s of WORLD_SIZE=%d, OMP_NUM_THREADS=%s, store at %s\n", tag.c_str(),
-               rank_range(k * P, P).c_str(), W, threads.c_str(), host_port(master, o.master_port).c_str());
-  std::fflush(stderr);
-
+// Starts this node's P ranks with their environment; their output comes through pipes.
+std::vector<Child> start_ranks(const LaunchOptions& o, const NodeCtx& ctx, const std::string& threads) {
+  const int P = ctx.P, k = ctx.k, W = ctx.N * ctx.P;
   std::vector<Child> kids(P);
   for (int l = 0; l < P; ++l) {
     Child& c = kids[l];
@@ -447,187 +299,228 @@ int launch(const LaunchOptions& o) {
     std::vector<std::pair<std::string, std::string>> vars = {
         {"RANK", std::to_string(c.rank)},         {"LOCAL_RANK", std::to_string(l)},
         {"WORLD_SIZE", std::to_string(W)},        {"LOCAL_WORLD_SIZE", std::to_string(P)},
-        {"GROUP_RANK", std::to_string(k)},        {"MASTER_ADDR", master},
-        {"MASTER_PORT", std::to_string(o.master_port)}, {"NANOCHAT_STORE_HOSTED", "1"},
-        {"NANOCHAT_JOB_TOKEN", token},            {"OMP_NUM_THREADS", threads}};
+        {"GROUP_RANK", std::to_string(k)},        {"MASTER_ADDR", ctx.master},
+        {"MASTER_PORT", std::to_string(ctx.port)}, {"NANOCHAT_STORE_HOSTED", "1"},
+        {"NANOCHAT_JOB_TOKEN", ctx.token},        {"OMP_NUM_THREADS", threads}};
     if (!o.iface.empty()) vars.push_back({"NANOCHAT_SOCKET_IFNAME", o.iface});
     c.pid = spawn(o.program, o.args, child_environment(vars), out_w.get(), err_w.get());
   }
+  return kids;
+}
 
-  // Supervise: relay output, reap, react to failures and signals.
+// The supervise phase: relays the ranks' output, reaps them, forwards signals, watches the other
+// nodes' launchers, and after a failure stops the other ranks (settle, then SIGTERM, then SIGKILL
+// after the grace period). run() returns once every rank exited and its output is drained.
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& o, const NodeCtx& c, PrefixStore& store, std::vector<Child>& kids, int wake_fd)
+      : o_(o), c_(c), store_(store), kids_(kids), wake_fd_(wake_fd) {}
+  void run();
+  // Another node's launcher reported a failed rank, or vanished: sets `remote`.
+  void check_remote();
+
   std::vector<Failure> failures;  // local, in the order noticed
   std::optional<Failure> remote;
-  int interrupted = 0;
-  bool stopping = false, term_sent = false, kill_sent = false;
-  Clock::time_point settle_deadline{}, kill_deadline{};
-  auto last_remote_check = Clock::now();
-  auto signal_live = [&](int sig) {
-    for (auto& c : kids)
-      if (!c.exited) ::kill(-c.pid, sig);
-  };
-  // Another node's launcher reported a failed rank, or vanished.
-  auto check_remote = [&]() {
-    try {
-      for (int j = 0; j < N && !remote; ++j) {
-        if (j == k) continue;
-        if (auto v = store.try_get(str_cat("failure/", j))) {
-          auto js = nlohmann::json::parse(*v);
-          remote = Failure{js.value("desc", "a rank on node " + std::to_string(j) + " failed"), js.value("crash", false)};
-        } else if (auto g = store.try_get(str_cat("gone/", j))) {
-          remote = Failure{*g + " disappeared (its connection to the store dropped)", true};
-        }
-      }
-    } catch (const Error& e) {
-      remote = Failure{str_cat("node 0's launcher is unreachable (", e.what(), ")"), true};
-    }
-  };
-  auto start_stopping = [&]() {
-    if (stopping) return;
-    stopping = true;
-    settle_deadline = Clock::now() + o.settle;
-  };
-  for (;;) {
-    std::vector<pollfd> pfds;
-    pfds.push_back({signals.r.get(), POLLIN, 0});
-    for (auto& c : kids) {
-      if (c.out) pfds.push_back({c.out.get(), POLLIN, 0});
-      if (c.err) pfds.push_back({c.err.get(), POLLIN, 0});
-    }
-    bool all_exited = std::all_of(kids.begin(), kids.end(), [](const Child& c) { return c.exited; });
-    if (all_exited && pfds.size() == 1) break;
-    ::poll(pfds.data(), pfds.size(), 100);
-    {
-      char b[64];
-      while (::read(signals.r.get(), b, sizeof(b)) > 0) {
-      }
-    }
-    for (auto& c : kids) {
-      std::string prefix = str_cat("[rank ", c.rank, "] ");
-      if (c.out) pump(c.out, c.out_buf, 1, prefix);
-      if (c.err) pump(c.err, c.err_buf, 2, prefix);
-    }
-    int sig = g_signal.exchange(0);
-    if (sig != 0) {
-      if (!interrupted) {
-        interrupted = sig;
-        // SIGHUP: the terminal went away; the ranks (in their own process groups) get SIGTERM.
-        const int fwd = sig == SIGHUP ? SIGTERM : sig;
-        std::fprintf(stderr, "%sgot %s, %s\n", tag.c_str(), signal_name(sig).c_str(),
-                     fwd == sig ? "forwarding it to the ranks" : "stopping the ranks with SIGTERM");
-        std::fflush(stderr);
-        signal_live(fwd);
-        term_sent = true;
-        kill_deadline = Clock::now() + o.grace;
-      } else {
-        signal_live(SIGKILL);  // a second Ctrl-C: stop now
-        kill_sent = true;
-      }
-    }
-    for (auto& c : kids) {
-      if (c.exited) continue;
-      int st = 0;
-      pid_t r = ::waitpid(c.pid, &st, WNOHANG);
-      if (r != c.pid) continue;
-      c.exited = true;
-      c.status = st;
-      bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-      if (ok || interrupted) continue;
-      Failure f;
-      f.desc = str_cat("rank ", c.rank, " (host ", host, ", pid ", c.pid, ") ", describe_status(st));
-      f.crash = WIFSIGNALED(st) && !term_sent;
-      if (failures.empty()) {
-        nlohmann::json j = {{"desc", f.desc}, {"crash", f.crash}};
-        try {
-          store.set(str_cat("failure/", k), j.dump());
-        } catch (const Error&) {
-        }
-      }
-      failures.push_back(f);
-      start_stopping();
-    }
-    if (N > 1 && !remote && Clock::now() - last_remote_check > Ms(250)) {
-      last_remote_check = Clock::now();
-      check_remote();
-      if (remote) {
-        bool local_running = std::any_of(kids.begin(), kids.end(), [](const Child& c) { return !c.exited; });
-        if (local_running) start_stopping();
-      }
-    }
-    auto now = Clock::now();
-    if (stopping && !term_sent && now >= settle_deadline) {
-      signal_live(SIGTERM);
-      term_sent = true;
-      kill_deadline = now + o.grace;
-    }
-    if (term_sent && !kill_sent && now >= kill_deadline) {
-      signal_live(SIGKILL);
-      kill_sent = true;
-    }
-  }
+  int interrupted = 0;            // the first signal that stopped the job
+  bool term_sent = false;         // the launcher sent SIGTERM (or forwarded a signal) to the ranks
 
+ private:
+  bool wait_for_events();  // false once every rank exited and its pipes closed
+  void relay_output();
+  void on_signal(int sig);
+  void reap();
+  void watch_remote();
+  void escalate();
+  void signal_live(int sig);
+  void start_stopping();
+
+  const LaunchOptions& o_;
+  const NodeCtx& c_;
+  PrefixStore& store_;
+  std::vector<Child>& kids_;
+  int wake_fd_;
+  bool stopping_ = false, kill_sent_ = false;
+  Clock::time_point settle_deadline_{}, kill_deadline_{};
+  Clock::time_point last_remote_check_ = Clock::now();
+};
+
+void Supervisor::run() {
+  while (wait_for_events()) {
+    relay_output();
+    if (int sig = take_signal()) on_signal(sig);
+    reap();
+    watch_remote();
+    escalate();
+  }
+}
+
+bool Supervisor::wait_for_events() {
+  std::vector<pollfd> pfds;
+  pfds.push_back({wake_fd_, POLLIN, 0});
+  for (auto& c : kids_) {
+    if (c.out) pfds.push_back({c.out.get(), POLLIN, 0});
+    if (c.err) pfds.push_back({c.err.get(), POLLIN, 0});
+  }
+  bool all_exited = std::all_of(kids_.begin(), kids_.end(), [](const Child& c) { return c.exited; });
+  if (all_exited && pfds.size() == 1) return false;
+  ::poll(pfds.data(), pfds.size(), 100);
+  char b[64];
+  while (::read(wake_fd_, b, sizeof(b)) > 0) {
+  }
+  return true;
+}
+
+void Supervisor::relay_output() {
+  for (auto& c : kids_) {
+    std::string prefix = str_cat("[rank ", c.rank, "] ");
+    if (c.out) pump(c.out, c.out_buf, 1, prefix);
+    if (c.err) pump(c.err, c.err_buf, 2, prefix);
+  }
+}
+
+void Supervisor::on_signal(int sig) {
   if (interrupted) {
-    std::fprintf(stderr, "%sstopped all ranks after %s\n", tag.c_str(), signal_name(interrupted).c_str());
-    return 128 + interrupted;
+    signal_live(SIGKILL);  // a second Ctrl-C: stop now
+    kill_sent_ = true;
+    return;
+  }
+  interrupted = sig;
+  // SIGHUP: the terminal went away; the ranks (in their own process groups) get SIGTERM.
+  const int fwd = sig == SIGHUP ? SIGTERM : sig;
+  std::fprintf(stderr, "%sgot %s, %s\n", c_.tag.c_str(), signal_name(sig).c_str(),
+               fwd == sig ? "forwarding it to the ranks" : "stopping the ranks with SIGTERM");
+  std::fflush(stderr);
+  signal_live(fwd);
+  term_sent = true;
+  kill_deadline_ = Clock::now() + o_.grace;
+}
+
+// Reaps exited ranks; the first local failure is reported to the other nodes through the store.
+void Supervisor::reap() {
+  for (auto& c : kids_) {
+    if (c.exited) continue;
+    int st = 0;
+    pid_t r = ::waitpid(c.pid, &st, WNOHANG);
+    if (r != c.pid) continue;
+    c.exited = true;
+    c.status = st;
+    bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (ok || interrupted) continue;
+    Failure f;
+    f.desc = str_cat("rank ", c.rank, " (host ", c_.host, ", pid ", c.pid, ") ", describe_status(st));
+    f.crash = WIFSIGNALED(st) && !term_sent;
+    if (failures.empty()) {
+      try {
+        store_.set(str_cat("failure/", c_.k), failure_report(f));
+      } catch (const Error&) {
+      }
+    }
+    failures.push_back(f);
+    start_stopping();
+  }
+}
+
+void Supervisor::check_remote() {
+  try {
+    for (int j = 0; j < c_.N && !remote; ++j) {
+      if (j == c_.k) continue;
+      remote = read_remote_failure(store_, j, "disappeared (its connection to the store dropped)");
+    }
+  } catch (const Error& e) {
+    remote = Failure{str_cat("node 0's launcher is unreachable (", e.what(), ")"), true};
+  }
+}
+
+// Every 250 ms with several nodes: a failure elsewhere stops this node's ranks too.
+void Supervisor::watch_remote() {
+  if (c_.N == 1 || remote || Clock::now() - last_remote_check_ <= Ms(250)) return;
+  last_remote_check_ = Clock::now();
+  check_remote();
+  if (remote) {
+    bool local_running = std::any_of(kids_.begin(), kids_.end(), [](const Child& c) { return !c.exited; });
+    if (local_running) start_stopping();
+  }
+}
+
+// Stopping: SIGTERM once the settle time is over, SIGKILL once the grace period is over too.
+void Supervisor::escalate() {
+  auto now = Clock::now();
+  if (stopping_ && !term_sent && now >= settle_deadline_) {
+    signal_live(SIGTERM);
+    term_sent = true;
+    kill_deadline_ = now + o_.grace;
+  }
+  if (term_sent && !kill_sent_ && now >= kill_deadline_) {
+    signal_live(SIGKILL);
+    kill_sent_ = true;
+  }
+}
+
+void Supervisor::signal_live(int sig) {
+  for (auto& c : kids_)
+    if (!c.exited) ::kill(-c.pid, sig);
+}
+
+void Supervisor::start_stopping() {
+  if (stopping_) return;
+  stopping_ = true;
+  settle_deadline_ = Clock::now() + o_.settle;
+}
+
+// The report phase, once every local rank exited: collects the other nodes' outcome (node 0
+// keeps its store up until they finish) and returns 0, returns 128+signal, or throws the failure.
+int conclude(Supervisor& s, const NodeCtx& c, LauncherStore& ls) {
+  if (s.interrupted) {
+    std::fprintf(stderr, "%sstopped all ranks after %s\n", c.tag.c_str(), signal_name(s.interrupted).c_str());
+    return 128 + s.interrupted;
   }
   // A local failure is often the echo of a remote one: give the other launchers a moment to report.
-  if (N > 1 && !failures.empty() && !remote) {
+  if (c.N > 1 && !s.failures.empty() && !s.remote) {
     const auto until = Clock::now() + Ms(2000);
-    while (!remote && Clock::now() < until) {
-      check_remote();
-      if (!remote) std::this_thread::sleep_for(Ms(100));
+    while (!s.remote && Clock::now() < until) {
+      s.check_remote();
+      if (!s.remote) std::this_thread::sleep_for(Ms(100));
     }
   }
   // Node 0 hosts the store: keep it up until every other node is finished.
-  if (failures.empty() && !remote) {
-    store.set(str_cat("done/", k), "1");
-    if (k == 0) {
-      const auto deadline = Clock::now() + o.rendezvous_timeout;
-      WaitReporter report(tag, o.rendezvous_timeout);
-      for (int j = 1; j < N && !remote;) {
-        if (int sig = g_signal.load()) {
-          std::fprintf(stderr, "%sgot %s while waiting for node %d to finish; stopped\n", tag.c_str(),
-                       signal_name(sig).c_str(), j);
-          return 128 + sig;
-        }
-        if (store.try_get(str_cat("done/", j))) {
-          ++j;
-          continue;
-        }
-        report.tick([&] {
-          return str_cat("this node's ranks finished; keeping the store at ", host_port(master, o.master_port),
-                         " up until node ", j, " of ", N, " finishes too");
-        });
-        if (auto v = store.try_get(str_cat("failure/", j))) {
-          auto js = nlohmann::json::parse(*v);
-          remote = Failure{js.value("desc", "a rank on node " + std::to_string(j) + " failed"), js.value("crash", false)};
-        } else if (auto g = store.try_get(str_cat("gone/", j))) {
-          remote = Failure{*g + " disappeared before its ranks finished", true};
-        } else if (Clock::now() >= deadline) {
-          remote = Failure{str_cat("node ", j, " did not finish within ", o.rendezvous_timeout.count() / 1000.0,
-                                   " s after this node's ranks did"),
-                           false};
-        } else {
-          std::this_thread::sleep_for(Ms(100));
-        }
-      }
+  if (s.failures.empty() && !s.remote) {
+    ls.store->set(str_cat("done/", c.k), "1");
+    if (c.k == 0) {
+      if (int rc = wait_for_nodes_to_finish(*ls.store, c, s.remote)) return rc;
     }
   }
   // Node 0's store outlives this function only briefly: let the other launchers read the outcome.
-  if (server && N > 1) server->wait_clients_at_most(1, Ms(10000));
-  if (failures.empty() && !remote) return 0;
+  if (ls.server && c.N > 1) ls.server->wait_clients_at_most(1, Ms(10000));
+  if (s.failures.empty() && !s.remote) return 0;
+  fail(describe_failures(s.failures, s.remote, s.term_sent));
+}
 
-  // Name the most likely root cause first: a rank killed by a signal we did not send.
-  std::vector<Failure> all = failures;
-  if (remote) all.push_back(*remote);
-  auto primary = std::find_if(all.begin(), all.end(), [](const Failure& f) { return f.crash; });
-  if (primary == all.end()) primary = all.begin();
-  std::string msg = primary->desc;
-  std::string others;
-  for (auto it = all.begin(); it != all.end(); ++it)
-    if (it != primary) others += (others.empty() ? "" : "; ") + it->desc;
-  if (term_sent) msg += "; the launcher stopped the other ranks";
-  if (!others.empty()) msg += " (also: " + others + ")";
-  fail(msg);
+}  // namespace
+
+std::string loopback_master_error(const std::string& master, int nnodes) {
+  return str_cat("--master-addr ", master, " is a loopback address, but with --nnodes ", nnodes,
+                 " the other nodes must reach node 0 over the network: on each of them ", master,
+                 " is that node itself, so they would wait for a store that never answers. Give every node node 0's "
+                 "address on a network they share (e.g. --master-addr 10.0.0.1; `nanochat doctor --nnodes ", nnodes,
+                 " --master-addr ADDR` checks it). To run all the nodes on this one machine (tests), pass "
+                 "--allow-loopback-master or set NANOCHAT_ALLOW_LOOPBACK_MASTER=1");
+}
+
+int launch(const LaunchOptions& o) {
+  const NodeCtx c = plan_node(o);
+  SignalGuard signals;
+  LauncherStore ls;
+  if (int rc = join_launchers(c, ls)) return rc;
+
+  const std::string threads = rank_threads(o);
+  std::fprintf(stderr, "%s%s of WORLD_SIZE=%d, OMP_NUM_THREADS=%s, store at %s\n", c.tag.c_str(),
+               rank_range(c.k * c.P, c.P).c_str(), c.N * c.P, threads.c_str(), host_port(c.master, c.port).c_str());
+  std::fflush(stderr);
+  std::vector<Child> kids = start_ranks(o, c, threads);
+
+  Supervisor s(o, c, *ls.store, kids, signals.r.get());
+  s.run();
+  return conclude(s, c, ls);
 }
 
 }  // namespace nanochat::dist

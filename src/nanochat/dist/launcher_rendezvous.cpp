@@ -1,0 +1,231 @@
+// The launchers' side of `nanochat run` that talks to the other nodes (launcher_internal.h): their
+// rendezvous in node 0's store, their failure reports, and node 0 waiting for the others to finish.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "nanochat/core/error.h"
+#include "nanochat/dist/env.h"
+#include "nanochat/dist/launcher_internal.h"
+
+namespace nanochat::dist::launcher_detail {
+
+namespace {
+
+// Prints "<tag>waiting for ... (20 s of 300 s)" every wait_report_interval() while a wait lasts.
+class WaitReporter {
+ public:
+  WaitReporter(std::string tag, Ms limit)
+      : tag_(std::move(tag)), limit_(limit), t0_(Clock::now()), every_(wait_report_interval()), next_(t0_ + every_) {}
+  void tick(const std::function<std::string()>& what) {
+    auto now = Clock::now();
+    if (now < next_) return;
+    next_ = now + every_;
+    long elapsed = std::lround(std::chrono::duration<double>(now - t0_).count());
+    std::fprintf(stderr, "%s%s (%ld s of %g s)\n", tag_.c_str(), what().c_str(), elapsed, limit_.count() / 1000.0);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string tag_;
+  Ms limit_;
+  Clock::time_point t0_;
+  Ms every_;
+  Clock::time_point next_;
+};
+
+// "node 1" / "nodes 1, 3".
+std::string node_list(const std::vector<int>& nodes) {
+  std::string s = nodes.size() == 1 ? "node " : "nodes ";
+  for (size_t i = 0; i < nodes.size(); ++i) s += (i ? ", " : "") + std::to_string(nodes[i]);
+  return s;
+}
+
+// Registers this launcher under "node/<k>"; throws when another launcher claimed --node-rank k.
+void register_node(PrefixStore& store, const NodeCtx& c) {
+  if (store.add(str_cat("claim/", c.k), 1) > 1) {
+    std::string other = "another launcher";
+    if (auto v = store.try_get(str_cat("node/", c.k))) other = str_cat("the launcher on host ", nlohmann::json::parse(*v).value("host", "?"));
+    fail("--node-rank ", c.k, " is used twice: by this launcher (host ", c.host, ") and by ", other,
+         "; give every node a distinct --node-rank in [0, ", c.N, ")");
+  }
+  nlohmann::json me = {{"nnodes", c.N}, {"nproc_per_node", c.P}, {"host", c.host}, {"pid", static_cast<long>(getpid())}};
+  store.set(str_cat("node/", c.k), me.dump());
+}
+
+// Node j registered `v`; throws (and tells every node through "error") when its shape differs.
+void check_shape(PrefixStore& store, const NodeCtx& c, int j, const std::string& v) {
+  auto nj = nlohmann::json::parse(v);
+  if (nj.value("nnodes", 0) == c.N && nj.value("nproc_per_node", 0) == c.P) return;
+  std::string e = str_cat("the nodes of this job disagree: node ", c.k, " (host ", c.host, ") has --nnodes ", c.N,
+                          " --nproc-per-node ", c.P, " but node ", j, " (host ", nj.value("host", "?"), ") has --nnodes ",
+                          nj.value("nnodes", 0), " --nproc-per-node ", nj.value("nproc_per_node", 0),
+                          "; start every node with the same --nnodes and --nproc-per-node");
+  store.set("error", e);
+  fail(e);
+}
+
+// The nodes that have not registered yet; checks the shape of the others when `check`.
+std::vector<int> missing_nodes(PrefixStore& store, const NodeCtx& c, bool check) {
+  std::vector<int> missing;
+  for (int j = 0; j < c.N; ++j) {
+    auto v = store.try_get(str_cat("node/", j));
+    if (!v) missing.push_back(j);
+    else if (check) check_shape(store, c, j, *v);
+  }
+  return missing;
+}
+
+// The launchers of all nodes meet in the store: each registers its shape, node 0 checks them and
+// says "go" once all have joined. Prints what it waits for every wait_report_interval(). Throws
+// Interrupted on a signal, nanochat::Error on a mismatch or when the rendezvous deadline passes.
+void meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::time_point deadline) {
+  const int N = c.N, k = c.k;
+  const std::string at = host_port(c.master, c.port);
+  register_node(store, c);
+  // Node 0 checks every node each round; the others only look for "go" (and, when they report or
+  // give up, for who is missing), so the store's load does not grow with the square of the nodes.
+  bool checked_node0 = k == 0;
+  for (;;) {
+    throw_if_signalled();
+    if (auto e = store.try_get("error")) fail(*e);
+    if (store.try_get("go")) return;
+    if (!checked_node0) {
+      if (auto v = store.try_get("node/0")) {
+        check_shape(store, c, 0, *v);
+        checked_node0 = true;
+      }
+    }
+    std::vector<int> missing;
+    if (k == 0) {
+      missing = missing_nodes(store, c, true);
+      if (missing.empty()) {
+        store.set("go", "1");
+        return;
+      }
+    }
+    if (Clock::now() >= deadline) {
+      if (k != 0) missing = missing_nodes(store, c, false);
+      std::string e = k == 0 ? str_cat(node_list(missing), " of --nnodes ", N, " never joined the store at ", at,
+                                       " within ", c.rdzv.count() / 1000.0,
+                                       " s; start `nanochat run` on every node with the same --master-addr/--master-port")
+                             : str_cat("node 0 (", at, ") did not start the job within ", c.rdzv.count() / 1000.0,
+                                       " s: ", missing.empty() ? "it has not said go" : node_list(missing) + " never joined");
+      if (k == 0) store.set("error", e);
+      fail(e);
+    }
+    report.tick([&] {
+      if (k != 0) missing = missing_nodes(store, c, false);
+      return missing.empty() ? str_cat("waiting for node 0 to start the job at ", at)
+                             : str_cat("waiting for ", node_list(missing), " of ", N, " to join at ", at);
+    });
+    std::this_thread::sleep_for(Ms(50));
+  }
+}
+
+}  // namespace
+
+std::string failure_report(const Failure& f) {
+  nlohmann::json j = {{"desc", f.desc}, {"crash", f.crash}};
+  return j.dump();
+}
+
+Failure parse_failure_report(const std::string& report, int node) {
+  try {
+    auto js = nlohmann::json::parse(report);
+    return Failure{js.value("desc", "a rank on node " + std::to_string(node) + " failed"), js.value("crash", false)};
+  } catch (const nlohmann::json::exception& e) {
+    return Failure{str_cat("a rank on node ", node, " failed (its launcher's report is unreadable: ", e.what(), ")"), false};
+  }
+}
+
+std::optional<Failure> read_remote_failure(Store& store, int node, const std::string& gone_what) {
+  if (auto v = store.try_get(str_cat("failure/", node))) return parse_failure_report(*v, node);
+  if (auto g = store.try_get(str_cat("gone/", node))) return Failure{*g + " " + gone_what, true};
+  return std::nullopt;
+}
+
+std::string describe_failures(const std::vector<Failure>& local, const std::optional<Failure>& remote,
+                              bool stopped_others) {
+  std::vector<Failure> all = local;
+  if (remote) all.push_back(*remote);
+  if (all.empty()) return "";
+  auto primary = std::find_if(all.begin(), all.end(), [](const Failure& f) { return f.crash; });
+  if (primary == all.end()) primary = all.begin();
+  std::string msg = primary->desc;
+  std::string others;
+  for (auto it = all.begin(); it != all.end(); ++it)
+    if (it != primary) others += (others.empty() ? "" : "; ") + it->desc;
+  if (stopped_others) msg += "; the launcher stopped the other ranks";
+  if (!others.empty()) msg += " (also: " + others + ")";
+  return msg;
+}
+
+int join_launchers(const NodeCtx& c, LauncherStore& ls) {
+  try {
+    if (c.k == 0) ls.server = std::make_unique<StoreServer>(c.port, c.token, c.master == "127.0.0.1" ? c.host : c.master);
+    WaitReporter report(c.tag, c.rdzv);
+    StoreClientOptions co;
+    co.host = c.master;
+    co.port = c.port;
+    co.job_token = c.token;
+    co.connect_timeout = c.rdzv;
+    co.identity = str_cat("launcher of node ", c.k, " on ", c.host, " (pid ", getpid(), ")");
+    co.on_retry = [&](const std::string& err) {
+      throw_if_signalled();
+      report.tick([&] { return str_cat("waiting for node 0's store at ", host_port(c.master, c.port), ": ", err); });
+    };
+    ls.client = std::make_unique<StoreClient>(co);
+    ls.store = std::make_unique<PrefixStore>(*ls.client, "nc/launch/");
+    ls.client->set_will(str_cat("nc/launch/gone/", c.k), str_cat("node ", c.k, "'s launcher (host ", c.host, ")"));
+    meet(*ls.store, c, report, Clock::now() + c.rdzv);
+  } catch (const Interrupted& i) {
+    if (ls.store) try {
+        ls.store->set("error", str_cat("node ", c.k, "'s launcher (host ", c.host, ") was stopped by ", signal_name(i.sig),
+                                       " before the job started"));
+      } catch (const Error&) {
+      }
+    std::fprintf(stderr, "%sgot %s while waiting for the other nodes; stopped (no rank was started)\n", c.tag.c_str(),
+                 signal_name(i.sig).c_str());
+    std::fflush(stderr);
+    return 128 + i.sig;
+  }
+  return 0;
+}
+
+int wait_for_nodes_to_finish(Store& store, const NodeCtx& c, std::optional<Failure>& remote) {
+  const auto deadline = Clock::now() + c.rdzv;
+  WaitReporter report(c.tag, c.rdzv);
+  for (int j = 1; j < c.N && !remote;) {
+    if (int sig = pending_signal()) {
+      std::fprintf(stderr, "%sgot %s while waiting for node %d to finish; stopped\n", c.tag.c_str(),
+                   signal_name(sig).c_str(), j);
+      return 128 + sig;
+    }
+    if (store.try_get(str_cat("done/", j))) {
+      ++j;
+      continue;
+    }
+    report.tick([&] {
+      return str_cat("this node's ranks finished; keeping the store at ", host_port(c.master, c.port),
+                     " up until node ", j, " of ", c.N, " finishes too");
+    });
+    if (auto f = read_remote_failure(store, j, "disappeared before its ranks finished")) {
+      remote = f;
+    } else if (Clock::now() >= deadline) {
+      remote = Failure{str_cat("node ", j, " did not finish within ", c.rdzv.count() / 1000.0,
+                               " s after this node's ranks did"),
+                       false};
+    } else {
+      std::this_thread::sleep_for(Ms(100));
+    }
+  }
+  return 0;
+}
+
+}  // namespace nanochat::dist::launcher_detail
