@@ -9,36 +9,19 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <set>
 
 #include "nanochat/core/error.h"
 #include "nanochat/data/codec.h"
+#include "nanochat/data/parquet_format.h"
 #include "nanochat/data/thrift_compact.h"
 
 namespace nanochat::data {
 
 using thrift::CType;
+using namespace parquet_format;
 
 namespace {
-
-constexpr char kMagic[4] = {'P', 'A', 'R', '1'};
-
-// parquet-format enums used here.
-enum PhysicalType : int32_t { kBoolean = 0, kInt32, kInt64, kInt96, kFloat, kDouble, kByteArray, kFixedLenByteArray };
-enum Repetition : int32_t { kRequired = 0, kOptional = 1, kRepeated = 2 };
-enum Encoding : int32_t {
-  kPlain = 0,
-  kPlainDictionary = 2,
-  kRle = 3,
-  kBitPacked = 4,
-  kDeltaBinaryPacked = 5,
-  kDeltaLengthByteArray = 6,
-  kDeltaByteArray = 7,
-  kRleDictionary = 8,
-  kByteStreamSplit = 9,
-};
-enum PageType : int32_t { kDataPage = 0, kIndexPage = 1, kDictionaryPage = 2, kDataPageV2 = 3 };
 
 const char* type_name(int32_t t) {
   static const char* names[] = {"BOOLEAN", "INT32", "INT64", "INT96", "FLOAT", "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"};
@@ -485,8 +468,195 @@ ParquetReader::SchemaNode parse_schema_element(thrift::Reader& r) {
   return s;
 }
 
+// The footer being read: names its first byte in errors ("<path>: byte offset <n>: <what>").
+struct FooterCtx {
+  const std::string& path;
+  int64_t start;
+  [[noreturn]] void bad(const std::string& what) const { fail(path, ": byte offset ", start, ": ", what); }
+};
+
+// FileMetaData as read from the footer, before the text column is picked out.
+struct RawFileMeta {
+  std::vector<ParquetReader::SchemaNode> schema;
+  int64_t num_rows = 0;
+  std::vector<RawRowGroup> groups;
+  std::string created_by;
+};
+
+// Pass 1: the FileMetaData struct (schema, num_rows, row_groups, created_by; the rest skipped).
+RawFileMeta parse_file_metadata(thrift::Reader& r, const FooterCtx& ctx) {
+  RawFileMeta meta;
+  bool has_schema = false, has_rows = false, has_groups = false;
+  r.begin_struct();
+  int16_t id;
+  CType t;
+  while (r.next_field(id, t)) {
+    switch (id) {
+      case 2: {
+        expect(r, t, CType::List, "FileMetaData.schema");
+        CType e;
+        int64_t n;
+        r.read_list_header(e, n);
+        if (e != CType::Struct) r.fail("FileMetaData.schema is not a list of structs");
+        for (int64_t i = 0; i < n; ++i) meta.schema.push_back(parse_schema_element(r));
+        has_schema = true;
+        break;
+      }
+      case 3:
+        meta.num_rows = read_i64_field(r, t, "FileMetaData.num_rows");
+        has_rows = true;
+        break;
+      case 4: {
+        expect(r, t, CType::List, "FileMetaData.row_groups");
+        CType e;
+        int64_t n;
+        r.read_list_header(e, n);
+        if (e != CType::Struct) r.fail("FileMetaData.row_groups is not a list of structs");
+        for (int64_t i = 0; i < n; ++i) meta.groups.push_back(parse_row_group(r));
+        has_groups = true;
+        break;
+      }
+      case 6:
+        expect(r, t, CType::Binary, "FileMetaData.created_by");
+        meta.created_by = std::string(r.read_binary());
+        break;
+      default: r.skip(t);
+    }
+  }
+  r.end_struct();
+  if (!has_schema || !has_rows || !has_groups) ctx.bad("footer (FileMetaData) lacks the schema, num_rows or row_groups");
+  if (meta.groups.size() > static_cast<size_t>(INT32_MAX)) ctx.bad("too many row groups");
+  return meta;
+}
+
+// A leaf (column) of the schema tree: its path and its maximum definition / repetition levels.
+struct Leaf {
+  std::vector<std::string> path;
+  int def, rep;
+  size_t node;  // index in the schema
+};
+
+// Pass 2: the leaves of the schema tree, in column order (the order of every row group's chunks).
+std::vector<Leaf> schema_leaves(const std::vector<ParquetReader::SchemaNode>& schema, const FooterCtx& ctx) {
+  if (schema.empty()) ctx.bad("empty schema");
+  std::vector<Leaf> leaves;
+  size_t next = 1;
+  std::vector<std::string> cur;
+  // Iterative depth-first walk (the schema comes in pre-order); stack = children left per group.
+  struct Frame {
+    int32_t left;
+    int def, rep;
+  };
+  std::vector<Frame> stack{{schema[0].num_children, 0, 0}};
+  while (!stack.empty()) {
+    if (stack.back().left == 0) {
+      stack.pop_back();
+      if (!cur.empty()) cur.pop_back();
+      continue;
+    }
+    stack.back().left--;
+    if (next >= schema.size()) ctx.bad("schema tree declares more children than it has elements");
+    const ParquetReader::SchemaNode& s = schema[next];
+    int def = stack.back().def, rep = stack.back().rep;
+    if (s.repetition == kOptional) def++;
+    if (s.repetition == kRepeated) def++, rep++;
+    if (s.num_children > 0) {
+      if (stack.size() > 100) ctx.bad("schema nested too deeply");
+      cur.push_back(s.name);
+      stack.push_back({s.num_children, def, rep});
+    } else {
+      std::vector<std::string> p = cur;
+      p.push_back(s.name);
+      leaves.push_back({std::move(p), def, rep, next});
+    }
+    next++;
+  }
+  if (next != schema.size()) ctx.bad("schema has elements outside the tree of its root");
+  return leaves;
+}
+
+// The leaf whose path is ["text"], checked to be a REQUIRED or OPTIONAL BYTE_ARRAY column.
+size_t find_text_leaf(const std::vector<Leaf>& leaves, const std::vector<ParquetReader::SchemaNode>& schema,
+                      const std::string& path) {
+  int text_leaf = -1;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (leaves[i].path.size() == 1 && leaves[i].path[0] == "text") text_leaf = static_cast<int>(i);
+  }
+  if (text_leaf < 0) {
+    for (size_t i = 1; i < schema.size(); ++i) {
+      if (schema[i].name == "text" && schema[i].num_children > 0) {
+        fail(path, ": column \"text\" is a group (nested), not a string column");
+      }
+    }
+    std::string names;
+    for (const auto& l : leaves) {
+      std::string n;
+      for (const auto& part : l.path) n += (n.empty() ? "" : ".") + part;
+      names += (names.empty() ? "" : ", ") + n;
+    }
+    fail(path, ": has no column named \"text\" (columns: ", names.empty() ? "none" : names,
+         "); nanochat shards store documents in a string column \"text\"");
+  }
+  const Leaf& leaf = leaves[static_cast<size_t>(text_leaf)];
+  const ParquetReader::SchemaNode& tn = schema[leaf.node];
+  if (tn.type != kByteArray) {
+    fail(path, ": column \"text\" has physical type ", type_name(tn.type), "; expected BYTE_ARRAY (a string column)");
+  }
+  if (leaf.rep > 0) fail(path, ": column \"text\" is REPEATED (a list); only REQUIRED or OPTIONAL string columns are supported");
+  return static_cast<size_t>(text_leaf);
+}
+
+// Pass 3, for row group g: its "text" column chunk, checked against the schema (n_leaves columns),
+// the reader's limits and the data region [4, ctx.start).
+RowGroupInfo text_chunk_info(const RawRowGroup& rg, size_t g, size_t text_leaf, size_t n_leaves,
+                             const ParquetLimits& limits, const FooterCtx& ctx) {
+  std::string where = str_cat("row group ", g, ": ");
+  if (rg.num_rows < 0) ctx.bad(where + "missing or negative num_rows");
+  if (rg.num_rows > limits.max_row_group_rows) {
+    ctx.bad(str_cat(where, rg.num_rows, " rows exceed the reader's limit of ", limits.max_row_group_rows));
+  }
+  if (rg.columns.size() != n_leaves) {
+    ctx.bad(str_cat(where, "has ", rg.columns.size(), " column chunks but the schema has ", n_leaves, " columns"));
+  }
+  const RawColumnChunk& cc = rg.columns[text_leaf];
+  if (!cc.file_path.empty()) fail(ctx.path, ": ", where, "column \"text\" is stored in another file (", cc.file_path, "); not supported");
+  const RawColumnMeta& m = cc.meta;
+  if (!m.present) ctx.bad(where + "column \"text\" has no ColumnMetaData (encrypted columns are not supported)");
+  if (m.path != std::vector<std::string>{"text"}) ctx.bad(where + "column chunk path does not match the schema's \"text\" column");
+  if (m.type != kByteArray) ctx.bad(where + "column chunk type is not BYTE_ARRAY");
+  if (m.num_values != rg.num_rows) {
+    ctx.bad(str_cat(where, "column \"text\" has ", m.num_values, " values but the row group has ", rg.num_rows, " rows"));
+  }
+  if (m.codec < 0 || m.total_compressed < 0 || m.data_page_offset < 0 || m.total_uncompressed < 0) {
+    ctx.bad(where + "column metadata lacks codec, sizes or data_page_offset");
+  }
+  RowGroupInfo info;
+  info.num_rows = rg.num_rows;
+  info.total_byte_size = rg.total_byte_size;
+  ColumnChunkInfo& c = info.text;
+  c.codec = m.codec;
+  c.encodings = m.encodings;
+  c.num_values = m.num_values;
+  c.total_compressed_size = m.total_compressed;
+  c.total_uncompressed_size = m.total_uncompressed;
+  c.data_page_offset = m.data_page_offset;
+  c.start = m.data_page_offset;
+  if (m.has_dictionary_page_offset && m.dictionary_page_offset > 0 && m.dictionary_page_offset < m.data_page_offset) {
+    c.dictionary_page_offset = m.dictionary_page_offset;
+    c.start = m.dictionary_page_offset;
+  }
+  if (rg.num_rows > 0 && (c.start < 4 || c.total_compressed_size > ctx.start - c.start)) {
+    ctx.bad(str_cat(where, "column chunk [", c.start, ", +", c.total_compressed_size, ") lies outside the data region [4, ",
+                    ctx.start, ")"));
+  }
+  if (rg.num_rows > 0 && c.total_compressed_size == 0) ctx.bad(where + "column chunk of non-empty row group has 0 bytes");
+  return info;
+}
+
 }  // namespace
 
+// Finds and checks the footer (magic bytes, length), then reads it in passes: the FileMetaData,
+// the schema (which leaf is "text"), and the "text" chunk of every row group.
 void ParquetReader::read_footer() {
   if (file_size_ < 12) fail(path_, ": file is ", file_size_, " bytes, too small to be a Parquet file (needs at least 12)");
   uint8_t head[4];
@@ -506,162 +676,21 @@ void ParquetReader::read_footer() {
   std::string footer(footer_len, '\0');
   pread_all(fd_, path_, footer_start_, footer.data(), footer_len);
 
+  const FooterCtx ctx{path_, footer_start_};
   thrift::Reader r(reinterpret_cast<const uint8_t*>(footer.data()), footer.size(), path_, footer_start_);
-  std::vector<RawRowGroup> raw_groups;
-  bool has_schema = false, has_rows = false, has_groups = false;
-  r.begin_struct();
-  int16_t id;
-  CType t;
-  while (r.next_field(id, t)) {
-    switch (id) {
-      case 2: {
-        expect(r, t, CType::List, "FileMetaData.schema");
-        CType e;
-        int64_t n;
-        r.read_list_header(e, n);
-        if (e != CType::Struct) r.fail("FileMetaData.schema is not a list of structs");
-        for (int64_t i = 0; i < n; ++i) schema_.push_back(parse_schema_element(r));
-        has_schema = true;
-        break;
-      }
-      case 3:
-        num_rows_ = read_i64_field(r, t, "FileMetaData.num_rows");
-        has_rows = true;
-        break;
-      case 4: {
-        expect(r, t, CType::List, "FileMetaData.row_groups");
-        CType e;
-        int64_t n;
-        r.read_list_header(e, n);
-        if (e != CType::Struct) r.fail("FileMetaData.row_groups is not a list of structs");
-        for (int64_t i = 0; i < n; ++i) raw_groups.push_back(parse_row_group(r));
-        has_groups = true;
-        break;
-      }
-      case 6:
-        expect(r, t, CType::Binary, "FileMetaData.created_by");
-        created_by_ = std::string(r.read_binary());
-        break;
-      default: r.skip(t);
-    }
-  }
-  r.end_struct();
-  if (!has_schema || !has_rows || !has_groups) fail_at(footer_start_, "footer (FileMetaData) lacks the schema, num_rows or row_groups");
-  if (raw_groups.size() > static_cast<size_t>(INT32_MAX)) fail_at(footer_start_, "too many row groups");
+  RawFileMeta meta = parse_file_metadata(r, ctx);
+  schema_ = std::move(meta.schema);
+  num_rows_ = meta.num_rows;
+  created_by_ = std::move(meta.created_by);
 
-  // ---- schema: walk the tree, find the leaf column whose path is ["text"] ----
-  if (schema_.empty()) fail_at(footer_start_, "empty schema");
-  struct Leaf {
-    std::vector<std::string> path;
-    int def, rep;
-    size_t node;
-  };
-  std::vector<Leaf> leaves;
-  size_t next = 1;
-  std::vector<std::string> cur;
-  // Iterative depth-first walk (the schema comes in pre-order); stack = children left per group.
-  struct Frame {
-    int32_t left;
-    int def, rep;
-  };
-  std::vector<Frame> stack{{schema_[0].num_children, 0, 0}};
-  while (!stack.empty()) {
-    if (stack.back().left == 0) {
-      stack.pop_back();
-      if (!cur.empty()) cur.pop_back();
-      continue;
-    }
-    stack.back().left--;
-    if (next >= schema_.size()) fail_at(footer_start_, "schema tree declares more children than it has elements");
-    const SchemaNode& s = schema_[next];
-    int def = stack.back().def, rep = stack.back().rep;
-    if (s.repetition == kOptional) def++;
-    if (s.repetition == kRepeated) def++, rep++;
-    if (s.num_children > 0) {
-      if (stack.size() > 100) fail_at(footer_start_, "schema nested too deeply");
-      cur.push_back(s.name);
-      stack.push_back({s.num_children, def, rep});
-    } else {
-      std::vector<std::string> p = cur;
-      p.push_back(s.name);
-      leaves.push_back({std::move(p), def, rep, next});
-    }
-    next++;
-  }
-  if (next != schema_.size()) fail_at(footer_start_, "schema has elements outside the tree of its root");
+  const std::vector<Leaf> leaves = schema_leaves(schema_, ctx);
+  const size_t text_leaf = find_text_leaf(leaves, schema_, path_);
+  max_def_ = leaves[text_leaf].def;
 
-  int text_leaf = -1;
-  for (size_t i = 0; i < leaves.size(); ++i) {
-    if (leaves[i].path.size() == 1 && leaves[i].path[0] == "text") text_leaf = static_cast<int>(i);
-  }
-  if (text_leaf < 0) {
-    for (size_t i = 1; i < schema_.size(); ++i) {
-      if (schema_[i].name == "text" && schema_[i].num_children > 0) {
-        fail(path_, ": column \"text\" is a group (nested), not a string column");
-      }
-    }
-    std::string names;
-    for (const auto& l : leaves) {
-      std::string n;
-      for (const auto& part : l.path) n += (n.empty() ? "" : ".") + part;
-      names += (names.empty() ? "" : ", ") + n;
-    }
-    fail(path_, ": has no column named \"text\" (columns: ", names.empty() ? "none" : names,
-         "); nanochat shards store documents in a string column \"text\"");
-  }
-  const Leaf& leaf = leaves[static_cast<size_t>(text_leaf)];
-  const SchemaNode& tn = schema_[leaf.node];
-  if (tn.type != kByteArray) {
-    fail(path_, ": column \"text\" has physical type ", type_name(tn.type), "; expected BYTE_ARRAY (a string column)");
-  }
-  if (leaf.rep > 0) fail(path_, ": column \"text\" is REPEATED (a list); only REQUIRED or OPTIONAL string columns are supported");
-  max_def_ = leaf.def;
-
-  // ---- row groups: pick out and check the text column chunk ----
   int64_t total = 0;
-  for (size_t g = 0; g < raw_groups.size(); ++g) {
-    RawRowGroup& rg = raw_groups[g];
-    std::string where = str_cat("row group ", g, ": ");
-    if (rg.num_rows < 0) fail_at(footer_start_, where + "missing or negative num_rows");
-    if (rg.num_rows > limits_.max_row_group_rows) {
-      fail_at(footer_start_, str_cat(where, rg.num_rows, " rows exceed the reader's limit of ", limits_.max_row_group_rows));
-    }
-    if (rg.columns.size() != leaves.size()) {
-      fail_at(footer_start_, str_cat(where, "has ", rg.columns.size(), " column chunks but the schema has ", leaves.size(), " columns"));
-    }
-    const RawColumnChunk& cc = rg.columns[static_cast<size_t>(text_leaf)];
-    if (!cc.file_path.empty()) fail(path_, ": ", where, "column \"text\" is stored in another file (", cc.file_path, "); not supported");
-    const RawColumnMeta& m = cc.meta;
-    if (!m.present) fail_at(footer_start_, where + "column \"text\" has no ColumnMetaData (encrypted columns are not supported)");
-    if (m.path != std::vector<std::string>{"text"}) fail_at(footer_start_, where + "column chunk path does not match the schema's \"text\" column");
-    if (m.type != kByteArray) fail_at(footer_start_, where + "column chunk type is not BYTE_ARRAY");
-    if (m.num_values != rg.num_rows) {
-      fail_at(footer_start_, str_cat(where, "column \"text\" has ", m.num_values, " values but the row group has ", rg.num_rows, " rows"));
-    }
-    if (m.codec < 0 || m.total_compressed < 0 || m.data_page_offset < 0 || m.total_uncompressed < 0) {
-      fail_at(footer_start_, where + "column metadata lacks codec, sizes or data_page_offset");
-    }
-    RowGroupInfo info;
-    info.num_rows = rg.num_rows;
-    info.total_byte_size = rg.total_byte_size;
-    ColumnChunkInfo& c = info.text;
-    c.codec = m.codec;
-    c.encodings = m.encodings;
-    c.num_values = m.num_values;
-    c.total_compressed_size = m.total_compressed;
-    c.total_uncompressed_size = m.total_uncompressed;
-    c.data_page_offset = m.data_page_offset;
-    c.start = m.data_page_offset;
-    if (m.has_dictionary_page_offset && m.dictionary_page_offset > 0 && m.dictionary_page_offset < m.data_page_offset) {
-      c.dictionary_page_offset = m.dictionary_page_offset;
-      c.start = m.dictionary_page_offset;
-    }
-    if (rg.num_rows > 0 && (c.start < 4 || c.total_compressed_size > footer_start_ - c.start)) {
-      fail_at(footer_start_, str_cat(where, "column chunk [", c.start, ", +", c.total_compressed_size,
-                                     ") lies outside the data region [4, ", footer_start_, ")"));
-    }
-    if (rg.num_rows > 0 && c.total_compressed_size == 0) fail_at(footer_start_, where + "column chunk of non-empty row group has 0 bytes");
-    total += rg.num_rows;
+  for (size_t g = 0; g < meta.groups.size(); ++g) {
+    RowGroupInfo info = text_chunk_info(meta.groups[g], g, text_leaf, leaves.size(), limits_, ctx);
+    total += info.num_rows;
     if (total > (int64_t(1) << 50)) fail_at(footer_start_, "row counts overflow");
     row_groups_.push_back(std::move(info));
   }
@@ -909,189 +938,6 @@ std::string ParquetReader::encodings_string() const {
     out += encoding_name(e);
   }
   return out;
-}
-
-// =============================================================================================
-// ParquetWriter
-// =============================================================================================
-
-ParquetWriter::ParquetWriter(const std::string& path, int row_group_size, int zstd_level, int64_t page_bytes)
-    : path_(path), tmp_path_(path + ".tmp"), row_group_size_(row_group_size), zstd_level_(zstd_level), page_bytes_(page_bytes) {
-  if (row_group_size <= 0) fail("ParquetWriter: row_group_size must be positive (got ", row_group_size, ")");
-  if (page_bytes <= 0) fail("ParquetWriter: page_bytes must be positive");
-  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail(tmp_path_, ": cannot create: ", std::strerror(errno));
-  append(std::string(kMagic, 4));
-}
-
-ParquetWriter::~ParquetWriter() {
-  if (!closed_) {
-    if (fd_ >= 0) ::close(fd_);
-    ::unlink(tmp_path_.c_str());
-  }
-}
-
-void ParquetWriter::append(const std::string& bytes) {
-  const char* p = bytes.data();
-  size_t n = bytes.size();
-  while (n > 0) {
-    ssize_t k = ::write(fd_, p, n);
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      fail(tmp_path_, ": write failed: ", std::strerror(errno));
-    }
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-  offset_ += static_cast<int64_t>(bytes.size());
-}
-
-void ParquetWriter::write(std::string_view doc) {
-  if (closed_) fail(path_, ": write() after close()");
-  if (doc.size() > UINT32_MAX / 2) fail(path_, ": document of ", doc.size(), " bytes is too large for one Parquet value");
-  pending_.emplace_back(doc);
-  rows_++;
-  if (static_cast<int>(pending_.size()) == row_group_size_) flush_row_group();
-}
-
-void ParquetWriter::flush_row_group() {
-  if (pending_.empty()) return;
-  RgMeta meta{static_cast<int64_t>(pending_.size()), offset_, 0, 0};
-  size_t i = 0;
-  while (i < pending_.size()) {
-    // One data page v1: [u32 def-levels length][RLE run: all rows defined][PLAIN values].
-    size_t j = i, bytes = 0;
-    while (j < pending_.size() && (j == i || bytes + 4 + pending_[j].size() <= static_cast<size_t>(page_bytes_))) {
-      bytes += 4 + pending_[j].size();
-      ++j;
-    }
-    const uint32_t count = static_cast<uint32_t>(j - i);
-    std::string levels;
-    for (uint64_t v = static_cast<uint64_t>(count) << 1; ; v >>= 7) {  // RLE run header = count << 1
-      if (v < 0x80) {
-        levels.push_back(static_cast<char>(v));
-        break;
-      }
-      levels.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    }
-    levels.push_back(1);  // definition level 1 (bit width 1 -> one byte)
-    std::string raw;
-    raw.reserve(4 + levels.size() + bytes);
-    auto put32 = [&raw](uint32_t v) {
-      for (int k = 0; k < 4; ++k) raw.push_back(static_cast<char>((v >> (8 * k)) & 0xff));
-    };
-    put32(static_cast<uint32_t>(levels.size()));
-    raw += levels;
-    for (size_t k = i; k < j; ++k) {
-      put32(static_cast<uint32_t>(pending_[k].size()));
-      raw += pending_[k];
-    }
-    if (raw.size() > INT32_MAX) fail(path_, ": a data page would exceed 2 GiB");
-    std::string comp = zstd_compress(raw, zstd_level_);
-    thrift::Writer w;
-    w.begin_struct();
-    w.field_i32(1, 0);  // type DATA_PAGE
-    w.field_i32(2, static_cast<int32_t>(raw.size()));
-    w.field_i32(3, static_cast<int32_t>(comp.size()));
-    // PageHeader.crc: CRC-32 of the compressed page, so a reader can tell a corrupt page.
-    w.field_i32(4, static_cast<int32_t>(crc32(0L, reinterpret_cast<const Bytef*>(comp.data()), static_cast<uInt>(comp.size()))));
-    w.field_header(5, CType::Struct);
-    w.begin_struct();
-    w.field_i32(1, static_cast<int32_t>(count));
-    w.field_i32(2, kPlain);
-    w.field_i32(3, kRle);
-    w.field_i32(4, kRle);
-    w.end_struct();
-    w.end_struct();
-    meta.uncompressed += static_cast<int64_t>(w.bytes().size() + raw.size());
-    meta.compressed += static_cast<int64_t>(w.bytes().size() + comp.size());
-    append(w.bytes());
-    append(comp);
-    i = j;
-  }
-  rgs_.push_back(meta);
-  pending_.clear();
-}
-
-void ParquetWriter::close() {
-  if (closed_) return;
-  flush_row_group();
-  thrift::Writer w;
-  w.begin_struct();
-  w.field_i32(1, 1);  // version
-  w.field_header(2, CType::List);
-  w.list_header(CType::Struct, 2);
-  // root
-  w.begin_struct();
-  w.field_i32(3, kRequired);
-  w.field_binary(4, "schema");
-  w.field_i32(5, 1);
-  w.end_struct();
-  // text: optional binary (STRING)
-  w.begin_struct();
-  w.field_i32(1, kByteArray);
-  w.field_i32(3, kOptional);
-  w.field_binary(4, "text");
-  w.field_i32(6, 0);  // ConvertedType UTF8
-  w.field_header(10, CType::Struct);
-  w.begin_struct();
-  w.field_header(1, CType::Struct);  // LogicalType.STRING = StringType {}
-  w.begin_struct();
-  w.end_struct();
-  w.end_struct();
-  w.end_struct();
-  w.field_i64(3, rows_);
-  w.field_header(4, CType::List);
-  w.list_header(CType::Struct, static_cast<int64_t>(rgs_.size()));
-  for (size_t g = 0; g < rgs_.size(); ++g) {
-    const RgMeta& m = rgs_[g];
-    w.begin_struct();
-    w.field_header(1, CType::List);
-    w.list_header(CType::Struct, 1);
-    w.begin_struct();                         // ColumnChunk
-    w.field_i64(2, m.data_page_offset);       // file_offset (deprecated; writers put the chunk start)
-    w.field_header(3, CType::Struct);         // ColumnMetaData
-    w.begin_struct();
-    w.field_i32(1, kByteArray);
-    w.field_header(2, CType::List);
-    w.list_header(CType::I32, 2);
-    w.i32(kPlain);
-    w.i32(kRle);
-    w.field_header(3, CType::List);
-    w.list_header(CType::Binary, 1);
-    w.binary("text");
-    w.field_i32(4, static_cast<int32_t>(Codec::Zstd));
-    w.field_i64(5, m.num_rows);
-    w.field_i64(6, m.uncompressed);
-    w.field_i64(7, m.compressed);
-    w.field_i64(9, m.data_page_offset);
-    w.end_struct();
-    w.end_struct();
-    w.field_i64(2, m.uncompressed);  // total_byte_size
-    w.field_i64(3, m.num_rows);
-    w.field_i64(5, m.data_page_offset);  // file_offset
-    w.field_i64(6, m.compressed);        // total_compressed_size
-    w.field_header(7, CType::I16);       // ordinal
-    w.i32(static_cast<int32_t>(g));
-    w.end_struct();
-  }
-  w.field_binary(6, "nanochat.cpp parquet writer");
-  w.end_struct();
-  std::string tail = w.bytes();
-  const uint32_t len = static_cast<uint32_t>(tail.size());
-  for (int k = 0; k < 4; ++k) tail.push_back(static_cast<char>((len >> (8 * k)) & 0xff));
-  tail.append(kMagic, 4);
-  append(tail);
-  if (::fsync(fd_) != 0) fail(tmp_path_, ": fsync failed: ", std::strerror(errno));
-  if (::close(fd_) != 0) {
-    fd_ = -1;
-    fail(tmp_path_, ": close failed: ", std::strerror(errno));
-  }
-  fd_ = -1;
-  std::error_code ec;
-  std::filesystem::rename(tmp_path_, path_, ec);
-  if (ec) fail(tmp_path_, ": cannot rename to ", path_, ": ", ec.message());
-  closed_ = true;
 }
 
 }  // namespace nanochat::data

@@ -13,14 +13,14 @@
 // "<path>: byte offset <n>: <what is wrong>" — never a crash, hang or partial result. Allocation
 // is bounded by the file size, the bytes actually decompressed and the ParquetLimits below.
 //
-// Writer: exactly nanochat's layout — one OPTIONAL BYTE_ARRAY column "text" (STRING logical
-// type), PLAIN encoding, no dictionary, no statistics, data page v1, ZSTD (level 3), row groups of
-// 1024 rows, data pages of about 1 MiB, each with its CRC-32 in the page header. It writes
-// "<path>.tmp" and renames it on close().
+// Writer: ParquetWriter, in data/parquet_writer.h (included here), writes exactly nanochat's
+// layout (one OPTIONAL string column "text", ZSTD, a CRC-32 in every page header).
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "nanochat/data/parquet_writer.h"
 
 namespace nanochat::data {
 
@@ -109,7 +109,6 @@ class ParquetReader {
  private:
   [[noreturn]] void fail_at(int64_t offset, const std::string& what) const;
   void read_footer();
-  void resolve_schema();
 
   std::string path_;
   ParquetLimits limits_;
@@ -121,44 +120,6 @@ class ParquetReader {
   std::vector<SchemaNode> schema_;
   std::vector<RowGroupInfo> row_groups_;
   int max_def_ = 0;
-};
-
-/// Writes nanochat-layout Parquet shards (see the file comment). Documents are buffered per row
-/// group; every `row_group_size` documents a row group is compressed and appended. close()
-/// writes the footer, fsyncs and renames "<path>.tmp" to `path`; the destructor of a writer that
-/// was not closed removes the temporary file (so an interrupted shard never looks complete).
-/// Throws nanochat::Error naming the path on I/O failure.
-class ParquetWriter {
- public:
-  explicit ParquetWriter(const std::string& path, int row_group_size = 1024, int zstd_level = 3,
-                         int64_t page_bytes = int64_t(1) << 20);
-  ~ParquetWriter();
-  ParquetWriter(const ParquetWriter&) = delete;
-  ParquetWriter& operator=(const ParquetWriter&) = delete;
-
-  /// Appends one document (any bytes; nanochat's text is UTF-8).
-  void write(std::string_view doc);
-  /// Flushes the last (possibly short) row group, writes the footer and renames into place.
-  void close();
-  int64_t rows_written() const { return rows_; }
-
- private:
-  void flush_row_group();
-  void append(const std::string& bytes);
-
-  std::string path_, tmp_path_;
-  int row_group_size_;
-  int zstd_level_;
-  int64_t page_bytes_;
-  int fd_ = -1;
-  int64_t offset_ = 0;
-  int64_t rows_ = 0;
-  bool closed_ = false;
-  std::vector<std::string> pending_;
-  struct RgMeta {
-    int64_t num_rows, data_page_offset, compressed, uncompressed;
-  };
-  std::vector<RgMeta> rgs_;
 };
 
 }  // namespace nanochat::data
