@@ -6,7 +6,7 @@
 #include <regex>
 #include <thread>
 
-#include "cli_util.h"
+#include "support/cli_util.h"
 
 using namespace nctest;
 

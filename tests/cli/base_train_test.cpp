@@ -19,7 +19,7 @@
 #include "nanochat/data/parquet.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/checkpoint.h"
-#include "cli_util.h"
+#include "support/cli_util.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "cli_util.h"
 #include "nanochat/train/checkpoint.h"
+#include "support/cli_util.h"
 
 using namespace nctest;
 using Clock = std::chrono::steady_clock;

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "nanochat/data/parquet.h"
-#include "cli_util.h"
+#include "support/cli_util.h"
 
 namespace fs = std::filesystem;
 using namespace nanochat;

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "cli_util.h"
+#include "support/cli_util.h"
 
 using namespace nctest;
 

@@ -7,7 +7,7 @@
 #include <functional>
 #include <thread>
 
-#include "cli_util.h"
+#include "support/cli_util.h"
 
 using namespace nctest;
 

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <thread>
 
-#include "cli_util.h"
 #include "nanochat/core/safetensors.h"
+#include "support/cli_util.h"
 
 using namespace nctest;
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cli_util.h"
+#include "support/cli_util.h"
 
 using namespace nctest;
 

@@ -16,7 +16,7 @@
 
 #include "nanochat/dist/agree.h"
 #include "nanochat/dist/selftest.h"
-#include "proc_util.h"
+#include "support/proc_util.h"
 
 using namespace nanochat;
 using namespace nanochat::dist;

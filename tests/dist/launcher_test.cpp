@@ -13,7 +13,7 @@
 
 #include "nanochat/dist/net.h"
 #include "nanochat/dist/store.h"
-#include "proc_util.h"
+#include "support/proc_util.h"
 
 using namespace nanochat;
 using namespace nanochat::dist;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "nanochat/core/error.h"
-#include "proc_util.h"
+#include "support/proc_util.h"
 
 using nanochat::str_cat;
 using nctest::Ms;

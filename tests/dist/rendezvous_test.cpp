@@ -12,7 +12,7 @@
 #include "nanochat/core/error.h"
 #include "nanochat/dist/env.h"
 #include "nanochat/dist/net.h"
-#include "proc_util.h"
+#include "support/proc_util.h"
 
 using namespace nanochat;
 using namespace nanochat::dist;

@@ -13,7 +13,7 @@
 #include <set>
 #include <thread>
 
-#include "proc_util.h"
+#include "support/proc_util.h"
 
 using namespace nanochat;
 using namespace nanochat::dist;

@@ -13,8 +13,10 @@
 
 #include "nanochat/core/error.h"
 #include "nanochat/core/rng.h"
+#include "support/fd_check.h"
 
 using namespace nanochat;
+using nanochat::testing::fd_gradient;
 
 namespace {
 
@@ -174,17 +176,10 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
     };
     const double eps = 1e-6;
     auto check = [&](std::vector<double>& x, const std::vector<double>& grad, const char* what) {
+      const std::vector<double> fd = fd_gradient(x, loss, eps);
       double worst = 0;
-      for (size_t i = 0; i < x.size(); ++i) {
-        const double keep = x[i];
-        x[i] = keep + eps;
-        const double lp = loss();
-        x[i] = keep - eps;
-        const double lm = loss();
-        x[i] = keep;
-        const double fd = (lp - lm) / (2 * eps);
-        worst = std::max(worst, std::abs(fd - grad[i]) / std::max(1.0, std::abs(grad[i])));
-      }
+      for (size_t i = 0; i < x.size(); ++i)
+        worst = std::max(worst, std::abs(fd[i] - grad[i]) / std::max(1.0, std::abs(grad[i])));
       EXPECT_LT(worst, 1e-6) << what;
     };
     check(q, dq, "dq");

@@ -1,7 +1,11 @@
+// Tests for kernels/gemm: sgemm against a naive double loop (every transpose case), the tiled
+// transposed add, and the accumulating weight gradient in both orientations.
 #include "nanochat/kernels/gemm.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "nanochat/core/rng.h"
@@ -31,4 +35,33 @@ TEST(Gemm, MatchesNaiveForAllTransposes) {
       sgemm(ta, tb, M, N, K, 2.f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.25f, C.data(), N);
       for (int i = 0; i < M * N; ++i) EXPECT_NEAR(C[i], ref[i], 1e-5) << "ta=" << ta << " tb=" << tb;
     }
+}
+
+TEST(Gemm, AddTransposed) {
+  const int64_t rows = 70, cols = 45;  // not multiples of the tile
+  std::vector<float> src(cols * rows), dst(rows * cols);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+  for (size_t i = 0; i < dst.size(); ++i) dst[i] = 0.5f * static_cast<float>(i);
+  std::vector<float> want = dst;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) want[r * cols + c] += src[c * rows + r];
+  add_transposed(src.data(), dst.data(), rows, cols);
+  EXPECT_EQ(dst, want);
+}
+
+TEST(Gemm, LinearBwdWAccBothOrientations) {
+  Rng rng(25);
+  const int64_t M = 9;
+  for (auto [K, N] : {std::pair<int64_t, int64_t>{5, 11}, {11, 5}}) {
+    std::vector<float> dy(M * N), x(M * K), dW(N * K), scratch(K * N, 1e30f);
+    for (auto& v : dy) v = static_cast<float>(rng.uniform(-1, 1));
+    for (auto& v : x) v = static_cast<float>(rng.uniform(-1, 1));
+    for (auto& v : dW) v = static_cast<float>(rng.uniform(-1, 1));
+    std::vector<double> want(dW.begin(), dW.end());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t m = 0; m < M; ++m) want[n * K + k] += double(dy[m * N + n]) * x[m * K + k];
+    linear_bwd_w_acc(dy.data(), x.data(), dW.data(), M, K, N, scratch.data());
+    for (int64_t i = 0; i < N * K; ++i) EXPECT_NEAR(dW[i], want[i], 1e-5) << "K=" << K << " N=" << N;
+  }
 }

@@ -1,17 +1,19 @@
-// Softcap + cross-entropy: the double row kernel against finite differences, the vectorised float
-// row kernel against the double one, and the fused chunked lm_head against an unfused double
-// computation (every chunking, ignored targets, padded vocabulary rows).
+// Tests for kernels/lm_head_loss (softcap + cross-entropy): the double row kernel against finite
+// differences, the vectorised float row kernel against the double one, and the fused chunked
+// lm_head against an unfused double computation (every chunking, ignored targets, padded
+// vocabulary rows).
+#include "nanochat/kernels/lm_head_loss.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <vector>
 
-#include "fd_check.h"
 #include "nanochat/core/rng.h"
-#include "nanochat/kernels/gemm.h"
-#include "nanochat/kernels/lm_head_loss.h"
-#include "nanochat/kernels/vecmath.h"
+#include "support/fd_check.h"
 
 using namespace nanochat;
 using nanochat::testing::expect_fd_grad;
@@ -169,72 +171,4 @@ TEST(LmHeadLoss, FusedChunkedMatchesUnfusedReference) {
     for (int64_t n = 0; n < N; ++n) EXPECT_EQ(ptl2[n], ptl[n]);
   }
   }
-}
-
-TEST(Gemm, AddTransposed) {
-  const int64_t rows = 70, cols = 45;  // not multiples of the tile
-  std::vector<float> src(cols * rows), dst(rows * cols);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
-  for (size_t i = 0; i < dst.size(); ++i) dst[i] = 0.5f * static_cast<float>(i);
-  std::vector<float> want = dst;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) want[r * cols + c] += src[c * rows + r];
-  add_transposed(src.data(), dst.data(), rows, cols);
-  EXPECT_EQ(dst, want);
-}
-
-TEST(Gemm, LinearBwdWAccBothOrientations) {
-  Rng rng(25);
-  const int64_t M = 9;
-  for (auto [K, N] : {std::pair<int64_t, int64_t>{5, 11}, {11, 5}}) {
-    std::vector<float> dy(M * N), x(M * K), dW(N * K), scratch(K * N, 1e30f);
-    for (auto& v : dy) v = static_cast<float>(rng.uniform(-1, 1));
-    for (auto& v : x) v = static_cast<float>(rng.uniform(-1, 1));
-    for (auto& v : dW) v = static_cast<float>(rng.uniform(-1, 1));
-    std::vector<double> want(dW.begin(), dW.end());
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t m = 0; m < M; ++m) want[n * K + k] += double(dy[m * N + n]) * x[m * K + k];
-    linear_bwd_w_acc(dy.data(), x.data(), dW.data(), M, K, N, scratch.data());
-    for (int64_t i = 0; i < N * K; ++i) EXPECT_NEAR(dW[i], want[i], 1e-5) << "K=" << K << " N=" << N;
-  }
-}
-
-TEST(VecMath, ExpAccuracy) {
-  std::vector<float> x, y;
-  for (double v = -87.0; v <= 88.0; v += 0.01237) x.push_back(static_cast<float>(v));
-  x.push_back(0.f);
-  y.resize(x.size());
-  vecmath::exp_array(x.data(), y.data(), static_cast<int64_t>(x.size()));
-  double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double want = std::exp(static_cast<double>(x[i]));
-    worst = std::max(worst, std::fabs(y[i] - want) / want);
-    EXPECT_NEAR(vecmath::exp_scalar(x[i]), want, 3e-7 * want);
-  }
-  EXPECT_LT(worst, 3e-7);
-  float big[3] = {-100.f, -1e30f, NAN};
-  vecmath::exp_array(big, big, 3);
-  EXPECT_EQ(big[0], 0.f);
-  EXPECT_EQ(big[1], 0.f);
-  EXPECT_TRUE(std::isnan(big[2]));
-}
-
-TEST(VecMath, TanhAccuracy) {
-  std::vector<float> x, y;
-  for (double v = -20.0; v <= 20.0; v += 0.00731) x.push_back(static_cast<float>(v));
-  for (double v = 1e-8; v < 1; v *= 1.7) {
-    x.push_back(static_cast<float>(v));
-    x.push_back(static_cast<float>(-v));
-  }
-  y.resize(x.size());
-  vecmath::tanh_array(x.data(), y.data(), static_cast<int64_t>(x.size()));
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double want = std::tanh(static_cast<double>(x[i]));
-    EXPECT_NEAR(y[i], want, 5e-7 * std::fabs(want) + 1e-30) << x[i];
-    EXPECT_NEAR(vecmath::tanh_scalar(x[i]), want, 5e-7 * std::fabs(want) + 1e-30) << x[i];
-  }
-  float n[1] = {NAN};
-  vecmath::tanh_array(n, n, 1);
-  EXPECT_TRUE(std::isnan(n[0]));
 }

@@ -15,6 +15,7 @@
 #include "nanochat/core/error.h"
 #include "nanochat/core/rng.h"
 #include "nanochat/model/gpt.h"
+#include "support/fd_check.h"
 
 // Counts operator new calls while enabled (to prove forward_backward allocates nothing).
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -391,7 +392,7 @@ TEST(Gpt, WholeModelGradientMatchesFiniteDifferences) {
       for (size_t i = 0; i < p.numel; ++i) w[i] = static_cast<float>(w0[i] + t * g[i] / norm);
       return static_cast<double>(m.forward_loss(idx.data(), tgt.data(), B, T));
     };
-    const double fd = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
+    const double fd = nanochat::testing::central_difference(loss_at, eps);
     std::copy(w0.begin(), w0.end(), w);
     EXPECT_NEAR(fd, norm, 3e-3 * norm + 3e-5) << p.name;
   }

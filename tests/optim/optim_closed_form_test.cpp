@@ -9,7 +9,7 @@
 #include "nanochat/core/rng.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/optim/optim_math.h"
-#include "optim_test_util.h"
+#include "support/optim_test_util.h"
 
 namespace nanochat {
 namespace {

@@ -11,8 +11,8 @@
 
 #include "nanochat/core/rng.h"
 #include "nanochat/optim/muon_adamw.h"
-#include "optim_test_util.h"
-#include "thread_communicator.h"
+#include "support/optim_test_util.h"
+#include "support/thread_communicator.h"
 
 namespace nanochat {
 namespace {

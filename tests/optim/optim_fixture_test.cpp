@@ -9,7 +9,7 @@
 
 #include "nanochat/core/safetensors.h"
 #include "nanochat/optim/muon_adamw.h"
-#include "optim_test_util.h"
+#include "support/optim_test_util.h"
 
 namespace nanochat {
 namespace {

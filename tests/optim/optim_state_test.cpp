@@ -11,7 +11,7 @@
 #include "nanochat/core/error.h"
 #include "nanochat/core/safetensors.h"
 #include "nanochat/optim/muon_adamw.h"
-#include "optim_test_util.h"
+#include "support/optim_test_util.h"
 
 namespace nanochat {
 namespace {

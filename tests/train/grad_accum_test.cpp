@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "../optim/thread_communicator.h"
 #include "nanochat/core/rng.h"
 #include "nanochat/train/grad_accum.h"
+#include "support/thread_communicator.h"
 
 using namespace nanochat;
 using nanochat::testing::ThreadCommunicator;

@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
-#include "../optim/thread_communicator.h"
 #include "nanochat/train/ordered_grad_sum.h"
+#include "support/thread_communicator.h"
 
 using namespace nanochat;
 using nanochat::testing::ThreadCommunicator;

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "nanochat/tokenizer/tokenizer.h"
-#include "tok_test_util.h"
+#include "support/tok_test_util.h"
 
 namespace nanochat {
 namespace {

@@ -1,18 +1,27 @@
+// Tests for tokenizer/tokenizer.
 // Encoding/decoding (docs/nanochat.md 6.1, 6.3): exact parity with tiktoken on real text, an
 // independent naive BPE oracle, round trips (including invalid UTF-8), special tokens, token_bytes,
 // encode_batch.
+// Files: save/load round trip, byte-identical format to the independent Python writer
+// (tools/tokenizer/make_fixtures.py wrote small_tok/), and clear errors for missing/corrupt files.
+#include "nanochat/tokenizer/tokenizer.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 
 #include "nanochat/core/error.h"
-#include "nanochat/tokenizer/tokenizer.h"
-#include "tok_test_util.h"
+#include "support/tok_test_util.h"
 
 namespace nanochat {
 namespace {
+
+// ---------------------------------------------------------------------------------------------
+// encoding and decoding
 
 const Tokenizer& small_tok() {
   static const Tokenizer t = Tokenizer::load(tok_test::fixture("small_tok"));
@@ -180,6 +189,99 @@ TEST(EncodeTest, FromTokensNeedsEveryByte) {
   const Tokenizer t = Tokenizer::from_tokens(tokens);
   EXPECT_EQ(t.vocab_size(), 257 + 9);
   EXPECT_EQ(t.encode("cab"), (std::vector<int32_t>{'c', 256}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// files: save, load, errors
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() /
+           ("nanochat_tok_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+void write(const fs::path& p, const std::string& s) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << s;
+}
+
+TEST(IoTest, SaveLoadRoundTripGivesIdenticalIds) {
+  const auto docs = tok_test::read_jsonl_texts(tok_test::fixture("train_docs.jsonl"));
+  const Tokenizer t = Tokenizer::train(docs, 1200);
+  TempDir d;
+  t.save(d.path.string());
+  const Tokenizer u = Tokenizer::load(d.path.string());
+  EXPECT_EQ(u.vocab_size(), t.vocab_size());
+  EXPECT_EQ(u.hash(), t.hash());
+  EXPECT_EQ(u.token_bytes(), t.token_bytes());
+  const std::string text = tok_test::read_bytes(tok_test::fixture("multilingual.txt"));
+  EXPECT_EQ(u.encode(text), t.encode(text));
+  EXPECT_EQ(u.bos_id(), t.bos_id());
+}
+
+// Our save() writes the same bytes as the independent Python writer for the same ranks, and the
+// JSON fields (incl. the FNV-1a hash computed in Python) agree.
+TEST(IoTest, FormatMatchesIndependentWriter) {
+  const Tokenizer ref = Tokenizer::load(tok_test::fixture("small_tok"));
+  TempDir d;
+  ref.save(d.path.string());
+  for (const char* f : {"tokenizer.ranks", "token_bytes.bin"})
+    EXPECT_EQ(tok_test::read_bytes((d.path / f).string()), tok_test::read_bytes(tok_test::fixture(std::string("small_tok/") + f)))
+        << f;
+  EXPECT_EQ(nlohmann::json::parse(tok_test::read_bytes((d.path / "tokenizer.json").string())),
+            nlohmann::json::parse(tok_test::read_bytes(tok_test::fixture("small_tok/tokenizer.json"))));
+  const auto j = nlohmann::json::parse(tok_test::read_bytes(tok_test::fixture("small_tok/tokenizer.json")));
+  EXPECT_EQ(j.at("pattern").get<std::string>(), std::string(kSplitPattern));
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(ref.hash()));
+  EXPECT_EQ(j.at("hash").get<std::string>(), hex);
+}
+
+TEST(IoTest, MissingDirectoryNamesIt) {
+  try {
+    (void)Tokenizer::load("/nonexistent/tokdir");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("/nonexistent/tokdir"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("tok-train"));
+  }
+}
+
+TEST(IoTest, CorruptFilesAreReportedWithTheFileName) {
+  TempDir d;
+  Tokenizer::load(tok_test::fixture("small_tok")).save(d.path.string());
+  const fs::path ranks = d.path / "tokenizer.ranks";
+  const std::string good = tok_test::read_bytes(ranks.string());
+  auto expect_error = [&](const std::string& ranks_text, const std::string& needle) {
+    write(ranks, ranks_text);
+    try {
+      (void)Tokenizer::load(d.path.string());
+      ADD_FAILURE() << "expected an error containing " << needle;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(needle));
+    }
+  };
+  expect_error(good.substr(0, good.size() / 2), "tokenizer.ranks");              // truncated
+  expect_error("!!!! 0\n" + good.substr(good.find('\n') + 1), "line 1");         // bad base64
+  std::string swapped = good;                                                     // changed bytes
+  swapped[good.rfind('\n', good.size() - 2) + 1] ^= 1;
+  expect_error(swapped, "hash");
+  write(ranks, good);
+  EXPECT_NO_THROW((void)Tokenizer::load(d.path.string()));
+  write(d.path / "tokenizer.json", "{not json");
+  try {
+    (void)Tokenizer::load(d.path.string());
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("tokenizer.json"));
+  }
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 
 #include "nanochat/core/error.h"
 #include "nanochat/tokenizer/tokenizer.h"
-#include "tok_test_util.h"
+#include "support/tok_test_util.h"
 
 namespace nanochat {
 namespace {
