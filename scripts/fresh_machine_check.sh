@@ -82,10 +82,17 @@ fi
 failed=()
 phases=()
 phase_start=0
-phase_begin() { phase_start=$EPOCHSECONDS; echo; echo "[fresh] ==== $1 ($(date -u +%T) UTC)"; }
+phase_cpu=0
+cpu_secs=0
+cpu_now() {  # sets cpu_secs: CPU seconds (user + system) of all finished children, from `times`
+  times >"$logdir/.times"  # in this shell: a subshell's `times` would not count our children
+  cpu_secs="$(tail -1 "$logdir/.times" | awk '{ s = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); s += a[1] * 60 + a[2] } printf "%d", s }')"
+}
+phase_begin() { phase_start=$EPOCHSECONDS; cpu_now; phase_cpu=$cpu_secs; echo; echo "[fresh] ==== $1 ($(date -u +%T) UTC)"; }
 phase_end() {  # phase_end NAME RC
-  local d=$((EPOCHSECONDS - phase_start))
-  phases+=("$(printf '%-34s %5d s  %s' "$1" "$d" "$([ "$2" -eq 0 ] && echo ok || echo "FAILED (exit $2)")")")
+  cpu_now
+  local d=$((EPOCHSECONDS - phase_start)) c=$((cpu_secs - phase_cpu))
+  phases+=("$(printf '%-34s %5d s  (CPU %5d s)  %s' "$1" "$d" "$c" "$([ "$2" -eq 0 ] && echo ok || echo "FAILED (exit $2)")")")
   [ "$2" -eq 0 ] || failed+=("$1 (exit $2)")
 }
 mkdir -p "$dir" || die "cannot create $dir"
@@ -97,8 +104,17 @@ mounted=()
 
 root_mounts() { awk -v r="$root" '$2==r || index($2, r"/")==1 {print $2}' /proc/self/mounts; }
 cleanup() {
-  local rc=$? m
+  local rc=$? m p pids
   trap - EXIT INT TERM
+  # Processes still running in the root (an interrupted build or test), by their root directory.
+  for sig in TERM KILL; do
+    pids=()
+    for p in /proc/[0-9]*; do [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && pids+=("${p#/proc/}"); done
+    ((${#pids[@]})) || break
+    echo "[fresh] stopping ${#pids[@]} process(es) left in the root (SIG$sig)"
+    kill -s "$sig" "${pids[@]}" 2>/dev/null
+    sleep 3
+  done
   # Everything mounted at or under the root, deepest first (test leftovers such as netns included).
   for m in $(root_mounts | sort -r); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
   if [ -n "$(root_mounts)" ]; then
@@ -191,9 +207,22 @@ in_root() {  # in_root LOG COMMAND: runs COMMAND with bash -c in the root, outpu
   local v; for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
     [ -n "${!v:-}" ] && envv+=("$v=${!v}")
   done
-  chroot "$root" /usr/bin/env -i "${envv[@]}" /bin/bash -c "cd /root/nanochat.cpp && $2" \
-    2>&1 | tee "$1"
+  # Notes when each of the script's own steps ("== ..." / "=== ctest ...") begins, in LOG.marks.
+  chroot "$root" /usr/bin/env -i "${envv[@]}" /bin/bash -c "cd /root/nanochat.cpp && $2" 2>&1 | tee "$1" |
+    while IFS= read -r l; do
+      printf '%s\n' "$l"
+      case "$l" in "== "*|"=== ctest"*) echo "$EPOCHSECONDS $l" >>"$1.marks" ;; esac
+    done
   return "${PIPESTATUS[0]}"
+}
+steps_of() {  # steps_of LOG LABEL: adds "LABEL: <step> N s" rows for the steps noted in LOG.marks
+  [ -f "$1.marks" ] || return 0
+  local t name prev_t="" prev_name=""
+  while read -r t name; do
+    [ -n "$prev_t" ] && phases+=("$(printf '  %-32s %5d s' "${2}: ${prev_name:0:24}" $((t - prev_t)))")
+    prev_t="$t"; prev_name="$name"
+  done <"$1.marks"
+  [ -n "$prev_t" ] && phases+=("$(printf '  %-32s %5d s' "${2}: ${prev_name:0:24}" $((EPOCHSECONDS - prev_t)))")
 }
 
 # --- 4. README's quickstart -----------------------------------------------------------------------
@@ -201,17 +230,14 @@ phase_begin "quickstart (setup.sh, $steps steps)"
 rc=0
 in_root "$logdir/setup.log" "NANOCHAT_DEMO_STEPS=$steps bash scripts/setup.sh" || rc=$?
 phase_end "quickstart (setup.sh, $steps steps)" $rc
-# its own steps' durations, as it printed them
-for l in "$(grep -E '^build took' "$logdir/setup.log")" "$(grep -E '^demo corpus ready' "$logdir/setup.log")" \
-         "$(grep -E '^base-train took' "$logdir/setup.log")"; do
-  [ -n "$l" ] && phases+=("  setup: $l")
-done
+steps_of "$logdir/setup.log" setup
 
 # --- 5. README's test command ---------------------------------------------------------------------
 phase_begin "tests (test.sh)"
 rc=0
 in_root "$logdir/test.log" "bash scripts/test.sh" || rc=$?
 phase_end "tests (test.sh)" $rc
+steps_of "$logdir/test.log" test.sh
 summary="$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$logdir/test.log" | tail -1)"
 [ -n "$summary" ] || { summary="0 passed, 1 failed"; failed+=("test.sh printed no summary line"); }
 skipped="$(grep -cE '^\[  SKIPPED \]|\*\*\*Skipped' "$logdir/test.log")"
