@@ -208,12 +208,16 @@ in_root() {  # in_root LOG COMMAND: runs COMMAND with bash -c in the root, outpu
     [ -n "${!v:-}" ] && envv+=("$v=${!v}")
   done
   # Notes when each of the script's own steps ("== ..." / "=== ctest ...") begins, in LOG.marks.
-  chroot "$root" /usr/bin/env -i "${envv[@]}" /bin/bash -c "cd /root/nanochat.cpp && $2" 2>&1 | tee "$1" |
-    while IFS= read -r l; do
-      printf '%s\n' "$l"
-      case "$l" in "== "*|"=== ctest"*) echo "$EPOCHSECONDS $l" >>"$1.marks" ;; esac
-    done
-  return "${PIPESTATUS[0]}"
+  # In the background + wait, so that a SIGTERM to this script runs its trap at once.
+  (
+    chroot "$root" /usr/bin/env -i "${envv[@]}" /bin/bash -c "cd /root/nanochat.cpp && $2" 2>&1 | tee "$1" |
+      while IFS= read -r l; do
+        printf '%s\n' "$l"
+        case "$l" in "== "*|"=== ctest"*) echo "$EPOCHSECONDS $l" >>"$1.marks" ;; esac
+      done
+    exit "${PIPESTATUS[0]}"
+  ) &
+  wait $!
 }
 steps_of() {  # steps_of LOG LABEL: adds "LABEL: <step> N s" rows for the steps noted in LOG.marks
   [ -f "$1.marks" ] || return 0
