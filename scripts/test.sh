@@ -3,8 +3,11 @@
 # runs the whole suite in each, and ends with one summary line "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
+echo "== packages"
 bash scripts/deps.sh || exit 1
+echo "== build (release)"
 bash scripts/build.sh release || exit 1
+echo "== build (asan+ubsan)"
 bash scripts/build.sh asan || exit 1
 total_pass=0; total_fail=0; rc=0
 run_suite() {  # run_suite DIR LABEL [ctest args...]

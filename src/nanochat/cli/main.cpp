@@ -1,8 +1,10 @@
 // nanochat: one binary, subcommands named after nanochat's scripts (docs/architecture.md 1).
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "nanochat/cli/commands.h"
+#include "nanochat/cli/suggest.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/version.h"
 
@@ -11,6 +13,12 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("nanochat.cpp ") + nanochat::build_id());
   nanochat::cli::register_all(app);
+  // Unknown command or flag: name it, suggest the closest valid one, exit 2 (before CLI11, which
+  // would say "A subcommand is required" or print the top-level help for `typo --help`).
+  if (std::string bad = nanochat::cli::check_names(app, argc, argv); !bad.empty()) {
+    std::fprintf(stderr, "nanochat: error: %s\n", bad.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,78 @@
+// Mistyped commands and flags through the binary: the unknown name is named, the closest valid one
+// is suggested, and the exit status is 2 (also when --help follows the typo).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct Out {
+  int code;
+  std::string text;  // stdout and stderr
+};
+
+Out nanochat(const std::string& args) {
+  std::string cmd = std::string("timeout 30 ") + NANOCHAT_BINARY + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+}
+
+TEST(CliNames, MistypedCommandSuggestsTheClosest) {
+  Out r = nanochat("base-trian --depth 4");
+  EXPECT_EQ(r.code, 2) << r.text;
+  EXPECT_NE(r.text.find("unknown command 'base-trian'"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("did you mean 'base-train'?"), std::string::npos) << r.text;
+
+  r = nanochat("data pakc in.jsonl --out x");
+  EXPECT_EQ(r.code, 2) << r.text;
+  EXPECT_NE(r.text.find("unknown command 'pakc' for 'nanochat data'; did you mean 'pack'?"), std::string::npos) << r.text;
+}
+
+TEST(CliNames, MistypedFlagSuggestsTheClosestOfThatCommand) {
+  for (const char* args : {"base-train --dept 4", "base-train --depth 4 --dept=4"}) {
+    Out r = nanochat(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.text;
+    EXPECT_NE(r.text.find("unknown flag '--dept' for 'nanochat base-train'; did you mean '--depth'?"), std::string::npos)
+        << args << "\n" << r.text;
+  }
+  Out r = nanochat("sample --temprature 0.5");
+  EXPECT_EQ(r.code, 2) << r.text;
+  EXPECT_NE(r.text.find("did you mean '--temperature'?"), std::string::npos) << r.text;
+}
+
+TEST(CliNames, UnknownCommandWithHelpIsAnErrorNotTheTopLevelHelp) {
+  Out r = nanochat("export --help");
+  EXPECT_EQ(r.code, 2) << r.text;
+  EXPECT_NE(r.text.find("unknown command 'export'"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("base-train"), std::string::npos) << "lists the commands\n" << r.text;
+  EXPECT_EQ(r.text.find("Usage:"), std::string::npos) << r.text;
+}
+
+TEST(CliNames, RunChecksItsFlagsAndTheRanksCommand) {
+  Out r = nanochat("run --nproc-per-node 1 base-trian --depth 1");  // no rank is started
+  EXPECT_EQ(r.code, 2) << r.text;
+  EXPECT_NE(r.text.find("did you mean 'base-train'?"), std::string::npos) << r.text;
+  r = nanochat("run --nproc 2 base-train");
+  EXPECT_EQ(r.code, 2) << r.text;
+  EXPECT_NE(r.text.find("unknown flag '--nproc' for 'nanochat run'; did you mean '--nproc-per-node'?"),
+            std::string::npos)
+      << r.text;
+}
+
+TEST(CliNames, ValidCommandLinesAreLeftToTheParser) {
+  for (const char* args : {"--version", "base-train --help", "sample -s -1 --help", "data pack --help",
+                           "base-train --depth=4 --help", "run --nproc-per-node 1 --help"}) {
+    Out r = nanochat(args);
+    EXPECT_EQ(r.code, 0) << args << "\n" << r.text;
+    EXPECT_EQ(r.text.find("unknown"), std::string::npos) << args << "\n" << r.text;
+  }
+}
+
+}  // namespace
