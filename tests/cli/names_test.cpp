@@ -68,7 +68,10 @@ TEST(CliNames, RunChecksItsFlagsAndTheRanksCommand) {
 
 TEST(CliNames, ValidCommandLinesAreLeftToTheParser) {
   for (const char* args : {"--version", "base-train --help", "sample -s -1 --help", "data pack --help",
-                           "base-train --depth=4 --help", "run --nproc-per-node 1 --help"}) {
+                           "base-train --depth=4 --help", "run --nproc-per-node 1 --help",
+                           // a flag without a value followed by an option with one
+                           "run --allow-loopback-master --master-port 29999 --help",
+                           "base-train --recompute-mlp --depth 4 --help"}) {
     Out r = nanochat(args);
     EXPECT_EQ(r.code, 0) << args << "\n" << r.text;
     EXPECT_EQ(r.text.find("unknown"), std::string::npos) << args << "\n" << r.text;

@@ -146,6 +146,28 @@ TEST(Rendezvous, ARelaunchedNodeZeroNamesTheLauncherHoldingItsPort) {
   ASSERT_TRUE(old.wait(Ms(5000)));
 }
 
+// A relaunched node 1 while the old node 1's launcher still waits (its SSH session dropped): the
+// new one names the old launcher's host and pid and says to stop it, instead of a bare "used twice".
+TEST(Rendezvous, ASecondLauncherForANodeRankNamesTheFirstOne) {
+  int port = pick_free_port();
+  auto node = [&](int k) {
+    return run_cli({"run", "--nnodes", "3", "--node-rank", std::to_string(k), "--master-addr", "127.0.0.1",
+                    "--allow-loopback-master", "--master-port", std::to_string(port), "dist-selftest"});
+  };
+  Proc n0 = node(0);
+  ASSERT_TRUE(n0.wait_for_output("waiting for nodes 1, 2 of 3", Ms(10000))) << n0.output();
+  Proc old1 = node(1);
+  ASSERT_TRUE(n0.wait_for_output("waiting for node 2 of 3", Ms(10000))) << n0.output();
+  Proc new1 = node(1);
+  ASSERT_TRUE(new1.wait(Ms(10000))) << new1.output();
+  EXPECT_EQ(new1.exit_code(), 1) << new1.output();
+  EXPECT_THAT(new1.output(), HasSubstr(str_cat("--node-rank 1 is used twice: by this launcher")));
+  EXPECT_THAT(new1.output(), HasSubstr(str_cat("(pid ", old1.pid(), ")")));
+  EXPECT_THAT(new1.output(), HasSubstr(str_cat("stop it (`kill ", old1.pid(), "` on that host)")));
+  old1.signal(SIGKILL);
+  n0.signal(SIGKILL);
+}
+
 TEST(Rendezvous, ALoopbackMasterWithSeveralNodesIsRefusedAtOnce) {
   int port = pick_free_port();
   for (std::string addr : {"127.0.0.1", "localhost", "::1", "127.0.1.1"}) {

@@ -116,7 +116,7 @@ std::string check_names(const CLI::App& app, int argc, const char* const* argv) 
       const CLI::Option* opt = cur->get_option_no_throw(name);
       if (opt == nullptr) return unknown_flag(cur, name);
       const bool inline_value = is_long ? eq != std::string::npos : tok.size() > 2;
-      if (opt->get_type_size_max() > 0 && !inline_value) ++i;  // its value may start with '-'
+      if (opt->get_expected_min() > 0 && !inline_value) ++i;  // it takes a value, which may start with '-'
       continue;
     }
     if (!has_subcommands) continue;  // a leaf command's positional argument

@@ -46,13 +46,27 @@ std::string node_list(const std::vector<int>& nodes) {
   return s;
 }
 
-// Registers this launcher under "node/<k>"; throws when another launcher claimed --node-rank k.
+// Registers this launcher under "node/<k>"; throws when another launcher claimed --node-rank k,
+// naming it (host, pid): after a dropped SSH session that is usually the old launcher, still
+// waiting, which must be stopped rather than the new one renumbered.
 void register_node(PrefixStore& store, const NodeCtx& c) {
   if (store.add(str_cat("claim/", c.k), 1) > 1) {
-    std::string other = "another launcher";
-    if (auto v = store.try_get(str_cat("node/", c.k))) other = str_cat("the launcher on host ", nlohmann::json::parse(*v).value("host", "?"));
+    std::string other = "another launcher (it has not said where it runs yet)", pid;
+    const auto until = Clock::now() + Ms(2000);  // the claimant writes node/<k> right after its claim
+    for (auto v = store.try_get(str_cat("node/", c.k));; v = store.try_get(str_cat("node/", c.k))) {
+      if (v) {
+        const auto j = nlohmann::json::parse(*v, nullptr, false);
+        pid = std::to_string(j.value("pid", -1L));
+        other = str_cat("the launcher on host ", j.value("host", std::string("?")), " (pid ", pid, ")");
+        break;
+      }
+      if (Clock::now() >= until) break;
+      std::this_thread::sleep_for(Ms(100));
+    }
     fail("--node-rank ", c.k, " is used twice: by this launcher (host ", c.host, ") and by ", other,
-         "; give every node a distinct --node-rank in [0, ", c.N, ")");
+         ". If that is a launcher left over from an earlier run of this job (e.g. its SSH session dropped), stop it",
+         pid.empty() ? "" : str_cat(" (`kill ", pid, "` on that host)"),
+         " and start again; otherwise give every node a distinct --node-rank in [0, ", c.N, ")");
   }
   nlohmann::json me = {{"nnodes", c.N}, {"nproc_per_node", c.P}, {"host", c.host}, {"pid", static_cast<long>(getpid())}};
   store.set(str_cat("node/", c.k), me.dump());
