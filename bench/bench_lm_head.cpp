@@ -12,6 +12,7 @@
 #include "nanochat/core/arena.h"
 #include "nanochat/core/peak.h"
 #include "nanochat/core/rng.h"
+#include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/kernels/gemm.h"
 #include "nanochat/kernels/lm_head_loss.h"

@@ -14,8 +14,8 @@
 #include <mutex>
 #include <vector>
 
+#include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
-#include "nanochat/dist/communicator.h"
 
 namespace nanochat::testing {
 

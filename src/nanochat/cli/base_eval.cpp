@@ -8,13 +8,13 @@
 #include <string>
 
 #include "nanochat/cli/commands.h"
+#include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
-#include "nanochat/data/loader.h"
+#include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
-#include "nanochat/dist/communicator.h"
+#include "nanochat/data/loader.h"
 #include "nanochat/dist/env.h"
-#include "nanochat/kernels/gemm.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/eval.h"

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "nanochat/cli/commands.h"
-#include "nanochat/dist/communicator.h"
+#include "nanochat/comm/communicator.h"
 #include "nanochat/dist/gloo_communicator.h"
 #include "nanochat/train/trainer.h"
 

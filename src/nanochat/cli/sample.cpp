@@ -8,7 +8,7 @@
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
-#include "nanochat/kernels/gemm.h"
+#include "nanochat/core/threads.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/model_io.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "nanochat/dist/communicator.h"
+#include "nanochat/comm/communicator.h"
 
 namespace nanochat::dist {
 

@@ -24,7 +24,7 @@
 #include <memory>
 #include <string>
 
-#include "nanochat/dist/communicator.h"
+#include "nanochat/comm/communicator.h"
 #include "nanochat/dist/env.h"
 #include "nanochat/dist/store.h"
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "nanochat/dist/communicator.h"
+#include "nanochat/comm/communicator.h"
 
 namespace nanochat::dist {
 

@@ -9,7 +9,7 @@
 // arrives at the barrier (a slow start-up on one machine). Never set it in real runs.
 #include <string>
 
-#include "nanochat/dist/communicator.h"
+#include "nanochat/comm/communicator.h"
 
 namespace nanochat::dist {
 

@@ -12,7 +12,7 @@
 //
 // The fast kernels are tiled over query and key blocks with an online softmax (no (T, T) buffer
 // exists), skip key tiles outside the causal/sliding window, use AVX-512 when compiled for it and
-// run in parallel with OpenMP (the current thread count, see set_num_threads in kernels/gemm.h).
+// run in parallel with OpenMP (the current thread count, see set_num_threads in core/threads.h).
 // Scratch memory is thread-local and only grows (no allocation per call once warmed up).
 // Throughput is measured by bench/bench_attention (d4 and d6 training shapes).
 //

@@ -1,7 +1,5 @@
 #include "nanochat/kernels/gemm.h"
 
-#include <omp.h>
-
 #include <algorithm>
 
 #include <oneapi/dnnl/dnnl.h>
@@ -44,9 +42,5 @@ void linear_bwd_w_acc(const float* dy, const float* x, float* dW, int64_t M, int
   sgemm(true, false, K, N, M, 1.f, x, K, dy, N, 0.f, scratch, N);  // (K, N) = x^T dy
   add_transposed(scratch, dW, N, K);
 }
-
-void set_num_threads(int n) { omp_set_num_threads(n < 1 ? 1 : n); }
-
-int num_threads() { return omp_get_max_threads(); }
 
 }  // namespace nanochat

@@ -2,7 +2,8 @@
 // Single-precision GEMM through oneDNN's dnnl_sgemm (row-major). Chosen by measurement:
 // on the development machines dnnl_sgemm was the fastest library at 2 threads on every training
 // shape and within 3% of the best at 1 thread.
-// oneDNN picks its AVX-512 kernels by itself, independent of OPENBLAS_CORETYPE.
+// oneDNN picks its AVX-512 kernels by itself, independent of OPENBLAS_CORETYPE. It runs on the
+// OpenMP threads set by set_num_threads (core/threads.h).
 #include <cstdint>
 
 namespace nanochat {
@@ -42,10 +43,5 @@ void add_transposed(const float* src, float* dst, int64_t rows, int64_t cols);
 /// N <= K.
 void linear_bwd_w_acc(const float* dy, const float* x, float* dW, int64_t M, int64_t K, int64_t N,
                       float* scratch);
-
-/// Sets the number of OpenMP threads used by our kernels and by oneDNN (>= 1).
-void set_num_threads(int n);
-/// Current number of OpenMP threads.
-int num_threads();
 
 }  // namespace nanochat

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/comm/communicator.h"
 #include "nanochat/core/arena.h"
 #include "nanochat/core/safetensors.h"
-#include "nanochat/dist/communicator.h"
 
 namespace nanochat {
 

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "nanochat/comm/communicator.h"
 #include "nanochat/data/loader.h"
-#include "nanochat/dist/communicator.h"
 #include "nanochat/model/gpt.h"
 
 namespace nanochat {

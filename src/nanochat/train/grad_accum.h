@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "nanochat/dist/communicator.h"
+#include "nanochat/comm/communicator.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/train/ordered_grad_sum.h"
 

@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <optional>
 
+#include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
-#include "nanochat/dist/communicator.h"
 #include "nanochat/dist/gather.h"
 #include "nanochat/dist/net.h"
 #include "nanochat/model/gpt.h"

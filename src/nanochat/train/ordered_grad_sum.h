@@ -13,8 +13,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "nanochat/comm/communicator.h"
 #include "nanochat/core/arena.h"
-#include "nanochat/dist/communicator.h"
 
 namespace nanochat {
 

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
-#include "nanochat/dist/communicator.h"
 #include "nanochat/dist/gather.h"
 #include "nanochat/dist/net.h"
 #include "nanochat/model/gpt.h"

@@ -1,7 +1,8 @@
+#include "nanochat/comm/communicator.h"
+
 #include <algorithm>
 
 #include "nanochat/core/error.h"
-#include "nanochat/dist/communicator.h"
 
 namespace nanochat {
 

@@ -1,6 +1,8 @@
 #pragma once
 // Communicator: the collectives the engine needs, behind one interface (docs/architecture.md 3.6).
-// Implementations: LocalCommunicator (world size 1, no-ops), GlooCommunicator (TCP, dist/).
+// Implementations: LocalCommunicator (world size 1, no-ops, here), GlooCommunicator (TCP, dist/).
+// The interface is its own area (comm, on core only) so that optim and train issue collectives
+// without depending on the transport.
 // Every operation is asynchronous: it returns a Work handle; wait() blocks until done (with the
 // communicator's deadline) and rethrows a failure as nanochat::Error naming the peer rank/host.
 // All ranks must issue the same sequence of collectives. Reductions are SUMs (the engine sends
