@@ -117,7 +117,7 @@ class GPT {
   /// Rows of the fused lm_head chunk (tokens per chunk; default 256). For tuning/tests.
   void set_lm_head_chunk(int64_t rows);
   /// Activation recompute for the MLP (off by default): the c_fc output (N, 4C) is not kept per
-  /// layer but recomputed in the backward (one more c_fc GEMM per layer, ~+11% block GEMM FLOPs),
+  /// layer but recomputed in the backward (one more c_fc GEMM per layer, ~+11% block GEMM FLOPs; 6-8% more step time at d6b32, bench/README.md),
   /// which saves (L-1) (N, 4C) floats, the largest activation. Gradients are bit-identical.
   void set_recompute_mlp(bool on);
   bool recompute_mlp() const { return recompute_mlp_; }
