@@ -19,7 +19,7 @@
 #   --keep      keep the root afterwards (default: delete it; $NANOCHAT_FRESH_KEEP=1 too)
 #   --steps N   NANOCHAT_DEMO_STEPS for the quickstart (default 5)
 #   --no-cache  ignore (and rewrite) the cached debootstrap tarball DIR/bookworm-minbase.tgz
-# Needs: root, debootstrap, git, network access to the mirror. Takes ~30-40 min on 2 cores.
+# Needs: root, git, network access to the mirror (installs debootstrap when missing). Takes ~30-40 min on 2 cores.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
@@ -40,7 +40,11 @@ done
 
 die() { echo "fresh_machine_check.sh: $*" >&2; echo "0 passed, 1 failed"; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, mount, chroot); run it with sudo"
-command -v debootstrap >/dev/null || die "debootstrap not found (apt-get install debootstrap)"
+if ! command -v debootstrap >/dev/null; then  # the check's own tool, installed like deps.sh does
+  echo "[fresh] installing debootstrap"
+  apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    debootstrap >/dev/null || die "could not install debootstrap (apt-get install debootstrap)"
+fi
 command -v git >/dev/null || die "git not found"
 
 # --- the machine's Debian mirror (first bookworm source that is not -security/-updates) ---------
