@@ -81,11 +81,11 @@ pid_t child_with_rank(pid_t parent, int rank) {
 }
 
 // The binary under sh, output to `log`; killed (with its ranks) on destruction if still running.
-struct Proc {
+struct BgJob {
   pid_t pid = -1;
   int status = 0;
   bool reaped = false;
-  Proc(const BaseDir& b, const std::string& args, const std::string& log, const std::string& env = "") {
+  BgJob(const BaseDir& b, const std::string& args, const std::string& log, const std::string& env = "") {
     const std::string cmd = env + " NANOCHAT_BASE_DIR=" + b.dir + " exec " + NANOCHAT_BINARY + args + " > " + log + " 2>&1";
     pid = ::fork();
     if (pid == 0) {
@@ -102,7 +102,7 @@ struct Proc {
     return reaped;
   }
   int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
-  ~Proc() {
+  ~BgJob() {
     if (pid <= 0 || reaped) return;
     for (int r = 0; r < 2; ++r)
       if (pid_t c = child_with_rank(pid, r); c > 0) ::kill(c, SIGKILL);
@@ -166,7 +166,7 @@ TEST(Checkpoint, LastStepIsSavedBeforeTheFinalEvaluation) {
   const std::string log = b.dir + "/log.txt";
   const std::string flags = std::string(kCk) + " --num-iterations 4 --eval-every 100 --eval-tokens 524288";
   {
-    Proc job(b, launch2() + flags, log);
+    BgJob job(b, launch2() + flags, log);
     const auto deadline = Clock::now() + std::chrono::seconds(180);
     while (slurp(log).find("step 00003/00004") == std::string::npos) {
       ASSERT_FALSE(job.wait_until(Clock::now())) << "the job ended early:\n" << slurp(log);

@@ -1,10 +1,10 @@
 // Mistyped commands and flags through the binary: the unknown name is named, the closest valid one
 // is suggested, and the exit status is 2 (also when --help follows the typo).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <string>
+
+#include "support/proc_util.h"
 
 namespace {
 
@@ -14,14 +14,8 @@ struct Out {
 };
 
 Out nanochat(const std::string& args) {
-  std::string cmd = std::string("timeout 30 ") + NANOCHAT_BINARY + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+  auto [code, text] = nctest::shell(std::string("timeout 30 ") + NANOCHAT_BINARY + " " + args);
+  return {code, text};
 }
 
 TEST(CliNames, MistypedCommandSuggestsTheClosest) {

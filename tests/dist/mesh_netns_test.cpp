@@ -28,12 +28,7 @@ const char* kIp = "/usr/sbin/ip";
 const int kMasterPort = 34100;
 const char* kRange = "34110-34119";
 
-std::pair<int, std::string> sh(const std::vector<std::string>& argv) {
-  if (access(argv[0].c_str(), X_OK) != 0) return {127, argv[0] + " not found"};
-  Proc p = Proc::spawn(argv, {});
-  if (!p.wait(Ms(20000))) return {124, "timed out: " + p.output()};
-  return {p.exit_code(), p.output()};
-}
+std::pair<int, std::string> sh(const std::vector<std::string>& argv) { return nctest::run_argv(argv); }
 
 std::vector<std::string> lines_of(const std::string& s) {
   std::vector<std::string> out;

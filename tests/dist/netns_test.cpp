@@ -20,13 +20,7 @@ namespace {
 
 const char* kIp = "/usr/sbin/ip";
 
-// Runs a command (argv[0] is a path) with a 20 s deadline; returns its exit code and output.
-std::pair<int, std::string> sh(const std::vector<std::string>& argv) {
-  if (access(argv[0].c_str(), X_OK) != 0) return {127, argv[0] + " not found"};
-  Proc p = Proc::spawn(argv, {});
-  if (!p.wait(Ms(20000))) return {124, "timed out: " + p.output()};
-  return {p.exit_code(), p.output()};
-}
+std::pair<int, std::string> sh(const std::vector<std::string>& argv) { return nctest::run_argv(argv); }
 
 // Two namespaces "nc<pid>a" (10.78.0.1 on veth "nc<pid>x") and "nc<pid>b" (10.78.0.2 on "nc<pid>y").
 class TwoHosts : public ::testing::Test {

@@ -18,6 +18,7 @@
 
 #include "nanochat/data/parquet.h"
 #include "nanochat/tokenizer/tokenizer.h"
+#include "support/proc_util.h"
 
 namespace nctest {
 
@@ -64,14 +65,8 @@ struct Result {
 
 /// Runs the binary with NANOCHAT_BASE_DIR=b.dir (and extra environment `env`), bounded by 300 s.
 inline Result run(const BaseDir& b, const std::string& args, const std::string& env = "") {
-  std::string cmd = "NANOCHAT_BASE_DIR=" + b.dir + " " + env + " timeout 300 " + NANOCHAT_BINARY + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+  auto [code, out] = nctest::shell("NANOCHAT_BASE_DIR=" + b.dir + " " + env + " timeout 300 " + NANOCHAT_BINARY + args);
+  return {code, out};
 }
 
 inline std::map<int64_t, double> losses(const std::string& metrics) {

@@ -196,4 +196,27 @@ inline size_t count_of(const std::string& hay, const std::string& needle) {
   return n;
 }
 
+/// Runs `cmd` through /bin/sh with stderr joined to stdout; returns {exit code (128 + signal when
+/// killed), output}.
+inline std::pair<int, std::string> shell(const std::string& cmd) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return {127, "popen failed: " + cmd};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+}
+
+/// Runs argv (argv[0] is a path) with a deadline; returns {exit code, output}, {127, "... not
+/// found"} when argv[0] is not executable and {124, "timed out: ..."} past the deadline.
+inline std::pair<int, std::string> run_argv(const std::vector<std::string>& argv,
+                                            std::chrono::milliseconds deadline = std::chrono::milliseconds(20000)) {
+  if (access(argv[0].c_str(), X_OK) != 0) return {127, argv[0] + " not found"};
+  Proc p = Proc::spawn(argv, {});
+  if (!p.wait(deadline)) return {124, "timed out: " + p.output()};
+  return {p.exit_code(), p.output()};
+}
+
 }  // namespace nctest
