@@ -159,4 +159,9 @@ TEST(LauncherReport, FinalMessageNamesTheCrashFirst) {
   // No crash: the first failure noticed leads.
   EXPECT_EQ(describe_failures({local[0]}, std::nullopt, false), "rank 0 (host a, pid 1) exited with status 1");
   EXPECT_EQ(describe_failures({}, Failure{"node 1 did not finish", false}, false), "node 1 did not finish");
+  // A rank this launcher stopped after another node's failure never leads, even when reaped first.
+  Failure stopped{"rank 1 (host b, pid 4) was killed by signal 15 (SIGTERM)", false, true};
+  EXPECT_EQ(describe_failures({stopped}, Failure{"rank 0 (host a, pid 1) exited with status 1", false}, true),
+            "rank 0 (host a, pid 1) exited with status 1; the launcher stopped the other ranks (also: rank 1 (host b, "
+            "pid 4) was killed by signal 15 (SIGTERM))");
 }

@@ -130,6 +130,25 @@ TEST(Rendezvous, SighupStopsALauncherAndItsRanks) {
   for (auto [r, pid] : pids) EXPECT_TRUE(process_gone(pid)) << "rank " << r << " (pid " << pid << ") survived";
 }
 
+// The terminal of node 1 goes away: node 0's final error names node 1's launcher and the signal,
+// not its own rank 0 that broke after it.
+TEST(Rendezvous, ANodeStoppedBySighupIsNamedByTheOtherNode) {
+  ::signal(SIGHUP, SIG_DFL);
+  int port = pick_free_port();
+  const std::vector<std::string> work = {"dist-selftest", "--iterations", "100000", "--size", "100000"};
+  Proc n0 = run_cli(node_args(0, port, work));
+  Proc n1 = run_cli(node_args(1, port, work));
+  ASSERT_TRUE(n0.wait_for_output("iteration 0 ok", Ms(30000))) << n0.output();
+  ASSERT_TRUE(n1.wait_for_output("iteration 0 ok", Ms(30000))) << n1.output();
+  n1.signal(SIGHUP);
+  ASSERT_TRUE(n1.wait(Ms(20000))) << n1.output();
+  ASSERT_TRUE(n0.wait(Ms(30000))) << n0.output();
+  EXPECT_NE(n0.exit_code(), 0);
+  const std::string lead = str_cat("nanochat: error: node 1's launcher (host ");
+  EXPECT_THAT(n0.output(), HasSubstr(lead)) << n0.output();
+  EXPECT_THAT(n0.output(), HasSubstr(str_cat(", pid ", n1.pid(), ") got SIGHUP and stopped its ranks"))) << n0.output();
+}
+
 // A node 0 relaunched while the previous one still runs (its SSH session dropped): the error names
 // the old launcher by pid and command line.
 TEST(Rendezvous, ARelaunchedNodeZeroNamesTheLauncherHoldingItsPort) {

@@ -393,6 +393,14 @@ void Supervisor::on_signal(int sig) {
   signal_live(fwd);
   term_sent = true;
   kill_deadline_ = Clock::now() + o_.grace;
+  // The other nodes name this node's launcher as the cause, not the ranks that broke after it.
+  if (c_.N > 1 && failures.empty()) try {
+      store_.set(str_cat("failure/", c_.k),
+                 failure_report({str_cat("node ", c_.k, "'s launcher (host ", c_.host, ", pid ", getpid(), ") got ",
+                                         signal_name(sig), " and stopped its ranks"),
+                                 true}));
+    } catch (const Error&) {
+    }
 }
 
 // Reaps exited ranks; the first local failure is reported to the other nodes through the store.
@@ -409,6 +417,7 @@ void Supervisor::reap() {
     Failure f;
     f.desc = str_cat("rank ", c.rank, " (host ", c_.host, ", pid ", c.pid, ") ", describe_status(st));
     f.crash = WIFSIGNALED(st) && !term_sent;
+    f.induced = stopping_ && (remote.has_value() || !failures.empty());
     if (failures.empty()) {
       try {
         store_.set(str_cat("failure/", c_.k), failure_report(f));

@@ -169,7 +169,9 @@ std::string describe_failures(const std::vector<Failure>& local, const std::opti
   std::vector<Failure> all = local;
   if (remote) all.push_back(*remote);
   if (all.empty()) return "";
+  // The lead: a crash, else the first failure that was not a rank this launcher stopped.
   auto primary = std::find_if(all.begin(), all.end(), [](const Failure& f) { return f.crash; });
+  if (primary == all.end()) primary = std::find_if(all.begin(), all.end(), [](const Failure& f) { return !f.induced; });
   if (primary == all.end()) primary = all.begin();
   std::string msg = primary->desc;
   std::string others;
