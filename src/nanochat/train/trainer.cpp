@@ -50,6 +50,13 @@ const char* const kSamplePrompts[] = {
     "If 5*x + 3 = 13, then x is",
 };
 
+// Rank 0's output: a line on stdout, flushed (the other ranks print nothing).
+void print_if(bool master, const std::string& s) {
+  if (!master) return;
+  std::printf("%s\n", s.c_str());
+  std::fflush(stdout);
+}
+
 json args_to_json(const BaseTrainArgs& a) {
   return json{{"run", a.run}, {"device_type", a.device_type}, {"fp8", a.fp8}, {"fp8_recipe", a.fp8_recipe},
               {"depth", a.depth}, {"aspect_ratio", a.aspect_ratio}, {"head_dim", a.head_dim},
@@ -140,11 +147,7 @@ class TrainLoop {
   int64_t profiled_steps() const { return profiled_steps_; }
 
  private:
-  void print0(const std::string& s) const {
-    if (comm_.rank() != 0) return;
-    std::printf("%s\n", s.c_str());
-    std::fflush(stdout);
-  }
+  void print0(const std::string& s) const { print_if(comm_.rank() == 0, s); }
 
   void save() {
     st_.loader_state = loader_.state();
@@ -279,11 +282,7 @@ class TrainLoop {
 // The start-up lines: run, device, vocab, model, the plan's derivations, the MFU reference peak.
 double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok, const TrainPlan& plan,
                                     bool master) {
-  auto print0 = [&](const std::string& s) {
-    if (!master) return;
-    std::printf("%s\n", s.c_str());
-    std::fflush(stdout);
-  };
+  auto print0 = [master](const std::string& s) { print_if(master, s); };
   print0("nanochat.cpp base-train");
   print0(str_cat("Device: cpu, dtype float32, ", num_threads(), " threads per rank, world size ", plan.world_size));
   print0("Vocab size: " + with_commas(tok.vocab_size()));
@@ -312,9 +311,8 @@ void agree_on_the_job(Communicator& comm, const BaseTrainArgs& a, const Tokenize
                      {"tokenizer hash", std::to_string(tok.hash())},
                      {"data manifest", data::shard_manifest(data_dir())},  // the directory may differ between nodes
                      {"base-train flags", user.dump()}});
-  if (comm.rank() == 0)
-    std::printf("All %d ranks agree on build, model, batch, tokenizer, data and flags\n", comm.world_size());
-  std::fflush(stdout);
+  print_if(comm.rank() == 0,
+           str_cat("All ", comm.world_size(), " ranks agree on build, model, batch, tokenizer, data and flags"));
 }
 
 }  // namespace
@@ -322,11 +320,7 @@ void agree_on_the_job(Communicator& comm, const BaseTrainArgs& a, const Tokenize
 void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks hooks) {
   const int rank = comm.rank(), W = comm.world_size();
   const bool master = rank == 0;
-  auto print0 = [&](const std::string& s) {
-    if (!master) return;
-    std::printf("%s\n", s.c_str());
-    std::fflush(stdout);
-  };
+  auto print0 = [master](const std::string& s) { print_if(master, s); };
   if (!a.device_type.empty() && a.device_type != "cpu")
     fail("--device-type ", a.device_type, ": nanochat.cpp trains on CPUs only; use --device-type cpu or leave it unset");
   if (a.fp8) print0("WARNING: --fp8 is CUDA-only in nanochat; ignored on CPU (training runs in fp32)");
