@@ -313,3 +313,38 @@ TEST(Loader, ReshardToAnotherWorldSize) {
   other[1]["split"] = "val";
   EXPECT_THROW(reshard_loader_states(other, 2), Error);
 }
+
+// keep_stride/keep_offset deal one stream to W consumers: consumer r gets batches r, r+W, ... of
+// the one-rank stream, and its state after each group of W equals the one-rank loader's.
+TEST(Loader, KeepStrideDealsTheOneRankStream) {
+  Shards s("nc_loader_keep", 64);
+  const Tokenizer& tok = tokenizer();
+  const int B = 2, T = 64, W = 3, A = 4;
+  std::vector<int32_t> x(B * T), y(B * T);
+  std::vector<std::vector<int32_t>> straight;
+  std::vector<nlohmann::json> straight_state;
+  {
+    DataLoader dl(tok, opts(s, B, T, 0, 1));
+    for (int n = 0; n < W * A; ++n) {
+      dl.next(x.data(), y.data());
+      straight.push_back(rows_of(x, y, B, T));
+      straight_state.push_back(dl.state());
+    }
+  }
+  for (int r = 0; r < W; ++r) {
+    LoaderOptions o = opts(s, B, T, 0, 1);
+    o.keep_stride = W;
+    o.keep_offset = r;
+    o.prefetch = r != 1;  // both consumer paths
+    DataLoader dl(tok, o);
+    for (int a = 0; a < A; ++a) {
+      dl.next(x.data(), y.data());
+      ASSERT_EQ(rows_of(x, y, B, T), straight[static_cast<size_t>(a * W + r)]) << "consumer " << r << " batch " << a;
+      EXPECT_EQ(dl.state(), straight_state[static_cast<size_t>(a * W + W - 1)]) << "consumer " << r;
+    }
+  }
+  LoaderOptions bad = opts(s, B, T, 0, 1);
+  bad.keep_stride = 2;
+  bad.keep_offset = 2;
+  EXPECT_THROW(DataLoader(tok, bad), Error);
+}

@@ -132,12 +132,12 @@ TEST(ModelCounts, MatchSpecTable) {
     SCOPED_TRACE("depth " + std::to_string(r.depth));
     const ModelConfig c = ModelConfig::from_depth(r.depth, 64, r.head_dim, r.T, 32768, r.pattern);
     const auto m = GPT::scaling_params(c);
-    EXPECT_EQ(m.at("wte"), r.wte);
-    EXPECT_EQ(m.at("value_embeds"), r.ve);
-    EXPECT_EQ(m.at("lm_head"), r.lm_head);
-    EXPECT_EQ(m.at("transformer_matrices"), r.matrices);
-    EXPECT_EQ(m.at("scalars"), r.scalars);
-    EXPECT_EQ(m.at("total"), r.total);
+    EXPECT_EQ(m.wte, r.wte);
+    EXPECT_EQ(m.value_embeds, r.ve);
+    EXPECT_EQ(m.lm_head, r.lm_head);
+    EXPECT_EQ(m.transformer_matrices, r.matrices);
+    EXPECT_EQ(m.scalars, r.scalars);
+    EXPECT_EQ(m.total, r.total);
     EXPECT_EQ(GPT::matmul_params(c), r.matmul);
     EXPECT_EQ(GPT::flops_per_token(c), r.flops);
   }
@@ -149,5 +149,5 @@ TEST(ModelCounts, InstanceAgreesWithStatic) {
   EXPECT_EQ(m.num_scaling_params(), GPT::scaling_params(c));
   EXPECT_EQ(m.num_flops_per_token(), GPT::flops_per_token(c));
   EXPECT_EQ(m.num_matmul_params(), GPT::matmul_params(c));
-  EXPECT_EQ(static_cast<int64_t>(m.num_params()), m.num_scaling_params().at("total"));
+  EXPECT_EQ(static_cast<int64_t>(m.num_params()), m.num_scaling_params().total);
 }

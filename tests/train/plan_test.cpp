@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "nanochat/core/error.h"
 
 using namespace nanochat;
@@ -87,4 +89,84 @@ TEST(Plan, NoHorizonIsAClearError) {
   a.depth = 2; a.target_param_data_ratio = -1; a.total_batch_size = 2048;
   a.max_seq_len = 64; a.device_batch_size = 32;
   EXPECT_THROW(derive_plan(a, 256, 1), Error);
+}
+
+// runcpu.sh settings: the plan holds every derived setting the trainer uses.
+TEST(Plan, OwnsTheOptimizerScheduleEvalAndFolders) {
+  BaseTrainArgs a;
+  a.depth = 6; a.head_dim = 64; a.window_pattern = "L"; a.max_seq_len = 512;
+  a.device_batch_size = 32; a.total_batch_size = 16384; a.num_iterations = 5000;
+  a.eval_tokens = 100000; a.warmup_steps = 7; a.warmdown_ratio = 0.5; a.final_lr_frac = 0.1;
+  const auto p = derive_plan(a, 32768, 1, "/base");
+  EXPECT_EQ(p.B, 32);
+  EXPECT_EQ(p.T, 512);
+  EXPECT_EQ(p.eval_steps, 100000 / (32 * 512));
+  const double bls = 0.1767767;
+  EXPECT_NEAR(p.optim.embedding_lr, 0.3 * bls, 1e-7);
+  EXPECT_NEAR(p.optim.unembedding_lr, 0.008 * bls, 1e-8);
+  EXPECT_NEAR(p.optim.matrix_lr, 0.02 * bls, 1e-8);
+  EXPECT_NEAR(p.optim.scalar_lr, 0.5 * bls, 1e-7);
+  EXPECT_EQ(p.optim.embedding_lr, static_cast<float>(a.embedding_lr * p.batch_lr_scale));
+  EXPECT_EQ(p.optim.weight_decay, static_cast<float>(p.weight_decay_scaled));
+  EXPECT_EQ(p.optim.model_dim, 384);
+  EXPECT_NEAR(p.dmodel_lr_scale, std::sqrt(2.0), 1e-12);  // (384 / 768)^-0.5
+  EXPECT_EQ(p.dmodel_lr_scale_line(),
+            "Scaling the LR for the AdamW parameters proportional to 1/sqrt(384/768) = 1.41421");
+  EXPECT_EQ(p.schedule.num_iterations, 5000);
+  EXPECT_EQ(p.schedule.warmup_steps, 7);
+  EXPECT_EQ(p.schedule.warmdown_ratio, 0.5);
+  EXPECT_EQ(p.schedule.final_lr_frac, 0.1);
+  EXPECT_EQ(p.tag, "d6");
+  EXPECT_EQ(p.checkpoint_dir, "/base/base_checkpoints/d6");
+  a.model_tag = "mine";
+  a.eval_tokens = 10;  // less than one batch: still one eval step
+  const auto q = derive_plan(a, 32768, 1, "/base");
+  EXPECT_EQ(q.tag, "mine");
+  EXPECT_EQ(q.checkpoint_dir, "/base/base_checkpoints/mine");
+  EXPECT_EQ(q.eval_steps, 1);
+}
+
+// Today every rank runs grad_accum_steps micro-batches per step.
+TEST(Plan, StepPlanGivesEveryRankItsMicroBatches) {
+  BaseTrainArgs a;
+  a.depth = 2; a.max_seq_len = 64; a.device_batch_size = 2; a.total_batch_size = 2 * 64 * 3 * 4;
+  a.num_iterations = 3;
+  const auto p = derive_plan(a, 256, 3);
+  ASSERT_EQ(p.grad_accum_steps, 4);
+  const StepPlan s = p.step_plan(2);
+  EXPECT_EQ(s.step, 2);
+  ASSERT_EQ(s.micro_batches.size(), 3u);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(s.of_rank(r), 4);
+  EXPECT_EQ(s.total() * p.B * p.T, p.total_batch_size);
+}
+
+// A checkpoint resumes only with the model and batch it was written with.
+TEST(Plan, CheckResumeNamesTheFileAndTheDifference) {
+  BaseTrainArgs a;
+  a.depth = 2; a.max_seq_len = 64; a.device_batch_size = 2; a.total_batch_size = 256; a.num_iterations = 3;
+  const auto p = derive_plan(a, 256, 1);
+  nlohmann::json meta{{"model_config", p.model.to_json()}, {"total_batch_size", 256}, {"device_batch_size", 2},
+                      {"world_size", 2}};
+  EXPECT_NO_THROW(p.check_resume(meta, "m.json"));
+  auto expect_error = [&](const nlohmann::json& m, const std::string& part) {
+    try {
+      p.check_resume(m, "m.json");
+      FAIL() << "accepted " << m.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("m.json"), std::string::npos) << e.what();
+    }
+  };
+  auto m = meta;
+  m["total_batch_size"] = 512;
+  expect_error(m, "--total-batch-size 512 and --device-batch-size 2");
+  m = meta;
+  m["device_batch_size"] = 1;
+  expect_error(m, "--device-batch-size 1");
+  m = meta;
+  m["world_size"] = 0;
+  expect_error(m, "world_size 0");
+  m = meta;
+  m["model_config"]["n_layer"] = 3;
+  expect_error(m, "model_config");
 }

@@ -7,6 +7,7 @@
 #include "nanochat/cli/commands.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/dist/gloo_communicator.h"
+#include "nanochat/train/test_fault.h"
 #include "nanochat/train/trainer.h"
 
 namespace nanochat::cli {
@@ -54,20 +55,26 @@ void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
                 "a difference stops the job naming the tensor and the rank (0 = never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  c->add_option("--fault-inject", a.fault_inject, "tests only: final-eval")->group("");  // hidden
-  c->add_flag("--loader-global-stream", a.loader_global_stream,
+}
+
+/// The hidden test-only flags (train/test_fault.h TrainTestHooks).
+void add_train_test_hook_flags(CLI::App* c, TrainTestHooks& h) {
+  c->add_option("--fault-inject", h.fault_inject, "tests only: final-eval")->group("");  // hidden
+  c->add_flag("--loader-global-stream", h.loader_global_stream,
               "tests only: every rank reads the single-process stream and keeps every W-th micro-batch")
       ->group("");  // hidden
 }
 
 void register_base_train(CLI::App& app) {
   auto args = std::make_shared<BaseTrainArgs>();
+  auto hooks = std::make_shared<TrainTestHooks>();
   CLI::App* c = app.add_subcommand("base-train", "pretrain a nanochat GPT (nanochat scripts/base_train.py)");
   add_base_train_flags(c, *args);
-  c->callback([args] {
+  add_train_test_hook_flags(c, *hooks);
+  c->callback([args, hooks] {
     // World size 1 unless started by `nanochat run` or with torchrun's variables (RANK, ...).
     std::unique_ptr<Communicator> comm = dist::make_communicator_from_env();
-    run_base_train(*args, *comm);
+    run_base_train(*args, *comm, *hooks);
   });
 }
 

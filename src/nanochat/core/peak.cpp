@@ -193,4 +193,15 @@ double mfu_reference_peak_gflops(double best_n, double best_1, int threads, int 
   return std::max(best_n, static_cast<double>(std::max(n, 1)) * best_1);
 }
 
+MfuPeak measure_mfu_peak(int threads, const std::string& cache_path) {
+  MfuPeak p;
+  p.measured = measure_fma_peak_gflops(threads, 0.2);
+  p.reference = best_known_fma_peak_gflops(p.measured, threads, cache_path);
+  if (threads > 1)  // one core alone is seldom disturbed: the n-thread peak is at least n x it
+    p.reference = mfu_reference_peak_gflops(
+        p.reference, best_known_fma_peak_gflops(measure_fma_peak_gflops(1, 0.1), 1, cache_path), threads,
+        physical_cores_available());
+  return p;
+}
+
 }  // namespace nanochat

@@ -31,4 +31,16 @@ int physical_cores_available();
 /// Turbo can make the 1-thread figure a little high, so MFU errs low, never above 100%.
 double mfu_reference_peak_gflops(double best_n, double best_1, int threads, int cores);
 
+/// This rank's peak as a trainer reports MFU against it (GFLOP/s).
+struct MfuPeak {
+  double measured = 0;   ///< measured now with `threads` threads (about 0.2 s)
+  double reference = 0;  ///< best known n-thread peak, at least min(threads, cores) x the 1-thread one
+};
+
+/// Measures the `threads`-thread peak, keeps the best known in `cache_path`
+/// (best_known_fma_peak_gflops) and, for threads > 1, raises it to threads x the best known
+/// 1-thread peak up to the physical cores (mfu_reference_peak_gflops; the 1-thread peak is
+/// measured for about 0.1 s).
+MfuPeak measure_mfu_peak(int threads, const std::string& cache_path);
+
 }  // namespace nanochat

@@ -22,6 +22,13 @@ std::vector<std::string> all_gather_strings(Communicator& comm, const std::strin
   return all;
 }
 
+void broadcast_string(Communicator& comm, std::string& s, int root) {
+  uint64_t n = s.size();
+  comm.broadcast(&n, sizeof n, root)->wait();
+  s.resize(n);
+  if (n) comm.broadcast(s.data(), n, root)->wait();
+}
+
 std::vector<std::string> rank_names(Communicator& comm) {
   std::vector<std::string> hosts = all_gather_strings(comm, host_name());
   for (size_t j = 0; j < hosts.size(); ++j) hosts[j] = str_cat("rank ", j, " (host ", hosts[j], ")");

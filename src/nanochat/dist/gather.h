@@ -26,4 +26,8 @@ std::vector<std::string> rank_names(Communicator& comm);
 /// All ranks must call it together.
 void throw_if_any_rank_failed(Communicator& comm, const std::string& my_error, const std::string& hint = "");
 
+/// Rank `root`'s `s` replaces `s` on every rank (one broadcast of the length, then one of the
+/// bytes unless empty). All ranks must call it together. Errors of the collectives propagate.
+void broadcast_string(Communicator& comm, std::string& s, int root);
+
 }  // namespace nanochat::dist

@@ -689,29 +689,28 @@ int64_t GPT::flops_per_token(const ModelConfig& cfg) {
   return 6 * matmul_params(cfg) + attn;
 }
 
-std::map<std::string, int64_t> GPT::scaling_params(const ModelConfig& cfg) {
-  std::map<std::string, int64_t> m{{"wte", 0},    {"value_embeds", 0},         {"lm_head", 0},
-                                   {"scalars", 0}, {"transformer_matrices", 0}, {"total", 0}};
+ScalingParams GPT::scaling_params(const ModelConfig& cfg) {
+  ScalingParams m;
   for (const auto& p : param_table(cfg)) {
     const auto n = static_cast<int64_t>(p.numel);
     if (p.name == "transformer.wte.weight")
-      m["wte"] += n;
+      m.wte += n;
     else if (p.name.rfind("value_embeds.", 0) == 0)
-      m["value_embeds"] += n;
+      m.value_embeds += n;
     else if (p.name == "lm_head.weight")
-      m["lm_head"] += n;
+      m.lm_head += n;
     else if (p.name.rfind("transformer.h.", 0) == 0)
-      m["transformer_matrices"] += n;
+      m.transformer_matrices += n;
     else
-      m["scalars"] += n;
-    m["total"] += n;
+      m.scalars += n;
+    m.total += n;
   }
   return m;
 }
 
 int64_t GPT::num_matmul_params() const { return matmul_params(cfg_); }
 int64_t GPT::num_flops_per_token() const { return flops_per_token(cfg_); }
-std::map<std::string, int64_t> GPT::num_scaling_params() const { return scaling_params(cfg_); }
+ScalingParams GPT::num_scaling_params() const { return scaling_params(cfg_); }
 
 KVCache::KVCache(const ModelConfig& cfg, int B, int t_max) : cfg_(cfg), B_(B), t_max_(t_max) {
   if (B < 1 || t_max < 1) fail("KV cache needs batch >= 1 and length >= 1 (got ", B, ", ", t_max, ")");

@@ -29,6 +29,14 @@ struct ParamInfo {
   size_t numel = 0;
 };
 
+/// Parameter counts by group, as nanochat's GPT.num_scaling_params returns them (docs/nanochat.md
+/// 1.9): wte, value embeddings, lm_head, the blocks' matrices (transformer.h.*), the scalars
+/// (lambdas, smear gate) and their total.
+struct ScalingParams {
+  int64_t wte = 0, value_embeds = 0, lm_head = 0, transformer_matrices = 0, scalars = 0, total = 0;
+  bool operator==(const ScalingParams&) const = default;
+};
+
 class KVCache;
 
 /// nanochat's GPT model. Not thread-safe: one instance is used by one thread at a time (its
@@ -101,15 +109,14 @@ class GPT {
   int64_t num_flops_per_token() const;
   /// Matmul parameter count (all Linear weights: block matrices incl. ve_gate, lm_head, smear_gate).
   int64_t num_matmul_params() const;
-  /// num_scaling_params (docs/nanochat.md 1.9): keys wte, value_embeds, lm_head, transformer_matrices,
-  /// scalars, total.
-  std::map<std::string, int64_t> num_scaling_params() const;
+  /// num_scaling_params (docs/nanochat.md 1.9): parameter counts by group.
+  ScalingParams num_scaling_params() const;
 
   /// The same counts computed from a config alone (no buffers are allocated).
   static std::vector<ParamInfo> param_table(const ModelConfig& cfg);
   static int64_t flops_per_token(const ModelConfig& cfg);
   static int64_t matmul_params(const ModelConfig& cfg);
-  static std::map<std::string, int64_t> scaling_params(const ModelConfig& cfg);
+  static ScalingParams scaling_params(const ModelConfig& cfg);
 
   /// Bytes of the activation arena currently allocated (0 before the first call).
   size_t activation_bytes() const { return arena_.capacity(); }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -26,8 +27,11 @@ std::string step6(int64_t s) {
   std::snprintf(b, sizeof b, "%06lld", static_cast<long long>(s));
   return b;
 }
+// Unique per process and per call: ranks that are threads of one process (tests) may write the
+// same file of a shared folder at once.
 std::string tmp_name(const std::string& path) {
-  return path + ".tmp." + std::to_string(::getpid());
+  static std::atomic<uint64_t> counter{0};
+  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
 }
 void fsync_dir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);

@@ -1,6 +1,7 @@
 #include "nanochat/train/plan.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 
 #include "nanochat/core/error.h"
@@ -13,12 +14,12 @@ namespace nanochat {
 ModelCounts count_params(const ModelConfig& cfg) {
   ModelCounts c;
   const auto sp = GPT::scaling_params(cfg);
-  c.wte = sp.at("wte");
-  c.value_embeds = sp.at("value_embeds");
-  c.lm_head = sp.at("lm_head");
-  c.transformer_matrices = sp.at("transformer_matrices");
-  c.scalars = sp.at("scalars");
-  c.total = sp.at("total");
+  c.wte = sp.wte;
+  c.value_embeds = sp.value_embeds;
+  c.lm_head = sp.lm_head;
+  c.transformer_matrices = sp.transformer_matrices;
+  c.scalars = sp.scalars;
+  c.total = sp.total;
   c.matmul = GPT::matmul_params(cfg);
   c.flops_per_token = GPT::flops_per_token(cfg);
   return c;
@@ -32,7 +33,114 @@ std::string fmt(const char* f, double v) {
 }
 }  // namespace
 
-TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size) {
+int64_t StepPlan::total() const {
+  int64_t n = 0;
+  for (int64_t m : micro_batches) n += m;
+  return n;
+}
+
+StepPlan TrainPlan::step_plan(int64_t step) const {
+  return StepPlan{step, std::vector<int64_t>(static_cast<size_t>(world_size), grad_accum_steps)};
+}
+
+std::string TrainPlan::dmodel_lr_scale_line() const {
+  return str_cat("Scaling the LR for the AdamW parameters proportional to 1/sqrt(", model.n_embd, "/768) = ",
+                 dmodel_lr_scale);
+}
+
+void TrainPlan::check_resume(const nlohmann::json& meta, const std::string& meta_path) const {
+  ModelConfig saved = ModelConfig::from_json(meta.at("model_config"));
+  if (!(saved == model))
+    fail("cannot resume from ", meta_path, ": its model_config ", saved.to_json().dump(),
+         " differs from the one the flags give ", model.to_json().dump());
+  const int W0 = meta.value("world_size", 1);
+  if (W0 < 1) fail("checkpoint ", meta_path, ": world_size ", W0, " is not a rank count");
+  if (meta.value("total_batch_size", int64_t{0}) != total_batch_size || meta.value("device_batch_size", 0) != B)
+    fail("cannot resume from ", meta_path, ": it used --total-batch-size ", meta.value("total_batch_size", int64_t{0}),
+         " and --device-batch-size ", meta.value("device_batch_size", 0), "; pass the same values to resume exactly");
+}
+
+namespace {
+// The settings derived after the batch and horizon: optimizer, schedule, eval steps, folders.
+void derive_run_settings(const BaseTrainArgs& a, const std::string& base_dir, TrainPlan& p) {
+  p.B = a.device_batch_size;
+  p.T = a.max_seq_len;
+  p.eval_steps = std::max<int64_t>(1, a.eval_tokens / (static_cast<int64_t>(p.B) * p.T));
+  p.optim.unembedding_lr = static_cast<float>(a.unembedding_lr * p.batch_lr_scale);
+  p.optim.embedding_lr = static_cast<float>(a.embedding_lr * p.batch_lr_scale);
+  p.optim.matrix_lr = static_cast<float>(a.matrix_lr * p.batch_lr_scale);
+  p.optim.scalar_lr = static_cast<float>(a.scalar_lr * p.batch_lr_scale);
+  p.optim.weight_decay = static_cast<float>(p.weight_decay_scaled);
+  p.optim.model_dim = p.model.n_embd;
+  p.dmodel_lr_scale = std::pow(static_cast<double>(p.model.n_embd) / 768.0, -0.5);
+  p.schedule.num_iterations = p.num_iterations;
+  p.schedule.warmup_steps = a.warmup_steps;
+  p.schedule.warmdown_ratio = a.warmdown_ratio;
+  p.schedule.final_lr_frac = a.final_lr_frac;
+  p.tag = a.model_tag.empty() ? str_cat("d", a.depth) : a.model_tag;
+  p.checkpoint_dir = base_dir + "/base_checkpoints/" + p.tag;
+}
+
+// The number of steps and the totals it gives (docs/nanochat.md 3.1).
+void derive_horizon(const BaseTrainArgs& a, TrainPlan& p) {
+  const double ratio = a.target_param_data_ratio;
+  // --num-iterations > --target-flops > --target-param-data-ratio
+  if (a.num_iterations > 0) {
+    p.num_iterations = a.num_iterations;
+    p.log.push_back("Using user-provided number of iterations: " + with_commas(p.num_iterations));
+  } else if (a.target_flops > 0) {
+    p.num_iterations = static_cast<int64_t>(round_half_even(
+        a.target_flops / (static_cast<double>(p.counts.flops_per_token) * static_cast<double>(p.total_batch_size))));
+    p.log.push_back("Calculated number of iterations from target FLOPs: " + with_commas(p.num_iterations));
+  } else if (ratio > 0) {
+    p.num_iterations = p.target_tokens / p.total_batch_size;
+    p.log.push_back("Calculated number of iterations from target data:param ratio: " + with_commas(p.num_iterations));
+  } else {
+    fail("no training horizon: set --num-iterations, --target-flops or --target-param-data-ratio to a positive value");
+  }
+  if (p.num_iterations < 1)
+    fail("the horizon gives ", p.num_iterations, " steps (total batch ", p.total_batch_size,
+         " tokens); raise --num-iterations / --target-flops / --target-param-data-ratio or lower --total-batch-size");
+  const int64_t total_tokens = p.total_batch_size * p.num_iterations;
+  p.log.push_back("Total number of training tokens: " + with_commas(total_tokens));
+  p.log.push_back(fmt("Tokens : Scaling params ratio: %.2f",
+                      static_cast<double>(total_tokens) / static_cast<double>(p.counts.scaling_params())));
+  p.log.push_back(fmt("Total training FLOPs estimate: %e",
+                      static_cast<double>(p.counts.flops_per_token) * static_cast<double>(total_tokens)));
+}
+
+// Micro-batches per rank per step; a total batch that does not divide names the nearest valid ones.
+void derive_grad_accum(const BaseTrainArgs& a, TrainPlan& p) {
+  const int64_t B = a.device_batch_size, T = a.max_seq_len, W = p.world_size;
+  const int64_t per_micro = B * T;
+  const int64_t world_tokens = per_micro * W;
+  if (p.total_batch_size % world_tokens != 0) {
+    const int64_t lo = p.total_batch_size / world_tokens * world_tokens;
+    const int64_t hi = lo + world_tokens;
+    std::string msg = str_cat("--total-batch-size ", p.total_batch_size,
+                              " is not divisible by the tokens of one micro-step on all ranks: "
+                              "--device-batch-size ", B, " x --max-seq-len ", T, " x world size ", W,
+                              " = ", world_tokens, ". Use --total-batch-size ");
+    if (lo > 0) msg += str_cat(lo, " or ");
+    msg += str_cat(hi);
+    for (int64_t b = B - 1; b >= 1; --b)
+      if (p.total_batch_size % (b * T * W) == 0) {
+        msg += str_cat(", or keep it and use --device-batch-size ", b);
+        break;
+      }
+    fail(msg);
+  }
+  p.grad_accum_steps = p.total_batch_size / world_tokens;
+  p.log.push_back("Tokens / micro-batch / rank: " + std::to_string(B) + " x " + std::to_string(T) +
+                  " = " + with_commas(per_micro));
+  p.log.push_back("Tokens / micro-batch: " + with_commas(world_tokens));
+  p.log.push_back("Total batch size " + with_commas(p.total_batch_size) +
+                  " => gradient accumulation steps: " + std::to_string(p.grad_accum_steps));
+}
+
+}  // namespace
+
+TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size, const std::string& base_dir) {
   if (a.device_batch_size < 1) fail("--device-batch-size must be >= 1 (got ", a.device_batch_size, ")");
   if (a.max_seq_len < 2) fail("--max-seq-len must be >= 2 (got ", a.max_seq_len, ")");
   if (world_size < 1) fail("internal: world size ", world_size);
@@ -79,56 +187,9 @@ TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size
   if (p.weight_decay_scaled != a.weight_decay)
     p.log.push_back(fmt("Scaling weight decay from %.6f", a.weight_decay) + fmt(" to %.6f", p.weight_decay_scaled));
 
-  // Horizon: --num-iterations > --target-flops > --target-param-data-ratio (docs/nanochat.md 3.1).
-  if (a.num_iterations > 0) {
-    p.num_iterations = a.num_iterations;
-    p.log.push_back("Using user-provided number of iterations: " + with_commas(p.num_iterations));
-  } else if (a.target_flops > 0) {
-    p.num_iterations = static_cast<int64_t>(round_half_even(
-        a.target_flops / (static_cast<double>(p.counts.flops_per_token) * static_cast<double>(p.total_batch_size))));
-    p.log.push_back("Calculated number of iterations from target FLOPs: " + with_commas(p.num_iterations));
-  } else if (ratio > 0) {
-    p.num_iterations = p.target_tokens / p.total_batch_size;
-    p.log.push_back("Calculated number of iterations from target data:param ratio: " + with_commas(p.num_iterations));
-  } else {
-    fail("no training horizon: set --num-iterations, --target-flops or --target-param-data-ratio to a positive value");
-  }
-  if (p.num_iterations < 1)
-    fail("the horizon gives ", p.num_iterations, " steps (total batch ", p.total_batch_size,
-         " tokens); raise --num-iterations / --target-flops / --target-param-data-ratio or lower --total-batch-size");
-  const int64_t total_tokens = p.total_batch_size * p.num_iterations;
-  p.log.push_back("Total number of training tokens: " + with_commas(total_tokens));
-  p.log.push_back(fmt("Tokens : Scaling params ratio: %.2f",
-                      static_cast<double>(total_tokens) / static_cast<double>(p.counts.scaling_params())));
-  p.log.push_back(fmt("Total training FLOPs estimate: %e",
-                      static_cast<double>(p.counts.flops_per_token) * static_cast<double>(total_tokens)));
-
-  // Gradient accumulation (docs/nanochat.md 3.3).
-  const int64_t B = a.device_batch_size, T = a.max_seq_len, W = world_size;
-  const int64_t per_micro = B * T;
-  const int64_t world_tokens = per_micro * W;
-  if (p.total_batch_size % world_tokens != 0) {
-    const int64_t lo = p.total_batch_size / world_tokens * world_tokens;
-    const int64_t hi = lo + world_tokens;
-    std::string msg = str_cat("--total-batch-size ", p.total_batch_size,
-                              " is not divisible by the tokens of one micro-step on all ranks: "
-                              "--device-batch-size ", B, " x --max-seq-len ", T, " x world size ", W,
-                              " = ", world_tokens, ". Use --total-batch-size ");
-    if (lo > 0) msg += str_cat(lo, " or ");
-    msg += str_cat(hi);
-    for (int64_t b = B - 1; b >= 1; --b)
-      if (p.total_batch_size % (b * T * W) == 0) {
-        msg += str_cat(", or keep it and use --device-batch-size ", b);
-        break;
-      }
-    fail(msg);
-  }
-  p.grad_accum_steps = p.total_batch_size / world_tokens;
-  p.log.push_back("Tokens / micro-batch / rank: " + std::to_string(B) + " x " + std::to_string(T) +
-                  " = " + with_commas(per_micro));
-  p.log.push_back("Tokens / micro-batch: " + with_commas(world_tokens));
-  p.log.push_back("Total batch size " + with_commas(p.total_batch_size) +
-                  " => gradient accumulation steps: " + std::to_string(p.grad_accum_steps));
+  derive_horizon(a, p);
+  derive_grad_accum(a, p);
+  derive_run_settings(a, base_dir, p);
   return p;
 }
 

@@ -2,10 +2,13 @@
 // base_train's flags and the quantities derived from them (docs/nanochat.md 3.1-3.3, 1.9).
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "nanochat/model/config.h"
+#include "nanochat/optim/muon_adamw.h"
+#include "nanochat/train/schedules.h"
 
 namespace nanochat {
 
@@ -49,10 +52,6 @@ struct BaseTrainArgs {
   bool skip_data_check = false;      ///< do not check the shards' pages at start-up (data/verify.h)
   /// compare the ranks' parameters (CRC32 per tensor) every N steps and at every save; 0 = never
   int64_t check_replicas_every = 100;
-  std::string fault_inject;          ///< tests only: "final-eval" makes the last evaluation fail
-  /// tests only: every rank reads the world-size-1 data stream and keeps micro-batches r, r+W, ...
-  /// so W ranks x A micro-steps see exactly the batches of 1 rank x (A*W) micro-steps.
-  bool loader_global_stream = false;
 };
 
 /// Parameter counts of nanochat's GPT.num_scaling_params plus matmul params (docs/nanochat.md 1.9).
@@ -67,6 +66,20 @@ struct ModelCounts {
 /// Counts from the config alone (GPT's static counters; no model is allocated).
 ModelCounts count_params(const ModelConfig& cfg);
 
+/// The work of one optimizer step: how many micro-batches of (B, T) tokens each rank runs. The
+/// ranks' micro-batches together make the step's total batch. Today every rank runs
+/// grad_accum_steps of them; a rank reads its micro-batches from its own loader (rank-strided, or
+/// dealt round-robin from the one-rank stream, data::LoaderOptions keep_stride).
+struct StepPlan {
+  int64_t step = 0;
+  std::vector<int64_t> micro_batches;  ///< per rank (index = rank)
+
+  /// Micro-batches `rank` runs this step.
+  int64_t of_rank(int rank) const { return micro_batches.at(static_cast<size_t>(rank)); }
+  /// Micro-batches of all ranks together.
+  int64_t total() const;
+};
+
 /// Everything base_train derives before the first step (docs/nanochat.md 3.2-3.3).
 struct TrainPlan {
   ModelConfig model;
@@ -80,11 +93,31 @@ struct TrainPlan {
   int64_t num_iterations = 0;
   int64_t grad_accum_steps = 1;
   int world_size = 1;
+  int B = 1;                     ///< --device-batch-size: rows per micro-batch per rank
+  int T = 2048;                  ///< --max-seq-len: tokens per row
+  int64_t eval_steps = 1;        ///< val batches of B x T per evaluation, all ranks together (>= 1)
+  /// The optimizer's settings: the flags' lrs x batch_lr_scale, the scaled Muon weight decay, the
+  /// model width (docs/nanochat.md 2.1).
+  OptimConfig optim;
+  double dmodel_lr_scale = 1.0;  ///< (model_dim / 768)^-0.5: the AdamW lrs' width scaling (MuonAdamW applies it)
+  LrSchedule schedule;           ///< num_iterations and the flags' warmup/warmdown/final fraction
+  std::string tag;               ///< --model-tag, default "d<depth>"
+  std::string checkpoint_dir;    ///< <base dir>/base_checkpoints/<tag>
   std::vector<std::string> log;  ///< the lines nanochat prints while deriving, in order
+
+  /// The work of optimizer step `step` (StepPlan).
+  StepPlan step_plan(int64_t step) const;
+  /// The line the trainer prints about dmodel_lr_scale.
+  std::string dmodel_lr_scale_line() const;
+  /// Checks that the meta of a checkpoint (meta_<step>.json at `meta_path`) was written by a run
+  /// with this plan's model config, total batch and device batch, so resuming continues it
+  /// exactly. Throws nanochat::Error naming the file, the saved and the given values.
+  void check_resume(const nlohmann::json& meta, const std::string& meta_path) const;
 };
 
-/// Derives the plan. Throws nanochat::Error, naming the flags, for: no positive horizon flag,
-/// a total batch not divisible by B*T*W (with the nearest valid settings), bad model flags.
-TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size);
+/// Derives the plan; checkpoints go under `base_dir`/base_checkpoints/<tag>. Throws
+/// nanochat::Error, naming the flags, for: no positive horizon flag, a total batch not divisible
+/// by B*T*W (with the nearest valid settings), bad model flags.
+TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size, const std::string& base_dir = ".");
 
 }  // namespace nanochat

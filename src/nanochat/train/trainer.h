@@ -5,14 +5,17 @@
 #include <string>
 
 #include "nanochat/train/plan.h"
+#include "nanochat/train/test_fault.h"
 
 namespace nanochat {
 
 class Communicator;
 
-/// Runs base-train with `args` on this rank (comm->world_size() ranks in all).
+/// Runs base-train with `args` on this rank (comm->world_size() ranks in all). `hooks`: the
+/// end-to-end tests' faults and data-stream switch (test_fault.h); NANOCHAT_TEST_FAULT is read
+/// into hooks.fault here.
 /// Output files go to base_dir()/base_checkpoints/<model_tag or d<depth>>/.
 /// Throws nanochat::Error for user errors (missing tokenizer/data, bad flags, bad resume step).
-void run_base_train(const BaseTrainArgs& args, Communicator& comm);
+void run_base_train(const BaseTrainArgs& args, Communicator& comm, TrainTestHooks hooks = {});
 
 }  // namespace nanochat

@@ -1,0 +1,174 @@
+#include "nanochat/train/loop_checkpoint.h"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "nanochat/core/error.h"
+#include "nanochat/core/format.h"
+#include "nanochat/core/safetensors.h"
+#include "nanochat/data/loader.h"
+#include "nanochat/comm/communicator.h"
+#include "nanochat/dist/gather.h"
+#include "nanochat/model/gpt.h"
+#include "nanochat/optim/muon_adamw.h"
+#include "nanochat/train/job_checkpoint.h"
+#include "nanochat/train/plan.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace nanochat {
+
+namespace {
+
+void print0(const Communicator& comm, const std::string& s) {
+  if (comm.rank() != 0) return;
+  std::printf("%s\n", s.c_str());
+  std::fflush(stdout);
+}
+
+json loader_state_of(const StFile& f) {
+  auto it = f.metadata.find("loader_state");
+  if (it == f.metadata.end()) fail("checkpoint ", f.path, " has no loader state; it was not written by a complete save");
+  return json::parse(it->second);
+}
+
+// Rank 0 reads and checks the weights and the meta; every rank gets the meta, the marker and the
+// weights, or the same error.
+void load_weights_and_meta(Communicator& comm, const CheckpointPaths& cp, GPT& model, json& meta, json& marker) {
+  std::string meta_text, marker_text, error, corrupt;
+  if (comm.rank() == 0) try {
+      const json m = read_checkpoint_marker(cp);
+      marker_text = m.dump();
+      for (const std::string& f : {cp.model(), cp.meta()})
+        if (corrupt.empty()) corrupt = check_checkpoint_file(m, f);
+      if (corrupt.empty()) {
+        meta_text = read_checkpoint_meta(cp).dump();
+        StFile weights = load_safetensors(cp.model());
+        for (const auto& p : model.params()) {
+          const StTensor& t = weights.at(p.name);
+          if (t.shape != p.shape || t.dtype != "F32")
+            fail("checkpoint ", cp.model(), ": tensor ", p.name, " has the wrong shape or dtype for the model the flags give");
+          std::memcpy(model.param_data() + p.offset, t.bytes.data(), p.numel * sizeof(float));
+        }
+      }
+    } catch (const std::exception& e) {  // also a malformed file's JSON
+      error = e.what();
+    }
+  agree_on_checkpoint_load(comm, cp, error, corrupt);
+  dist::broadcast_string(comm, meta_text, 0);
+  dist::broadcast_string(comm, marker_text, 0);
+  comm.broadcast(model.param_data(), model.num_params() * sizeof(float), 0)->wait();
+  meta = json::parse(meta_text);
+  marker = json::parse(marker_text);
+}
+
+// The saved world size: every rank reads its own shard; returns its loader state.
+json load_own_shard(Communicator& comm, const CheckpointPaths& cp, const json& marker, MuonAdamW& opt) {
+  const int rank = comm.rank();
+  std::string error, corrupt;
+  json loader_state;
+  try {
+    if (!fs::exists(cp.optim(rank)))
+      fail("rank ", rank, " has no optimizer shard ", cp.optim(rank),
+           "; every node needs its own ranks' optim_*_rank<r> files (resume on the same nodes, or share the folder)");
+    corrupt = check_checkpoint_file(marker, cp.optim(rank));
+    if (corrupt.empty()) {
+      StFile optim_file = load_safetensors(cp.optim(rank));
+      opt.load_state(optim_file);
+      loader_state = loader_state_of(optim_file);
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_checkpoint_load(comm, cp, error, corrupt);
+  return loader_state;
+}
+
+// Rank 0's part of a re-shard: reads every old shard into the whole state and deals the loader
+// states to the new ranks (JSON array, one per new rank).
+void read_old_shards(const CheckpointPaths& cp, const json& marker, int W0, int W, bool one_rank_stream,
+                     const MuonAdamW& opt, MuonAdamW::WholeState& whole, std::string& states_text,
+                     std::string& corrupt) {
+  std::vector<StFile> shards;
+  std::vector<json> old_states;
+  for (int r = 0; r < W0; ++r) {
+    if (!fs::exists(cp.optim(r)))
+      fail("resuming the ", W0, "-rank checkpoint ", cp.meta(), " with ", W, " ranks needs every old shard on rank 0, but ",
+           cp.optim(r), " is missing; copy all optim_", cp.step, "_rank<r> files into ", cp.dir, " on this node");
+    corrupt = check_checkpoint_file(marker, cp.optim(r));
+    if (!corrupt.empty()) return;
+    shards.push_back(load_safetensors(cp.optim(r)));
+    old_states.push_back(loader_state_of(shards.back()));
+  }
+  whole = opt.assemble_whole_state(shards);
+  // The one-rank stream's position after a step is the same at any world size: it carries over.
+  states_text = one_rank_stream ? json(std::vector<json>(static_cast<size_t>(W), old_states.front())).dump()
+                                : json(data::reshard_loader_states(old_states, W)).dump();
+}
+
+// Another world size: rank 0 reassembles the whole optimizer state and sends it to every rank,
+// which keeps its own part; returns this rank's loader state.
+json reshard(Communicator& comm, const CheckpointPaths& cp, const json& marker, int W0, bool one_rank_stream,
+             MuonAdamW& opt) {
+  const int W = comm.world_size();
+  MuonAdamW::WholeState whole;
+  whole.values.resize(opt.whole_state_floats());
+  std::string states_text, error, corrupt;
+  if (comm.rank() == 0) try {
+      read_old_shards(cp, marker, W0, W, one_rank_stream, opt, whole, states_text, corrupt);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  // rank 0's failure reaches every rank at once (they would otherwise wait in the broadcast)
+  agree_on_checkpoint_load(comm, cp, error, corrupt);
+  int64_t nsteps = static_cast<int64_t>(whole.steps.size());
+  comm.broadcast(&nsteps, sizeof nsteps, 0)->wait();
+  whole.steps.resize(static_cast<size_t>(nsteps));
+  comm.broadcast(whole.steps.data(), whole.steps.size() * sizeof(int64_t), 0)->wait();
+  comm.broadcast(whole.values.data(), whole.values.size() * sizeof(float), 0)->wait();
+  dist::broadcast_string(comm, states_text, 0);
+  opt.load_whole_state(whole);
+  print0(comm, str_cat("Re-sharded the optimizer state of ", W0, " ranks for ", W, " ranks; ",
+                       one_rank_stream ? "the one-rank data stream resumes exactly"
+                                       : "the data stream resumes approximately (after the furthest row group read, "
+                                         "buffered documents kept; the same world size resumes exactly)"));
+  return json::parse(states_text).at(static_cast<size_t>(comm.rank()));
+}
+
+}  // namespace
+
+json checkpoint_meta(const json& run_meta, const LoopState& state) {
+  json meta = run_meta;
+  meta.update(state.to_json());
+  return meta;
+}
+
+CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, const GPT& model, const MuonAdamW& opt,
+                                const json& run_meta, const LoopState& state, bool fail_write) {
+  CheckpointPaths cp{dir, state.step};
+  auto optim_meta = opt.state_metadata();
+  optim_meta["loader_state"] = state.loader_state.dump();
+  save_job_checkpoint(comm, cp, model, opt, optim_meta, checkpoint_meta(run_meta, state), fail_write);
+  print0(comm, "Saved checkpoint " + cp.model());
+  return cp;
+}
+
+LoopState resume(Communicator& comm, const TrainPlan& plan, int64_t step, GPT& model, MuonAdamW& opt,
+                 bool one_rank_stream) {
+  const CheckpointPaths cp{plan.checkpoint_dir, step};
+  json meta, marker;
+  load_weights_and_meta(comm, cp, model, meta, marker);
+  plan.check_resume(meta, cp.meta());
+  const int W0 = meta.value("world_size", 1);
+  LoopState state = LoopState::from_json(meta);
+  state.loader_state = W0 == comm.world_size() ? load_own_shard(comm, cp, marker, opt)
+                                               : reshard(comm, cp, marker, W0, one_rank_stream, opt);
+  print0(comm, str_cat("Resumed from step ", state.step, " (", cp.model(), ")"));
+  return state;
+}
+
+}  // namespace nanochat

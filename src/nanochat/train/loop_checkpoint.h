@@ -1,0 +1,45 @@
+#pragma once
+// Saving and resuming base_train's loop (nanochat scripts/base_train.py save_checkpoint /
+// load_checkpoint; docs/nanochat.md 3.9): the weights, every rank's optimizer shard with its
+// loader state, and the meta with the loop state, over the job checkpoint of job_checkpoint.h
+// (per-rank folders, CRC32 markers, every failure reported on every rank).
+#include <nlohmann/json.hpp>
+
+#include "nanochat/train/checkpoint.h"
+#include "nanochat/train/loop_state.h"
+
+namespace nanochat {
+
+class Communicator;
+class GPT;
+class MuonAdamW;
+struct TrainPlan;
+
+/// meta_<step>.json: `run_meta` (what does not change during the run: model_config, user_config,
+/// batch settings, world size, tokenizer hash) with the fields of state.to_json() added.
+nlohmann::json checkpoint_meta(const nlohmann::json& run_meta, const LoopState& state);
+
+/// Saves step state.step into `dir` (CheckpointPaths{dir, state.step}): the weights and the meta
+/// (rank 0), this rank's optimizer shard carrying state.loader_state (so a resume on any node
+/// finds both in its own file), then the marker; rank 0 prints "Saved checkpoint <model file>".
+/// `fail_write` makes this rank's writes fail (tests). Throws on every rank the same
+/// nanochat::Error when any rank cannot write (save_job_checkpoint). All ranks call it together.
+/// Returns the paths of the step.
+CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, const GPT& model, const MuonAdamW& opt,
+                                const nlohmann::json& run_meta, const LoopState& state, bool fail_write = false);
+
+/// Resumes step `step` from plan.checkpoint_dir into `model` and `opt` and returns the loop state,
+/// with this rank's loader state. Rank 0 reads the weights and the meta and broadcasts them (nodes
+/// without a shared filesystem only need their own ranks' optimizer shards); the meta must match
+/// the plan (TrainPlan::check_resume). At the saved world size each rank reads its own shard (the
+/// data stream resumes exactly); at another one rank 0 reads every old shard, reassembles the
+/// whole optimizer state and broadcasts it, and the loader states are re-dealt
+/// (data::reshard_loader_states, approximate) or, with `one_rank_stream` (every rank reads the
+/// world-size-1 stream), rank 0's state is every rank's (exact). Every file read is checked
+/// against its marker's CRC32; a failure on any rank makes every rank throw the same
+/// nanochat::Error (agree_on_checkpoint_load) naming the file, rank and host. All ranks call it
+/// together.
+LoopState resume(Communicator& comm, const TrainPlan& plan, int64_t step, GPT& model, MuonAdamW& opt,
+                 bool one_rank_stream = false);
+
+}  // namespace nanochat

@@ -1,0 +1,58 @@
+#include "nanochat/train/metrics_log.h"
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "nanochat/train/chart.h"
+#include "nanochat/train/checkpoint.h"
+
+using json = nlohmann::json;
+
+namespace nanochat {
+
+MetricsLog::MetricsLog(std::string path, bool writer, int64_t resumed_step) : path_(std::move(path)), writer_(writer) {
+  if (!writer_) return;
+  std::vector<std::string> keep;
+  if (resumed_step >= 0) {
+    std::ifstream in(path_);
+    for (std::string line; std::getline(in, line);) {
+      try {
+        if (json::parse(line).value("step", int64_t{0}) <= resumed_step) keep.push_back(line);
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  {
+    std::ofstream out(path_, std::ios::trunc);
+    for (auto& l : keep) out << l << "\n";
+  }
+  out_.open(path_, std::ios::app);
+}
+
+void MetricsLog::record(const json& j) {
+  if (!writer_) return;
+  out_ << j.dump() << "\n";
+  out_.flush();
+}
+
+void MetricsLog::write_chart(const std::string& svg_path, const std::string& title) {
+  if (!writer_) return;
+  out_.close();
+  ChartSeries loss{"train loss (debiased EMA, nats)", {}}, bpb{"validation bpb", {}};
+  std::map<int64_t, double> lm, bm;
+  std::ifstream in(path_);
+  for (std::string line; std::getline(in, line);) {
+    try {
+      json j = json::parse(line);
+      if (j.contains("smooth_loss")) lm[j["step"]] = j["smooth_loss"];
+      if (j.contains("val_bpb") && j["val_bpb"].is_number()) bm[j["step"]] = j["val_bpb"];
+    } catch (const std::exception&) {
+    }
+  }
+  for (auto& [s, v] : lm) loss.points.push_back({static_cast<double>(s), v});
+  for (auto& [s, v] : bm) bpb.points.push_back({static_cast<double>(s), v});
+  write_text_atomic(svg_path, render_svg_chart(title, {loss, bpb}));
+}
+
+}  // namespace nanochat
