@@ -53,12 +53,11 @@ Timing best_seconds(int repeats, const std::function<void()>& fn) {
 }
 
 void print_row(const char* what, Timing t, double flops) {
-  std::printf("  %-16s wall %8.3f ms %7.1f GFLOP/s | cpu %8.3f ms %7.1f GFLOP/s per core-second\n",
-              what, t.wall * 1e3, flops / t.wall * 1e-9, t.cpu * 1e3, flops / t.cpu * 1e-9);
+  std::printf("  %-16s wall %8.3f ms %7.1f GFLOP/s | cpu %8.3f ms %7.1f GFLOP/s per core-second\n", what, t.wall * 1e3,
+              flops / t.wall * 1e-9, t.cpu * 1e3, flops / t.cpu * 1e-9);
 }
 
-void run_shape(const char* name, int B, int T, int H, int Hkv, int D, int window, int repeats,
-               bool with_reference) {
+void run_shape(const char* name, int B, int T, int H, int Hkv, int D, int window, int repeats, bool with_reference) {
   const size_t nq = size_t(B) * T * H * D, nkv = size_t(B) * T * Hkv * D;
   Rng rng(1);
   auto fill = [&](std::vector<float>& x) {
@@ -73,32 +72,28 @@ void run_shape(const char* name, int B, int T, int H, int Hkv, int D, int window
   const double fwd_flops = 4.0 * B * H * D * pairs, bwd_flops = 10.0 * B * H * D * pairs;
 
   const Timing t_fwd = best_seconds(repeats, [&] {
-    attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, H, Hkv, D, window,
-                      scale);
+    attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, H, Hkv, D, window, scale);
   });
   auto bwd = [&](AttentionBackwardMode mode) {
     return best_seconds(repeats, [&] {
-      attention_backward_with(mode, q.data(), k.data(), v.data(), out.data(), lse.data(),
-                              dout.data(), dq.data(), dk.data(), dv.data(), B, T, H, Hkv, D, window,
-                              scale);
+      attention_backward_with(mode, q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
+                              dk.data(), dv.data(), B, T, H, Hkv, D, window, scale);
     });
   };
   const Timing t_fused = bwd(AttentionBackwardMode::kFused);
   const Timing t_split = bwd(AttentionBackwardMode::kSplit);
-  std::printf("%-4s B=%d T=%d H=%d Hkv=%d D=%d window=%d pairs/head=%.0f\n", name, B, T, H, Hkv, D,
-              window, pairs);
+  std::printf("%-4s B=%d T=%d H=%d Hkv=%d D=%d window=%d pairs/head=%.0f\n", name, B, T, H, Hkv, D, window, pairs);
   print_row("forward", t_fwd, fwd_flops);
   print_row("backward fused", t_fused, bwd_flops);
   print_row("backward split", t_split, bwd_flops);
   if (with_reference) {
     const Timing t_ref_f = best_seconds(1, [&] {
-      attention_forward_reference<float>(q.data(), k.data(), v.data(), out.data(), lse.data(), B, T,
-                                         H, Hkv, D, window, scale);
+      attention_forward_reference<float>(q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, H, Hkv, D, window,
+                                         scale);
     });
     const Timing t_ref_b = best_seconds(1, [&] {
-      attention_backward_reference<float>(q.data(), k.data(), v.data(), out.data(), lse.data(),
-                                          dout.data(), dq.data(), dk.data(), dv.data(), B, T, H,
-                                          Hkv, D, window, scale);
+      attention_backward_reference<float>(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
+                                          dk.data(), dv.data(), B, T, H, Hkv, D, window, scale);
     });
     print_row("reference fwd", t_ref_f, fwd_flops);
     print_row("reference bwd", t_ref_b, bwd_flops);
@@ -108,13 +103,12 @@ void run_shape(const char* name, int B, int T, int H, int Hkv, int D, int window
 // One decode step (Tq = 1 at position ctx - 1) through the KV-cache path.
 void run_decode(const char* name, int B, int H, int D, int ctx, int repeats) {
   Rng rng(2);
-  std::vector<float> q(size_t(B) * H * D), kc(size_t(B) * ctx * H * D), vc(kc.size()),
-      out(q.size());
+  std::vector<float> q(size_t(B) * H * D), kc(size_t(B) * ctx * H * D), vc(kc.size()), out(q.size());
   for (auto* x : {&q, &kc, &vc})
     for (auto& e : *x) e = static_cast<float>(rng.uniform(-1, 1));
   const Timing t = best_seconds(repeats * 20, [&] {
-    attention_forward_cached(q.data(), kc.data(), vc.data(), out.data(), B, 1, ctx - 1, ctx, H, H,
-                             D, ctx, 1.f / std::sqrt(float(D)));
+    attention_forward_cached(q.data(), kc.data(), vc.data(), out.data(), B, 1, ctx - 1, ctx, H, H, D, ctx,
+                             1.f / std::sqrt(float(D)));
   });
   std::printf("%-4s decode B=%d H=%d D=%d context=%d\n", name, B, H, D, ctx);
   print_row("forward_cached", t, 4.0 * B * H * D * ctx);
@@ -127,9 +121,8 @@ int main(int argc, char** argv) {
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;
   const bool ref = argc > 3 && std::strcmp(argv[3], "--reference") == 0;
   omp_set_num_threads(std::max(1, threads));
-  std::printf(
-      "attention benchmark: %d thread(s), best of %d; measured fp32 FMA peak %.1f GFLOP/s (%s)\n",
-      threads, repeats, measure_fma_peak_gflops(std::max(1, threads)), fma_peak_isa());
+  std::printf("attention benchmark: %d thread(s), best of %d; measured fp32 FMA peak %.1f GFLOP/s (%s)\n", threads,
+              repeats, measure_fma_peak_gflops(std::max(1, threads)), fma_peak_isa());
   run_shape("d4", 8, 512, 2, 2, 128, 512, repeats, ref);
   run_shape("d4", 8, 512, 2, 2, 128, 128, repeats, false);
   run_shape("d6", 8, 512, 6, 6, 64, 512, repeats, ref);

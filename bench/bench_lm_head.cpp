@@ -50,13 +50,16 @@ int main(int argc, char** argv) {
   std::vector<int64_t> chunks = {128, 256, 512};
   std::vector<std::vector<int64_t>> shapes;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--chunks") && i + 1 < argc) chunks = parse_list(argv[++i]);
-    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) shapes.push_back(parse_list(argv[++i]));
+    if (!std::strcmp(argv[i], "--threads") && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc)
+      repeats = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--chunks") && i + 1 < argc)
+      chunks = parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc)
+      shapes.push_back(parse_list(argv[++i]));
     else {
-      std::fprintf(stderr,
-                   "usage: %s [--threads 1] [--repeats 3] [--chunks 128,256,512] [--shape N,C,V]...\n",
+      std::fprintf(stderr, "usage: %s [--threads 1] [--repeats 3] [--chunks 128,256,512] [--shape N,C,V]...\n",
                    argv[0]);
       return 2;
     }
@@ -79,13 +82,13 @@ int main(int argc, char** argv) {
     for (int64_t i = 0; i < N * C; ++i) x.f32()[i] = static_cast<float>(rng.normal());
     for (int64_t i = 0; i < V * C; ++i) W.f32()[i] = static_cast<float>(0.05 * rng.normal());
     for (auto& t : tgt) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V)));
-    std::printf("N %lld C %lld V %lld (%.1f GFLOP per call)\n", static_cast<long long>(N),
-                static_cast<long long>(C), static_cast<long long>(V), flops * 1e-9);
+    std::printf("N %lld C %lld V %lld (%.1f GFLOP per call)\n", static_cast<long long>(N), static_cast<long long>(C),
+                static_cast<long long>(V), flops * 1e-9);
     for (int64_t cr : chunks) {
       AlignedBuffer scratch(lm_head_scratch_floats(cr, N, C, V) * sizeof(float));
       const double t = best_of(repeats, [&] {
-        lm_head_softcap_ce(x.f32(), W.f32(), tgt.data(), N, C, V, kLogitSoftcap, 1.f / N,
-                           scratch.f32(), cr, nullptr, dx.f32(), dW.f32(), dWt.f32());
+        lm_head_softcap_ce(x.f32(), W.f32(), tgt.data(), N, C, V, kLogitSoftcap, 1.f / N, scratch.f32(), cr, nullptr,
+                           dx.f32(), dW.f32(), dWt.f32());
       });
       std::printf("  fused chunk %5lld: %8.1f ms  %6.1f GFLOP/s  %5.1f%% of peak  scratch %.0f MB\n",
                   static_cast<long long>(cr), t * 1e3, flops / t * 1e-9, 100 * flops / t * 1e-9 / peak,
@@ -96,14 +99,13 @@ int main(int argc, char** argv) {
     std::memset(logits.f32(), 0, static_cast<size_t>(N * V) * sizeof(float));
     const double tf = best_of(repeats, [&] { linear_fwd(x.f32(), W.f32(), logits.f32(), N, C, V); });
     const double tx = best_of(repeats, [&] { linear_bwd_x(logits.f32(), W.f32(), dx.f32(), N, C, V); });
-    const double tw = best_of(repeats, [&] {
-      sgemm(true, false, C, V, N, 1.f, x.f32(), C, logits.f32(), V, 0.f, dWt.f32(), V);
-    });
+    const double tw =
+        best_of(repeats, [&] { sgemm(true, false, C, V, N, 1.f, x.f32(), C, logits.f32(), V, 0.f, dWt.f32(), V); });
     const double g = 2.0 * N * C * V * 1e-9;
-    std::printf("  plain GEMMs on (N,V): fwd %.1f ms (%.0f GFLOP/s), dx %.1f ms (%.0f), dW^T %.1f ms "
-                "(%.0f); sum %.1f ms = %.1f GFLOP/s\n",
-                tf * 1e3, g / tf, tx * 1e3, g / tx, tw * 1e3, g / tw, (tf + tx + tw) * 1e3,
-                flops * 1e-9 / (tf + tx + tw));
+    std::printf(
+        "  plain GEMMs on (N,V): fwd %.1f ms (%.0f GFLOP/s), dx %.1f ms (%.0f), dW^T %.1f ms "
+        "(%.0f); sum %.1f ms = %.1f GFLOP/s\n",
+        tf * 1e3, g / tf, tx * 1e3, g / tx, tw * 1e3, g / tw, (tf + tx + tw) * 1e3, flops * 1e-9 / (tf + tx + tw));
   }
   return 0;
 }

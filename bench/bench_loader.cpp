@@ -49,14 +49,22 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) fail("bench_loader: ", a, " needs a value");
         return argv[++i];
       };
-      if (a == "--tokenizer") tok_dir = val();
-      else if (a == "--vocab-size") vocab = std::atoi(val().c_str());
-      else if (a == "--B") B = std::atoi(val().c_str());
-      else if (a == "--T") T = std::atoi(val().c_str());
-      else if (a == "--batches") batches = std::atoi(val().c_str());
-      else if (a == "--tokenizer-threads") tthreads = std::atoi(val().c_str());
-      else if (a.rfind("--", 0) == 0) fail("bench_loader: unknown flag ", a);
-      else dir = a;
+      if (a == "--tokenizer")
+        tok_dir = val();
+      else if (a == "--vocab-size")
+        vocab = std::atoi(val().c_str());
+      else if (a == "--B")
+        B = std::atoi(val().c_str());
+      else if (a == "--T")
+        T = std::atoi(val().c_str());
+      else if (a == "--batches")
+        batches = std::atoi(val().c_str());
+      else if (a == "--tokenizer-threads")
+        tthreads = std::atoi(val().c_str());
+      else if (a.rfind("--", 0) == 0)
+        fail("bench_loader: unknown flag ", a);
+      else
+        dir = a;
     }
     if (dir.empty()) dir = data_dir();
     auto files = data::list_parquet_files(dir);
@@ -73,10 +81,11 @@ int main(int argc, char** argv) {
       if (docs.size() > 2000) docs.resize(2000);
       double t0 = wall_seconds();
       tok = Tokenizer::train(docs, vocab);
-      std::printf("trained a tokenizer of %d tokens on %zu docs in %.1f s\n", tok.vocab_size(), docs.size(), wall_seconds() - t0);
+      std::printf("trained a tokenizer of %d tokens on %zu docs in %.1f s\n", tok.vocab_size(), docs.size(),
+                  wall_seconds() - t0);
     }
-    std::printf("data: %s (%zu shards), B=%d T=%d, %d batches, %d tokenizer thread(s)\n", dir.c_str(), files.size(), B, T, batches,
-                tthreads);
+    std::printf("data: %s (%zu shards), B=%d T=%d, %d batches, %d tokenizer thread(s)\n", dir.c_str(), files.size(), B,
+                T, batches, tthreads);
     std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
     for (bool prefetch : {false, true}) {
       data::LoaderOptions o;

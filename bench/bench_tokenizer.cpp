@@ -60,8 +60,10 @@ void read_docs(const std::string& path, std::vector<std::string>& docs) {
   size_t pos = 0;
   while (pos < all.size()) {
     size_t e = all.find("\n\n", pos);
-    if (e == std::string::npos) e = all.size();
-    else e += 2;
+    if (e == std::string::npos)
+      e = all.size();
+    else
+      e += 2;
     docs.push_back(all.substr(pos, e - pos));
     pos = e;
   }
@@ -81,14 +83,20 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) fail("bench_tokenizer: ", a, " needs a value");
         return argv[++i];
       };
-      if (a == "--vocab-size") vocab = std::stoi(next());
-      else if (a == "--train-chars") train_chars = std::stoll(next());
-      else if (a == "--tokenizer") tok_dir = next();
-      else if (a == "--reps") reps = std::stoi(next());
-      else files.push_back(a);
+      if (a == "--vocab-size")
+        vocab = std::stoi(next());
+      else if (a == "--train-chars")
+        train_chars = std::stoll(next());
+      else if (a == "--tokenizer")
+        tok_dir = next();
+      else if (a == "--reps")
+        reps = std::stoi(next());
+      else
+        files.push_back(a);
     }
     if (files.empty()) {
-      std::fprintf(stderr, "usage: bench_tokenizer FILE... [--vocab-size N] [--train-chars N] [--tokenizer DIR] [--reps N]\n");
+      std::fprintf(stderr,
+                   "usage: bench_tokenizer FILE... [--vocab-size N] [--train-chars N] [--tokenizer DIR] [--reps N]\n");
       return 2;
     }
     std::vector<std::string> docs;
@@ -126,8 +134,9 @@ int main(int argc, char** argv) {
       best1 = std::min(best1, t.seconds());
       cpu1 = std::min(cpu1, cpu_seconds() - c0);
     }
-    std::printf("encode, 1 thread, per-doc encode(): %.2f MB/s wall, %.2f MB per CPU-second (%zu tokens, %.3f bytes/token)\n",
-                total / 1e6 / best1, total / 1e6 / cpu1, ntok, static_cast<double>(total) / static_cast<double>(ntok));
+    std::printf(
+        "encode, 1 thread, per-doc encode(): %.2f MB/s wall, %.2f MB per CPU-second (%zu tokens, %.3f bytes/token)\n",
+        total / 1e6 / best1, total / 1e6 / cpu1, ntok, static_cast<double>(total) / static_cast<double>(ntok));
     std::vector<std::vector<int32_t>> ref;
     for (int threads : {1, 2}) {
       double best = 1e30, cpu = 1e30;
@@ -137,11 +146,13 @@ int main(int argc, char** argv) {
         auto out = tok.encode_batch(docs, -1, threads);
         best = std::min(best, t.seconds());
         cpu = std::min(cpu, cpu_seconds() - c0);
-        if (ref.empty()) ref = std::move(out);
-        else if (out != ref) fail("bench_tokenizer: encode_batch gave different ids at ", threads, " threads");
+        if (ref.empty())
+          ref = std::move(out);
+        else if (out != ref)
+          fail("bench_tokenizer: encode_batch gave different ids at ", threads, " threads");
       }
-      std::printf("encode_batch, %d thread%s: %.2f MB/s wall, %.2f MB per CPU-second\n", threads, threads > 1 ? "s" : "",
-                  total / 1e6 / best, total / 1e6 / cpu);
+      std::printf("encode_batch, %d thread%s: %.2f MB/s wall, %.2f MB per CPU-second\n", threads,
+                  threads > 1 ? "s" : "", total / 1e6 / best, total / 1e6 / cpu);
     }
     return 0;
   } catch (const std::exception& e) {

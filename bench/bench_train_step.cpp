@@ -123,12 +123,10 @@ void print_profile(double step_seconds_total, int steps) {
     const auto op = static_cast<prof::Op>(k);
     if (op == prof::Op::Data) continue;
     const double s = prof::seconds(op);
-    std::printf("      %-16s %9.1f ms %6.1f%%\n", prof::name(op), 1e3 * s / steps,
-                100.0 * s / step_seconds_total);
+    std::printf("      %-16s %9.1f ms %6.1f%%\n", prof::name(op), 1e3 * s / steps, 100.0 * s / step_seconds_total);
   }
   const double rest = step_seconds_total - covered;
-  std::printf("      %-16s %9.1f ms %6.1f%%\n", "rest", 1e3 * rest / steps,
-              100.0 * rest / step_seconds_total);
+  std::printf("      %-16s %9.1f ms %6.1f%%\n", "rest", 1e3 * rest / steps, 100.0 * rest / step_seconds_total);
 }
 
 void usage(const char* argv0, FILE* to = stderr) {
@@ -148,15 +146,24 @@ int main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   std::vector<std::string> which = {"all"};
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = parse_int_list(argv[++i]);
-    else if (!std::strcmp(argv[i], "--config") && i + 1 < argc) which = split(argv[++i]);
-    else if (!std::strcmp(argv[i], "--peak-seconds") && i + 1 < argc) peak_seconds = std::atof(argv[++i]);
-    else if (!std::strcmp(argv[i], "--json")) json = true;
-    else if (!std::strcmp(argv[i], "--list-configs")) list_only = true;
-    else if (!std::strcmp(argv[i], "--peak-only")) peak_only = true;
-    else if (!std::strcmp(argv[i], "--recompute-mlp")) recompute_mlp = true;
+    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
+      steps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc)
+      warmup = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc)
+      threads = parse_int_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--config") && i + 1 < argc)
+      which = split(argv[++i]);
+    else if (!std::strcmp(argv[i], "--peak-seconds") && i + 1 < argc)
+      peak_seconds = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--json"))
+      json = true;
+    else if (!std::strcmp(argv[i], "--list-configs"))
+      list_only = true;
+    else if (!std::strcmp(argv[i], "--peak-only"))
+      peak_only = true;
+    else if (!std::strcmp(argv[i], "--recompute-mlp"))
+      recompute_mlp = true;
     else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       usage(argv[0], stdout);
       return 0;
@@ -180,8 +187,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!found) {
-      std::fprintf(stderr, "bench_train_step: unknown --config '%s' (known: d4, d6, d6b32, d12, all)\n",
-                   w.c_str());
+      std::fprintf(stderr, "bench_train_step: unknown --config '%s' (known: d4, d6, d6b32, d12, all)\n", w.c_str());
       return 2;
     }
   }
@@ -194,15 +200,15 @@ int main(int argc, char** argv) {
             "{\"config\":\"%s\",\"depth\":%d,\"head_dim\":%d,\"n_embd\":%lld,\"n_head\":%lld,"
             "\"n_kv_head\":%lld,\"T\":%d,\"B\":%d,\"window\":\"%s\",\"vocab\":%d,"
             "\"flops_per_token\":%lld}\n",
-            bc->name, bc->depth, bc->head_dim, static_cast<long long>(cfg.n_embd),
-            static_cast<long long>(cfg.n_head), static_cast<long long>(cfg.n_kv_head), bc->T, bc->B,
-            bc->pattern, kVocab, static_cast<long long>(GPT::flops_per_token(cfg)));
+            bc->name, bc->depth, bc->head_dim, static_cast<long long>(cfg.n_embd), static_cast<long long>(cfg.n_head),
+            static_cast<long long>(cfg.n_kv_head), bc->T, bc->B, bc->pattern, kVocab,
+            static_cast<long long>(GPT::flops_per_token(cfg)));
       } else {
-        std::printf("%-6s depth %2d  n_embd %4lld  heads %2lld x %3d  T %4d  B %2d  window %-4s  "
-                    "FLOPs/token %.1fM\n",
-                    bc->name, bc->depth, static_cast<long long>(cfg.n_embd),
-                    static_cast<long long>(cfg.n_head), bc->head_dim, bc->T, bc->B, bc->pattern,
-                    GPT::flops_per_token(cfg) / 1e6);
+        std::printf(
+            "%-6s depth %2d  n_embd %4lld  heads %2lld x %3d  T %4d  B %2d  window %-4s  "
+            "FLOPs/token %.1fM\n",
+            bc->name, bc->depth, static_cast<long long>(cfg.n_embd), static_cast<long long>(cfg.n_head), bc->head_dim,
+            bc->T, bc->B, bc->pattern, GPT::flops_per_token(cfg) / 1e6);
       }
     }
     return 0;
@@ -213,8 +219,8 @@ int main(int argc, char** argv) {
       set_num_threads(nt);
       const double peak = measure_fma_peak_gflops(nt, peak_seconds);
       if (json)
-        std::printf("{\"side\":\"peak\",\"threads\":%d,\"peak_gflops\":%.3f,\"peak_isa\":\"%s\"}\n", nt,
-                    peak, fma_peak_isa());
+        std::printf("{\"side\":\"peak\",\"threads\":%d,\"peak_gflops\":%.3f,\"peak_isa\":\"%s\"}\n", nt, peak,
+                    fma_peak_isa());
       else
         std::printf("threads %d: FMA peak %.1f GFLOP/s (%s)\n", nt, peak, fma_peak_isa());
       std::fflush(stdout);
@@ -223,8 +229,8 @@ int main(int argc, char** argv) {
   }
 
   if (!json)
-    std::printf("%-6s %3s %3s %5s | %9s %9s | %10s %8s | %9s | %s\n", "cfg", "thr", "B", "T",
-                "step_ms", "tok/s", "GFLOP/s", "MFU", "peak RSS", "peak GFLOP/s (measured FMA, ISA)");
+    std::printf("%-6s %3s %3s %5s | %9s %9s | %10s %8s | %9s | %s\n", "cfg", "thr", "B", "T", "step_ms", "tok/s",
+                "GFLOP/s", "MFU", "peak RSS", "peak GFLOP/s (measured FMA, ISA)");
   bool first_row = true;
   for (int nt : threads) {
     set_num_threads(nt);
@@ -299,12 +305,10 @@ int main(int argc, char** argv) {
             "\"peak_gflops\":%.3f,\"peak_isa\":\"%s\",\"mfu\":%.5f,\"peak_rss_bytes\":%ld,"
             "\"step_cpu_s\":%.6f,\"page_faults_per_step\":%.0f,\"activation_bytes\":%zu,"
             "\"optimizer_state_bytes\":%zu,\"loss\":%.5f,\"step_times\":",
-            bc.name, bc.depth, bc.head_dim, static_cast<long long>(cfg.n_embd), bc.T, bc.B,
-            bc.pattern, kVocab, nt, steps, warmup, model.num_params(),
-            static_cast<long long>(model.num_flops_per_token()), med, median(fb_times),
-            median(opt_times), tps, gflops, peak, fma_peak_isa(), gflops / peak, rss,
-            median(cpu_times), median(faults), model.activation_bytes(),
-            4 * opt.state_floats(), loss);
+            bc.name, bc.depth, bc.head_dim, static_cast<long long>(cfg.n_embd), bc.T, bc.B, bc.pattern, kVocab, nt,
+            steps, warmup, model.num_params(), static_cast<long long>(model.num_flops_per_token()), med,
+            median(fb_times), median(opt_times), tps, gflops, peak, fma_peak_isa(), gflops / peak, rss,
+            median(cpu_times), median(faults), model.activation_bytes(), 4 * opt.state_floats(), loss);
         print_list(times);
         std::printf(",\"warmup_times\":");
         print_list(warm_times);
@@ -314,9 +318,8 @@ int main(int argc, char** argv) {
                       prof::seconds(static_cast<prof::Op>(k)) / steps);
         std::printf("}}\n");
       } else {
-        std::printf("%-6s %3d %3d %5d | %9.1f %9.0f | %10.1f %7.1f%% | %6.2f GB | %.1f (%s)\n", bc.name,
-                    nt, bc.B, bc.T, med * 1e3, tps, gflops, 100.0 * gflops / peak, rss / 1e9, peak,
-                    fma_peak_isa());
+        std::printf("%-6s %3d %3d %5d | %9.1f %9.0f | %10.1f %7.1f%% | %6.2f GB | %.1f (%s)\n", bc.name, nt, bc.B, bc.T,
+                    med * 1e3, tps, gflops, 100.0 * gflops / peak, rss / 1e9, peak, fma_peak_isa());
         print_profile(sum_times, steps);
         std::printf("    page faults per step (median): %.0f\n", median(faults));
         // where the peak RSS goes: the big buffers the program holds (GB = 1e9 bytes)

@@ -115,7 +115,8 @@ TEST(StartupAgreement, VersionNamesTheCommit) {
     return;
   }
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(v, m, std::regex("^nanochat\\.cpp [0-9.]+ \\(commit ([0-9a-f]{12})(, dirty [0-9a-f]{8})?\\)")))
+  ASSERT_TRUE(
+      std::regex_search(v, m, std::regex("^nanochat\\.cpp [0-9.]+ \\(commit ([0-9a-f]{12})(, dirty [0-9a-f]{8})?\\)")))
       << v;
   capture(git + "cat-file -e " + m[1].str() + "^{commit}", &rc);
   EXPECT_EQ(rc, 0) << m[1].str() << " is not a commit of " << NANOCHAT_SOURCE_DIR;

@@ -26,7 +26,6 @@ using json = nlohmann::json;
 using namespace nanochat;
 using namespace nctest;
 
-
 // The first 8 characters of the trainer's "Step <step> | Validation bpb: " value ("" if absent).
 std::string trainer_val_bpb(const std::string& out, int step) {
   char key[64];
@@ -67,7 +66,8 @@ TEST(BaseTrain, RecomputeMlpDoesNotChangeTheRun) {
   auto l1 = losses(b.ckpt("plain") + "/metrics.jsonl"), l2 = losses(b.ckpt("rec") + "/metrics.jsonl");
   ASSERT_EQ(l1.size(), 3u);
   for (int64_t s = 0; s < 3; ++s) EXPECT_EQ(l1[s], l2[s]) << "step " << s;
-  EXPECT_TRUE(slurp(b.ckpt("plain") + "/model_000003.safetensors") == slurp(b.ckpt("rec") + "/model_000003.safetensors"));
+  EXPECT_TRUE(slurp(b.ckpt("plain") + "/model_000003.safetensors") ==
+              slurp(b.ckpt("rec") + "/model_000003.safetensors"));
 }
 
 // --profile prints every op family's share of the step time, the data loader's included.
@@ -78,9 +78,8 @@ TEST(BaseTrain, ProfilePrintsTheTimeSharePerOpFamily) {
   const auto at = r.out.find("Profile of rank 0 over 3 steps");
   ASSERT_NE(at, std::string::npos) << r.out;
   double share_sum = 0;
-  for (const char* fam : {"gemm qkv", "gemm attn proj", "gemm mlp fc", "gemm mlp proj", "attention",
-                          "lm_head + loss", "norm/rotary/emb", "elementwise", "optimizer", "data",
-                          "rest"}) {
+  for (const char* fam : {"gemm qkv", "gemm attn proj", "gemm mlp fc", "gemm mlp proj", "attention", "lm_head + loss",
+                          "norm/rotary/emb", "elementwise", "optimizer", "data", "rest"}) {
     const auto p = r.out.find(std::string("  ") + fam + " ", at);
     ASSERT_NE(p, std::string::npos) << fam << "\n" << r.out;
     const auto line = r.out.substr(p, r.out.find('\n', p) - p);

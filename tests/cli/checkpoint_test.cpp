@@ -86,7 +86,8 @@ struct BgJob {
   int status = 0;
   bool reaped = false;
   BgJob(const BaseDir& b, const std::string& args, const std::string& log, const std::string& env = "") {
-    const std::string cmd = env + " NANOCHAT_BASE_DIR=" + b.dir + " exec " + NANOCHAT_BINARY + args + " > " + log + " 2>&1";
+    const std::string cmd =
+        env + " NANOCHAT_BASE_DIR=" + b.dir + " exec " + NANOCHAT_BINARY + args + " > " + log + " 2>&1";
     pid = ::fork();
     if (pid == 0) {
       ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
@@ -95,9 +96,12 @@ struct BgJob {
   }
   bool wait_until(Clock::time_point deadline) {
     while (!reaped) {
-      if (::waitpid(pid, &status, WNOHANG) == pid) reaped = true;
-      else if (Clock::now() >= deadline) break;
-      else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (::waitpid(pid, &status, WNOHANG) == pid)
+        reaped = true;
+      else if (Clock::now() >= deadline)
+        break;
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return reaped;
   }
@@ -187,7 +191,8 @@ TEST(Checkpoint, LastStepIsSavedBeforeTheFinalEvaluation) {
     show_errors(out);
     EXPECT_NE(job.code(), 0) << out;
     EXPECT_EQ(out.find("Step 00004 | Validation bpb"), std::string::npos)
-        << "the kill came after the final evaluation; make it longer\n" << out;
+        << "the kill came after the final evaluation; make it longer\n"
+        << out;
   }
   ASSERT_EQ(complete_checkpoint_steps(b.ckpt()), std::vector<int64_t>{4}) << slurp(log);
   auto e = run(b, " base-eval -g t -s 4 --split-tokens 256 --threads 1");
@@ -225,8 +230,10 @@ TEST(Checkpoint, NodeThatCannotWriteIsNamedByEveryNode) {
   NodeDir n1(n0, "nc_ck_node1");
   std::ofstream(n1.dir + "/base_checkpoints") << "not a folder\n";
   auto two_nodes = [&](const std::string& flags, const std::string& fault) {
-    const std::string common = " run --nnodes 2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
-                               " --master-port " + std::to_string(test_port());
+    const std::string common =
+        " run --nnodes 2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
+        " --master-port " +
+        std::to_string(test_port());
     const std::string env = "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_COLLECTIVE_TIMEOUT=60 " + fault;
     Result r0, r1;
     std::thread t0([&] { r0 = run_at(n0.dir, common + " --node-rank 0" + flags, env); });
@@ -284,7 +291,8 @@ TEST(Checkpoint, CorruptFileIsNamedWithTheNewestIntactStep) {
     EXPECT_NE(bad.out.find(line), std::string::npos) << line << "\n" << bad.out;
   }
   EXPECT_NE(bad.out.find("newest intact checkpoint in " + b.ckpt() + " is step 4: resume with --resume-from-step 4"),
-            std::string::npos) << bad.out;
+            std::string::npos)
+      << bad.out;
   // the weights of step 4 too: the way back is step 2; one process (re-sharding) reads both shards
   flip_byte(s4.model(), 50);
   auto one = run(b, flags + " --resume-from-step 4");
@@ -311,8 +319,8 @@ TEST(Checkpoint, DivergedReplicaStopsTheJob) {
   EXPECT_NE(bad.code, 0);
   show_errors(bad.out);
   for (int rank = 0; rank < 2; ++rank) {
-    const std::string line = "[rank " + std::to_string(rank) +
-                             "] nanochat: error: the ranks' copies of the model differ at step ";
+    const std::string line =
+        "[rank " + std::to_string(rank) + "] nanochat: error: the ranks' copies of the model differ at step ";
     EXPECT_NE(bad.out.find(line), std::string::npos) << line << "\n" << bad.out;
   }
   EXPECT_NE(bad.out.find("tensor resid_lambdas on rank 1 (host "), std::string::npos) << bad.out;

@@ -25,7 +25,9 @@ namespace {
 // only (3 shards of ~682 documents in row groups of 128; the last one is the val shard).
 const std::string kTwoSteps = std::string(kTiny) + " --num-iterations 2 --eval-every -1";
 
-std::string shard(const BaseDir& b, int i) { return b.dir + "/base_data_climbmix/shard_0000" + std::to_string(i) + ".parquet"; }
+std::string shard(const BaseDir& b, int i) {
+  return b.dir + "/base_data_climbmix/shard_0000" + std::to_string(i) + ".parquet";
+}
 
 // Flips a byte near the end of row group `rg`'s column chunk (inside its last page's payload,
 // which carries a CRC), keeping the file's size; then moves its mtime 2 s on, as a rewrite would.
@@ -114,7 +116,8 @@ TEST(DataCheck, DataVerifyReportsEveryCorruptShard) {
   corrupt_row_group(shard(b, 2), 4);
   auto bad = run(b, " data verify -q");
   EXPECT_EQ(bad.code, 1) << bad.out;
-  EXPECT_TRUE(has(bad.out, "CORRUPT  " + shard(b, 0) + ": row group 2 (of 6), column \"text\": byte offset")) << bad.out;
+  EXPECT_TRUE(has(bad.out, "CORRUPT  " + shard(b, 0) + ": row group 2 (of 6), column \"text\": byte offset"))
+      << bad.out;
   EXPECT_TRUE(has(bad.out, "(row group 2, page 0): page CRC mismatch")) << bad.out;
   EXPECT_TRUE(has(bad.out, "CORRUPT  " + shard(b, 2) + ": row group 4 (of 6)")) << bad.out;
   EXPECT_TRUE(has(bad.out, "ok       " + shard(b, 1))) << bad.out;

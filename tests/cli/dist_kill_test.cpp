@@ -128,8 +128,8 @@ int count_of(const std::string& s, const std::string& needle) {
 // the job ends first); then job.ranks holds the launcher's children.
 void start_training(const BaseDir& b, const std::string& env, const std::string& log, Job& job) {
   const std::string cmd = env + " NANOCHAT_BASE_DIR=" + b.dir + " exec " + NANOCHAT_BINARY +
-                          " run --nproc-per-node 2 --threads-per-rank 1 --master-port " +
-                          std::to_string(free_port()) + kLongDist + " > " + log + " 2>&1";
+                          " run --nproc-per-node 2 --threads-per-rank 1 --master-port " + std::to_string(free_port()) +
+                          kLongDist + " > " + log + " 2>&1";
   job.launcher = ::fork();
   ASSERT_GE(job.launcher, 0) << std::strerror(errno);
   if (job.launcher == 0) {
@@ -173,7 +173,8 @@ TEST(DistKill, KilledRankStopsTheJobAndIsNamed) {
   EXPECT_TRUE(stopped(rank0)) << "rank 0 still running 10 s after rank 1 was killed:\n" << slurp(log);
 
   ASSERT_TRUE(job.wait_until(killed_at + std::chrono::seconds(30)))
-      << "the launcher did not exit within 30 s of the kill:\n" << slurp(log);
+      << "the launcher did not exit within 30 s of the kill:\n"
+      << slurp(log);
   const double launcher_after_s = std::chrono::duration<double>(Clock::now() - killed_at).count();
   std::printf("rank 0 stopped %.2f s and the launcher exited %.2f s after rank 1 was killed\n", rank0_after_s,
               launcher_after_s);
@@ -183,8 +184,8 @@ TEST(DistKill, KilledRankStopsTheJobAndIsNamed) {
   EXPECT_NE(WEXITSTATUS(job.status), 0) << out;
   // The launcher's error names the killed rank first, with its pid and the signal: it is the root
   // cause (killed by a signal the launcher did not send), whatever rank 0 reported.
-  const std::string expected = "nanochat: error: rank 1 (host " + this_host() + ", pid " +
-                               std::to_string(rank1) + ") was killed by signal 9 (SIGKILL)";
+  const std::string expected = "nanochat: error: rank 1 (host " + this_host() + ", pid " + std::to_string(rank1) +
+                               ") was killed by signal 9 (SIGKILL)";
   EXPECT_NE(out.find(expected), std::string::npos) << "expected: " << expected << "\n" << out;
   // the run got nowhere near its end: this is the failure path, not a finished job
   EXPECT_EQ(out.find("step 02000/"), std::string::npos) << out;

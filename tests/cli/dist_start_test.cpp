@@ -33,7 +33,8 @@ TEST(DistStart, ASlowRankIsWaitedForAndNamedNotTimedOut) {
   BaseDir b("nc_ds_slow");
   const std::string launch = " run --nproc-per-node 2 --threads-per-rank 1 --master-port ";
   // Rank 1 starts 8 s late; a collective would give up after 3 s.
-  const std::string env = "NANOCHAT_TEST_FAULT=start-delay:1:8 NANOCHAT_COLLECTIVE_TIMEOUT=3 NANOCHAT_WAIT_REPORT_INTERVAL=2";
+  const std::string env =
+      "NANOCHAT_TEST_FAULT=start-delay:1:8 NANOCHAT_COLLECTIVE_TIMEOUT=3 NANOCHAT_WAIT_REPORT_INTERVAL=2";
   auto r = run(b, launch + std::to_string(free_port()) + kFlags, env);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(has(r.out, "[rank 0] start-up: waiting for rank 1 (host ")) << r.out;

@@ -1,6 +1,6 @@
 // Data-parallel base-train through the binary: 1, 2 and 3 ranks with the same global batch reach
-// the same parameters after 5 steps (max abs difference <= 1e-4 x max magnitude, every tensor) (ZeRO-2 MuonAdamW over Gloo on loopback); ranks started by hand that
-// disagree on flags or data stop with one clear error on every rank.
+// the same parameters after 5 steps (max abs difference <= 1e-4 x max magnitude, every tensor) (ZeRO-2 MuonAdamW over
+// Gloo on loopback); ranks started by hand that disagree on flags or data stop with one clear error on every rank.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,18 +55,21 @@ TEST(DistTrain, OneTwoAndThreeRanksReachTheSameParameters) {
   BaseDir b1("nc_dt_w1"), b2("nc_dt_w2"), b3("nc_dt_w3");
   auto r1 = run(b1, kDist);
   ASSERT_EQ(r1.code, 0) << r1.out;
-  auto r2 = run(b2, " run --nproc-per-node 2 --threads-per-rank 1 --master-port " + std::to_string(free_port()) + kDist);
+  auto r2 =
+      run(b2, " run --nproc-per-node 2 --threads-per-rank 1 --master-port " + std::to_string(free_port()) + kDist);
   ASSERT_EQ(r2.code, 0) << r2.out;
   EXPECT_NE(r2.out.find("All 2 ranks agree"), std::string::npos) << r2.out;
   EXPECT_NE(r2.out.find("comm wait"), std::string::npos) << r2.out;
-  auto r3 = run(b3, " run --nproc-per-node 3 --threads-per-rank 1 --master-port " + std::to_string(free_port()) + kDist);
+  auto r3 =
+      run(b3, " run --nproc-per-node 3 --threads-per-rank 1 --master-port " + std::to_string(free_port()) + kDist);
   ASSERT_EQ(r3.code, 0) << r3.out;
   const StFile w1 = final_weights(b1), w2 = final_weights(b2), w3 = final_weights(b3);
   const double d12 = max_rel_diff(w1, w2), d13 = max_rel_diff(w1, w3);
   EXPECT_LE(d12, 1e-4) << "W=1 vs W=2";
   EXPECT_LE(d13, 1e-4) << "W=1 vs W=3 (uneven row shards of every AdamW matrix)";
   // every rank wrote its optimizer shard, and the run moved the weights
-  for (int r = 0; r < 3; ++r) EXPECT_TRUE(fs::exists(b3.ckpt() + "/optim_000005_rank" + std::to_string(r) + ".safetensors"));
+  for (int r = 0; r < 3; ++r)
+    EXPECT_TRUE(fs::exists(b3.ckpt() + "/optim_000005_rank" + std::to_string(r) + ".safetensors"));
   auto l1 = losses(b1.ckpt() + "/metrics.jsonl");
   EXPECT_LT(l1[4], l1[0]);
   std::printf("max relative parameter difference: W1-W2 %.3g, W1-W3 %.3g\n", d12, d13);
@@ -122,14 +125,17 @@ TEST(DistTrain, ResumeAtAnotherWorldSizeContinuesTheRun) {
     auto r = run(b2, launch + kDist + " --resume-from-step 3");
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("Re-sharded the optimizer state of 2 ranks for " + std::to_string(W) + " ranks"),
-              std::string::npos) << r.out;
+              std::string::npos)
+        << r.out;
     EXPECT_NE(r.out.find("Resumed from step 3"), std::string::npos) << r.out;
     EXPECT_LE(max_rel_diff(w1, final_weights(b2)), 1e-4);
   }
   // a missing old shard: one clear error on every new rank (rank 0 tells the others), no hang
   fs::remove(b2.ckpt() + "/optim_000003_rank1.safetensors");
-  auto bad = run(b2, " run --nproc-per-node 3 --threads-per-rank 1 --master-port " + std::to_string(free_port()) +
-                         kDist + " --resume-from-step 3", "NANOCHAT_COLLECTIVE_TIMEOUT=600");
+  auto bad = run(b2,
+                 " run --nproc-per-node 3 --threads-per-rank 1 --master-port " + std::to_string(free_port()) + kDist +
+                     " --resume-from-step 3",
+                 "NANOCHAT_COLLECTIVE_TIMEOUT=600");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("optim_000003_rank1.safetensors is missing"), std::string::npos) << bad.out;
   EXPECT_NE(bad.out.find("[rank 1] nanochat: error: resuming the 2-rank checkpoint"), std::string::npos) << bad.out;

@@ -26,15 +26,18 @@ TEST(CliNames, MistypedCommandSuggestsTheClosest) {
 
   r = nanochat("data pakc in.jsonl --out x");
   EXPECT_EQ(r.code, 2) << r.text;
-  EXPECT_NE(r.text.find("unknown command 'pakc' for 'nanochat data'; did you mean 'pack'?"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("unknown command 'pakc' for 'nanochat data'; did you mean 'pack'?"), std::string::npos)
+      << r.text;
 }
 
 TEST(CliNames, MistypedFlagSuggestsTheClosestOfThatCommand) {
   for (const char* args : {"base-train --dept 4", "base-train --depth 4 --dept=4"}) {
     Out r = nanochat(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.text;
-    EXPECT_NE(r.text.find("unknown flag '--dept' for 'nanochat base-train'; did you mean '--depth'?"), std::string::npos)
-        << args << "\n" << r.text;
+    EXPECT_NE(r.text.find("unknown flag '--dept' for 'nanochat base-train'; did you mean '--depth'?"),
+              std::string::npos)
+        << args << "\n"
+        << r.text;
   }
   Out r = nanochat("sample --temprature 0.5");
   EXPECT_EQ(r.code, 2) << r.text;
@@ -61,11 +64,11 @@ TEST(CliNames, RunChecksItsFlagsAndTheRanksCommand) {
 }
 
 TEST(CliNames, ValidCommandLinesAreLeftToTheParser) {
-  for (const char* args : {"--version", "base-train --help", "sample -s -1 --help", "data pack --help",
-                           "base-train --depth=4 --help", "run --nproc-per-node 1 --help",
-                           // a flag without a value followed by an option with one
-                           "run --allow-loopback-master --master-port 29999 --help",
-                           "base-train --recompute-mlp --depth 4 --help"}) {
+  for (const char* args :
+       {"--version", "base-train --help", "sample -s -1 --help", "data pack --help", "base-train --depth=4 --help",
+        "run --nproc-per-node 1 --help",
+        // a flag without a value followed by an option with one
+        "run --allow-loopback-master --master-port 29999 --help", "base-train --recompute-mlp --depth 4 --help"}) {
     Out r = nanochat(args);
     EXPECT_EQ(r.code, 0) << args << "\n" << r.text;
     EXPECT_EQ(r.text.find("unknown"), std::string::npos) << args << "\n" << r.text;

@@ -95,14 +95,17 @@ TEST(DemoCorpus, OfflineBuildFromPackageSnippetsGivesCleanShards) {
   // Austen: one document per chapter, title + chapter heading, paragraphs unwrapped.
   std::string pp = find("Pride and Prejudice\n\nChapter 1\n\n");
   ASSERT_FALSE(pp.empty());
-  EXPECT_NE(pp.find("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife."),
+  EXPECT_NE(pp.find("It is a truth universally acknowledged, that a single man in possession of a good fortune, must "
+                    "be in want of a wife."),
             std::string::npos);
   EXPECT_EQ(pp.find("Chapter 2"), std::string::npos);
   EXPECT_FALSE(find("Emma\n\nChapter I\n\nEmma Woodhouse, handsome, clever, and rich").empty());
   // World English Bible: chapters, markup and footnotes gone.
   std::string mt = find("Matthew chapter 1\n\n");
   ASSERT_FALSE(mt.empty());
-  EXPECT_NE(mt.find("The book of the genealogy of Jesus Christ, the son of David, the son of Abraham."), std::string::npos) << mt.substr(0, 300);
+  EXPECT_NE(mt.find("The book of the genealogy of Jesus Christ, the son of David, the son of Abraham."),
+            std::string::npos)
+      << mt.substr(0, 300);
   EXPECT_FALSE(find("Matthew chapter 2\n\n").empty());
   // GCIDE: entries without source tags, braces or '?'-mangled pronunciations; licence entry skipped.
   std::string ab = find("Abuse \\A*buse\"\\, v. t.");

@@ -66,8 +66,13 @@ class Download : public ::testing::Test {
   std::string start_server(std::vector<std::string> extra = {}) {
     stop_server();
     fs::remove(dir_ / "port");
-    std::vector<std::string> args = {"timeout", "60", "python3", std::string(NANOCHAT_SOURCE_DIR) + "/tests/data/range_http_server.py",
-                                     (dir_ / "www").string(), (dir_ / "port").string(), (dir_ / "log").string()};
+    std::vector<std::string> args = {"timeout",
+                                     "60",
+                                     "python3",
+                                     std::string(NANOCHAT_SOURCE_DIR) + "/tests/data/range_http_server.py",
+                                     (dir_ / "www").string(),
+                                     (dir_ / "port").string(),
+                                     (dir_ / "log").string()};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -168,7 +173,7 @@ TEST_F(Download, Missing404IsAClearErrorAndNotRetried) {
     EXPECT_NE(msg.find("shard_00004.parquet"), std::string::npos) << msg;
   }
   EXPECT_EQ(count(log(), "GET /shard_00003.parquet"), 1);  // 404 is permanent
-  EXPECT_TRUE(same("shard_00002.parquet"));                 // the others still arrived
+  EXPECT_TRUE(same("shard_00002.parquet"));                // the others still arrived
   EXPECT_TRUE(same("shard_06542.parquet"));
 }
 
@@ -211,7 +216,8 @@ TEST_F(Download, NothingListensIsAClearError) {
 
 TEST_F(Download, CliDownloadsIntoDir) {
   std::string url = start_server();
-  std::string cmd = std::string(NANOCHAT_BINARY) + " data download -n 1 -q --base-url " + url + " --dir " + (dir_ / "cli").string() + " 2>&1";
+  std::string cmd = std::string(NANOCHAT_BINARY) + " data download -n 1 -q --base-url " + url + " --dir " +
+                    (dir_ / "cli").string() + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string out;
   char buf[512];

@@ -66,9 +66,11 @@ const Tokenizer& tokenizer() {
 }
 
 // Independent reference of docs/nanochat.md 5.3/5.4 for one rank over the train files.
-std::vector<std::vector<int32_t>> reference_batches(const Shards& s, const Tokenizer& tok, int B, int T, int rank, int W,
-                                                    int doc_batch, int buffer_size, int nbatches) {
-  struct Doc { std::vector<int32_t> t; };
+std::vector<std::vector<int32_t>> reference_batches(const Shards& s, const Tokenizer& tok, int B, int T, int rank,
+                                                    int W, int doc_batch, int buffer_size, int nbatches) {
+  struct Doc {
+    std::vector<int32_t> t;
+  };
   // the rank's doc batches, in order, for a few epochs
   std::vector<std::vector<std::string>> doc_batches;
   for (int epoch = 0; epoch < 4; ++epoch)
@@ -118,8 +120,13 @@ std::vector<std::vector<int32_t>> reference_batches(const Shards& s, const Token
 
 LoaderOptions opts(const Shards& s, int B, int T, int rank, int W) {
   LoaderOptions o;
-  o.B = B; o.T = T; o.rank = rank; o.world_size = W; o.data_dir = s.dir;
-  o.doc_batch = 16; o.buffer_size = 100;
+  o.B = B;
+  o.T = T;
+  o.rank = rank;
+  o.world_size = W;
+  o.data_dir = s.dir;
+  o.doc_batch = 16;
+  o.buffer_size = 100;
   return o;
 }
 
@@ -208,7 +215,9 @@ TEST(Loader, ClearErrors) {
   auto dir = (fs::temp_directory_path() / "nc_loader_err").string();
   fs::remove_all(dir);
   LoaderOptions o;
-  o.B = 1; o.T = 16; o.data_dir = dir;
+  o.B = 1;
+  o.T = 16;
+  o.data_dir = dir;
   auto expect_error = [&](const std::string& needle) {
     try {
       DataLoader dl(tok, o);

@@ -77,8 +77,16 @@ TEST(Utf8, SanitizeReplacesMaximalInvalidSubpartsLikePython) {
   int64_t n = 0;
   EXPECT_EQ(sanitize_utf8("valid é 🙂", &n), "valid é 🙂");
   EXPECT_EQ(n, 0);
-  EXPECT_EQ(sanitize_utf8("a\xff" "b", &n), "a\xEF\xBF\xBD" "b");                        // b'a\xffb'
-  EXPECT_EQ(sanitize_utf8("\xe2\x82" "x", &n), "\xEF\xBF\xBD" "x");                       // truncated 3-byte
+  EXPECT_EQ(sanitize_utf8("a\xff"
+                          "b",
+                          &n),
+            "a\xEF\xBF\xBD"
+            "b");  // b'a\xffb'
+  EXPECT_EQ(sanitize_utf8("\xe2\x82"
+                          "x",
+                          &n),
+            "\xEF\xBF\xBD"
+            "x");                                                                        // truncated 3-byte
   EXPECT_EQ(sanitize_utf8("\xed\xa0\x80", &n), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
   EXPECT_EQ(sanitize_utf8("\xc0\xaf", &n), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // overlong
   EXPECT_EQ(sanitize_utf8("\xf0\x9f\x99", &n), "\xEF\xBF\xBD");                          // truncated emoji
@@ -91,10 +99,12 @@ TEST(Pack, ShardsHoldEveryDocumentOnceWithNanochatSharding) {
   // Inputs: a JSONL file with most docs, plus text files (one doc per file).
   {
     std::ofstream f(d / "in.jsonl");
-    for (int i = 0; i < 4990; ++i) f << nlohmann::json{{"text", docs[static_cast<size_t>(i)]}, {"id", i}}.dump() << "\n\n";
+    for (int i = 0; i < 4990; ++i)
+      f << nlohmann::json{{"text", docs[static_cast<size_t>(i)]}, {"id", i}}.dump() << "\n\n";
   }
   fs::create_directories(d / "txt");
-  for (int i = 4990; i < 5000; ++i) spit(d / "txt" / ("f" + std::to_string(i) + ".txt"), "\n" + docs[static_cast<size_t>(i)] + "\n\n");
+  for (int i = 4990; i < 5000; ++i)
+    spit(d / "txt" / ("f" + std::to_string(i) + ".txt"), "\n" + docs[static_cast<size_t>(i)] + "\n\n");
   PackOptions o;
   o.inputs = {(d / "in.jsonl").string(), (d / "txt").string()};
   o.out_dir = (d / "out").string();
@@ -215,15 +225,17 @@ TEST(Pack, ErrorsNameTheFileLineOrFlag) {
 
 TEST(Inspect, DescribesTheSample) {
   std::string s = inspect_parquet(std::string(NANOCHAT_TEST_DATA) + "/parquet/sample.parquet", 40);
-  for (const char* needle : {"265146 bytes", "parquet-rs", "optional binary text (STRING)", "codec: ZSTD", "encodings: PLAIN,RLE",
-                             "row groups: 2", "#1: 1024 rows", "total rows: 2048", "first doc ("}) {
+  for (const char* needle :
+       {"265146 bytes", "parquet-rs", "optional binary text (STRING)", "codec: ZSTD", "encodings: PLAIN,RLE",
+        "row groups: 2", "#1: 1024 rows", "total rows: 2048", "first doc ("}) {
     EXPECT_NE(s.find(needle), std::string::npos) << needle << "\n" << s;
   }
 }
 
 TEST(ListParquet, SortedAndSkipsTmp) {
   fs::path d = temp_dir("list");
-  for (const char* n : {"shard_00002.parquet", "shard_00000.parquet", "shard_00001.parquet.tmp", "notes.txt"}) spit(d / n, "x");
+  for (const char* n : {"shard_00002.parquet", "shard_00000.parquet", "shard_00001.parquet.tmp", "notes.txt"})
+    spit(d / n, "x");
   auto files = list_parquet_files(d.string());
   ASSERT_EQ(files.size(), 2u);
   EXPECT_EQ(fs::path(files[0]).filename(), "shard_00000.parquet");
@@ -240,7 +252,8 @@ TEST(DataCli, PackThenInspect) {
   }
   int rc = 0;
   std::string bin = NANOCHAT_BINARY;
-  std::string out = run(bin + " data pack " + (d / "in.jsonl").string() + " --out " + (d / "out").string() + " --val-docs 8", &rc);
+  std::string out =
+      run(bin + " data pack " + (d / "in.jsonl").string() + " --out " + (d / "out").string() + " --val-docs 8", &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("packed 40 documents"), std::string::npos) << out;
   out = run(bin + " data inspect " + (d / "out" / "shard_00001.parquet").string(), &rc);

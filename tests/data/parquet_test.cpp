@@ -359,9 +359,17 @@ TEST(ParquetCorrupt, HandBuiltFileReadsAndLyingFieldsAreErrors) {
     EXPECT_NE(msg.find(needle), std::string::npos) << name << ": " << msg;
   };
   // A valid uncompressed page of 2 rows: levels [len=2][RLE run of 2 ones], then "ab", "c".
-  std::string payload = std::string("\x02\x00\x00\x00\x04\x01", 6) + std::string("\x02\x00\x00\x00" "ab", 6) +
-                        std::string("\x01\x00\x00\x00" "c", 5);
-  std::string ok_body = page_header(static_cast<int32_t>(payload.size()), static_cast<int32_t>(payload.size()), 2) + payload;
+  std::string payload = std::string("\x02\x00\x00\x00\x04\x01", 6) +
+                        std::string(
+                            "\x02\x00\x00\x00"
+                            "ab",
+                            6) +
+                        std::string(
+                            "\x01\x00\x00\x00"
+                            "c",
+                            5);
+  std::string ok_body =
+      page_header(static_cast<int32_t>(payload.size()), static_cast<int32_t>(payload.size()), 2) + payload;
   check("ok", make_file(ok_body, 2, 0), "");
   {
     std::string path = (d / "ok.parquet").string();
@@ -379,14 +387,21 @@ TEST(ParquetCorrupt, HandBuiltFileReadsAndLyingFieldsAreErrors) {
         "exceeds the reader's limit");
   // zstd page that declares 200 MB but holds a tiny frame: the frame's real size disagrees.
   std::string z = zstd_compress(std::string("\x02\x00\x00\x00\x04\x01", 6), 3);
-  check("zstd_size_lie", make_file(page_header(200 << 20, static_cast<int32_t>(z.size()), 2) + z, 2, 6), "zstd data decompresses to 6 bytes");
+  check("zstd_size_lie", make_file(page_header(200 << 20, static_cast<int32_t>(z.size()), 2) + z, 2, 6),
+        "zstd data decompresses to 6 bytes");
   check("page_past_chunk", make_file(page_header(6, 1000, 2) + payload, 2, 0), "runs past the end of its column chunk");
-  check("value_too_long", make_file(page_header(12, 12, 2) + std::string("\x02\x00\x00\x00\x04\x01\xff\xff\xff\x7f" "ab", 12), 2, 0),
+  check("value_too_long",
+        make_file(page_header(12, 12, 2) + std::string("\x02\x00\x00\x00\x04\x01\xff\xff\xff\x7f"
+                                                       "ab",
+                                                       12),
+                  2, 0),
         "runs past the end of the page");
   check("levels_too_long", make_file(page_header(6, 6, 2) + std::string("\xff\xff\x00\x00\x04\x01", 6), 2, 0),
         "definition levels length");
-  check("bad_level", make_file(page_header(6, 6, 2) + std::string("\x02\x00\x00\x00\x04\x03", 6), 2, 0), "does not fit in 1 bits");
-  check("dict_without_dictionary", make_file(page_header(7, 7, 2, 8) + std::string("\x02\x00\x00\x00\x04\x01\x01", 7), 2, 0),
+  check("bad_level", make_file(page_header(6, 6, 2) + std::string("\x02\x00\x00\x00\x04\x03", 6), 2, 0),
+        "does not fit in 1 bits");
+  check("dict_without_dictionary",
+        make_file(page_header(7, 7, 2, 8) + std::string("\x02\x00\x00\x00\x04\x01\x01", 7), 2, 0),
         "without a dictionary page");
   check("delta_encoding", make_file(page_header(6, 6, 2, 6) + std::string("\x02\x00\x00\x00\x04\x01", 6), 2, 0),
         "DELTA_LENGTH_BYTE_ARRAY is not supported");
@@ -452,8 +467,9 @@ TEST(ParquetCorrupt, FlippedBytesNeverCrash) {
   fs::path d = temp_dir("flip");
   std::mt19937 rng(123);
   int errors = 0, total = 0;
-  for (const char* name : {"zstd_plain_small", "dictionary_snappy", "v2_dict_nulls_snappy", "gzip_plain", "uncompressed_plain",
-                           "page_crc_index", "multi_column", "dictionary_v1format_gzip", "required_v2_gzip"}) {
+  for (const char* name :
+       {"zstd_plain_small", "dictionary_snappy", "v2_dict_nulls_snappy", "gzip_plain", "uncompressed_plain",
+        "page_crc_index", "multi_column", "dictionary_v1format_gzip", "required_v2_gzip"}) {
     std::string good = slurp(kDir / (std::string(name) + ".parquet"));
     std::string path = (d / "f.parquet").string();
     for (int trial = 0; trial < 150; ++trial) {

@@ -29,7 +29,8 @@ fs::path temp_dir(const std::string& name) {
 std::string make_shard(const fs::path& dir, const std::string& name, int rows) {
   std::string path = (dir / name).string();
   ParquetWriter w(path, 16);
-  for (int i = 0; i < rows; ++i) w.write("document " + std::to_string(i) + std::string(static_cast<size_t>(i % 50), 'x'));
+  for (int i = 0; i < rows; ++i)
+    w.write("document " + std::to_string(i) + std::string(static_cast<size_t>(i % 50), 'x'));
   w.close();
   return path;
 }
@@ -78,7 +79,8 @@ TEST(ShardCheck, CorruptPageInALaterRowGroupIsNamedWithFileRowGroupAndPage) {
     EXPECT_TRUE(res[0].ok) << res[0].error;
     ASSERT_FALSE(res[1].ok);
     // the lowest corrupt row group is reported
-    EXPECT_NE(res[1].error.find(b + ": row group 3 (of 7), column \"text\": byte offset "), std::string::npos) << res[1].error;
+    EXPECT_NE(res[1].error.find(b + ": row group 3 (of 7), column \"text\": byte offset "), std::string::npos)
+        << res[1].error;
     EXPECT_NE(res[1].error.find("(row group 3, page 0): page CRC mismatch"), std::string::npos) << res[1].error;
     EXPECT_EQ(res[1].stats.pages, 7) << "every row group is still checked";
   }

@@ -105,7 +105,8 @@ void collectives_match_closed_forms(int W) {
     std::vector<double> d(1001);
     for (size_t i = 0; i < d.size(); ++i) d[i] = (r + 1) * 1e12 + static_cast<double>(i);
     c.all_reduce_sum_f64(d.data(), d.size())->wait();
-    for (size_t i = 0; i < d.size(); ++i) check_eq("all_reduce_sum_f64", i, d[i], T * 1e12 + W * static_cast<double>(i));
+    for (size_t i = 0; i < d.size(); ++i)
+      check_eq("all_reduce_sum_f64", i, d[i], T * 1e12 + W * static_cast<double>(i));
     // reduce_scatter with unequal counts, one of them zero, one larger than a pipeline chunk.
     std::vector<size_t> counts(W);
     for (int j = 0; j < W; ++j) counts[j] = 1000 + 333 * j;
@@ -117,8 +118,7 @@ void collectives_match_closed_forms(int W) {
     std::vector<float> out(counts[r]);
     c.reduce_scatter_sum(in.data(), out.data(), counts)->wait();
     const float sum_r = W * (W - 1) / 2.0f;  // sum over ranks of r
-    for (size_t k = 0; k < counts[r]; ++k)
-      check_eq("reduce_scatter_sum", k, out[k], T * ((off[r] + k) % 13) + sum_r);
+    for (size_t k = 0; k < counts[r]; ++k) check_eq("reduce_scatter_sum", k, out[k], T * ((off[r] + k) % 13) + sum_r);
     // all_gather with unequal counts (rank j contributes 10*j + 1 values j*1000 + k).
     std::vector<size_t> gc(W);
     for (int j = 0; j < W; ++j) gc[j] = 10 * j + 1;
@@ -127,7 +127,8 @@ void collectives_match_closed_forms(int W) {
     for (size_t k = 0; k < gc[r]; ++k) mine[k] = static_cast<float>(r * 1000 + k);
     c.all_gather(mine.data(), all.data(), gc)->wait();
     for (int j = 0; j < W; ++j)
-      for (size_t k = 0; k < gc[j]; ++k) check_eq("all_gather", goff[j] + k, all[goff[j] + k], static_cast<float>(j * 1000 + k));
+      for (size_t k = 0; k < gc[j]; ++k)
+        check_eq("all_gather", goff[j] + k, all[goff[j] + k], static_cast<float>(j * 1000 + k));
     // broadcast from the last rank.
     std::vector<int32_t> b(777, r == W - 1 ? 0 : -5);
     if (r == W - 1) std::iota(b.begin(), b.end(), 40);
@@ -165,13 +166,15 @@ TEST(GlooCommunicator, ReduceScatterInPlaceAndAllGatherInPlace) {
     for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 7 + 10 * r);
     float* dst = in.data() + off[r];  // the result lands on the rank's own segment
     c.reduce_scatter_sum(in.data(), dst, counts)->wait();
-    for (size_t k = 0; k < counts[r]; ++k) check_eq("in-place reduce_scatter", k, dst[k], static_cast<float>(2 * ((off[r] + k) % 7) + 10));
+    for (size_t k = 0; k < counts[r]; ++k)
+      check_eq("in-place reduce_scatter", k, dst[k], static_cast<float>(2 * ((off[r] + k) % 7) + 10));
     // all_gather in place: the rank's segment already sits in `out`.
     std::vector<float> out(off[2], -1.f);
     for (size_t k = 0; k < counts[r]; ++k) out[off[r] + k] = static_cast<float>(r + 0.5 * k);
     c.all_gather(out.data() + off[r], out.data(), counts)->wait();
     for (int j = 0; j < 2; ++j)
-      for (size_t k = 0; k < counts[j]; ++k) check_eq("in-place all_gather", off[j] + k, out[off[j] + k], static_cast<float>(j + 0.5 * k));
+      for (size_t k = 0; k < counts[j]; ++k)
+        check_eq("in-place all_gather", off[j] + k, out[off[j] + k], static_cast<float>(j + 0.5 * k));
   });
   expect_all_ok(ps);
 }
@@ -187,7 +190,8 @@ TEST(GlooCommunicator, ManyOperationsInFlightCompleteInOrder) {
       works.push_back(c.all_reduce_sum(bufs[k].data(), bufs[k].size()));
     }
     for (int k = kOps - 1; k >= 0; --k) works[k]->wait();
-    for (int k = 0; k < kOps; ++k) check_eq("in-flight all_reduce", k, bufs[k][999], static_cast<float>(2 * k * 10 + 1));
+    for (int k = 0; k < kOps; ++k)
+      check_eq("in-flight all_reduce", k, bufs[k][999], static_cast<float>(2 * k * 10 + 1));
   });
   expect_all_ok(ps);
 }
@@ -319,12 +323,14 @@ TEST(GlooCommunicator, DuplicateRankIsAClearError) {
 }
 
 TEST(GlooCommunicator, WrongJobTokenStopsTheRankWithAClearError) {
-  auto ps = run_ranks(2, [](GlooCommunicator&) {}, [](int r) {
-    DistOptions o = test_options();
-    o.rendezvous_timeout = Ms(3000);
-    if (r == 1) o.job_token = "someone-else";
-    return o;
-  });
+  auto ps = run_ranks(
+      2, [](GlooCommunicator&) {},
+      [](int r) {
+        DistOptions o = test_options();
+        o.rendezvous_timeout = Ms(3000);
+        if (r == 1) o.job_token = "someone-else";
+        return o;
+      });
   EXPECT_THAT(ps[1].output(), HasSubstr("refused this process"));
   EXPECT_THAT(ps[1].output(), HasSubstr("job token"));
   EXPECT_THAT(ps[0].output(), HasSubstr("refused a connection from"));  // the store host says so too
@@ -372,7 +378,8 @@ TEST(DistEnv, ReadsTorchrunVariablesAndRejectsInconsistentOnes) {
   EXPECT_EQ(e.master_port, 29555);
   EXPECT_TRUE(e.store_hosted);
   s.set("RANK", "4");
-  EXPECT_THAT([] { DistEnv::from_env(); }, ::testing::ThrowsMessage<Error>(HasSubstr("RANK=4 is outside [0, WORLD_SIZE=4)")));
+  EXPECT_THAT([] { DistEnv::from_env(); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("RANK=4 is outside [0, WORLD_SIZE=4)")));
   s.set("RANK", "x");
   EXPECT_THAT([] { DistEnv::from_env(); }, ::testing::ThrowsMessage<Error>(HasSubstr("RANK='x' is not an integer")));
   s.set("RANK", "0");

@@ -17,8 +17,8 @@
 
 using namespace nanochat;
 using namespace nanochat::dist;
-using ::testing::HasSubstr;
 using nctest::Proc;
+using ::testing::HasSubstr;
 
 namespace {
 
@@ -42,8 +42,7 @@ std::map<int, long> rank_pids(const std::string& out) {
     int r = -1, w = -1;
     long pid = -1;
     int used = 0;
-    if (std::sscanf(out.c_str() + at, "rank %d of %d: pid %ld%n", &r, &w, &pid, &used) == 3 && used > 0)
-      m[r] = pid;
+    if (std::sscanf(out.c_str() + at, "rank %d of %d: pid %ld%n", &r, &w, &pid, &used) == 3 && used > 0) m[r] = pid;
   }
   return m;
 }
@@ -56,7 +55,8 @@ std::string port_str(int p) { return std::to_string(p); }
 
 TEST(Launcher, RunsTwoRanksAndPrefixesEveryOutputLine) {
   int port = pick_free_port();
-  Proc p = run_cli({"run", "--nproc-per-node", "2", "--master-port", port_str(port), "dist-selftest", "--iterations", "2"});
+  Proc p =
+      run_cli({"run", "--nproc-per-node", "2", "--master-port", port_str(port), "dist-selftest", "--iterations", "2"});
   ASSERT_TRUE(p.wait(Ms(60000)));
   const std::string& out = p.output();
   EXPECT_TRUE(p.exited_ok()) << out;
@@ -86,8 +86,9 @@ TEST(Launcher, ThreeRanksGetTorchrunVariablesAndTheirThreadCount) {
 
 TEST(Launcher, DefaultThreadsSplitThePhysicalCoresBetweenRanks) {
   int port = pick_free_port();
-  Proc p = run_cli({"run", "--nproc-per-node", "2", "--master-port", port_str(port), "dist-selftest", "--iterations", "1"},
-                   {"OMP_NUM_THREADS"});
+  Proc p =
+      run_cli({"run", "--nproc-per-node", "2", "--master-port", port_str(port), "dist-selftest", "--iterations", "1"},
+              {"OMP_NUM_THREADS"});
   ASSERT_TRUE(p.wait(Ms(60000)));
   EXPECT_TRUE(p.exited_ok()) << p.output();
   const std::string want = str_cat("OMP_NUM_THREADS=", std::max(1, physical_cores() / 2), "\n");
@@ -101,10 +102,12 @@ TEST(Launcher, AKilledRankStopsTheJobAndEveryoneNamesIt) {
   ASSERT_TRUE(p.wait(Ms(30000))) << p.output();
   const std::string& out = p.output();
   EXPECT_EQ(p.exit_code(), 1) << out;
-  EXPECT_THAT(out, ::testing::ContainsRegex("nanochat: error: rank 1 \\(host [^,]+, pid [0-9]+\\) was killed by signal 9 \\(SIGKILL\\)"));
+  EXPECT_THAT(out, ::testing::ContainsRegex(
+                       "nanochat: error: rank 1 \\(host [^,]+, pid [0-9]+\\) was killed by signal 9 \\(SIGKILL\\)"));
   for (int r : {0, 2}) {
-    EXPECT_THAT(out, ::testing::ContainsRegex(str_cat("\\[rank ", r, "\\] nanochat: error: rank ", r,
-                                                      " \\(host [^)]+\\): .* failed: rank 1 \\(host [^)]+\\) has died")))
+    EXPECT_THAT(out,
+                ::testing::ContainsRegex(str_cat("\\[rank ", r, "\\] nanochat: error: rank ", r,
+                                                 " \\(host [^)]+\\): .* failed: rank 1 \\(host [^)]+\\) has died")))
         << out;
   }
 }
@@ -114,22 +117,24 @@ TEST(Launcher, RanksStartedByHandNameAPeerKilledMidCollective) {
     int port = pick_free_port();
     std::vector<Proc> ranks;
     for (int r = 0; r < 3; ++r)
-      ranks.push_back(run_cli({"dist-selftest", "--iterations", "100000", "--size", "200000"},
-                              {"WORLD_SIZE=3", "RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r),
-                               "LOCAL_WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port_str(port),
-                               "NANOCHAT_STORE_HOSTED"}));
+      ranks.push_back(
+          run_cli({"dist-selftest", "--iterations", "100000", "--size", "200000"},
+                  {"WORLD_SIZE=3", "RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=3",
+                   "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port_str(port), "NANOCHAT_STORE_HOSTED"}));
     for (auto& p : ranks) ASSERT_TRUE(p.wait_for_output("iteration 0 ok", Ms(30000))) << p.output();
     ranks[victim].signal(SIGKILL);
     auto t0 = Clock::now();
     for (int r = 0; r < 3; ++r) {
       if (r == victim) continue;
-      ASSERT_TRUE(ranks[r].wait(Ms(10000))) << "rank " << r << " still running 10 s after rank " << victim
-                                            << " was killed:\n" << ranks[r].output();
+      ASSERT_TRUE(ranks[r].wait(Ms(10000)))
+          << "rank " << r << " still running 10 s after rank " << victim << " was killed:\n"
+          << ranks[r].output();
       const std::string& out = ranks[r].output();
       EXPECT_EQ(ranks[r].exit_code(), 1) << out;
       EXPECT_THAT(out, HasSubstr(str_cat("nanochat: error: rank ", r, " (host ")));
       if (victim == 0) {
-        EXPECT_THAT(out, ::testing::ContainsRegex("is unreachable as well, so the process hosting it \\(rank 0 \\(host"))
+        EXPECT_THAT(out,
+                    ::testing::ContainsRegex("is unreachable as well, so the process hosting it \\(rank 0 \\(host"))
             << out;
       } else {
         EXPECT_THAT(out, ::testing::ContainsRegex(str_cat("rank ", victim, " \\(host [^)]+\\) has died"))) << out;
@@ -157,10 +162,10 @@ TEST(Launcher, MismatchedFactsAreAnErrorOnEveryRank) {
 TEST(Launcher, TwoNodesOnOneHostFormOneJob) {
   int port = pick_free_port();
   auto node = [&](int k) {
-    return run_cli({"run", "--nnodes", "2", "--node-rank", std::to_string(k), "--nproc-per-node", "2", "--master-addr",
-                    "127.0.0.1", "--allow-loopback-master", "--master-port", port_str(port), "dist-selftest",
-                    "--iterations", "2"},
-                   {"NANOCHAT_JOB_TOKEN=shared"});
+    return run_cli(
+        {"run", "--nnodes", "2", "--node-rank", std::to_string(k), "--nproc-per-node", "2", "--master-addr",
+         "127.0.0.1", "--allow-loopback-master", "--master-port", port_str(port), "dist-selftest", "--iterations", "2"},
+        {"NANOCHAT_JOB_TOKEN=shared"});
   };
   Proc n1 = node(1);  // the second node may start first: it retries until node 0's store is up
   Proc n0 = node(0);
@@ -168,8 +173,10 @@ TEST(Launcher, TwoNodesOnOneHostFormOneJob) {
   ASSERT_TRUE(n1.wait(Ms(60000)));
   EXPECT_TRUE(n0.exited_ok()) << n0.output();
   EXPECT_TRUE(n1.exited_ok()) << n1.output();
-  for (int r : {0, 1}) EXPECT_THAT(n0.output(), HasSubstr(str_cat("[rank ", r, "] dist-selftest: rank ", r, " of 4: OK")));
-  for (int r : {2, 3}) EXPECT_THAT(n1.output(), HasSubstr(str_cat("[rank ", r, "] dist-selftest: rank ", r, " of 4: OK")));
+  for (int r : {0, 1})
+    EXPECT_THAT(n0.output(), HasSubstr(str_cat("[rank ", r, "] dist-selftest: rank ", r, " of 4: OK")));
+  for (int r : {2, 3})
+    EXPECT_THAT(n1.output(), HasSubstr(str_cat("[rank ", r, "] dist-selftest: rank ", r, " of 4: OK")));
 }
 
 TEST(Launcher, MismatchedNnodesIsAnErrorOnBothNodesNotAHang) {
@@ -211,7 +218,8 @@ TEST(Launcher, UnreachableMasterIsAClearErrorAfterTheDeadline) {
                    {"NANOCHAT_ALLOW_LOOPBACK_MASTER=1"});
   ASSERT_TRUE(p.wait(Ms(15000))) << p.output();
   EXPECT_EQ(p.exit_code(), 1);
-  EXPECT_THAT(p.output(), HasSubstr(str_cat("nanochat: error: cannot reach the store at 127.0.0.1:", port, " after 2.")));
+  EXPECT_THAT(p.output(),
+              HasSubstr(str_cat("nanochat: error: cannot reach the store at 127.0.0.1:", port, " after 2.")));
 }
 
 TEST(Launcher, CtrlCIsForwardedAndStopsEveryRank) {

@@ -56,15 +56,15 @@ class ThreeHosts : public ::testing::Test {
       ASSERT_EQ(sh({kIp, "netns", "add", ns(k)}).first, 0);
       made_ = k + 2;
       const std::string n = veth(k, 'n'), s = veth(k, 's');
-      for (auto cmd : std::vector<std::vector<std::string>>{
-               {kIp, "link", "add", n, "type", "veth", "peer", "name", s},
-               {kIp, "link", "set", n, "netns", ns(k)},
-               {kIp, "link", "set", s, "netns", ns(3)},
-               {kIp, "-n", ns(3), "link", "set", s, "master", "br0"},
-               {kIp, "-n", ns(3), "link", "set", s, "up"},
-               {kIp, "-n", ns(k), "addr", "add", addr(k) + "/24", "dev", n},
-               {kIp, "-n", ns(k), "link", "set", n, "up"},
-               {kIp, "-n", ns(k), "link", "set", "lo", "up"}})
+      for (auto cmd :
+           std::vector<std::vector<std::string>>{{kIp, "link", "add", n, "type", "veth", "peer", "name", s},
+                                                 {kIp, "link", "set", n, "netns", ns(k)},
+                                                 {kIp, "link", "set", s, "netns", ns(3)},
+                                                 {kIp, "-n", ns(3), "link", "set", s, "master", "br0"},
+                                                 {kIp, "-n", ns(3), "link", "set", s, "up"},
+                                                 {kIp, "-n", ns(k), "addr", "add", addr(k) + "/24", "dev", n},
+                                                 {kIp, "-n", ns(k), "link", "set", n, "up"},
+                                                 {kIp, "-n", ns(k), "link", "set", "lo", "up"}})
         cmds.push_back(cmd);
     }
     for (const auto& cmd : cmds) {
@@ -84,16 +84,30 @@ class ThreeHosts : public ::testing::Test {
   // `nanochat run` for node k in its namespace, with its own hostname mesh-node<k>.
   Proc node(int k, const std::vector<std::string>& run_flags,
             const std::vector<std::string>& selftest_flags = {"--iterations", "2"}) {
-    std::vector<std::string> argv = {kIp, "netns", "exec", ns(k), "unshare", "--uts", "sh", "-c",
+    std::vector<std::string> argv = {kIp,
+                                     "netns",
+                                     "exec",
+                                     ns(k),
+                                     "unshare",
+                                     "--uts",
+                                     "sh",
+                                     "-c",
                                      "hostname mesh-node" + std::to_string(k) + " && exec \"$0\" \"$@\"",
-                                     nctest::nanochat_binary(), "run", "--nnodes", "3", "--node-rank",
-                                     std::to_string(k), "--master-addr", addr(0), "--master-port",
+                                     nctest::nanochat_binary(),
+                                     "run",
+                                     "--nnodes",
+                                     "3",
+                                     "--node-rank",
+                                     std::to_string(k),
+                                     "--master-addr",
+                                     addr(0),
+                                     "--master-port",
                                      std::to_string(kMasterPort)};
     argv.insert(argv.end(), run_flags.begin(), run_flags.end());
     argv.push_back("dist-selftest");
     argv.insert(argv.end(), selftest_flags.begin(), selftest_flags.end());
-    return Proc::spawn(argv, {"NANOCHAT_JOB_TOKEN=mesh-test", "NANOCHAT_RENDEZVOUS_TIMEOUT=20",
-                              "NANOCHAT_COLLECTIVE_TIMEOUT=60"});
+    return Proc::spawn(
+        argv, {"NANOCHAT_JOB_TOKEN=mesh-test", "NANOCHAT_RENDEZVOUS_TIMEOUT=20", "NANOCHAT_COLLECTIVE_TIMEOUT=60"});
   }
 
   // Starts the three nodes, waits for all; returns their outputs and whether each succeeded.
@@ -177,8 +191,9 @@ TEST_F(ThreeHosts, AWorkerDroppingIncomingConnectionsIsNamedWithoutAPortRange) {
   for (int k = 0; k < 3; ++k) {
     SCOPED_TRACE("node " + std::to_string(k));
     EXPECT_EQ(o.code[k], 1) << o.out[k];
-    EXPECT_THAT(o.out[k], ::testing::ContainsRegex("rank 2 \\(host mesh-node2\\) cannot connect to rank 1 \\(host "
-                                                   "mesh-node1\\) at 10\\.79\\.0\\.2:[0-9]+: connection attempt timed"));
+    EXPECT_THAT(o.out[k],
+                ::testing::ContainsRegex("rank 2 \\(host mesh-node2\\) cannot connect to rank 1 \\(host "
+                                         "mesh-node1\\) at 10\\.79\\.0\\.2:[0-9]+: connection attempt timed"));
     EXPECT_THAT(o.out[k], HasSubstr("pin them with `nanochat run --port-range A-B`"));
   }
 }

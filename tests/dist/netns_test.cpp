@@ -36,16 +36,16 @@ class TwoHosts : public ::testing::Test {
     made_a_ = true;
     ASSERT_EQ(sh({kIp, "netns", "add", b_}).first, 0);
     made_b_ = true;
-    for (auto cmd : std::vector<std::vector<std::string>>{
-             {kIp, "link", "add", va_, "type", "veth", "peer", "name", vb_},
-             {kIp, "link", "set", va_, "netns", a_},
-             {kIp, "link", "set", vb_, "netns", b_},
-             {kIp, "-n", a_, "addr", "add", "10.78.0.1/24", "dev", va_},
-             {kIp, "-n", b_, "addr", "add", "10.78.0.2/24", "dev", vb_},
-             {kIp, "-n", a_, "link", "set", va_, "up"},
-             {kIp, "-n", b_, "link", "set", vb_, "up"},
-             {kIp, "-n", a_, "link", "set", "lo", "up"},
-             {kIp, "-n", b_, "link", "set", "lo", "up"}}) {
+    for (auto cmd :
+         std::vector<std::vector<std::string>>{{kIp, "link", "add", va_, "type", "veth", "peer", "name", vb_},
+                                               {kIp, "link", "set", va_, "netns", a_},
+                                               {kIp, "link", "set", vb_, "netns", b_},
+                                               {kIp, "-n", a_, "addr", "add", "10.78.0.1/24", "dev", va_},
+                                               {kIp, "-n", b_, "addr", "add", "10.78.0.2/24", "dev", vb_},
+                                               {kIp, "-n", a_, "link", "set", va_, "up"},
+                                               {kIp, "-n", b_, "link", "set", vb_, "up"},
+                                               {kIp, "-n", a_, "link", "set", "lo", "up"},
+                                               {kIp, "-n", b_, "link", "set", "lo", "up"}}) {
       auto r = sh(cmd);
       ASSERT_EQ(r.first, 0) << cmd[1] << " " << cmd[2] << ": " << r.second;
     }
@@ -65,12 +65,26 @@ class TwoHosts : public ::testing::Test {
   }
 
   Proc launcher(int node, const std::vector<std::string>& selftest_args) {
-    std::vector<std::string> argv = {kIp, "netns", "exec", node == 0 ? a_ : b_, nctest::nanochat_binary(), "run",
-                                     "--nnodes", "2", "--node-rank", std::to_string(node), "--nproc-per-node", "1",
-                                     "--master-addr", "10.78.0.1", "--master-port", "29500", "dist-selftest"};
+    std::vector<std::string> argv = {kIp,
+                                     "netns",
+                                     "exec",
+                                     node == 0 ? a_ : b_,
+                                     nctest::nanochat_binary(),
+                                     "run",
+                                     "--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(node),
+                                     "--nproc-per-node",
+                                     "1",
+                                     "--master-addr",
+                                     "10.78.0.1",
+                                     "--master-port",
+                                     "29500",
+                                     "dist-selftest"};
     argv.insert(argv.end(), selftest_args.begin(), selftest_args.end());
-    return Proc::spawn(argv, {"NANOCHAT_JOB_TOKEN=netns-test", "NANOCHAT_RENDEZVOUS_TIMEOUT=20",
-                              "NANOCHAT_COLLECTIVE_TIMEOUT=30"});
+    return Proc::spawn(
+        argv, {"NANOCHAT_JOB_TOKEN=netns-test", "NANOCHAT_RENDEZVOUS_TIMEOUT=20", "NANOCHAT_COLLECTIVE_TIMEOUT=30"});
   }
 
   void run_job_and_expect_success() {
@@ -108,19 +122,21 @@ TEST_F(TwoHosts, ARankKilledOnOneHostStopsTheOtherHostNamingIt) {
   ASSERT_TRUE(n1.wait(Ms(30000))) << n1.output();
   EXPECT_EQ(n1.exit_code(), 1) << n1.output();
   EXPECT_EQ(n0.exit_code(), 1) << n0.output();
-  EXPECT_THAT(n1.output(), ::testing::ContainsRegex("nanochat: error: rank 1 \\(host [^)]+\\) was killed by signal 9 \\(SIGKILL\\)"));
+  EXPECT_THAT(n1.output(), ::testing::ContainsRegex(
+                               "nanochat: error: rank 1 \\(host [^)]+\\) was killed by signal 9 \\(SIGKILL\\)"));
   // Node 0's rank names the dead peer, and node 0's launcher names it as the root cause.
-  EXPECT_THAT(n0.output(), ::testing::ContainsRegex("\\[rank 0\\] nanochat: error: rank 0 .* rank 1 \\(host [^)]+\\) has died"));
+  EXPECT_THAT(n0.output(),
+              ::testing::ContainsRegex("\\[rank 0\\] nanochat: error: rank 0 .* rank 1 \\(host [^)]+\\) has died"));
   EXPECT_THAT(n0.output(), ::testing::ContainsRegex("nanochat: error: rank 1 \\(host [^)]+\\) was killed by signal 9"));
 }
 
 TEST_F(TwoHosts, ADroppingFirewallCannotStallTheConnectPastTheDeadline) {
   // Host a black-holes its replies to host b: b's SYNs go unanswered, as behind a DROP rule.
   ASSERT_EQ(sh({kIp, "-n", a_, "route", "add", "blackhole", "10.78.0.2/32"}).first, 0);
-  Proc n1 = Proc::spawn({kIp, "netns", "exec", b_, nctest::nanochat_binary(), "run", "--nnodes", "2", "--node-rank", "1",
-                         "--master-addr", "10.78.0.1", "--master-port", "29500", "--rendezvous-timeout", "3",
-                         "dist-selftest"},
-                        {"NANOCHAT_JOB_TOKEN=netns-test"});
+  Proc n1 = Proc::spawn(
+      {kIp, "netns", "exec", b_, nctest::nanochat_binary(), "run", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+       "10.78.0.1", "--master-port", "29500", "--rendezvous-timeout", "3", "dist-selftest"},
+      {"NANOCHAT_JOB_TOKEN=netns-test"});
   auto t0 = nctest::Clock::now();
   ASSERT_TRUE(n1.wait(Ms(20000))) << "the connect stalled past its deadline: " << n1.output();
   EXPECT_LT(std::chrono::duration<double>(nctest::Clock::now() - t0).count(), 15.0);

@@ -16,8 +16,8 @@
 
 using namespace nanochat;
 using namespace nanochat::dist;
-using ::testing::HasSubstr;
 using nctest::Proc;
+using ::testing::HasSubstr;
 
 namespace {
 
@@ -33,9 +33,16 @@ Proc run_cli(std::vector<std::string> args, std::vector<std::string> env = {}) {
 }
 
 std::vector<std::string> node_args(int node, int port, std::vector<std::string> extra = {"dist-selftest"}) {
-  std::vector<std::string> a = {"run",           "--nnodes",     "2", "--node-rank", std::to_string(node),
-                                "--master-addr", "127.0.0.1",   "--allow-loopback-master",
-                                "--master-port", std::to_string(port)};
+  std::vector<std::string> a = {"run",
+                                "--nnodes",
+                                "2",
+                                "--node-rank",
+                                std::to_string(node),
+                                "--master-addr",
+                                "127.0.0.1",
+                                "--allow-loopback-master",
+                                "--master-port",
+                                std::to_string(port)};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -92,9 +99,8 @@ TEST(Rendezvous, ARankStartedByHandSaysWhichRanksItWaitsFor) {
   int port = pick_free_port();
   Proc r0 = run_cli({"dist-selftest"}, {"WORLD_SIZE=3", "RANK=0", "MASTER_ADDR=127.0.0.1",
                                         "MASTER_PORT=" + std::to_string(port), "NANOCHAT_STORE_HOSTED"});
-  ASSERT_TRUE(r0.wait_for_output(str_cat("waiting for ranks 1, 2 of WORLD_SIZE=3 to join the store at 127.0.0.1:", port,
-                                         " ("),
-                                 Ms(10000)))
+  ASSERT_TRUE(r0.wait_for_output(
+      str_cat("waiting for ranks 1, 2 of WORLD_SIZE=3 to join the store at 127.0.0.1:", port, " ("), Ms(10000)))
       << r0.output();
   ASSERT_TRUE(r0.wait_for_output(" s of 60 s)", Ms(5000))) << r0.output();
   r0.signal(SIGKILL);
@@ -104,8 +110,8 @@ TEST(Rendezvous, ARankStartedByHandSaysWhichRanksItWaitsFor) {
 // where it keeps trying, instead of retrying silently until the rendezvous window ends.
 TEST(Rendezvous, ARankRetryingTheStoreSaysSo) {
   int port = pick_free_port();
-  Proc r1 = run_cli({"dist-selftest"}, {"WORLD_SIZE=2", "RANK=1", "MASTER_ADDR=127.0.0.1",
-                                        "MASTER_PORT=" + std::to_string(port)});
+  Proc r1 = run_cli({"dist-selftest"},
+                    {"WORLD_SIZE=2", "RANK=1", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)});
   ASSERT_TRUE(r1.wait_for_output(str_cat("rank 1: waiting for the job's store at 127.0.0.1:", port, ": "), Ms(10000)))
       << r1.output();
   ASSERT_TRUE(r1.wait_for_output(" s of 60 s)", Ms(5000))) << r1.output();
@@ -239,16 +245,20 @@ TEST(SlurmHostList, FirstHost) {
 // Placement read from srun's and mpirun's variables (in this process: set, read, unset).
 TEST(ClusterEnv, SrunAndMpirunVariablesPlaceTheRank) {
   auto set = [](std::vector<std::pair<const char*, const char*>> vars) {
-    for (const char* n : {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS",
-                          "SLURM_LOCALID", "SLURM_NODEID", "SLURM_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS",
-                          "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
-                          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                          "OMPI_COMM_WORLD_LOCAL_SIZE", "NANOCHAT_STORE_HOSTED"})
+    for (const char* n :
+         {"WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+          "SLURM_NODEID", "SLURM_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE",
+          "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+          "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "NANOCHAT_STORE_HOSTED"})
       unsetenv(n);
     for (auto [n, v] : vars) setenv(n, v, 1);
   };
-  set({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "2"},
-       {"SLURM_TASKS_PER_NODE", "2(x3),2"}, {"SLURM_JOB_NODELIST", "gpu[07-10]"}});
+  set({{"SLURM_PROCID", "5"},
+       {"SLURM_NTASKS", "8"},
+       {"SLURM_LOCALID", "1"},
+       {"SLURM_NODEID", "2"},
+       {"SLURM_TASKS_PER_NODE", "2(x3),2"},
+       {"SLURM_JOB_NODELIST", "gpu[07-10]"}});
   DistEnv e = DistEnv::from_env();
   EXPECT_EQ(e.rank, 5);
   EXPECT_EQ(e.world_size, 8);
@@ -261,11 +271,20 @@ TEST(ClusterEnv, SrunAndMpirunVariablesPlaceTheRank) {
   set({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}, {"SLURM_JOB_NODELIST", "gpu[07-10]"}});
   EXPECT_EQ(DistEnv::from_env().world_size, 1);
   // torchrun's variables win over Slurm's.
-  set({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}, {"WORLD_SIZE", "2"}, {"RANK", "1"},
-       {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1234"}});
+  set({{"SLURM_PROCID", "5"},
+       {"SLURM_NTASKS", "8"},
+       {"SLURM_LOCALID", "1"},
+       {"WORLD_SIZE", "2"},
+       {"RANK", "1"},
+       {"MASTER_ADDR", "h"},
+       {"MASTER_PORT", "1234"}});
   EXPECT_EQ(DistEnv::from_env().world_size, 2);
-  set({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_ADDR", "n1"}, {"MASTER_PORT", "33123"}});
+  set({{"OMPI_COMM_WORLD_RANK", "3"},
+       {"OMPI_COMM_WORLD_SIZE", "4"},
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+       {"MASTER_ADDR", "n1"},
+       {"MASTER_PORT", "33123"}});
   e = DistEnv::from_env();
   EXPECT_EQ(e.rank, 3);
   EXPECT_EQ(e.world_size, 4);

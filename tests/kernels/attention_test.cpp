@@ -22,9 +22,7 @@ namespace {
 
 struct Shape {
   int B, T, H, Hkv, D, window;
-  std::string name() const {
-    return str_cat("B", B, "_T", T, "_H", H, "_Hkv", Hkv, "_D", D, "_w", window);
-  }
+  std::string name() const { return str_cat("B", B, "_T", T, "_H", H, "_Hkv", Hkv, "_D", D, "_w", window); }
   size_t nq() const { return size_t(B) * T * H * D; }
   size_t nkv() const { return size_t(B) * T * Hkv * D; }
   size_t nlse() const { return size_t(B) * H * T; }
@@ -34,8 +32,7 @@ struct Shape {
 // causal/window rule written independently of the kernel (allowed iff j <= i and i - j <= window,
 // a negative window meaning no window), softmaxes it row by row and multiplies by V.
 void naive_forward(const Shape& s, const std::vector<double>& q, const std::vector<double>& k,
-                   const std::vector<double>& v, std::vector<double>& out,
-                   std::vector<double>* lse) {
+                   const std::vector<double>& v, std::vector<double>& out, std::vector<double>* lse) {
   const int T = s.T, H = s.H, Hkv = s.Hkv, D = s.D;
   out.assign(s.nq(), 0.0);
   if (lse) lse->assign(s.nlse(), 0.0);
@@ -53,8 +50,7 @@ void naive_forward(const Shape& s, const std::vector<double>& q, const std::vect
           }
           double acc = 0;
           for (int d = 0; d < D; ++d)
-            acc += q[((size_t(b) * T + i) * H + h) * D + d] *
-                   k[((size_t(b) * T + j) * Hkv + hk) * D + d];
+            acc += q[((size_t(b) * T + i) * H + h) * D + d] * k[((size_t(b) * T + j) * Hkv + hk) * D + d];
           S[size_t(i) * T + j] = acc * scale;
         }
       for (int i = 0; i < T; ++i) {
@@ -65,8 +61,7 @@ void naive_forward(const Shape& s, const std::vector<double>& q, const std::vect
         for (int j = 0; j < T; ++j) {
           const double p = std::exp(S[size_t(i) * T + j] - m) / sum;
           for (int d = 0; d < D; ++d)
-            out[((size_t(b) * T + i) * H + h) * D + d] +=
-                p * v[((size_t(b) * T + j) * Hkv + hk) * D + d];
+            out[((size_t(b) * T + i) * H + h) * D + d] += p * v[((size_t(b) * T + j) * Hkv + hk) * D + d];
         }
         if (lse) (*lse)[(size_t(b) * H + h) * T + i] = m + std::log(sum);
       }
@@ -117,29 +112,27 @@ TEST(Attention, ForwardMatchesNaive) {
   for (const Shape& s : shapes()) {
     SCOPED_TRACE(s.name());
     Rng rng(7);
-    const auto q = random_vec(s.nq(), rng, 2.0), k = random_vec(s.nkv(), rng, 2.0),
-               v = random_vec(s.nkv(), rng);
+    const auto q = random_vec(s.nq(), rng, 2.0), k = random_vec(s.nkv(), rng, 2.0), v = random_vec(s.nkv(), rng);
     std::vector<double> ref, ref_lse;
     naive_forward(s, q, k, v, ref, &ref_lse);
 
     const auto qf = to_f(q), kf = to_f(k), vf = to_f(v);
     std::vector<float> out(s.nq(), std::nanf("")), lse(s.nlse(), std::nanf(""));
     const float scale = 1.f / std::sqrt(float(s.D));
-    attention_forward(qf.data(), kf.data(), vf.data(), out.data(), lse.data(), s.B, s.T, s.H, s.Hkv,
-                      s.D, s.window, scale);
+    attention_forward(qf.data(), kf.data(), vf.data(), out.data(), lse.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window,
+                      scale);
     EXPECT_LT(rel_err(out, ref), 2e-6);
     EXPECT_LT(rel_err(lse, ref_lse, 1.0), 2e-6);
 
     // Without lse (inference use) the output is the same.
     std::vector<float> out2(s.nq(), std::nanf(""));
-    attention_forward(qf.data(), kf.data(), vf.data(), out2.data(), nullptr, s.B, s.T, s.H, s.Hkv,
-                      s.D, s.window, scale);
+    attention_forward(qf.data(), kf.data(), vf.data(), out2.data(), nullptr, s.B, s.T, s.H, s.Hkv, s.D, s.window,
+                      scale);
     EXPECT_EQ(out, out2);
 
     std::vector<double> outd(s.nq()), lsed(s.nlse());
-    attention_forward_reference<double>(q.data(), k.data(), v.data(), outd.data(), lsed.data(), s.B,
-                                        s.T, s.H, s.Hkv, s.D, s.window,
-                                        1.0 / std::sqrt(double(s.D)));
+    attention_forward_reference<double>(q.data(), k.data(), v.data(), outd.data(), lsed.data(), s.B, s.T, s.H, s.Hkv,
+                                        s.D, s.window, 1.0 / std::sqrt(double(s.D)));
     EXPECT_LT(rel_err(outd, ref), 1e-12);
     EXPECT_LT(rel_err(lsed, ref_lse, 1.0), 1e-12);
   }
@@ -156,17 +149,15 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
   for (const Shape& s : cases) {
     SCOPED_TRACE(s.name());
     Rng rng(11);
-    auto q = random_vec(s.nq(), rng, 1.5), k = random_vec(s.nkv(), rng, 1.5),
-         v = random_vec(s.nkv(), rng);
+    auto q = random_vec(s.nq(), rng, 1.5), k = random_vec(s.nkv(), rng, 1.5), v = random_vec(s.nkv(), rng);
     const auto R = random_vec(s.nq(), rng);
     const double scale = 1.0 / std::sqrt(double(s.D));
     std::vector<double> out(s.nq()), lse(s.nlse());
-    attention_forward_reference<double>(q.data(), k.data(), v.data(), out.data(), lse.data(), s.B,
-                                        s.T, s.H, s.Hkv, s.D, s.window, scale);
+    attention_forward_reference<double>(q.data(), k.data(), v.data(), out.data(), lse.data(), s.B, s.T, s.H, s.Hkv, s.D,
+                                        s.window, scale);
     std::vector<double> dq(s.nq(), 99.0), dk(s.nkv(), 99.0), dv(s.nkv(), 99.0);
-    attention_backward_reference<double>(q.data(), k.data(), v.data(), out.data(), lse.data(),
-                                         R.data(), dq.data(), dk.data(), dv.data(), s.B, s.T, s.H,
-                                         s.Hkv, s.D, s.window, scale);
+    attention_backward_reference<double>(q.data(), k.data(), v.data(), out.data(), lse.data(), R.data(), dq.data(),
+                                         dk.data(), dv.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window, scale);
     auto loss = [&]() {
       std::vector<double> o;
       naive_forward(s, q, k, v, o, nullptr);
@@ -193,16 +184,15 @@ TEST(Attention, BackwardMatchesDoubleReference) {
   for (const Shape& s : shapes()) {
     SCOPED_TRACE(s.name());
     Rng rng(5);
-    const auto q = random_vec(s.nq(), rng, 2.0), k = random_vec(s.nkv(), rng, 2.0),
-               v = random_vec(s.nkv(), rng), dout = random_vec(s.nq(), rng);
+    const auto q = random_vec(s.nq(), rng, 2.0), k = random_vec(s.nkv(), rng, 2.0), v = random_vec(s.nkv(), rng),
+               dout = random_vec(s.nq(), rng);
     const double scale = 1.0 / std::sqrt(double(s.D));
     std::vector<double> out(s.nq()), lse(s.nlse());
-    attention_forward_reference<double>(q.data(), k.data(), v.data(), out.data(), lse.data(), s.B,
-                                        s.T, s.H, s.Hkv, s.D, s.window, scale);
+    attention_forward_reference<double>(q.data(), k.data(), v.data(), out.data(), lse.data(), s.B, s.T, s.H, s.Hkv, s.D,
+                                        s.window, scale);
     std::vector<double> dq(s.nq()), dk(s.nkv()), dv(s.nkv());
-    attention_backward_reference<double>(q.data(), k.data(), v.data(), out.data(), lse.data(),
-                                         dout.data(), dq.data(), dk.data(), dv.data(), s.B, s.T,
-                                         s.H, s.Hkv, s.D, s.window, scale);
+    attention_backward_reference<double>(q.data(), k.data(), v.data(), out.data(), lse.data(), dout.data(), dq.data(),
+                                         dk.data(), dv.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window, scale);
 
     // Errors are measured against the largest gradient entry of all three tensors: with window 0
     // the exact dq and dk vanish (dS = dout.v - dout.out = 0) and only rounding remains, whose
@@ -213,25 +203,21 @@ TEST(Attention, BackwardMatchesDoubleReference) {
 
     const auto qf = to_f(q), kf = to_f(k), vf = to_f(v), doutf = to_f(dout);
     std::vector<float> outf(s.nq()), lsef(s.nlse());
-    attention_forward(qf.data(), kf.data(), vf.data(), outf.data(), lsef.data(), s.B, s.T, s.H,
-                      s.Hkv, s.D, s.window, float(scale));
-    for (auto mode : {AttentionBackwardMode::kAuto, AttentionBackwardMode::kFused,
-                      AttentionBackwardMode::kSplit}) {
+    attention_forward(qf.data(), kf.data(), vf.data(), outf.data(), lsef.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window,
+                      float(scale));
+    for (auto mode : {AttentionBackwardMode::kAuto, AttentionBackwardMode::kFused, AttentionBackwardMode::kSplit}) {
       SCOPED_TRACE(int(mode));
       // Garbage in the outputs: the kernel must overwrite, not accumulate.
-      std::vector<float> dqf(s.nq(), std::nanf("")), dkf(s.nkv(), std::nanf("")),
-          dvf(s.nkv(), std::nanf(""));
-      attention_backward_with(mode, qf.data(), kf.data(), vf.data(), outf.data(), lsef.data(),
-                              doutf.data(), dqf.data(), dkf.data(), dvf.data(), s.B, s.T, s.H,
-                              s.Hkv, s.D, s.window, float(scale));
+      std::vector<float> dqf(s.nq(), std::nanf("")), dkf(s.nkv(), std::nanf("")), dvf(s.nkv(), std::nanf(""));
+      attention_backward_with(mode, qf.data(), kf.data(), vf.data(), outf.data(), lsef.data(), doutf.data(), dqf.data(),
+                              dkf.data(), dvf.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window, float(scale));
       EXPECT_LT(rel_err(dqf, dq, gscale), 1e-4);
       EXPECT_LT(rel_err(dkf, dk, gscale), 1e-4);
       EXPECT_LT(rel_err(dvf, dv, gscale), 1e-4);
     }
     std::vector<float> dqf(s.nq()), dkf(s.nkv()), dvf(s.nkv());
-    attention_backward(qf.data(), kf.data(), vf.data(), outf.data(), lsef.data(), doutf.data(),
-                       dqf.data(), dkf.data(), dvf.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window,
-                       float(scale));
+    attention_backward(qf.data(), kf.data(), vf.data(), outf.data(), lsef.data(), doutf.data(), dqf.data(), dkf.data(),
+                       dvf.data(), s.B, s.T, s.H, s.Hkv, s.D, s.window, float(scale));
     EXPECT_LT(rel_err(dqf, dq, gscale), 1e-4);
     EXPECT_LT(rel_err(dkf, dk, gscale), 1e-4);
     EXPECT_LT(rel_err(dvf, dv, gscale), 1e-4);
@@ -250,15 +236,14 @@ TEST(Attention, CachedForwardMatchesFullForward) {
   for (const Shape& s : cases) {
     SCOPED_TRACE(s.name());
     Rng rng(3);
-    const auto q = random_vec(s.nq(), rng, 2.0), k = random_vec(s.nkv(), rng, 2.0),
-               v = random_vec(s.nkv(), rng);
+    const auto q = random_vec(s.nq(), rng, 2.0), k = random_vec(s.nkv(), rng, 2.0), v = random_vec(s.nkv(), rng);
     std::vector<double> ref;
     naive_forward(s, q, k, v, ref, nullptr);
     const auto qf = to_f(q), kf = to_f(k), vf = to_f(v);
     const float scale = 1.f / std::sqrt(float(s.D));
     std::vector<float> full(s.nq());
-    attention_forward(qf.data(), kf.data(), vf.data(), full.data(), nullptr, s.B, s.T, s.H, s.Hkv,
-                      s.D, s.window, scale);
+    attention_forward(qf.data(), kf.data(), vf.data(), full.data(), nullptr, s.B, s.T, s.H, s.Hkv, s.D, s.window,
+                      scale);
 
     const int Tmax = s.T + 9;
     const size_t kv_row = size_t(s.Hkv) * s.D, q_row = size_t(s.H) * s.D;
@@ -279,8 +264,8 @@ TEST(Attention, CachedForwardMatchesFullForward) {
         for (int t = 0; t < Tq; ++t)
           for (size_t e = 0; e < q_row; ++e)
             qs[(size_t(b) * Tq + t) * q_row + e] = qf[(size_t(b) * s.T + pos0 + t) * q_row + e];
-      attention_forward_cached(qs.data(), kc.data(), vc.data(), o.data(), s.B, Tq, pos0, Tmax, s.H,
-                               s.Hkv, s.D, s.window, scale);
+      attention_forward_cached(qs.data(), kc.data(), vc.data(), o.data(), s.B, Tq, pos0, Tmax, s.H, s.Hkv, s.D,
+                               s.window, scale);
       double worst_full = 0, worst_ref = 0;
       for (int b = 0; b < s.B; ++b)
         for (int t = 0; t < Tq; ++t)
@@ -315,13 +300,10 @@ TEST(Attention, CachedForwardMatchesFullForward) {
 
 TEST(Attention, RejectsBadShapes) {
   std::vector<float> x(64, 0.f), lse(64);
-  EXPECT_THROW(
-      attention_forward(x.data(), x.data(), x.data(), x.data(), lse.data(), 1, 2, 3, 2, 4, 2, 0.5f),
-      Error);  // H % Hkv != 0
-  EXPECT_THROW(
-      attention_forward(x.data(), x.data(), x.data(), x.data(), lse.data(), 1, 0, 2, 2, 4, 2, 0.5f),
-      Error);  // T = 0
-  EXPECT_THROW(attention_forward_cached(x.data(), x.data(), x.data(), x.data(), 1, 2, 7, 8, 1, 1, 4,
-                                        8, 0.5f),
+  EXPECT_THROW(attention_forward(x.data(), x.data(), x.data(), x.data(), lse.data(), 1, 2, 3, 2, 4, 2, 0.5f),
+               Error);  // H % Hkv != 0
+  EXPECT_THROW(attention_forward(x.data(), x.data(), x.data(), x.data(), lse.data(), 1, 0, 2, 2, 4, 2, 0.5f),
+               Error);  // T = 0
+  EXPECT_THROW(attention_forward_cached(x.data(), x.data(), x.data(), x.data(), 1, 2, 7, 8, 1, 1, 4, 8, 0.5f),
                Error);  // pos0 + Tq > Tmax
 }

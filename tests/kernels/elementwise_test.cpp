@@ -68,6 +68,5 @@ TEST(Elementwise, DotAxpyAddScaled) {
   add_scaled(x.data(), -0.5f, y.data(), out.data(), n);
   for (int64_t i = 0; i < n; i += 997) EXPECT_FLOAT_EQ(out[i], x[i] - 0.5f * y[i]);
   axpy(2.f, x.data(), y.data(), n);
-  for (int64_t i = 0; i < n; i += 997)
-    EXPECT_FLOAT_EQ(y[i], static_cast<float>(i % 5) * 0.5f + 2.f * x[i]);
+  for (int64_t i = 0; i < n; i += 997) EXPECT_FLOAT_EQ(y[i], static_cast<float>(i % 5) * 0.5f + 2.f * x[i]);
 }

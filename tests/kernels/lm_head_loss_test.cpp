@@ -99,9 +99,8 @@ struct Ref {
   Vec per_token, dx, dW;
 };
 
-Ref reference(const std::vector<float>& x, const std::vector<float>& W,
-              const std::vector<int32_t>& t, int64_t N, int64_t C, int64_t V, int64_t Vp,
-              double gs) {
+Ref reference(const std::vector<float>& x, const std::vector<float>& W, const std::vector<int32_t>& t, int64_t N,
+              int64_t C, int64_t V, int64_t Vp, double gs) {
   Ref r;
   r.per_token.assign(N, 0.0);
   r.dx.assign(N * C, 0.0);
@@ -129,46 +128,46 @@ Ref reference(const std::vector<float>& x, const std::vector<float>& W,
 
 TEST(LmHeadLoss, FusedChunkedMatchesUnfusedReference) {
   for (int64_t V : {int64_t{70}, int64_t{2500}}) {  // one vocab block; several with a ragged last one
-  SCOPED_TRACE("V " + std::to_string(V));
-  Rng rng(24);
-  const int64_t N = 13, C = 16, Vp = (V + 63) / 64 * 64 + 64;
-  std::vector<float> x(N * C), W(Vp * C);
-  for (auto& v : x) v = static_cast<float>(rng.uniform(-1, 1));
-  for (auto& v : W) v = static_cast<float>(rng.uniform(-1.5, 1.5));  // logits up to ~20: softcap active
-  std::vector<int32_t> t(N);
-  for (auto& v : t) v = static_cast<int32_t>(rng.below(V));
-  t[2] = -1;
-  t[9] = -1;
-  t[4] = V - 1;
-  const double gs = 0.5 / 11.0;
-  const Ref ref = reference(x, W, t, N, C, V, Vp, gs);
-  double dx_max = 0, dW_max = 0;
-  for (double v : ref.dx) dx_max = std::max(dx_max, std::fabs(v));
-  for (double v : ref.dW) dW_max = std::max(dW_max, std::fabs(v));
+    SCOPED_TRACE("V " + std::to_string(V));
+    Rng rng(24);
+    const int64_t N = 13, C = 16, Vp = (V + 63) / 64 * 64 + 64;
+    std::vector<float> x(N * C), W(Vp * C);
+    for (auto& v : x) v = static_cast<float>(rng.uniform(-1, 1));
+    for (auto& v : W) v = static_cast<float>(rng.uniform(-1.5, 1.5));  // logits up to ~20: softcap active
+    std::vector<int32_t> t(N);
+    for (auto& v : t) v = static_cast<int32_t>(rng.below(V));
+    t[2] = -1;
+    t[9] = -1;
+    t[4] = V - 1;
+    const double gs = 0.5 / 11.0;
+    const Ref ref = reference(x, W, t, N, C, V, Vp, gs);
+    double dx_max = 0, dW_max = 0;
+    for (double v : ref.dx) dx_max = std::max(dx_max, std::fabs(v));
+    for (double v : ref.dW) dW_max = std::max(dW_max, std::fabs(v));
 
-  for (int64_t chunk : {int64_t{1}, int64_t{5}, int64_t{13}, int64_t{100}})
-  for (bool transposed : {false, true}) {
-    SCOPED_TRACE("chunk " + std::to_string(chunk) + (transposed ? " transposed dW" : ""));
-    std::vector<double> scratch_d(lm_head_scratch_floats(chunk, N, C, V) / 2 + 8);  // 8-byte aligned
-    float* scratch = reinterpret_cast<float*>(scratch_d.data());
-    std::vector<float> ptl(N, -1.f), dx(N * C, 99.f), dW(Vp * C, 0.25f);
-    std::vector<float> dWt(C * V, 1e30f);  // garbage: must be overwritten, not accumulated
-    const double sum = lm_head_softcap_ce(x.data(), W.data(), t.data(), N, C, V, 15.f,
-                                          static_cast<float>(gs), scratch, chunk, ptl.data(),
-                                          dx.data(), dW.data(), transposed ? dWt.data() : nullptr);
-    EXPECT_NEAR(sum, ref.loss_sum, 1e-5 * ref.loss_sum);
-    for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(ptl[n], ref.per_token[n], 1e-5 * (1 + ref.per_token[n]));
-    EXPECT_EQ(ptl[2], 0.f);
-    for (int64_t i = 0; i < N * C; ++i) ASSERT_NEAR(dx[i], ref.dx[i], 1e-5 * dx_max) << i;  // overwritten
-    for (int64_t i = 0; i < Vp * C; ++i) ASSERT_NEAR(dW[i], 0.25 + ref.dW[i], 1e-5 * dW_max) << i;  // accumulated
-    for (int64_t i = V * C; i < Vp * C; ++i) ASSERT_EQ(dW[i], 0.25f);  // padded rows untouched
+    for (int64_t chunk : {int64_t{1}, int64_t{5}, int64_t{13}, int64_t{100}})
+      for (bool transposed : {false, true}) {
+        SCOPED_TRACE("chunk " + std::to_string(chunk) + (transposed ? " transposed dW" : ""));
+        std::vector<double> scratch_d(lm_head_scratch_floats(chunk, N, C, V) / 2 + 8);  // 8-byte aligned
+        float* scratch = reinterpret_cast<float*>(scratch_d.data());
+        std::vector<float> ptl(N, -1.f), dx(N * C, 99.f), dW(Vp * C, 0.25f);
+        std::vector<float> dWt(C * V, 1e30f);  // garbage: must be overwritten, not accumulated
+        const double sum =
+            lm_head_softcap_ce(x.data(), W.data(), t.data(), N, C, V, 15.f, static_cast<float>(gs), scratch, chunk,
+                               ptl.data(), dx.data(), dW.data(), transposed ? dWt.data() : nullptr);
+        EXPECT_NEAR(sum, ref.loss_sum, 1e-5 * ref.loss_sum);
+        for (int64_t n = 0; n < N; ++n) EXPECT_NEAR(ptl[n], ref.per_token[n], 1e-5 * (1 + ref.per_token[n]));
+        EXPECT_EQ(ptl[2], 0.f);
+        for (int64_t i = 0; i < N * C; ++i) ASSERT_NEAR(dx[i], ref.dx[i], 1e-5 * dx_max) << i;          // overwritten
+        for (int64_t i = 0; i < Vp * C; ++i) ASSERT_NEAR(dW[i], 0.25 + ref.dW[i], 1e-5 * dW_max) << i;  // accumulated
+        for (int64_t i = V * C; i < Vp * C; ++i) ASSERT_EQ(dW[i], 0.25f);  // padded rows untouched
 
-    // evaluation mode: same losses, no gradient
-    std::vector<float> ptl2(N);
-    const double sum2 = lm_head_softcap_ce(x.data(), W.data(), t.data(), N, C, V, 15.f, 0.f,
-                                           scratch, chunk, ptl2.data(), nullptr, nullptr);
-    EXPECT_DOUBLE_EQ(sum2, sum);
-    for (int64_t n = 0; n < N; ++n) EXPECT_EQ(ptl2[n], ptl[n]);
-  }
+        // evaluation mode: same losses, no gradient
+        std::vector<float> ptl2(N);
+        const double sum2 = lm_head_softcap_ce(x.data(), W.data(), t.data(), N, C, V, 15.f, 0.f, scratch, chunk,
+                                               ptl2.data(), nullptr, nullptr);
+        EXPECT_DOUBLE_EQ(sum2, sum);
+        for (int64_t n = 0; n < N; ++n) EXPECT_EQ(ptl2[n], ptl[n]);
+      }
   }
 }

@@ -53,8 +53,7 @@ TEST(Rotary, SignConventionAndNormPreservation) {
           // nanochat: out1 = x1 cos + x2 sin, out2 = -x1 sin + x2 cos
           EXPECT_NEAR(y[o + j], x1 * std::cos(ang) + x2 * std::sin(ang), 1e-12);
           EXPECT_NEAR(y[o + j + half], -x1 * std::sin(ang) + x2 * std::cos(ang), 1e-12);
-          EXPECT_NEAR(y[o + j] * y[o + j] + y[o + j + half] * y[o + j + half], x1 * x1 + x2 * x2,
-                      1e-12);
+          EXPECT_NEAR(y[o + j] * y[o + j] + y[o + j + half] * y[o + j + half], x1 * x1 + x2 * x2, 1e-12);
         }
       }
   // position 0 is the identity
@@ -88,16 +87,13 @@ TEST(RopeQkNorm, BackwardMatchesFiniteDifferencesWithStridedInput) {
   Vec x = random_vec(rng, B * T * ld), R = random_vec(rng, B * T * nh * D);
   auto loss = [&] {
     Vec y(B * T * nh * D), r(B * T * nh);
-    rope_qknorm_forward(x.data(), ld, y.data(), r.data(), c.data(), s.data(), B, T, nh, D, pos0, eps,
-                        scale);
+    rope_qknorm_forward(x.data(), ld, y.data(), r.data(), c.data(), s.data(), B, T, nh, D, pos0, eps, scale);
     return dot(R, y);
   };
   Vec y(B * T * nh * D), rstd(B * T * nh);
-  rope_qknorm_forward(x.data(), ld, y.data(), rstd.data(), c.data(), s.data(), B, T, nh, D, pos0,
-                      eps, scale);
+  rope_qknorm_forward(x.data(), ld, y.data(), rstd.data(), c.data(), s.data(), B, T, nh, D, pos0, eps, scale);
   Vec dx(B * T * ld, 7.0);  // padding columns must stay untouched
-  rope_qknorm_backward(y.data(), rstd.data(), R.data(), dx.data(), ld, c.data(), s.data(), B, T, nh,
-                       D, pos0, scale);
+  rope_qknorm_backward(y.data(), rstd.data(), R.data(), dx.data(), ld, c.data(), s.data(), B, T, nh, D, pos0, scale);
   for (int64_t n = 0; n < B * T; ++n)
     for (int64_t j = nh * D; j < ld; ++j) {
       EXPECT_EQ(dx[n * ld + j], 7.0);
@@ -120,8 +116,7 @@ TEST(RopeQkNorm, FusedEqualsComposition) {
   std::vector<float> x(B * T * nh * D);
   for (auto& v : x) v = static_cast<float>(rng.uniform(-2, 2));
   std::vector<float> fused(x.size()), rf(B * T * nh), comp = x, rc(B * T * nh);
-  rope_qknorm_forward(x.data(), nh * D, fused.data(), rf.data(), c.data(), s.data(), B, T, nh, D, 0,
-                      kRmsNormEps, 1.2f);
+  rope_qknorm_forward(x.data(), nh * D, fused.data(), rf.data(), c.data(), s.data(), B, T, nh, D, 0, kRmsNormEps, 1.2f);
   rotary_forward(comp.data(), c.data(), s.data(), B, T, nh, D, 0);
   rmsnorm_forward(comp.data(), comp.data(), rc.data(), B * T * nh, D, kRmsNormEps, 1.2f);
   for (size_t i = 0; i < x.size(); ++i) EXPECT_FLOAT_EQ(fused[i], comp[i]);

@@ -32,8 +32,7 @@ TEST(Smear, BackwardMatchesFiniteDifferences) {
   // position 0 of every row is not mixed
   for (int64_t b = 0; b < B; ++b)
     for (int64_t c = 0; c < C; ++c) EXPECT_EQ(s[b * T * C + c], e[b * T * C + c]);
-  smear_backward(e.data(), w.data(), lam[0], sig.data(), R.data(), de.data(), dw.data(), dl.data(),
-                 B, T, C);
+  smear_backward(e.data(), w.data(), lam[0], sig.data(), R.data(), de.data(), dw.data(), dl.data(), B, T, C);
   expect_fd_grad("smear de", e, de, loss);
   expect_fd_grad("smear dw", w, dw, loss);
   expect_fd_grad("smear dlambda", lam, dl, loss);

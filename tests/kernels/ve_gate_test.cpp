@@ -24,20 +24,20 @@ TEST(VeGate, BackwardMatchesFiniteDifferences) {
   Vec table = random_vec(rng, rows * W), v_in = random_vec(rng, N * ld), R = random_vec(rng, N * W);
   auto loss = [&] {
     Vec out(N * W), gamma(N * Hkv);
-    ve_gate_forward(n1.data(), C, Wg.data(), table.data(), idx.data(), v_in.data(), ld, out.data(),
-                    gamma.data(), N, Hkv, D);
+    ve_gate_forward(n1.data(), C, Wg.data(), table.data(), idx.data(), v_in.data(), ld, out.data(), gamma.data(), N,
+                    Hkv, D);
     return dot(R, out);
   };
   Vec out(N * W), gamma(N * Hkv);
-  ve_gate_forward(n1.data(), C, Wg.data(), table.data(), idx.data(), v_in.data(), ld, out.data(),
-                  gamma.data(), N, Hkv, D);
+  ve_gate_forward(n1.data(), C, Wg.data(), table.data(), idx.data(), v_in.data(), ld, out.data(), gamma.data(), N, Hkv,
+                  D);
   for (double g : gamma) {
     EXPECT_GT(g, 0.0);
     EXPECT_LT(g, 3.0);
   }
   Vec dn1(N * C, 0.0), dWg(Hkv * kVeGateChannels, 0.0), dtable(rows * W, 0.0), dz(N * Hkv);
-  ve_gate_backward(n1.data(), C, Wg.data(), table.data(), idx.data(), gamma.data(), R.data(),
-                   dn1.data(), dWg.data(), dtable.data(), dz.data(), N, Hkv, D);
+  ve_gate_backward(n1.data(), C, Wg.data(), table.data(), idx.data(), gamma.data(), R.data(), dn1.data(), dWg.data(),
+                   dtable.data(), dz.data(), N, Hkv, D);
   expect_fd_grad("ve_gate dn1", n1, dn1, loss);  // channels >= 12 must get exactly 0
   expect_fd_grad("ve_gate dWg", Wg, dWg, loss);
   expect_fd_grad("ve_gate dtable", table, dtable, loss);
@@ -52,8 +52,7 @@ TEST(VeGate, NoTableCopiesV) {
   const int64_t N = 3, Hkv = 1, D = 4, ld = 6;
   std::vector<float> v_in(N * ld), out(N * D);
   for (size_t i = 0; i < v_in.size(); ++i) v_in[i] = static_cast<float>(i);
-  ve_gate_forward<float>(nullptr, 12, nullptr, nullptr, nullptr, v_in.data(), ld, out.data(),
-                         nullptr, N, Hkv, D);
+  ve_gate_forward<float>(nullptr, 12, nullptr, nullptr, nullptr, v_in.data(), ld, out.data(), nullptr, N, Hkv, D);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t d = 0; d < D; ++d) EXPECT_EQ(out[n * D + d], v_in[n * ld + d]);
 }

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <vector>
 
-
 using namespace nanochat;
 
 TEST(VecMath, ExpAccuracy) {

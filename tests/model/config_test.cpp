@@ -24,12 +24,15 @@ TEST(ModelConfig, DefaultsAreNanochats) {
 }
 
 TEST(ModelConfig, FromDepthRoundsWidthUpToHeadDim) {
-  struct Row { int depth, head_dim, T; int64_t C, H; };
+  struct Row {
+    int depth, head_dim, T;
+    int64_t C, H;
+  };
   // docs/nanochat.md 1.1 worked configs (aspect 64)
-  for (Row r : {Row{6, 64, 512, 384, 6}, Row{12, 128, 2048, 768, 6}, Row{20, 128, 2048, 1280, 10},
-                Row{24, 128, 2048, 1536, 12}, Row{26, 128, 2048, 1664, 13},
-                Row{5, 128, 512, 384, 3},  // 320 rounded up to 384
-                Row{4, 128, 512, 256, 2}}) {
+  for (Row r :
+       {Row{6, 64, 512, 384, 6}, Row{12, 128, 2048, 768, 6}, Row{20, 128, 2048, 1280, 10}, Row{24, 128, 2048, 1536, 12},
+        Row{26, 128, 2048, 1664, 13}, Row{5, 128, 512, 384, 3},  // 320 rounded up to 384
+        Row{4, 128, 512, 256, 2}}) {
     const ModelConfig c = ModelConfig::from_depth(r.depth, 64, r.head_dim, r.T, 32768, "SSSL");
     EXPECT_EQ(c.n_embd, r.C) << "depth " << r.depth;
     EXPECT_EQ(c.n_head, r.H) << "depth " << r.depth;
@@ -62,7 +65,7 @@ TEST(ModelConfig, WindowSizes) {
   c.window_pattern = "S";
   c.n_layer = 3;
   EXPECT_EQ(c.window_sizes(), (std::vector<int>{128, 128, 512}));  // last layer always long
-  c.window_pattern = "sl";  // case-insensitive
+  c.window_pattern = "sl";                                         // case-insensitive
   EXPECT_EQ(c.window_sizes(), (std::vector<int>{128, 512, 512}));
   c.window_pattern = "L";
   EXPECT_EQ(c.window_sizes(), (std::vector<int>{512, 512, 512}));
@@ -97,8 +100,7 @@ TEST(ModelConfig, ValueEmbedLayers) {
 TEST(ModelConfig, JsonRoundTrip) {
   const ModelConfig c = ModelConfig::from_depth(6, 64, 64, 512, 32768, "L");
   const nlohmann::json j = c.to_json();
-  for (const char* k : {"sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd",
-                        "window_pattern"})
+  for (const char* k : {"sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "window_pattern"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_EQ(ModelConfig::from_json(j), c);
   nlohmann::json old = j;
@@ -121,12 +123,9 @@ TEST(ModelCounts, MatchSpecTable) {
   };
   const Row rows[] = {
       {6, 64, 512, "L", 12582912, 37748736, 12582912, 10617048, 38, 73531646, 23199984, 153355680},
-      {12, 128, 2048, "SSSL", 25165824, 150994944, 25165824, 84935088, 50, 286261730, 110100936,
-       759696048},
-      {20, 128, 2048, "SSSL", 41943040, 419430400, 41943040, 393217200, 66, 896533746, 435160264,
-       2886212784},
-      {24, 128, 2048, "SSSL", 50331648, 603979776, 50331648, 679478976, 74, 1384122122, 729810648,
-       4775225616},
+      {12, 128, 2048, "SSSL", 25165824, 150994944, 25165824, 84935088, 50, 286261730, 110100936, 759696048},
+      {20, 128, 2048, "SSSL", 41943040, 419430400, 41943040, 393217200, 66, 896533746, 435160264, 2886212784},
+      {24, 128, 2048, "SSSL", 50331648, 603979776, 50331648, 679478976, 74, 1384122122, 729810648, 4775225616},
   };
   for (const Row& r : rows) {
     SCOPED_TRACE("depth " + std::to_string(r.depth));

@@ -78,19 +78,35 @@ double max_abs(const float* x, size_t n) {
 TEST(Gpt, ParameterTableOrderShapesOffsets) {
   const ModelConfig c = tiny_config();
   GPT m(c);
-  const std::vector<std::string> want = {
-      "resid_lambdas", "x0_lambdas", "smear_lambda", "backout_lambda", "transformer.wte.weight",
-      "transformer.h.0.attn.c_q.weight", "transformer.h.0.attn.c_k.weight",
-      "transformer.h.0.attn.c_v.weight", "transformer.h.0.attn.c_proj.weight",
-      "transformer.h.0.attn.ve_gate.weight", "transformer.h.0.mlp.c_fc.weight",
-      "transformer.h.0.mlp.c_proj.weight", "transformer.h.1.attn.c_q.weight",
-      "transformer.h.1.attn.c_k.weight", "transformer.h.1.attn.c_v.weight",
-      "transformer.h.1.attn.c_proj.weight", "transformer.h.1.mlp.c_fc.weight",
-      "transformer.h.1.mlp.c_proj.weight", "transformer.h.2.attn.c_q.weight",
-      "transformer.h.2.attn.c_k.weight", "transformer.h.2.attn.c_v.weight",
-      "transformer.h.2.attn.c_proj.weight", "transformer.h.2.attn.ve_gate.weight",
-      "transformer.h.2.mlp.c_fc.weight", "transformer.h.2.mlp.c_proj.weight", "lm_head.weight",
-      "smear_gate.weight", "value_embeds.0.weight", "value_embeds.2.weight"};
+  const std::vector<std::string> want = {"resid_lambdas",
+                                         "x0_lambdas",
+                                         "smear_lambda",
+                                         "backout_lambda",
+                                         "transformer.wte.weight",
+                                         "transformer.h.0.attn.c_q.weight",
+                                         "transformer.h.0.attn.c_k.weight",
+                                         "transformer.h.0.attn.c_v.weight",
+                                         "transformer.h.0.attn.c_proj.weight",
+                                         "transformer.h.0.attn.ve_gate.weight",
+                                         "transformer.h.0.mlp.c_fc.weight",
+                                         "transformer.h.0.mlp.c_proj.weight",
+                                         "transformer.h.1.attn.c_q.weight",
+                                         "transformer.h.1.attn.c_k.weight",
+                                         "transformer.h.1.attn.c_v.weight",
+                                         "transformer.h.1.attn.c_proj.weight",
+                                         "transformer.h.1.mlp.c_fc.weight",
+                                         "transformer.h.1.mlp.c_proj.weight",
+                                         "transformer.h.2.attn.c_q.weight",
+                                         "transformer.h.2.attn.c_k.weight",
+                                         "transformer.h.2.attn.c_v.weight",
+                                         "transformer.h.2.attn.c_proj.weight",
+                                         "transformer.h.2.attn.ve_gate.weight",
+                                         "transformer.h.2.mlp.c_fc.weight",
+                                         "transformer.h.2.mlp.c_proj.weight",
+                                         "lm_head.weight",
+                                         "smear_gate.weight",
+                                         "value_embeds.0.weight",
+                                         "value_embeds.2.weight"};
   ASSERT_EQ(m.params().size(), want.size());
   size_t off = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -189,12 +205,10 @@ TEST(Gpt, InitLossIsLnVAndSomeGradientsAreExactlyZero) {
   const float loss = m.forward_backward(idx.data(), tgt.data(), B, T);
   EXPECT_NEAR(loss, std::log(32768.0), 0.05);
   for (const ParamInfo& p : m.params()) {
-    const bool zero = p.name.find("c_q") != std::string::npos ||
-                      p.name.find("c_k") != std::string::npos ||
-                      p.name.find("c_v") != std::string::npos ||
-                      p.name.find("ve_gate") != std::string::npos ||
-                      p.name.find("c_fc") != std::string::npos ||
-                      p.name.rfind("value_embeds", 0) == 0 || p.name == "smear_gate.weight";
+    const bool zero = p.name.find("c_q") != std::string::npos || p.name.find("c_k") != std::string::npos ||
+                      p.name.find("c_v") != std::string::npos || p.name.find("ve_gate") != std::string::npos ||
+                      p.name.find("c_fc") != std::string::npos || p.name.rfind("value_embeds", 0) == 0 ||
+                      p.name == "smear_gate.weight";
     const double g = max_abs(m.grad(p.name), p.numel);
     if (zero)
       EXPECT_EQ(g, 0.0) << p.name;
@@ -281,14 +295,13 @@ TEST(Gpt, ChunkingAndArenaReuseDoNotChangeResults) {
   a.zero_grad();
   const float la = a.forward_backward(idx.data(), tgt.data(), B, T);
   b.set_lm_head_chunk(5);
-  b.forward_loss(idx.data(), tgt.data(), 1, 3);           // small arena first
-  b.forward_loss(idx.data(), tgt.data(), 3, 12);          // grows
+  b.forward_loss(idx.data(), tgt.data(), 1, 3);   // small arena first
+  b.forward_loss(idx.data(), tgt.data(), 3, 12);  // grows
   b.zero_grad();
   const float lb = b.forward_backward(idx.data(), tgt.data(), B, T);  // reuses the larger one
   EXPECT_NEAR(la, lb, 1e-6 * la);
   const double gmax = max_abs(a.grad_data(), a.num_params());
-  for (size_t i = 0; i < a.num_params(); ++i)
-    ASSERT_NEAR(a.grad_data()[i], b.grad_data()[i], 1e-5 * gmax) << i;
+  for (size_t i = 0; i < a.num_params(); ++i) ASSERT_NEAR(a.grad_data()[i], b.grad_data()[i], 1e-5 * gmax) << i;
 }
 
 // MLP activation recompute: bit-identical loss and gradients, less activation memory.

@@ -32,8 +32,7 @@ void randomize(GPT& m, uint64_t seed) {
   m.init_weights(seed);
   for (const ParamInfo& p : m.params()) {
     float* w = m.param(p.name);
-    if (p.name.find("c_proj") != std::string::npos || p.name == "smear_lambda" ||
-        p.name == "lm_head.weight")
+    if (p.name.find("c_proj") != std::string::npos || p.name == "smear_lambda" || p.name == "lm_head.weight")
       for (size_t i = 0; i < p.numel; ++i) w[i] = static_cast<float>(rng.uniform(-0.3, 0.3));
   }
 }
@@ -62,8 +61,7 @@ TEST(KVCache, DecodeMatchesFullForwardAtEveryPosition) {
   KVCache cache(c, B, T);
   // prefill: logits of every prefill position
   std::vector<int32_t> pre(B * P);
-  for (int b = 0; b < B; ++b)
-    std::copy(idx.begin() + b * T, idx.begin() + b * T + P, pre.begin() + b * P);
+  for (int b = 0; b < B; ++b) std::copy(idx.begin() + b * T, idx.begin() + b * T + P, pre.begin() + b * P);
   std::vector<float> pl(static_cast<size_t>(B) * P * V);
   m.forward_cached(pre.data(), B, P, cache, pl.data(), true);
   EXPECT_EQ(cache.pos(), P);

@@ -46,8 +46,8 @@ void expect_close(const std::string& what, const float* got, const std::vector<f
       worst = i;
     }
   }
-  EXPECT_LE(err, tol) << what << ": max abs error " << err << " at " << worst << " (got "
-                      << got[worst] << ", want " << want[worst] << "), tolerance " << tol;
+  EXPECT_LE(err, tol) << what << ": max abs error " << err << " at " << worst << " (got " << got[worst] << ", want "
+                      << want[worst] << "), tolerance " << tol;
 }
 
 struct Fixture {

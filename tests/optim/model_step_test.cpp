@@ -96,8 +96,10 @@ TEST_P(ModelStep, ThreeStepsMatchReference) {
     }
   }
   EXPECT_LE(n_ambiguous, n_total / 100);
-  std::printf("model_%s: after 3 steps worst max|C++ - fp64| / max|fp64| = %.3g (%s); %zu of %zu "
-              "elements ambiguous\n", GetParam(), worst, worst_name.c_str(), n_ambiguous, n_total);
+  std::printf(
+      "model_%s: after 3 steps worst max|C++ - fp64| / max|fp64| = %.3g (%s); %zu of %zu "
+      "elements ambiguous\n",
+      GetParam(), worst, worst_name.c_str(), n_ambiguous, n_total);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelStep, ::testing::Values("sl_v100", "window", "gqa", "ignore"));

@@ -126,8 +126,8 @@ std::vector<double> polar_reference(std::vector<double> X, int64_t m, int64_t n)
 TEST(PolarExpress, MatchesDoublePrecisionIteration) {
   Rng rng(7);
   // sides >= 128 take the blocked Gram path (odd 135: unequal halves)
-  for (auto [m, n] : {std::pair<int64_t, int64_t>{40, 24}, {24, 40}, {32, 32}, {2, 12}, {160, 135},
-                      {135, 160}, {128, 128}}) {
+  for (auto [m, n] :
+       {std::pair<int64_t, int64_t>{40, 24}, {24, 40}, {32, 32}, {2, 12}, {160, 135}, {135, 160}, {128, 128}}) {
     SCOPED_TRACE(::testing::PrintToString(std::make_pair(m, n)));
     auto x = randn(rng, m * n);
     const double f = frob(x) * 1.01 + 1e-6;
@@ -218,9 +218,9 @@ TEST(MuonAdamWClosedForm, MuonZeroGradientIsPureDecay) {
   // docs/nanochat.md 10.8: with zero gradient every Muon path yields g = 0 and the update is
   // P (1 - lr_eff wd).
   ParamSet ps;
-  ps.add("transformer.h.0.attn.c_q.weight", {16, 16});   // lr factor 1
-  ps.add("transformer.h.0.mlp.c_fc.weight", {64, 16});   // tall 4:1, lr factor 2
-  ps.add("transformer.h.0.mlp.c_proj.weight", {16, 64}); // wide, lr factor 1
+  ps.add("transformer.h.0.attn.c_q.weight", {16, 16});    // lr factor 1
+  ps.add("transformer.h.0.mlp.c_fc.weight", {64, 16});    // tall 4:1, lr factor 2
+  ps.add("transformer.h.0.mlp.c_proj.weight", {16, 64});  // wide, lr factor 1
   Rng rng(5);
   ps.fill_params(rng, -1, 1);
   OptimConfig cfg = small_cfg();
@@ -324,7 +324,8 @@ TEST(MuonAdamWGroups, OrderShapesAndLearningRates) {
     EXPECT_EQ(std::make_pair(g[6 + i].rows, g[6 + i].cols), shapes[i]);
     EXPECT_NEAR(g[6 + i].initial_lr, 0.00353553, 1e-8);
   }
-  EXPECT_EQ(g[7].names, (std::vector<std::string>{"transformer.h.0.attn.c_q.weight", "transformer.h.1.attn.c_q.weight"}));
+  EXPECT_EQ(g[7].names,
+            (std::vector<std::string>{"transformer.h.0.attn.c_q.weight", "transformer.h.1.attn.c_q.weight"}));
   // every parameter is in exactly one group
   size_t total = 0;
   for (const auto& gr : g) total += gr.params.size();

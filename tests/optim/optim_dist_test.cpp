@@ -27,19 +27,19 @@ ParamSet make_params() {
   ps.add("x0_lambdas", {3});
   ps.add("smear_lambda", {1});
   ps.add("backout_lambda", {1});
-  ps.add("transformer.wte.weight", {64, 16});            // 1024: sharded, W=3 -> 22, 22, 20 rows
+  ps.add("transformer.wte.weight", {64, 16});  // 1024: sharded, W=3 -> 22, 22, 20 rows
   for (int l = 0; l < 3; ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
-    ps.add(h + "attn.c_q.weight", {16, 16});              // K = 3 (W=2: chunk 2, rank 1 owns 1)
-    ps.add(h + "attn.c_k.weight", {8, 16});               // K = 3, wide
-    if (l == 0) ps.add(h + "attn.c_v.weight", {12, 16});  // K = 1 (W=3: ranks 1, 2 own nothing)
+    ps.add(h + "attn.c_q.weight", {16, 16});                 // K = 3 (W=2: chunk 2, rank 1 owns 1)
+    ps.add(h + "attn.c_k.weight", {8, 16});                  // K = 3, wide
+    if (l == 0) ps.add(h + "attn.c_v.weight", {12, 16});     // K = 1 (W=3: ranks 1, 2 own nothing)
     if (l != 1) ps.add(h + "attn.ve_gate.weight", {2, 12});  // K = 2
-    ps.add(h + "mlp.c_fc.weight", {24, 8});               // K = 3, tall
+    ps.add(h + "mlp.c_fc.weight", {24, 8});                  // K = 3, tall
   }
-  ps.add("lm_head.weight", {68, 16});                     // 68 rows: W=3 -> 23, 23, 22
+  ps.add("lm_head.weight", {68, 16});  // 68 rows: W=3 -> 23, 23, 22
   ps.add("smear_gate.weight", {1, 24});
-  ps.add("value_embeds.0.weight", {2, 512});              // sharded with 2 rows: rank 2 of 3 owns none
-  ps.add("value_embeds.2.weight", {40, 8});               // small: all-reduced
+  ps.add("value_embeds.0.weight", {2, 512});  // sharded with 2 rows: rank 2 of 3 owns none
+  ps.add("value_embeds.2.weight", {40, 8});   // small: all-reduced
   return ps;
 }
 

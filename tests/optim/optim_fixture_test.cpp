@@ -98,8 +98,7 @@ TEST(MuonAdamWFixture, GradScaleAndUnchangedGradients) {
   oa.step(1.f, 0.85f, 0.28f);
   ob.step(1.f, 0.85f, 0.28f, 0.25f);
   EXPECT_EQ(B.ps.g, g_before);
-  for (size_t i = 0; i < A.ps.names.size(); ++i)
-    EXPECT_LE(rel_max_err(B.ps.p[i], A.ps.p[i]), 1e-6) << A.ps.names[i];
+  for (size_t i = 0; i < A.ps.names.size(); ++i) EXPECT_LE(rel_max_err(B.ps.p[i], A.ps.p[i]), 1e-6) << A.ps.names[i];
 }
 
 }  // namespace

@@ -128,8 +128,8 @@ TEST(MuonAdamWState, MismatchNamesTheTensor) {
 
   // Another model: lm_head with a different number of rows.
   ParamSet b;
-  for (auto [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
-           {"resid_lambdas", {3}}, {"lm_head.weight", {128, 24}}})
+  for (auto [name, shape] :
+       std::vector<std::pair<std::string, std::vector<int64_t>>>{{"resid_lambdas", {3}}, {"lm_head.weight", {128, 24}}})
     b.add(name, shape);
   MuonAdamW ob(b.views(), cfg);
   try {

@@ -1,11 +1,11 @@
 #pragma once
 // Helpers for the CLI end-to-end tests: a temporary NANOCHAT_BASE_DIR with real shards (the
 // Pride and Prejudice sample) and a small tokenizer, running the binary, reading metrics.
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -85,7 +85,6 @@ inline std::string slurp(const std::string& path) {
   s << f.rdbuf();
   return s.str();
 }
-
 
 /// A TCP port that was free a moment ago on 127.0.0.1.
 inline int free_port() {

@@ -35,8 +35,7 @@ inline double central_difference(const std::function<double(double)>& f, double 
 }
 
 /// d loss / d x[i] by central differences: x[i] moved to x[i] +- eps, then restored.
-inline double fd_partial(std::vector<double>& x, size_t i, const std::function<double()>& loss,
-                         double eps) {
+inline double fd_partial(std::vector<double>& x, size_t i, const std::function<double()>& loss, double eps) {
   const double x0 = x[i];
   const double d = central_difference(
       [&](double t) {
@@ -49,8 +48,7 @@ inline double fd_partial(std::vector<double>& x, size_t i, const std::function<d
 }
 
 /// fd_partial for every element of x.
-inline std::vector<double> fd_gradient(std::vector<double>& x, const std::function<double()>& loss,
-                                       double eps = 1e-6) {
+inline std::vector<double> fd_gradient(std::vector<double>& x, const std::function<double()>& loss, double eps = 1e-6) {
   std::vector<double> g(x.size());
   for (size_t i = 0; i < x.size(); ++i) g[i] = fd_partial(x, i, loss, eps);
   return g;
@@ -58,16 +56,15 @@ inline std::vector<double> fd_gradient(std::vector<double>& x, const std::functi
 
 /// Compares analytic[i] with fd_partial(x, i, loss, eps) for every i (x is restored afterwards).
 /// Tolerance: |fd - an| <= atol + rtol * max(|fd|, |an|).
-inline void expect_fd_grad(const std::string& what, std::vector<double>& x,
-                           const std::vector<double>& analytic, const std::function<double()>& loss,
-                           double eps = 1e-6, double rtol = 1e-6, double atol = 1e-8) {
+inline void expect_fd_grad(const std::string& what, std::vector<double>& x, const std::vector<double>& analytic,
+                           const std::function<double()>& loss, double eps = 1e-6, double rtol = 1e-6,
+                           double atol = 1e-8) {
   ASSERT_EQ(x.size(), analytic.size()) << what;
   for (size_t i = 0; i < x.size(); ++i) {
     const double fd = fd_partial(x, i, loss, eps);
     const double err = std::fabs(fd - analytic[i]);
     const double tol = atol + rtol * std::max(std::fabs(fd), std::fabs(analytic[i]));
-    EXPECT_LE(err, tol) << what << "[" << i << "]: finite difference " << fd << " vs backward "
-                        << analytic[i];
+    EXPECT_LE(err, tol) << what << "[" << i << "]: finite difference " << fd << " vs backward " << analytic[i];
     if (err > tol) return;  // one message per tensor is enough
   }
 }

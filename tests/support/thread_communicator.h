@@ -111,8 +111,7 @@ class ThreadHub {
         for (int j = 0; j < world_; ++j) {
           std::vector<float> acc(p0.counts[j], 0.f);
           for (const Part& p : s.parts)
-            for (size_t i = 0; i < acc.size(); ++i)
-              acc[i] += static_cast<const float*>(p.in)[off[j] + i];
+            for (size_t i = 0; i < acc.size(); ++i) acc[i] += static_cast<const float*>(p.in)[off[j] + i];
           if (!acc.empty()) std::memcpy(s.parts[j].out, acc.data(), acc.size() * sizeof(float));
         }
         break;

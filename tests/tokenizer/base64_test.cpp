@@ -12,8 +12,13 @@ namespace {
 
 TEST(Base64Test, KnownVectors) {
   // RFC 4648 section 10 test vectors.
-  const std::vector<std::pair<std::string, std::string>> v = {
-      {"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"}, {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="}, {"foobar", "Zm9vYmFy"}};
+  const std::vector<std::pair<std::string, std::string>> v = {{"", ""},
+                                                              {"f", "Zg=="},
+                                                              {"fo", "Zm8="},
+                                                              {"foo", "Zm9v"},
+                                                              {"foob", "Zm9vYg=="},
+                                                              {"fooba", "Zm9vYmE="},
+                                                              {"foobar", "Zm9vYmFy"}};
   for (const auto& [raw, enc] : v) {
     EXPECT_EQ(base64_encode(raw), enc);
     std::string back;

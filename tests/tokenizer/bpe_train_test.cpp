@@ -124,7 +124,7 @@ TEST(TrainTextBudgetTest, CapsByCodePointsAndStopsAfterCrossingDoc) {
   EXPECT_EQ(d1, "\xc3\xa9t\xc3\xa9s");
   EXPECT_EQ(b.chars(), 4);
   std::string d2 = "abc";
-  EXPECT_TRUE(b.take(d2));  // 7 <= 10
+  EXPECT_TRUE(b.take(d2));                      // 7 <= 10
   std::string d3 = "\xe4\xbd\xa0\xe5\xa5\xbd";  // 2 code points: 9 <= 10
   EXPECT_TRUE(b.take(d3));
   EXPECT_FALSE(b.exhausted());

@@ -40,7 +40,7 @@ TEST(SplitTest, HandDerivedCases) {
       {"in 2024!", {"in", " ", "20", "24", "!"}},
       {"3.14159", {"3", ".", "14", "15", "9"}},
       {"abc123def", {"abc", "12", "3", "def"}},
-      {"x\xc2\xb2", {"x", "\xc2\xb2"}},                              // x² : ² is \p{No}
+      {"x\xc2\xb2", {"x", "\xc2\xb2"}},                                // x² : ² is \p{No}
       {"\xd9\xa1\xd9\xa2\xd9\xa3", {"\xd9\xa1\xd9\xa2", "\xd9\xa3"}},  // Arabic-Indic ١٢٣
       // whitespace runs: all but the last space, which joins the next word
       {"a   b", {"a", "  ", " b"}},
@@ -60,11 +60,16 @@ TEST(SplitTest, HandDerivedCases) {
       // non-Latin scripts
       {"\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82, \xd0\xbc\xd0\xb8\xd1\x80!",  // Привет, мир!
        {"\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82", ",", " \xd0\xbc\xd0\xb8\xd1\x80", "!"}},
-      {"\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c", {"\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c"}},  // 你好世界
+      {"\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c",
+       {"\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c"}},  // 你好世界
       // emoji are neither letters nor digits: a punctuation-like run
       {"hi \xf0\x9f\x91\x8b\xf0\x9f\x8f\xbd there", {"hi", " \xf0\x9f\x91\x8b\xf0\x9f\x8f\xbd", " there"}},
       // U+00A0 is White_Space, yet [^\r\n\p{L}\p{N}] includes it, so it is the prefix of the word
-      {"a\xc2\xa0" "b", {"a", "\xc2\xa0" "b"}},
+      {"a\xc2\xa0"
+       "b",
+       {"a",
+        "\xc2\xa0"
+        "b"}},
       // U+180E is not White_Space (PCRE2's own \s would say it is): it joins the punctuation run
       {"x\xe1\xa0\x8e.", {"x", "\xe1\xa0\x8e."}},
       // the special-token text is ordinary text
@@ -93,7 +98,9 @@ TEST(SplitTest, ChunksCoverTextExactlyEvenWithInvalidUtf8) {
   }
   EXPECT_EQ(joined, text);
   // Invalid bytes form chunks of their own; the valid text around them splits as usual.
-  const auto ch = split("ab\xff" "cd");
+  const auto ch = split(
+      "ab\xff"
+      "cd");
   EXPECT_THAT(ch, ElementsAreArray(std::vector<std::string>{"ab", "\xff", "cd"}));
 }
 

@@ -233,7 +233,8 @@ TEST(IoTest, FormatMatchesIndependentWriter) {
   TempDir d;
   ref.save(d.path.string());
   for (const char* f : {"tokenizer.ranks", "token_bytes.bin"})
-    EXPECT_EQ(tok_test::read_bytes((d.path / f).string()), tok_test::read_bytes(tok_test::fixture(std::string("small_tok/") + f)))
+    EXPECT_EQ(tok_test::read_bytes((d.path / f).string()),
+              tok_test::read_bytes(tok_test::fixture(std::string("small_tok/") + f)))
         << f;
   EXPECT_EQ(nlohmann::json::parse(tok_test::read_bytes((d.path / "tokenizer.json").string())),
             nlohmann::json::parse(tok_test::read_bytes(tok_test::fixture("small_tok/tokenizer.json"))));
@@ -268,9 +269,9 @@ TEST(IoTest, CorruptFilesAreReportedWithTheFileName) {
       EXPECT_THAT(e.what(), ::testing::HasSubstr(needle));
     }
   };
-  expect_error(good.substr(0, good.size() / 2), "tokenizer.ranks");              // truncated
-  expect_error("!!!! 0\n" + good.substr(good.find('\n') + 1), "line 1");         // bad base64
-  std::string swapped = good;                                                     // changed bytes
+  expect_error(good.substr(0, good.size() / 2), "tokenizer.ranks");       // truncated
+  expect_error("!!!! 0\n" + good.substr(good.find('\n') + 1), "line 1");  // bad base64
+  std::string swapped = good;                                             // changed bytes
   swapped[good.rfind('\n', good.size() - 2) + 1] ^= 1;
   expect_error(swapped, "hash");
   write(ranks, good);

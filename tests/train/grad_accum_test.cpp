@@ -89,15 +89,15 @@ TEST(GradAccumulator, TokenWeightedAcrossRanksAndMicroBatches) {
     });
   for (auto& t : th) t.join();
   double gmax = 0;
-  for (size_t i = 0; i < ref.num_params(); ++i) gmax = std::max(gmax, std::fabs(static_cast<double>(ref.grad_data()[i])));
+  for (size_t i = 0; i < ref.num_params(); ++i)
+    gmax = std::max(gmax, std::fabs(static_cast<double>(ref.grad_data()[i])));
   for (int r = 0; r < W; ++r) {
     EXPECT_FLOAT_EQ(scales[r], 1.f / 15.f);
     for (size_t i = 0; i < ref.num_params(); ++i)
       ASSERT_NEAR(grads[r][i] * scales[r], ref.grad_data()[i], 2e-6 * gmax) << "rank " << r << " index " << i;
     // every parameter but the order-summed small tensors was handed to the hook, once
     size_t small = 0;
-    for (const ParamInfo& p : ref.params())
-      small += p.name.rfind("transformer.h.", 0) != 0 && p.numel <= 1024;
+    for (const ParamInfo& p : ref.params()) small += p.name.rfind("transformer.h.", 0) != 0 && p.numel <= 1024;
     EXPECT_EQ(ready[r].size(), ref.params().size() - small);
   }
 }

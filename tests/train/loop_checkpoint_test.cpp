@@ -11,13 +11,13 @@
 #include <thread>
 #include <vector>
 
-#include "support/thread_communicator.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/rng.h"
 #include "nanochat/core/safetensors.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/train/plan.h"
+#include "support/thread_communicator.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -35,14 +35,22 @@ std::string test_base() {
 
 TrainPlan plan_for(int W, const std::string& tag) {
   BaseTrainArgs a;
-  a.depth = 2; a.aspect_ratio = 32; a.head_dim = 32; a.max_seq_len = 32; a.window_pattern = "L";
-  a.device_batch_size = 1; a.total_batch_size = 192; a.num_iterations = 5; a.model_tag = tag;
+  a.depth = 2;
+  a.aspect_ratio = 32;
+  a.head_dim = 32;
+  a.max_seq_len = 32;
+  a.window_pattern = "L";
+  a.device_batch_size = 1;
+  a.total_batch_size = 192;
+  a.num_iterations = 5;
+  a.model_tag = tag;
   return derive_plan(a, 256, W, test_base());
 }
 
 std::vector<OptParam> opt_params(GPT& m) {
   std::vector<OptParam> ops;
-  for (const auto& p : m.params()) ops.push_back({p.name, p.shape, m.param_data() + p.offset, m.grad_data() + p.offset});
+  for (const auto& p : m.params())
+    ops.push_back({p.name, p.shape, m.param_data() + p.offset, m.grad_data() + p.offset});
   return ops;
 }
 
@@ -96,8 +104,10 @@ std::vector<float> train_and_save(const TrainPlan& plan, int W0) {
       for (size_t i = 0; i < m.num_params(); ++i) m.grad_data()[i] = static_cast<float>(rng.uniform() - 0.5);
       opt.step(1.f, 0.9f, 0.f, 1.f / static_cast<float>(W0));
     }
-    json run_meta{{"model_config", plan.model.to_json()}, {"device_batch_size", plan.B},
-                  {"total_batch_size", plan.total_batch_size}, {"world_size", W0}};
+    json run_meta{{"model_config", plan.model.to_json()},
+                  {"device_batch_size", plan.B},
+                  {"total_batch_size", plan.total_batch_size},
+                  {"world_size", W0}};
     save_checkpoint(comm, plan.checkpoint_dir, m, opt, run_meta, sample_state(r));
     if (r == 0) weights.assign(m.param_data(), m.param_data() + m.num_params());
   });
@@ -167,8 +177,15 @@ TEST(LoopCheckpoint, ResumeRejectsAnotherBatch) {
   const TrainPlan plan = plan_for(1, "batch");
   train_and_save(plan, 1);
   BaseTrainArgs a;
-  a.depth = 2; a.aspect_ratio = 32; a.head_dim = 32; a.max_seq_len = 32; a.window_pattern = "L";
-  a.device_batch_size = 1; a.total_batch_size = 96; a.num_iterations = 5; a.model_tag = "batch";
+  a.depth = 2;
+  a.aspect_ratio = 32;
+  a.head_dim = 32;
+  a.max_seq_len = 32;
+  a.window_pattern = "L";
+  a.device_batch_size = 1;
+  a.total_batch_size = 96;
+  a.num_iterations = 5;
+  a.model_tag = "batch";
   const TrainPlan other = derive_plan(a, 256, 1, test_base());
   GPT m(other.model);
   MuonAdamW opt(opt_params(m), other.optim);

@@ -28,15 +28,17 @@ TEST(MetricsLog, ResumeKeepsTheRecordsUpToItsStepAndAppends) {
   const std::string path = dir + "/metrics.jsonl";
   {
     std::ofstream out(path);
-    out << "{\"step\":1,\"smooth_loss\":3.0}\n{\"step\":2,\"val_bpb\":1.5}\nnot json\n{\"step\":3,\"smooth_loss\":2.0}\n";
+    out << "{\"step\":1,\"smooth_loss\":3.0}\n{\"step\":2,\"val_bpb\":1.5}\nnot "
+           "json\n{\"step\":3,\"smooth_loss\":2.0}\n";
   }
   {
     MetricsLog log(path, /*writer=*/true, /*resumed_step=*/2);
     log.record({{"step", 3}, {"smooth_loss", 2.5}});
     log.write_chart(dir + "/report.svg", "base-train t");
   }
-  EXPECT_EQ(lines_of(path), (std::vector<std::string>{"{\"step\":1,\"smooth_loss\":3.0}", "{\"step\":2,\"val_bpb\":1.5}",
-                                                       "{\"smooth_loss\":2.5,\"step\":3}"}));
+  EXPECT_EQ(lines_of(path),
+            (std::vector<std::string>{"{\"step\":1,\"smooth_loss\":3.0}", "{\"step\":2,\"val_bpb\":1.5}",
+                                      "{\"smooth_loss\":2.5,\"step\":3}"}));
   std::stringstream svg;
   svg << std::ifstream(dir + "/report.svg").rdbuf();
   EXPECT_NE(svg.str().find("base-train t"), std::string::npos);

@@ -10,7 +10,11 @@ using namespace nanochat;
 
 // Worked counts of docs/nanochat.md 1.9 (vocab 32768).
 TEST(Plan, CountsMatchNanochatTable) {
-  struct Row { int depth, head_dim, seq; const char* pattern; int64_t total, matmul, flops, tm, ve; };
+  struct Row {
+    int depth, head_dim, seq;
+    const char* pattern;
+    int64_t total, matmul, flops, tm, ve;
+  };
   const Row rows[] = {
       {6, 64, 512, "L", 73531646, 23199984, 153355680, 10617048, 37748736},
       {12, 128, 2048, "SSSL", 286261730, 110100936, 759696048, 84935088, 150994944},
@@ -31,8 +35,13 @@ TEST(Plan, CountsMatchNanochatTable) {
 // runcpu.sh derivations (docs/nanochat.md 3.2): bls 0.1767767, wd_scaled 0.2349029, 1 micro-step at W=1.
 TEST(Plan, RuncpuDerivations) {
   BaseTrainArgs a;
-  a.depth = 6; a.head_dim = 64; a.window_pattern = "L"; a.max_seq_len = 512;
-  a.device_batch_size = 32; a.total_batch_size = 16384; a.num_iterations = 5000;
+  a.depth = 6;
+  a.head_dim = 64;
+  a.window_pattern = "L";
+  a.max_seq_len = 512;
+  a.device_batch_size = 32;
+  a.total_batch_size = 16384;
+  a.num_iterations = 5000;
   auto p = derive_plan(a, 32768, 1);
   EXPECT_EQ(p.target_tokens, 278399520);
   EXPECT_NEAR(p.d_ref, 1321216128.0, 1.0);
@@ -58,7 +67,9 @@ TEST(Plan, D12DefaultsAutoBatchAndHorizon) {
 // speedrun d24 ratio 8: target 5,838,484,992 tokens, tbs 1,048,576, 5568 steps, wd 0.0597384.
 TEST(Plan, SpeedrunD24) {
   BaseTrainArgs a;
-  a.depth = 24; a.target_param_data_ratio = 8; a.device_batch_size = 16;
+  a.depth = 24;
+  a.target_param_data_ratio = 8;
+  a.device_batch_size = 16;
   auto p = derive_plan(a, 32768, 8);
   EXPECT_EQ(p.target_tokens, 5838484992LL);
   EXPECT_EQ(p.total_batch_size, 1048576);
@@ -71,8 +82,13 @@ TEST(Plan, SpeedrunD24) {
 // runcpu at W=2 breaks nanochat's assert; we print the nearest valid settings instead.
 TEST(Plan, IndivisibleBatchNamesNearestValidSettings) {
   BaseTrainArgs a;
-  a.depth = 6; a.head_dim = 64; a.window_pattern = "L"; a.max_seq_len = 512;
-  a.device_batch_size = 32; a.total_batch_size = 16384; a.num_iterations = 10;
+  a.depth = 6;
+  a.head_dim = 64;
+  a.window_pattern = "L";
+  a.max_seq_len = 512;
+  a.device_batch_size = 32;
+  a.total_batch_size = 16384;
+  a.num_iterations = 10;
   try {
     derive_plan(a, 32768, 2);
     FAIL() << "expected an error";
@@ -86,17 +102,28 @@ TEST(Plan, IndivisibleBatchNamesNearestValidSettings) {
 
 TEST(Plan, NoHorizonIsAClearError) {
   BaseTrainArgs a;
-  a.depth = 2; a.target_param_data_ratio = -1; a.total_batch_size = 2048;
-  a.max_seq_len = 64; a.device_batch_size = 32;
+  a.depth = 2;
+  a.target_param_data_ratio = -1;
+  a.total_batch_size = 2048;
+  a.max_seq_len = 64;
+  a.device_batch_size = 32;
   EXPECT_THROW(derive_plan(a, 256, 1), Error);
 }
 
 // runcpu.sh settings: the plan holds every derived setting the trainer uses.
 TEST(Plan, OwnsTheOptimizerScheduleEvalAndFolders) {
   BaseTrainArgs a;
-  a.depth = 6; a.head_dim = 64; a.window_pattern = "L"; a.max_seq_len = 512;
-  a.device_batch_size = 32; a.total_batch_size = 16384; a.num_iterations = 5000;
-  a.eval_tokens = 100000; a.warmup_steps = 7; a.warmdown_ratio = 0.5; a.final_lr_frac = 0.1;
+  a.depth = 6;
+  a.head_dim = 64;
+  a.window_pattern = "L";
+  a.max_seq_len = 512;
+  a.device_batch_size = 32;
+  a.total_batch_size = 16384;
+  a.num_iterations = 5000;
+  a.eval_tokens = 100000;
+  a.warmup_steps = 7;
+  a.warmdown_ratio = 0.5;
+  a.final_lr_frac = 0.1;
   const auto p = derive_plan(a, 32768, 1, "/base");
   EXPECT_EQ(p.B, 32);
   EXPECT_EQ(p.T, 512);
@@ -129,7 +156,10 @@ TEST(Plan, OwnsTheOptimizerScheduleEvalAndFolders) {
 // Today every rank runs grad_accum_steps micro-batches per step.
 TEST(Plan, StepPlanGivesEveryRankItsMicroBatches) {
   BaseTrainArgs a;
-  a.depth = 2; a.max_seq_len = 64; a.device_batch_size = 2; a.total_batch_size = 2 * 64 * 3 * 4;
+  a.depth = 2;
+  a.max_seq_len = 64;
+  a.device_batch_size = 2;
+  a.total_batch_size = 2 * 64 * 3 * 4;
   a.num_iterations = 3;
   const auto p = derive_plan(a, 256, 3);
   ASSERT_EQ(p.grad_accum_steps, 4);
@@ -143,10 +173,14 @@ TEST(Plan, StepPlanGivesEveryRankItsMicroBatches) {
 // A checkpoint resumes only with the model and batch it was written with.
 TEST(Plan, CheckResumeNamesTheFileAndTheDifference) {
   BaseTrainArgs a;
-  a.depth = 2; a.max_seq_len = 64; a.device_batch_size = 2; a.total_batch_size = 256; a.num_iterations = 3;
+  a.depth = 2;
+  a.max_seq_len = 64;
+  a.device_batch_size = 2;
+  a.total_batch_size = 256;
+  a.num_iterations = 3;
   const auto p = derive_plan(a, 256, 1);
-  nlohmann::json meta{{"model_config", p.model.to_json()}, {"total_batch_size", 256}, {"device_batch_size", 2},
-                      {"world_size", 2}};
+  nlohmann::json meta{
+      {"model_config", p.model.to_json()}, {"total_batch_size", 256}, {"device_batch_size", 2}, {"world_size", 2}};
   EXPECT_NO_THROW(p.check_resume(meta, "m.json"));
   auto expect_error = [&](const nlohmann::json& m, const std::string& part) {
     try {

@@ -12,7 +12,12 @@ using namespace nanochat;
 namespace {
 ModelConfig tiny() {
   ModelConfig c;
-  c.sequence_len = 64; c.vocab_size = 100; c.n_layer = 3; c.n_head = 2; c.n_kv_head = 2; c.n_embd = 32;
+  c.sequence_len = 64;
+  c.vocab_size = 100;
+  c.n_layer = 3;
+  c.n_head = 2;
+  c.n_kv_head = 2;
+  c.n_embd = 32;
   c.window_pattern = "SL";
   return c;
 }
@@ -51,7 +56,9 @@ TEST(Sample, SeedReproducibleAndTopKRespected) {
   m.init_weights(1);
   randomise(m);
   SampleOptions o;
-  o.max_tokens = 20; o.temperature = 1.0; o.seed = 123;
+  o.max_tokens = 20;
+  o.temperature = 1.0;
+  o.seed = 123;
   auto a = generate(m, {1, 2}, o);
   auto b = generate(m, {1, 2}, o);
   EXPECT_EQ(a, b);

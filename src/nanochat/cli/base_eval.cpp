@@ -28,7 +28,7 @@ constexpr double kProgressEverySeconds = 30.0;
 
 struct EvalArgs {
   CheckpointChoice ckpt;
-  int device_batch_size = 0;   // 0 = the checkpoint's
+  int device_batch_size = 0;  // 0 = the checkpoint's
   int64_t split_tokens = 40 * 524288;
   int threads = 0;
 };
@@ -39,8 +39,11 @@ void register_base_eval(CLI::App& app) {
   CLI::App* c = app.add_subcommand("base-eval", "bits per byte of a checkpoint on the train and val splits");
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_checkpoint_options(c, a->ckpt);
-  c->add_option("--device-batch-size", a->device_batch_size, "rows per batch (0 = the checkpoint's)")->capture_default_str();
-  c->add_option("--split-tokens", a->split_tokens, "tokens evaluated per split (rounded down to whole batches of B x T, at least one)")->capture_default_str();
+  c->add_option("--device-batch-size", a->device_batch_size, "rows per batch (0 = the checkpoint's)")
+      ->capture_default_str();
+  c->add_option("--split-tokens", a->split_tokens,
+                "tokens evaluated per split (rounded down to whole batches of B x T, at least one)")
+      ->capture_default_str();
   add_threads_option(c, a->threads);
   c->callback([a] {
     if (a->threads > 0) set_num_threads(a->threads);

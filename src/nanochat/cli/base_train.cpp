@@ -15,7 +15,8 @@ namespace nanochat::cli {
 /// Adds nanochat's base_train flags to a CLI11 (sub)command, writing into `a`.
 void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // like argparse
-  c->add_option("--run", a.run, "wandb run name (accepted for compatibility; logs go to metrics.jsonl)")->capture_default_str();
+  c->add_option("--run", a.run, "wandb run name (accepted for compatibility; logs go to metrics.jsonl)")
+      ->capture_default_str();
   c->add_option("--device-type", a.device_type, "cuda|cpu|mps; only cpu runs here")->capture_default_str();
   c->add_flag("--fp8", a.fp8, "FP8 Linear layers (CUDA only: ignored with a warning)");
   c->add_option("--fp8-recipe", a.fp8_recipe, "rowwise|tensorwise (ignored on CPU)")->capture_default_str();
@@ -23,33 +24,47 @@ void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
   c->add_option("--aspect-ratio", a.aspect_ratio, "model_dim ~= depth x aspect_ratio")->capture_default_str();
   c->add_option("--head-dim", a.head_dim, "target head dimension")->capture_default_str();
   c->add_option("--max-seq-len", a.max_seq_len, "context length T")->capture_default_str();
-  c->add_option("--window-pattern", a.window_pattern, "S/L attention windows tiled over layers (S = quarter context)")->capture_default_str();
+  c->add_option("--window-pattern", a.window_pattern, "S/L attention windows tiled over layers (S = quarter context)")
+      ->capture_default_str();
   c->add_option("--num-iterations", a.num_iterations, "explicit number of steps (-1 = off)")->capture_default_str();
   c->add_option("--target-flops", a.target_flops, "derive steps from a FLOPs budget (-1 = off)")->capture_default_str();
-  c->add_option("--target-param-data-ratio", a.target_param_data_ratio, "tokens = ratio x scaling params (-1 = off)")->capture_default_str();
+  c->add_option("--target-param-data-ratio", a.target_param_data_ratio, "tokens = ratio x scaling params (-1 = off)")
+      ->capture_default_str();
   c->add_option("--device-batch-size", a.device_batch_size, "rows B per micro-step per rank")->capture_default_str();
-  c->add_option("--total-batch-size", a.total_batch_size, "tokens per optimizer step over all ranks (-1 = auto)")->capture_default_str();
+  c->add_option("--total-batch-size", a.total_batch_size, "tokens per optimizer step over all ranks (-1 = auto)")
+      ->capture_default_str();
   c->add_option("--embedding-lr", a.embedding_lr, "AdamW lr for wte (value embeds get half)")->capture_default_str();
   c->add_option("--unembedding-lr", a.unembedding_lr, "AdamW lr for lm_head")->capture_default_str();
   c->add_option("--weight-decay", a.weight_decay, "Muon cautious weight decay (before scaling)")->capture_default_str();
   c->add_option("--matrix-lr", a.matrix_lr, "Muon lr")->capture_default_str();
   c->add_option("--scalar-lr", a.scalar_lr, "x0 lambdas lr (resid lambdas get x0.01)")->capture_default_str();
   c->add_option("--warmup-steps", a.warmup_steps, "linear LR warmup steps")->capture_default_str();
-  c->add_option("--warmdown-ratio", a.warmdown_ratio, "fraction of steps in the linear warmdown")->capture_default_str();
+  c->add_option("--warmdown-ratio", a.warmdown_ratio, "fraction of steps in the linear warmdown")
+      ->capture_default_str();
   c->add_option("--final-lr-frac", a.final_lr_frac, "LR multiplier at the end")->capture_default_str();
   c->add_option("--resume-from-step", a.resume_from_step, "resume from a saved step (-1 = off)")->capture_default_str();
   c->add_option("--eval-every", a.eval_every, "val bpb every N steps (-1 = off)")->capture_default_str();
   c->add_option("--eval-tokens", a.eval_tokens, "tokens per val evaluation")->capture_default_str();
-  c->add_option("--core-metric-every", a.core_metric_every, "CORE metric interval (-1 = off; not supported on this build)")->capture_default_str();
-  c->add_option("--core-metric-max-per-task", a.core_metric_max_per_task, "examples per CORE task")->capture_default_str();
+  c->add_option("--core-metric-every", a.core_metric_every,
+                "CORE metric interval (-1 = off; not supported on this build)")
+      ->capture_default_str();
+  c->add_option("--core-metric-max-per-task", a.core_metric_max_per_task, "examples per CORE task")
+      ->capture_default_str();
   c->add_option("--sample-every", a.sample_every, "greedy samples every N steps (-1 = off)")->capture_default_str();
   c->add_option("--save-every", a.save_every, "checkpoint every N steps (-1 = only at the end)")->capture_default_str();
   c->add_option("--model-tag", a.model_tag, "checkpoint directory name (default d<depth>)");
-  c->add_option("--threads", a.threads, "OpenMP threads of this rank (0 = OMP_NUM_THREADS or all cores)")->capture_default_str();
+  c->add_option("--threads", a.threads, "OpenMP threads of this rank (0 = OMP_NUM_THREADS or all cores)")
+      ->capture_default_str();
   c->add_option("--seed", a.seed, "initialisation seed")->capture_default_str();
-  c->add_flag("--recompute-mlp", a.recompute_mlp, "recompute each layer's MLP hidden activation in the backward instead of keeping it: about (depth-1) x B x T x 16 x model_dim bytes less memory for 6-8% more step time (measured at d6b32; same results)");
-  c->add_flag("--profile", a.profile, "print where the training steps' time went per op family (GEMMs by layer type, attention, lm_head + loss, norms, optimizer, data) at the end");
-  c->add_flag("--skip-data-check", a.skip_data_check, "start without checking every page of the train/val shards (by default shards not checked before, or changed since, are decoded in full at start-up and a corrupt one stops the run before step 0)");
+  c->add_flag("--recompute-mlp", a.recompute_mlp,
+              "recompute each layer's MLP hidden activation in the backward instead of keeping it: about (depth-1) x B "
+              "x T x 16 x model_dim bytes less memory for 6-8% more step time (measured at d6b32; same results)");
+  c->add_flag("--profile", a.profile,
+              "print where the training steps' time went per op family (GEMMs by layer type, attention, lm_head + "
+              "loss, norms, optimizer, data) at the end");
+  c->add_flag("--skip-data-check", a.skip_data_check,
+              "start without checking every page of the train/val shards (by default shards not checked before, or "
+              "changed since, are decoded in full at start-up and a corrupt one stops the run before step 0)");
   c->add_option("--check-replicas-every", a.check_replicas_every,
                 "compare the ranks' copies of the parameters (a CRC32 per tensor) every N steps and at every save; "
                 "a difference stops the job naming the tensor and the rank (0 = never)")

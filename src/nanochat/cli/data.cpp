@@ -26,7 +26,8 @@ void register_data_verify(CLI::App* data) {
   auto va = std::make_shared<VerifyArgs>();
   CLI::App* v = data->add_subcommand(
       "verify",
-      "Decode every page of every row group of parquet shards (page CRCs checked where present) and report corrupt ones; "
+      "Decode every page of every row group of parquet shards (page CRCs checked where present) and report corrupt "
+      "ones; "
       "results are recorded in <dir>/.nanochat_verified.json, so base-train does not check those shards again");
   v->add_option("files", va->files, "Parquet files or directories (default: the data directory)");
   v->add_option("--threads", va->threads, "Worker threads (0 = all hardware threads)")->capture_default_str();
@@ -57,13 +58,14 @@ void register_data_verify(CLI::App* data) {
       std::printf("%s  %s\n", r.ok ? "ok     " : "CORRUPT", r.ok ? r.path.c_str() : r.error.c_str());
       bad += !r.ok;
     }
-    std::printf("%zu file(s), %lld row groups, %lld pages (%lld with CRCs), %.1f MB checked in %.2f s: %s%s\n", res.size(),
-                static_cast<long long>(groups), static_cast<long long>(pages), static_cast<long long>(crcs),
+    std::printf("%zu file(s), %lld row groups, %lld pages (%lld with CRCs), %.1f MB checked in %.2f s: %s%s\n",
+                res.size(), static_cast<long long>(groups), static_cast<long long>(pages), static_cast<long long>(crcs),
                 static_cast<double>(bytes) / 1e6, s, bad ? str_cat(bad, " corrupt").c_str() : "all good",
                 recorded ? "" : " (results not recorded: a directory is not writable)");
     std::fflush(stdout);
     if (bad)
-      fail(bad, " corrupt shard(s) (listed above): re-download each (delete it, then run 'nanochat data download' again) "
+      fail(bad,
+           " corrupt shard(s) (listed above): re-download each (delete it, then run 'nanochat data download' again) "
            "or re-pack the corpus ('nanochat data pack'), then run 'nanochat data verify' again");
   });
 }
@@ -81,7 +83,8 @@ void register_data(CLI::App& app) {
       "Pack text/JSONL files into shuffled shards shard_00000.parquet ... (the last one is validation). "
       "Train shards close at >= --shard-chars characters and a multiple of 1024 documents; the remainder "
       "is kept in the last train shard.");
-  p->add_option("inputs", pack->inputs, "Input files or directories (*.jsonl/*.json: {\"text\": ...} per line; else text)")
+  p->add_option("inputs", pack->inputs,
+                "Input files or directories (*.jsonl/*.json: {\"text\": ...} per line; else text)")
       ->required();
   p->add_option("--out", pack->out_dir, "Output directory for the shards")->required();
   p->add_option("--shard-chars", pack->shard_chars, "Characters per train shard (nanochat: 250000000)")
@@ -90,22 +93,26 @@ void register_data(CLI::App& app) {
   p->add_option("--seed", pack->seed, "Shuffle seed")->capture_default_str();
   p->add_option("--split", pack->split, "Text files: 'doc' (one document per file) or 'paragraphs'")
       ->capture_default_str();
-  p->add_option("--row-group-size", pack->row_group_size, "Documents per row group (nanochat: 1024)")->capture_default_str();
+  p->add_option("--row-group-size", pack->row_group_size, "Documents per row group (nanochat: 1024)")
+      ->capture_default_str();
   p->add_flag("--force", pack->force, "Replace .parquet files already in --out");
   p->add_flag("-q,--quiet", pack->quiet, "No per-shard lines");
   p->callback([pack] {
     data::PackResult r = data::pack_corpus(*pack);
-    std::printf("packed %lld documents (%lld characters) into %zu train shard(s) + 1 validation shard (%lld documents) in %s\n",
-                static_cast<long long>(r.docs), static_cast<long long>(r.chars), r.train_shards.size(),
-                static_cast<long long>(r.val_docs), pack->out_dir.c_str());
+    std::printf(
+        "packed %lld documents (%lld characters) into %zu train shard(s) + 1 validation shard (%lld documents) in %s\n",
+        static_cast<long long>(r.docs), static_cast<long long>(r.chars), r.train_shards.size(),
+        static_cast<long long>(r.val_docs), pack->out_dir.c_str());
     if (r.skipped) std::printf("skipped %lld empty or null documents\n", static_cast<long long>(r.skipped));
-    if (r.replaced_utf8) std::printf("replaced %lld invalid UTF-8 sequences with U+FFFD\n", static_cast<long long>(r.replaced_utf8));
+    if (r.replaced_utf8)
+      std::printf("replaced %lld invalid UTF-8 sequences with U+FFFD\n", static_cast<long long>(r.replaced_utf8));
   });
 
   // ---- inspect ----
   auto file = std::make_shared<std::string>();
   auto preview = std::make_shared<int>(200);
-  CLI::App* in = data->add_subcommand("inspect", "Show a parquet file's schema, codec, encodings, row groups and first document");
+  CLI::App* in =
+      data->add_subcommand("inspect", "Show a parquet file's schema, codec, encodings, row groups and first document");
   in->add_option("file", *file, "Parquet file")->required();
   in->add_option("--preview", *preview, "Characters of the first document to show")->capture_default_str();
   in->callback([file, preview] { std::fputs(data::inspect_parquet(*file, *preview).c_str(), stdout); });
@@ -113,10 +120,12 @@ void register_data(CLI::App& app) {
   // ---- download ----
   auto dl = std::make_shared<data::DownloadOptions>();
   CLI::App* d = data->add_subcommand(
-      "download", "Download nanochat's pretraining shards shard_00000..N-1 plus the validation shard 06542 (resumable)");
+      "download",
+      "Download nanochat's pretraining shards shard_00000..N-1 plus the validation shard 06542 (resumable)");
   d->add_option("-n,--num-files", dl->num_files, "Number of train shards (-1 = all 6542)")->required();
   d->add_option("--base-url", dl->base_url, "Where the shards live")->capture_default_str();
-  d->add_option("--dir", dl->dir, "Target directory (default: $NANOCHAT_DATA_DIR or $NANOCHAT_BASE_DIR/base_data_climbmix)");
+  d->add_option("--dir", dl->dir,
+                "Target directory (default: $NANOCHAT_DATA_DIR or $NANOCHAT_BASE_DIR/base_data_climbmix)");
   d->add_option("-w,--num-workers", dl->workers, "Parallel downloads")->capture_default_str();
   d->add_option("--retries", dl->attempts, "Attempts per file")->capture_default_str();
   d->add_flag("-q,--quiet", dl->quiet, "No progress bar");

@@ -46,17 +46,20 @@ int doctor(const DoctorArgs& a) {
   std::printf("nanochat doctor\n");
   line("info", str_cat("nanochat.cpp ", build_id()));
 #ifdef NANOCHAT_HAVE_GLOO
-  line("info", str_cat("Gloo ", GLOO_VERSION_MAJOR, ".", GLOO_VERSION_MINOR, ".", GLOO_VERSION_PATCH, " (TCP transport)"));
+  line("info",
+       str_cat("Gloo ", GLOO_VERSION_MAJOR, ".", GLOO_VERSION_MINOR, ".", GLOO_VERSION_PATCH, " (TCP transport)"));
 #else
   line("FAIL", "built without Gloo: only single-process training works (install libgloo-dev and rebuild)");
   ++problems;
 #endif
-  line("info", str_cat("host ", host_name(), ", ", physical_cores(), " physical cores available; with --nproc-per-node ",
-                       a.nproc_per_node, " each rank gets OMP_NUM_THREADS=", std::max(1, physical_cores() / a.nproc_per_node)));
+  line("info",
+       str_cat("host ", host_name(), ", ", physical_cores(), " physical cores available; with --nproc-per-node ",
+               a.nproc_per_node, " each rank gets OMP_NUM_THREADS=", std::max(1, physical_cores() / a.nproc_per_node)));
 
   // A multi-node job needs a master the other hosts can reach.
   if (a.nnodes > 1 && a.master_addr.empty() && !std::getenv("MASTER_ADDR")) {
-    line("FAIL", str_cat("--nnodes ", a.nnodes, " needs --master-addr (or MASTER_ADDR): node 0's address on a network "
+    line("FAIL", str_cat("--nnodes ", a.nnodes,
+                         " needs --master-addr (or MASTER_ADDR): node 0's address on a network "
                          "every node shares"));
     ++problems;
   } else if (a.nnodes > 1 && is_loopback_literal(master)) {
@@ -102,7 +105,8 @@ int doctor(const DoctorArgs& a) {
     if (tcp_port_free(port))
       line("ok", str_cat("port ", port, " is free here: node 0 can host the store on it"));
     else
-      line("warn", str_cat("port ", port, " is in use on this host: fine if this job's node 0 is already running, "
+      line("warn", str_cat("port ", port,
+                           " is in use on this host: fine if this job's node 0 is already running, "
                            "otherwise pick --master-port"));
   }
   std::string err;
@@ -132,7 +136,8 @@ int doctor(const DoctorArgs& a) {
   for (const auto& i : list_interfaces())
     if (i.family == AF_INET || !i.loopback) ifs += str_cat(ifs.empty() ? "" : ", ", i.name, "=", i.address);
   line("info", "interfaces: " + ifs);
-  std::printf("%s\n", problems == 0 ? "doctor: no problems found" : str_cat("doctor: ", problems, " problem(s)").c_str());
+  std::printf("%s\n",
+              problems == 0 ? "doctor: no problems found" : str_cat("doctor: ", problems, " problem(s)").c_str());
   return problems == 0 ? 0 : 1;
 }
 

@@ -2,14 +2,14 @@
 
 namespace nanochat::cli {
 
-void register_data(CLI::App& app);    // cli/data.cpp: data pack|inspect|download
-void register_tok(CLI::App& app);     // cli/tok.cpp: tok-train, tok-eval
-void register_run(CLI::App& app);     // cli/run.cpp (+ hidden dist-selftest)
-void register_doctor(CLI::App& app);  // cli/doctor.cpp
+void register_data(CLI::App& app);        // cli/data.cpp: data pack|inspect|download
+void register_tok(CLI::App& app);         // cli/tok.cpp: tok-train, tok-eval
+void register_run(CLI::App& app);         // cli/run.cpp (+ hidden dist-selftest)
+void register_doctor(CLI::App& app);      // cli/doctor.cpp
 void register_base_train(CLI::App& app);  // cli/base_train.cpp
-void register_base_eval(CLI::App& app);  // cli/base_eval.cpp
-void register_sample(CLI::App& app);  // cli/sample.cpp
-void register_chat(CLI::App& app);    // cli/chat.cpp
+void register_base_eval(CLI::App& app);   // cli/base_eval.cpp
+void register_sample(CLI::App& app);      // cli/sample.cpp
+void register_chat(CLI::App& app);        // cli/chat.cpp
 
 // Subcommand registrations (one per cli/<name>.cpp). Keep this list in the order of the table in
 // docs/architecture.md 1.

@@ -76,14 +76,15 @@ void register_selftest(CLI::App& app) {
 void register_run(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
   auto& L = args->launch;
-  auto* sub = app.add_subcommand(
-      "run",
-      "start the ranks of a data-parallel job on this node (torchrun's flags and environment); "
-      "usage: nanochat run [flags] <subcommand> [its flags]");
+  auto* sub =
+      app.add_subcommand("run",
+                         "start the ranks of a data-parallel job on this node (torchrun's flags and environment); "
+                         "usage: nanochat run [flags] <subcommand> [its flags]");
   sub->prefix_command();  // everything from the first positional on is the ranks' command line
   // torchrun's underscore spellings are accepted too (--nproc_per_node, --master_addr, ...).
   sub->add_option("--nnodes", L.nnodes, "number of nodes (machines) in the job")->capture_default_str();
-  sub->add_option("--nproc-per-node,--nproc_per_node", L.nproc_per_node, "ranks to start on this node")->capture_default_str();
+  sub->add_option("--nproc-per-node,--nproc_per_node", L.nproc_per_node, "ranks to start on this node")
+      ->capture_default_str();
   sub->add_option("--node-rank,--node_rank", L.node_rank, "index of this node in [0, nnodes); node 0 hosts the store")
       ->capture_default_str();
   sub->add_option("--master-addr,--master_addr", L.master_addr,
@@ -91,7 +92,8 @@ void register_run(CLI::App& app) {
   sub->add_flag("--allow-loopback-master", L.allow_loopback_master,
                 "accept a loopback --master-addr with --nnodes > 1: every node runs on this machine (tests; also "
                 "NANOCHAT_ALLOW_LOOPBACK_MASTER=1)");
-  sub->add_option("--master-port,--master_port", L.master_port, "TCP port of the job's store on node 0")->capture_default_str();
+  sub->add_option("--master-port,--master_port", L.master_port, "TCP port of the job's store on node 0")
+      ->capture_default_str();
   sub->add_option("--iface", L.iface, "network interface for Gloo (default: the one that routes to --master-addr)");
   sub->add_option("--threads-per-rank", L.threads_per_rank,
                   "OpenMP threads per rank (default: OMP_NUM_THREADS, else physical cores / nproc-per-node)");
@@ -120,7 +122,8 @@ void register_run(CLI::App& app) {
       ::setenv("NANOCHAT_PORT_RANGE", pr.str().c_str(), 1);  // the ranks inherit it
     }
     if (auto pr = dist::port_range_from_env()) {
-      const std::string what = args->port_range.empty() ? "NANOCHAT_PORT_RANGE=" + pr->str() : "--port-range " + pr->str();
+      const std::string what =
+          args->port_range.empty() ? "NANOCHAT_PORT_RANGE=" + pr->str() : "--port-range " + pr->str();
       dist::check_port_range_size(*pr, L.nproc_per_node, what);
       if (L.node_rank == 0 && L.master_port >= pr->first && L.master_port <= pr->last)
         fail(what, " contains --master-port ", L.master_port,

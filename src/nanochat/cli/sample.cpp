@@ -48,9 +48,13 @@ void register_sample(CLI::App& app) {
     std::printf("model %s step %lld (%s)\n", lm.tag.c_str(), static_cast<long long>(lm.step), lm.dir.c_str());
     std::vector<std::string> prompts = a->prompts;
     if (prompts.empty())
-      prompts = {"The capital of France is", "The chemical symbol of gold is",
-                 "If yesterday was Friday, then tomorrow will be", "The opposite of hot is",
-                 "The planets of the solar system are:", "My favorite color is", "If 5*x + 3 = 13, then x is"};
+      prompts = {"The capital of France is",
+                 "The chemical symbol of gold is",
+                 "If yesterday was Friday, then tomorrow will be",
+                 "The opposite of hot is",
+                 "The planets of the solar system are:",
+                 "My favorite color is",
+                 "If 5*x + 3 = 13, then x is"};
     SampleOptions so;
     so.max_tokens = a->max_tokens;
     so.temperature = a->temperature;

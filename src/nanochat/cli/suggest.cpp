@@ -34,7 +34,10 @@ std::string closest_name(const std::string& typed, const std::vector<std::string
   if (!best.empty() && best_d < stem && best_d <= std::max<size_t>(2, typed.size() / 3)) return best;
   // An unambiguous abbreviation of 3+ characters ("--nproc" for "--nproc-per-node"; '_' and '-'
   // spellings of one name count once).
-  auto norm = [](std::string s) { std::replace(s.begin(), s.end(), '_', '-'); return s; };
+  auto norm = [](std::string s) {
+    std::replace(s.begin(), s.end(), '_', '-');
+    return s;
+  };
   std::vector<std::string> prefixed;
   for (const auto& c : candidates)
     if (stem >= 3 && c.size() > typed.size() && c.compare(0, typed.size(), typed) == 0 &&
@@ -70,7 +73,8 @@ std::string join(const std::vector<std::string>& v) {
 
 std::string unknown_command(const CLI::App* a, const std::string& typed) {
   std::vector<std::string> names;
-  for (const CLI::App* s : a->get_subcommands([](const CLI::App* s) { return visible(s); })) names.push_back(s->get_name());
+  for (const CLI::App* s : a->get_subcommands([](const CLI::App* s) { return visible(s); }))
+    names.push_back(s->get_name());
   std::string path = command_path(a), best = closest_name(typed, names);
   std::string msg = "unknown command '" + typed + "' for '" + path + "'";
   if (!best.empty()) return msg + "; did you mean '" + best + "'? (see " + path + " --help)";
@@ -79,7 +83,8 @@ std::string unknown_command(const CLI::App* a, const std::string& typed) {
 
 std::string unknown_flag(const CLI::App* a, const std::string& typed) {
   std::vector<std::string> names;
-  for (const CLI::Option* o : a->get_options([](const CLI::Option* o) { return o->nonpositional() && !o->get_group().empty(); })) {
+  for (const CLI::Option* o :
+       a->get_options([](const CLI::Option* o) { return o->nonpositional() && !o->get_group().empty(); })) {
     for (const auto& l : o->get_lnames()) names.push_back("--" + l);
     for (const auto& s : o->get_snames()) names.push_back("-" + s);
   }

@@ -126,7 +126,10 @@ const Sample kSamples[] = {
      "\xd0\xbf\xd0\xbe \xd0\xbd\xd0\xb0\xd0\xb1\xd0\xb5\xd1\x80\xd0\xb5\xd0\xb6\xd0\xbd\xd0\xbe\xd0\xb9. "
      "\xe4\xbb\x8a\xe5\xa4\xa9\xe5\xa4\xa9\xe6\xb0\x94\xe5\xbe\x88\xe5\xa5\xbd\xe3\x80\x82 "
      "\xd8\xb0\xd9\x87\xd8\xa8\xd8\xaa \xd8\xa5\xd9\x84\xd9\x89 \xd8\xa7\xd9\x84\xd8\xb3\xd9\x88\xd9\x82. "
-     "Stra\xc3\x9f" "enbahn \xc3\xbc" "ber die Br\xc3\xbc" "cke. \xf0\x9f\x98\x80\xf0\x9f\x91\x8d"},
+     "Stra\xc3\x9f"
+     "enbahn \xc3\xbc"
+     "ber die Br\xc3\xbc"
+     "cke. \xf0\x9f\x98\x80\xf0\x9f\x91\x8d"},
 };
 
 void eval_line(const Tokenizer& tok, const std::string& name, const std::string& text) {
@@ -174,7 +177,8 @@ void run_tok_eval() {
 void register_tok(CLI::App& app) {
   auto opts = std::make_shared<TrainOptions>();
   CLI::App* train = app.add_subcommand(
-      "tok-train", "Train the BPE tokenizer on the train shards of the data directory and save it to $NANOCHAT_BASE_DIR/tokenizer");
+      "tok-train",
+      "Train the BPE tokenizer on the train shards of the data directory and save it to $NANOCHAT_BASE_DIR/tokenizer");
   train->add_option("--max-chars", opts->max_chars, "Maximum characters to train on")->capture_default_str();
   train->add_option("--doc-cap", opts->doc_cap, "Maximum characters per document")->capture_default_str();
   train->add_option("--vocab-size", opts->vocab_size, "Vocabulary size, including the 9 special tokens")
@@ -182,7 +186,8 @@ void register_tok(CLI::App& app) {
   train->callback([opts] { run_tok_train(*opts); });
 
   CLI::App* eval = app.add_subcommand(
-      "tok-eval", "Report the tokenizer's compression (bytes/token) on sample texts and the first train/val row groups");
+      "tok-eval",
+      "Report the tokenizer's compression (bytes/token) on sample texts and the first train/val row groups");
   eval->callback([] { run_tok_eval(); });
 }
 

@@ -40,9 +40,8 @@ template <typename... Args>
 }  // namespace nanochat
 
 /// Checks a condition; on failure throws nanochat::Error with the message and source location.
-#define NC_CHECK(cond, ...)                                                                   \
-  do {                                                                                        \
-    if (!(cond))                                                                              \
-      ::nanochat::fail("internal check failed (", #cond, ") at ", __FILE__, ":", __LINE__, \
-                       ": ", __VA_ARGS__);                                                   \
+#define NC_CHECK(cond, ...)                                                                                    \
+  do {                                                                                                         \
+    if (!(cond))                                                                                               \
+      ::nanochat::fail("internal check failed (", #cond, ") at ", __FILE__, ":", __LINE__, ": ", __VA_ARGS__); \
   } while (0)

@@ -29,8 +29,8 @@ float fma_chains(long iters) {
   // 16 named accumulators (an array would live on the stack and measure the load/store ports).
   const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
 #define NC_DECL(i) __m512 a##i = _mm512_set1_ps(1.0f + 0.01f * i);
-#define NC_STEP(i)                          \
-  a##i = _mm512_fmadd_ps(a##i, m, c);       \
+#define NC_STEP(i)                    \
+  a##i = _mm512_fmadd_ps(a##i, m, c); \
   __asm__ volatile("" : "+v"(a##i));
 #define NC_ALL(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
   NC_ALL(NC_DECL)
@@ -52,8 +52,8 @@ float fma_chains(long iters) {
 #elif defined(__AVX2__) && defined(__FMA__)
   const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
 #define NC_DECL(i) __m256 a##i = _mm256_set1_ps(1.0f + 0.01f * i);
-#define NC_STEP(i)                          \
-  a##i = _mm256_fmadd_ps(a##i, m, c);       \
+#define NC_STEP(i)                    \
+  a##i = _mm256_fmadd_ps(a##i, m, c); \
   __asm__ volatile("" : "+x"(a##i));
 #define NC_ALL(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
   NC_ALL(NC_DECL)  // 12 accumulators: AVX2 has 16 ymm registers and needs 2 for m, c
@@ -198,9 +198,9 @@ MfuPeak measure_mfu_peak(int threads, const std::string& cache_path) {
   p.measured = measure_fma_peak_gflops(threads, 0.2);
   p.reference = best_known_fma_peak_gflops(p.measured, threads, cache_path);
   if (threads > 1)  // one core alone is seldom disturbed: the n-thread peak is at least n x it
-    p.reference = mfu_reference_peak_gflops(
-        p.reference, best_known_fma_peak_gflops(measure_fma_peak_gflops(1, 0.1), 1, cache_path), threads,
-        physical_cores_available());
+    p.reference = mfu_reference_peak_gflops(p.reference,
+                                            best_known_fma_peak_gflops(measure_fma_peak_gflops(1, 0.1), 1, cache_path),
+                                            threads, physical_cores_available());
   return p;
 }
 

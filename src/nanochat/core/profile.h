@@ -35,7 +35,7 @@ inline constexpr size_t kNumOps = static_cast<size_t>(Op::kCount);
 /// Display name of a family.
 inline const char* name(Op op) {
   static constexpr const char* kNames[kNumOps] = {
-      "gemm qkv",       "gemm attn proj", "gemm mlp fc", "gemm mlp proj", "attention",
+      "gemm qkv",       "gemm attn proj",  "gemm mlp fc", "gemm mlp proj", "attention",
       "lm_head + loss", "norm/rotary/emb", "elementwise", "optimizer",     "data"};
   return kNames[static_cast<size_t>(op)];
 }

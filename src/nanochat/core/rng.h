@@ -47,8 +47,12 @@ class Rng {
   /// Uniform integer in [0, n).
   uint64_t below(uint64_t n) { return n ? next_u64() % n : 0; }
 
-  void get_state(uint64_t out[4]) const { for (int i = 0; i < 4; ++i) out[i] = s_[i]; }
-  void set_state(const uint64_t in[4]) { for (int i = 0; i < 4; ++i) s_[i] = in[i]; }
+  void get_state(uint64_t out[4]) const {
+    for (int i = 0; i < 4; ++i) out[i] = s_[i];
+  }
+  void set_state(const uint64_t in[4]) {
+    for (int i = 0; i < 4; ++i) s_[i] = in[i];
+  }
 
  private:
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

@@ -13,14 +13,22 @@ namespace nanochat::data {
 
 std::string codec_name(int32_t codec) {
   switch (static_cast<Codec>(codec)) {
-    case Codec::Uncompressed: return "UNCOMPRESSED";
-    case Codec::Snappy: return "SNAPPY";
-    case Codec::Gzip: return "GZIP";
-    case Codec::Lzo: return "LZO";
-    case Codec::Brotli: return "BROTLI";
-    case Codec::Lz4: return "LZ4";
-    case Codec::Zstd: return "ZSTD";
-    case Codec::Lz4Raw: return "LZ4_RAW";
+    case Codec::Uncompressed:
+      return "UNCOMPRESSED";
+    case Codec::Snappy:
+      return "SNAPPY";
+    case Codec::Gzip:
+      return "GZIP";
+    case Codec::Lzo:
+      return "LZO";
+    case Codec::Brotli:
+      return "BROTLI";
+    case Codec::Lz4:
+      return "LZ4";
+    case Codec::Zstd:
+      return "ZSTD";
+    case Codec::Lz4Raw:
+      return "LZ4_RAW";
   }
   return str_cat("codec(", codec, ")");
 }
@@ -65,7 +73,8 @@ std::string zstd_decompress(std::string_view src, size_t expected, const std::st
       fail(where, ": zstd data is truncated (", produced, " of ", expected, " bytes)");
     }
   }
-  if (produced != expected) fail(where, ": zstd data decompresses to ", produced, " bytes, the page header says ", expected);
+  if (produced != expected)
+    fail(where, ": zstd data decompresses to ", produced, " bytes, the page header says ", expected);
   return out;
 }
 
@@ -106,13 +115,15 @@ std::string gzip_decompress(std::string_view src, size_t expected, const std::st
     }
     fail(where, ": corrupt gzip data: ", zs.msg ? zs.msg : "inflate failed");
   }
-  if (produced != expected) fail(where, ": gzip data decompresses to ", produced, " bytes, the page header says ", expected);
+  if (produced != expected)
+    fail(where, ": gzip data decompresses to ", produced, " bytes, the page header says ", expected);
   return out;
 }
 
 std::string snappy_decompress(std::string_view src, size_t expected, const std::string& where) {
   size_t len = 0;
-  if (snappy_uncompressed_length(src.data(), src.size(), &len) != SNAPPY_OK) fail(where, ": corrupt snappy data (bad length preamble)");
+  if (snappy_uncompressed_length(src.data(), src.size(), &len) != SNAPPY_OK)
+    fail(where, ": corrupt snappy data (bad length preamble)");
   if (len != expected) fail(where, ": snappy data decompresses to ", len, " bytes, the page header says ", expected);
   // Validation runs the decoder without output, so nothing is allocated for a lying preamble.
   if (snappy_validate_compressed_buffer(src.data(), src.size()) != SNAPPY_OK) fail(where, ": corrupt snappy data");
@@ -129,7 +140,8 @@ std::string snappy_decompress(std::string_view src, size_t expected, const std::
 std::string decompress(int32_t codec, std::string_view src, size_t expected, const std::string& where) {
   switch (static_cast<Codec>(codec)) {
     case Codec::Uncompressed:
-      if (src.size() != expected) fail(where, ": uncompressed page has ", src.size(), " bytes, the page header says ", expected);
+      if (src.size() != expected)
+        fail(where, ": uncompressed page has ", src.size(), " bytes, the page header says ", expected);
       return std::string(src);
     case Codec::Zstd:
       if (expected == 0 && src.empty()) return {};
@@ -142,7 +154,8 @@ std::string decompress(int32_t codec, std::string_view src, size_t expected, con
     default:
       break;
   }
-  fail(where, ": compression codec ", codec_name(codec), " is not supported (supported: UNCOMPRESSED, SNAPPY, GZIP, ZSTD)");
+  fail(where, ": compression codec ", codec_name(codec),
+       " is not supported (supported: UNCOMPRESSED, SNAPPY, GZIP, ZSTD)");
 }
 
 std::string zstd_compress(std::string_view src, int level) {

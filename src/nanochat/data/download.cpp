@@ -162,7 +162,8 @@ DownloadResult download_shards(const DownloadOptions& opt) {
         res.present++;
         continue;
       } catch (const Error& e) {
-        std::fprintf(stderr, "nanochat: %s is not a valid shard (%s); downloading it again\n", j.path.c_str(), e.what());
+        std::fprintf(stderr, "nanochat: %s is not a valid shard (%s); downloading it again\n", j.path.c_str(),
+                     e.what());
         fs::remove(j.path, ec);
       }
     }
@@ -197,7 +198,9 @@ DownloadResult download_shards(const DownloadOptions& opt) {
         if (permanent || attempt == opt.attempts) break;
         if (restart) continue;  // the partial file was discarded: start over at once
         double wait = opt.backoff_s * std::pow(2.0, attempt - 1);
-        if (!opt.quiet) std::fprintf(stderr, "\nnanochat: %s: attempt %d/%d failed (%s); retrying in %.1f s\n", job.name.c_str(), attempt, opt.attempts, reason.c_str(), wait);
+        if (!opt.quiet)
+          std::fprintf(stderr, "\nnanochat: %s: attempt %d/%d failed (%s); retrying in %.1f s\n", job.name.c_str(),
+                       attempt, opt.attempts, reason.c_str(), wait);
         std::unique_lock<std::mutex> lk(mu);
         cv.wait_for(lk, std::chrono::duration<double>(wait), [&] { return stop.load(); });
       }

@@ -18,12 +18,14 @@ namespace nanochat::data {
 std::vector<std::string> split_files(const std::string& dir, const std::string& split) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    fail("data directory ", dir, " does not exist; build the demo corpus (scripts/demo_corpus.sh), pack your own "
+    fail("data directory ", dir,
+         " does not exist; build the demo corpus (scripts/demo_corpus.sh), pack your own "
          "text with 'nanochat data pack', download shards with 'nanochat data download -n N', or point "
          "NANOCHAT_DATA_DIR at a folder of shards");
   auto all = list_parquet_files(dir);
   if (all.empty())
-    fail("data directory ", dir, " holds no *.parquet shard; pack text with 'nanochat data pack' or download "
+    fail("data directory ", dir,
+         " holds no *.parquet shard; pack text with 'nanochat data pack' or download "
          "shards with 'nanochat data download -n N'");
   if (all.size() < 2)
     fail("data directory ", dir, " has only one shard (", fs::path(all[0]).filename().string(),
@@ -143,8 +145,14 @@ struct DataLoader::Impl {
     for (const auto& d : buffer) buf.push_back({d.ref.pq, d.ref.rg, d.ref.row});
     json names = json::array();
     for (const auto& f : files) names.push_back(fs::path(f).filename().string());
-    return {{"version", 1}, {"split", opt.split}, {"rank", opt.rank}, {"world_size", opt.world_size},
-            {"files", names}, {"epoch", last_epoch}, {"pq_idx", last_pq}, {"rg_idx", last_rg},
+    return {{"version", 1},
+            {"split", opt.split},
+            {"rank", opt.rank},
+            {"world_size", opt.world_size},
+            {"files", names},
+            {"epoch", last_epoch},
+            {"pq_idx", last_pq},
+            {"rg_idx", last_rg},
             {"cursor", {{"epoch", epoch}, {"pq", pq}, {"rg", rg}, {"doc_offset", doc_offset}}},
             {"buffer", buf}};
   }
@@ -216,8 +224,9 @@ DataLoader::DataLoader(const Tokenizer& tok, const LoaderOptions& opt, const jso
   for (size_t i = 0; i < impl_->files.size(); ++i)
     max_rg = std::max(max_rg, impl_->reader(static_cast<int>(i)).num_row_groups());
   if (max_rg < opt.world_size)
-    fail("the ", opt.split, " shards in ", opt.data_dir, " have at most ", max_rg, " row group(s) per file but the job has ",
-         opt.world_size, " ranks; rank r reads row groups r, r+W, ..., so every rank needs one: use fewer ranks or "
+    fail("the ", opt.split, " shards in ", opt.data_dir, " have at most ", max_rg,
+         " row group(s) per file but the job has ", opt.world_size,
+         " ranks; rank r reads row groups r, r+W, ..., so every rank needs one: use fewer ranks or "
          "repack the text into more row groups ('nanochat data pack' writes 1024 docs per row group)");
   impl_->rg = opt.rank;
   if (state) impl_->restore(*state);
@@ -326,8 +335,14 @@ std::vector<json> reshard_loader_states(const std::vector<json>& old_states, int
     json buf = json::array();
     for (size_t i = static_cast<size_t>(r); i < docs.size(); i += static_cast<size_t>(new_world))
       buf.push_back(docs[i]);
-    out.push_back({{"version", 1}, {"split", first.at("split")}, {"rank", r}, {"world_size", new_world},
-                   {"files", first.at("files")}, {"epoch", epoch}, {"pq_idx", pq}, {"rg_idx", base + r},
+    out.push_back({{"version", 1},
+                   {"split", first.at("split")},
+                   {"rank", r},
+                   {"world_size", new_world},
+                   {"files", first.at("files")},
+                   {"epoch", epoch},
+                   {"pq_idx", pq},
+                   {"rg_idx", base + r},
                    {"cursor", {{"epoch", epoch}, {"pq", pq}, {"rg", base + r}, {"doc_offset", 0}}},
                    {"buffer", buf}});
   }

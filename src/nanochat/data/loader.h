@@ -32,24 +32,24 @@ std::vector<std::string> split_files(const std::string& dir, const std::string& 
 
 /// Loader settings.
 struct LoaderOptions {
-  int B = 1;                 ///< rows per batch (device batch size)
-  int T = 2048;              ///< tokens per row of inputs/targets (rows hold T+1 tokens)
-  int rank = 0;              ///< this rank
-  int world_size = 1;        ///< ranks in the job
+  int B = 1;                    ///< rows per batch (device batch size)
+  int T = 2048;                 ///< tokens per row of inputs/targets (rows hold T+1 tokens)
+  int rank = 0;                 ///< this rank
+  int world_size = 1;           ///< ranks in the job
   std::string split = "train";  ///< "train" or "val"
-  std::string data_dir;      ///< folder of shards (see core/paths.h data_dir())
-  int doc_batch = 128;       ///< docs per tokenizer batch (nanochat tokenizer_batch_size)
-  int buffer_size = 1000;    ///< docs kept in the packing buffer (nanochat buffer_size)
-  int tokenizer_threads = 1; ///< threads for encode_batch inside the loader
-  bool prefetch = true;      ///< run packing on a background thread
-  int prefetch_depth = 3;    ///< batches kept ready
+  std::string data_dir;         ///< folder of shards (see core/paths.h data_dir())
+  int doc_batch = 128;          ///< docs per tokenizer batch (nanochat tokenizer_batch_size)
+  int buffer_size = 1000;       ///< docs kept in the packing buffer (nanochat buffer_size)
+  int tokenizer_threads = 1;    ///< threads for encode_batch inside the loader
+  bool prefetch = true;         ///< run packing on a background thread
+  int prefetch_depth = 3;       ///< batches kept ready
   /// Deal the stream's batches to several consumers: next() returns batches keep_offset,
   /// keep_offset + keep_stride, ... of this loader's stream and reads past the others (state()
   /// is then after the last batch of each group of keep_stride). With rank 0, world_size 1,
   /// keep_stride W and keep_offset r, W ranks together see exactly the one-rank stream, micro-batch
   /// by micro-batch, and the state after a step is the one-rank stream's at any W.
   int keep_stride = 1;
-  int keep_offset = 0;       ///< 0 <= keep_offset < keep_stride
+  int keep_offset = 0;  ///< 0 <= keep_offset < keep_stride
 };
 
 /// Loader states for resuming at another world size (approximate, like nanochat's resume; the
@@ -62,8 +62,7 @@ struct LoaderOptions {
 ///  * what is skipped: the unread rest of each old rank's current row group and the row groups
 ///    the slower old ranks had not reached yet (at most about one row group per old rank).
 /// Throws nanochat::Error for an empty list, states of different splits/shards, or new_world < 1.
-std::vector<nlohmann::json> reshard_loader_states(const std::vector<nlohmann::json>& old_states,
-                                                  int new_world);
+std::vector<nlohmann::json> reshard_loader_states(const std::vector<nlohmann::json>& old_states, int new_world);
 
 /// Infinite stream of (B, T) input/target batches for one rank. Not copyable; one consumer thread.
 class DataLoader {

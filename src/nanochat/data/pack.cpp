@@ -175,7 +175,8 @@ PackResult pack_corpus(const PackOptions& opt) {
   if (opt.out_dir.empty()) fail("data pack: --out is required");
   if (opt.shard_chars <= 0) fail("data pack: --shard-chars must be positive (got ", opt.shard_chars, ")");
   if (opt.val_docs <= 0) fail("data pack: --val-docs must be at least 1 (nanochat always has a validation shard)");
-  if (opt.split != "doc" && opt.split != "paragraphs") fail("data pack: --split must be 'doc' or 'paragraphs' (got '", opt.split, "')");
+  if (opt.split != "doc" && opt.split != "paragraphs")
+    fail("data pack: --split must be 'doc' or 'paragraphs' (got '", opt.split, "')");
   if (opt.row_group_size <= 0) fail("data pack: row group size must be positive");
 
   // ---- check the output directory before doing any work ----
@@ -215,9 +216,11 @@ PackResult pack_corpus(const PackOptions& opt) {
         try {
           j = nlohmann::json::parse(line);
         } catch (const nlohmann::json::exception& e) {
-          fail(p.string(), ":", lineno, ": invalid JSON (", e.what(), "); expected one {\"text\": ...} object per line");
+          fail(p.string(), ":", lineno, ": invalid JSON (", e.what(),
+               "); expected one {\"text\": ...} object per line");
         }
-        if (!j.is_object() || !j.contains("text")) fail(p.string(), ":", lineno, ": expected an object with a \"text\" key");
+        if (!j.is_object() || !j.contains("text"))
+          fail(p.string(), ":", lineno, ": expected an object with a \"text\" key");
         const auto& t = j["text"];
         if (t.is_null()) {
           res.skipped++;
@@ -244,7 +247,8 @@ PackResult pack_corpus(const PackOptions& opt) {
 
   // ---- shuffle (Fisher-Yates, seeded) ----
   Rng rng(opt.seed);
-  for (int64_t i = n - 1; i > 0; --i) std::swap(docs[static_cast<size_t>(i)], docs[rng.below(static_cast<uint64_t>(i + 1))]);
+  for (int64_t i = n - 1; i > 0; --i)
+    std::swap(docs[static_cast<size_t>(i)], docs[rng.below(static_cast<uint64_t>(i + 1))]);
 
   // ---- plan train shards: close at >= shard_chars AND a multiple of 1024 docs (docs/nanochat.md 5.2) ----
   const int64_t n_train = n - opt.val_docs;
@@ -308,8 +312,8 @@ std::string inspect_parquet(const std::string& path, int preview_chars) {
   for (int g = 0; g < r.num_row_groups(); ++g) {
     const RowGroupInfo& info = r.row_group(g);
     os << "  #" << g << ": " << info.num_rows << " rows, " << info.text.total_compressed_size << " bytes compressed, "
-       << info.text.total_uncompressed_size << " uncompressed" << (info.text.dictionary_page_offset >= 0 ? ", dictionary" : "")
-       << "\n";
+       << info.text.total_uncompressed_size << " uncompressed"
+       << (info.text.dictionary_page_offset >= 0 ? ", dictionary" : "") << "\n";
   }
   os << "total rows: " << r.num_rows() << "\n";
   for (int g = 0; g < r.num_row_groups(); ++g) {

@@ -32,14 +32,17 @@ void pread_all(int fd, const std::string& path, int64_t offset, void* buf, size_
       if (errno == EINTR) continue;
       fail(path, ": byte offset ", offset, ": read failed: ", std::strerror(errno));
     }
-    if (k == 0) fail(path, ": byte offset ", offset, ": unexpected end of file (was the file truncated while reading?)");
+    if (k == 0)
+      fail(path, ": byte offset ", offset, ": unexpected end of file (was the file truncated while reading?)");
     p += k;
     n -= static_cast<size_t>(k);
     offset += k;
   }
 }
 
-uint32_t load_le32(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
+uint32_t load_le32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
 
 // ---- page headers --------------------------------------------------------------------------
 struct PageHeader {
@@ -53,10 +56,10 @@ struct PageHeader {
   int32_t encoding = -1;
   int32_t def_encoding = -1;
   int32_t rep_encoding = -1;
-  int32_t num_nulls = -1;                // v2
-  int32_t num_rows = -1;                 // v2
+  int32_t num_nulls = -1;                  // v2
+  int32_t num_rows = -1;                   // v2
   int32_t def_bytes = -1, rep_bytes = -1;  // v2
-  bool is_compressed = true;             // v2
+  bool is_compressed = true;               // v2
   bool has_body = false;
 };
 
@@ -66,11 +69,20 @@ void parse_data_page_header(thrift::Reader& r, PageHeader& h) {
   CType t;
   while (r.next_field(id, t)) {
     switch (id) {
-      case 1: h.num_values = read_i32_field(r, t, "DataPageHeader.num_values"); break;
-      case 2: h.encoding = read_i32_field(r, t, "DataPageHeader.encoding"); break;
-      case 3: h.def_encoding = read_i32_field(r, t, "DataPageHeader.definition_level_encoding"); break;
-      case 4: h.rep_encoding = read_i32_field(r, t, "DataPageHeader.repetition_level_encoding"); break;
-      default: r.skip(t);
+      case 1:
+        h.num_values = read_i32_field(r, t, "DataPageHeader.num_values");
+        break;
+      case 2:
+        h.encoding = read_i32_field(r, t, "DataPageHeader.encoding");
+        break;
+      case 3:
+        h.def_encoding = read_i32_field(r, t, "DataPageHeader.definition_level_encoding");
+        break;
+      case 4:
+        h.rep_encoding = read_i32_field(r, t, "DataPageHeader.repetition_level_encoding");
+        break;
+      default:
+        r.skip(t);
     }
   }
   r.end_struct();
@@ -84,9 +96,14 @@ void parse_dict_page_header(thrift::Reader& r, PageHeader& h) {
   CType t;
   while (r.next_field(id, t)) {
     switch (id) {
-      case 1: h.num_values = read_i32_field(r, t, "DictionaryPageHeader.num_values"); break;
-      case 2: h.encoding = read_i32_field(r, t, "DictionaryPageHeader.encoding"); break;
-      default: r.skip(t);
+      case 1:
+        h.num_values = read_i32_field(r, t, "DictionaryPageHeader.num_values");
+        break;
+      case 2:
+        h.encoding = read_i32_field(r, t, "DictionaryPageHeader.encoding");
+        break;
+      default:
+        r.skip(t);
     }
   }
   r.end_struct();
@@ -100,21 +117,35 @@ void parse_data_page_v2_header(thrift::Reader& r, PageHeader& h) {
   CType t;
   while (r.next_field(id, t)) {
     switch (id) {
-      case 1: h.num_values = read_i32_field(r, t, "DataPageHeaderV2.num_values"); break;
-      case 2: h.num_nulls = read_i32_field(r, t, "DataPageHeaderV2.num_nulls"); break;
-      case 3: h.num_rows = read_i32_field(r, t, "DataPageHeaderV2.num_rows"); break;
-      case 4: h.encoding = read_i32_field(r, t, "DataPageHeaderV2.encoding"); break;
-      case 5: h.def_bytes = read_i32_field(r, t, "DataPageHeaderV2.definition_levels_byte_length"); break;
-      case 6: h.rep_bytes = read_i32_field(r, t, "DataPageHeaderV2.repetition_levels_byte_length"); break;
+      case 1:
+        h.num_values = read_i32_field(r, t, "DataPageHeaderV2.num_values");
+        break;
+      case 2:
+        h.num_nulls = read_i32_field(r, t, "DataPageHeaderV2.num_nulls");
+        break;
+      case 3:
+        h.num_rows = read_i32_field(r, t, "DataPageHeaderV2.num_rows");
+        break;
+      case 4:
+        h.encoding = read_i32_field(r, t, "DataPageHeaderV2.encoding");
+        break;
+      case 5:
+        h.def_bytes = read_i32_field(r, t, "DataPageHeaderV2.definition_levels_byte_length");
+        break;
+      case 6:
+        h.rep_bytes = read_i32_field(r, t, "DataPageHeaderV2.repetition_levels_byte_length");
+        break;
       case 7:
         expect(r, t, CType::True, "DataPageHeaderV2.is_compressed");
         h.is_compressed = r.read_bool(t);
         break;
-      default: r.skip(t);
+      default:
+        r.skip(t);
     }
   }
   r.end_struct();
-  if (h.num_values < 0 || h.num_nulls < 0 || h.encoding < 0 || h.def_bytes < 0 || h.rep_bytes < 0 || h.num_nulls > h.num_values) {
+  if (h.num_values < 0 || h.num_nulls < 0 || h.encoding < 0 || h.def_bytes < 0 || h.rep_bytes < 0 ||
+      h.num_nulls > h.num_values) {
     r.fail("data page v2 header has missing or negative fields");
   }
   h.has_body = true;
@@ -127,30 +158,47 @@ PageHeader parse_page_header(thrift::Reader& r) {
   CType t;
   while (r.next_field(id, t)) {
     switch (id) {
-      case 1: h.type = read_i32_field(r, t, "PageHeader.type"); break;
-      case 2: h.uncompressed_size = read_i32_field(r, t, "PageHeader.uncompressed_page_size"); break;
-      case 3: h.compressed_size = read_i32_field(r, t, "PageHeader.compressed_page_size"); break;
+      case 1:
+        h.type = read_i32_field(r, t, "PageHeader.type");
+        break;
+      case 2:
+        h.uncompressed_size = read_i32_field(r, t, "PageHeader.uncompressed_page_size");
+        break;
+      case 3:
+        h.compressed_size = read_i32_field(r, t, "PageHeader.compressed_page_size");
+        break;
       case 4:
         h.has_crc = true;
         h.crc = static_cast<uint32_t>(read_i32_field(r, t, "PageHeader.crc"));
         break;
       case 5:
         expect(r, t, CType::Struct, "PageHeader.data_page_header");
-        if (h.type == kDataPage) parse_data_page_header(r, h); else r.skip(t);
+        if (h.type == kDataPage)
+          parse_data_page_header(r, h);
+        else
+          r.skip(t);
         break;
       case 7:
         expect(r, t, CType::Struct, "PageHeader.dictionary_page_header");
-        if (h.type == kDictionaryPage) parse_dict_page_header(r, h); else r.skip(t);
+        if (h.type == kDictionaryPage)
+          parse_dict_page_header(r, h);
+        else
+          r.skip(t);
         break;
       case 8:
         expect(r, t, CType::Struct, "PageHeader.data_page_header_v2");
-        if (h.type == kDataPageV2) parse_data_page_v2_header(r, h); else r.skip(t);
+        if (h.type == kDataPageV2)
+          parse_data_page_v2_header(r, h);
+        else
+          r.skip(t);
         break;
-      default: r.skip(t);
+      default:
+        r.skip(t);
     }
   }
   r.end_struct();
-  if (h.type < 0 || h.uncompressed_size < 0 || h.compressed_size < 0) r.fail("page header lacks type or sizes (or they are negative)");
+  if (h.type < 0 || h.uncompressed_size < 0 || h.compressed_size < 0)
+    r.fail("page header lacks type or sizes (or they are negative)");
   return h;
 }
 
@@ -218,16 +266,26 @@ int bit_width(int max_level) {
 
 std::string encoding_name(int32_t e) {
   switch (e) {
-    case kPlain: return "PLAIN";
-    case 1: return "GROUP_VAR_INT";
-    case kPlainDictionary: return "PLAIN_DICTIONARY";
-    case kRle: return "RLE";
-    case kBitPacked: return "BIT_PACKED";
-    case kDeltaBinaryPacked: return "DELTA_BINARY_PACKED";
-    case kDeltaLengthByteArray: return "DELTA_LENGTH_BYTE_ARRAY";
-    case kDeltaByteArray: return "DELTA_BYTE_ARRAY";
-    case kRleDictionary: return "RLE_DICTIONARY";
-    case kByteStreamSplit: return "BYTE_STREAM_SPLIT";
+    case kPlain:
+      return "PLAIN";
+    case 1:
+      return "GROUP_VAR_INT";
+    case kPlainDictionary:
+      return "PLAIN_DICTIONARY";
+    case kRle:
+      return "RLE";
+    case kBitPacked:
+      return "BIT_PACKED";
+    case kDeltaBinaryPacked:
+      return "DELTA_BINARY_PACKED";
+    case kDeltaLengthByteArray:
+      return "DELTA_LENGTH_BYTE_ARRAY";
+    case kDeltaByteArray:
+      return "DELTA_BYTE_ARRAY";
+    case kRleDictionary:
+      return "RLE_DICTIONARY";
+    case kByteStreamSplit:
+      return "BYTE_STREAM_SPLIT";
   }
   return str_cat("encoding(", e, ")");
 }
@@ -294,7 +352,8 @@ void ParquetReader::fail_at(int64_t offset, const std::string& what) const {
 
 // Finds and checks the footer (magic bytes, length), then parses it (parquet_footer.h).
 void ParquetReader::read_footer() {
-  if (file_size_ < 12) fail(path_, ": file is ", file_size_, " bytes, too small to be a Parquet file (needs at least 12)");
+  if (file_size_ < 12)
+    fail(path_, ": file is ", file_size_, " bytes, too small to be a Parquet file (needs at least 12)");
   uint8_t head[4];
   pread_all(fd_, path_, 0, head, 4);
   if (std::memcmp(head, kMagic, 4) != 0) fail_at(0, "not a Parquet file (magic bytes \"PAR1\" missing at the start)");
@@ -323,7 +382,8 @@ void ParquetReader::read_footer() {
 int64_t ParquetReader::row_group_num_rows(int i) const { return row_group(i).num_rows; }
 
 const RowGroupInfo& ParquetReader::row_group(int i) const {
-  if (i < 0 || i >= num_row_groups()) fail(path_, ": row group ", i, " does not exist (the file has ", num_row_groups(), ")");
+  if (i < 0 || i >= num_row_groups())
+    fail(path_, ": row group ", i, " does not exist (the file has ", num_row_groups(), ")");
   return row_groups_[static_cast<size_t>(i)];
 }
 
@@ -358,10 +418,12 @@ std::vector<std::string> ParquetReader::read_row_group(int i, PageStats* stats) 
     const std::string where = str_cat(path_, ": byte offset ", page_off, " (row group ", i, ", page ", page_no, ")");
     auto page_fail = [&](const std::string& what) -> void { fail(where, ": ", what); };
     if (static_cast<size_t>(h.compressed_size) > size - body) {
-      page_fail(str_cat("page of ", h.compressed_size, " bytes runs past the end of its column chunk (", size - body, " bytes left)"));
+      page_fail(str_cat("page of ", h.compressed_size, " bytes runs past the end of its column chunk (", size - body,
+                        " bytes left)"));
     }
     if (h.compressed_size > limits_.max_page_bytes || h.uncompressed_size > limits_.max_page_bytes) {
-      page_fail(str_cat("page size ", std::max(h.compressed_size, h.uncompressed_size), " exceeds the reader's limit of ", limits_.max_page_bytes, " bytes"));
+      page_fail(str_cat("page size ", std::max(h.compressed_size, h.uncompressed_size),
+                        " exceeds the reader's limit of ", limits_.max_page_bytes, " bytes"));
     }
     std::string_view payload(chunk.data() + body, static_cast<size_t>(h.compressed_size));
     pos = body + static_cast<size_t>(h.compressed_size);
@@ -371,26 +433,33 @@ std::vector<std::string> ParquetReader::read_row_group(int i, PageStats* stats) 
       stats->crc_pages += h.has_crc;
     }
     if (h.has_crc) {
-      uint32_t crc = static_cast<uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(payload.data()), static_cast<uInt>(payload.size())));
-      if (crc != h.crc) page_fail(str_cat("page CRC mismatch (stored ", h.crc, ", computed ", crc, "): the page is corrupt"));
+      uint32_t crc = static_cast<uint32_t>(
+          crc32(0L, reinterpret_cast<const Bytef*>(payload.data()), static_cast<uInt>(payload.size())));
+      if (crc != h.crc)
+        page_fail(str_cat("page CRC mismatch (stored ", h.crc, ", computed ", crc, "): the page is corrupt"));
     }
     if (h.type == kIndexPage) continue;
-    if (h.type != kDataPage && h.type != kDataPageV2 && h.type != kDictionaryPage) page_fail(str_cat("unknown page type ", h.type));
+    if (h.type != kDataPage && h.type != kDataPageV2 && h.type != kDictionaryPage)
+      page_fail(str_cat("unknown page type ", h.type));
     if (!h.has_body) page_fail("page header lacks its type-specific header");
     (void)body_off;
 
     if (h.type == kDictionaryPage) {
-      if (have_dict || !rows.empty()) page_fail("unexpected second dictionary page (or dictionary page after data pages)");
-      if (h.encoding != kPlain && h.encoding != kPlainDictionary) page_fail("dictionary page encoding " + encoding_name(h.encoding) + " is not supported");
+      if (have_dict || !rows.empty())
+        page_fail("unexpected second dictionary page (or dictionary page after data pages)");
+      if (h.encoding != kPlain && h.encoding != kPlainDictionary)
+        page_fail("dictionary page encoding " + encoding_name(h.encoding) + " is not supported");
       dict_buf = decompress(c.codec, payload, static_cast<size_t>(h.uncompressed_size), where);
-      if (static_cast<uint64_t>(h.num_values) > dict_buf.size() / 4) page_fail(str_cat("dictionary claims ", h.num_values, " values in ", dict_buf.size(), " bytes"));
+      if (static_cast<uint64_t>(h.num_values) > dict_buf.size() / 4)
+        page_fail(str_cat("dictionary claims ", h.num_values, " values in ", dict_buf.size(), " bytes"));
       dict.reserve(static_cast<size_t>(h.num_values));
       size_t p = 0;
       for (int32_t k = 0; k < h.num_values; ++k) {
         if (dict_buf.size() - p < 4) page_fail(str_cat("dictionary entry ", k, " is truncated"));
         uint32_t len = load_le32(reinterpret_cast<const uint8_t*>(dict_buf.data() + p));
         p += 4;
-        if (len > dict_buf.size() - p) page_fail(str_cat("dictionary entry ", k, " of ", len, " bytes runs past the page"));
+        if (len > dict_buf.size() - p)
+          page_fail(str_cat("dictionary entry ", k, " of ", len, " bytes runs past the page"));
         dict.emplace_back(dict_buf.data() + p, len);
         p += len;
       }
@@ -400,8 +469,9 @@ std::vector<std::string> ParquetReader::read_row_group(int i, PageStats* stats) 
 
     // ---- data page (v1 or v2) ----
     const size_t n = static_cast<size_t>(h.num_values);
-    if (n > want - rows.size()) page_fail(str_cat("page holds ", n, " values but only ", want - rows.size(), " rows of the row group remain"));
-    std::string data;        // decompressed levels + values (v1) or values only (v2)
+    if (n > want - rows.size())
+      page_fail(str_cat("page holds ", n, " values but only ", want - rows.size(), " rows of the row group remain"));
+    std::string data;         // decompressed levels + values (v1) or values only (v2)
     std::string_view values;  // the encoded values
     levels.clear();
     const int bw = bit_width(max_def_);
@@ -409,10 +479,12 @@ std::vector<std::string> ParquetReader::read_row_group(int i, PageStats* stats) 
       data = decompress(c.codec, payload, static_cast<size_t>(h.uncompressed_size), where);
       size_t p = 0;
       if (max_def_ > 0) {
-        if (h.def_encoding != kRle) page_fail("definition level encoding " + encoding_name(h.def_encoding) + " is not supported (only RLE)");
+        if (h.def_encoding != kRle)
+          page_fail("definition level encoding " + encoding_name(h.def_encoding) + " is not supported (only RLE)");
         if (data.size() < 4) page_fail("definition levels length is truncated");
         uint32_t len = load_le32(reinterpret_cast<const uint8_t*>(data.data()));
-        if (len > data.size() - 4) page_fail(str_cat("definition levels length ", len, " exceeds the page's ", data.size() - 4, " bytes"));
+        if (len > data.size() - 4)
+          page_fail(str_cat("definition levels length ", len, " exceeds the page's ", data.size() - 4, " bytes"));
         decode_hybrid(reinterpret_cast<const uint8_t*>(data.data()) + 4, len, bw, n, levels,
                       [&](const std::string& w) { page_fail("definition levels: " + w); });
         p = 4 + len;
@@ -420,11 +492,12 @@ std::vector<std::string> ParquetReader::read_row_group(int i, PageStats* stats) 
       values = std::string_view(data).substr(p);
     } else {  // v2: [rep levels][def levels] uncompressed, then values (compressed if is_compressed)
       const uint64_t lv = static_cast<uint64_t>(h.rep_bytes) + static_cast<uint64_t>(h.def_bytes);
-      if (lv > payload.size() || lv > static_cast<uint64_t>(h.uncompressed_size)) page_fail("v2 level lengths exceed the page size");
+      if (lv > payload.size() || lv > static_cast<uint64_t>(h.uncompressed_size))
+        page_fail("v2 level lengths exceed the page size");
       if (h.rep_bytes != 0) page_fail("v2 page has repetition levels but column \"text\" is not repeated");
       if (max_def_ > 0) {
-        decode_hybrid(reinterpret_cast<const uint8_t*>(payload.data()) + h.rep_bytes, static_cast<size_t>(h.def_bytes), bw, n, levels,
-                      [&](const std::string& w) { page_fail("definition levels: " + w); });
+        decode_hybrid(reinterpret_cast<const uint8_t*>(payload.data()) + h.rep_bytes, static_cast<size_t>(h.def_bytes),
+                      bw, n, levels, [&](const std::string& w) { page_fail("definition levels: " + w); });
       } else if (h.def_bytes != 0) {
         page_fail("v2 page has definition levels but column \"text\" is REQUIRED");
       }
@@ -442,7 +515,8 @@ std::vector<std::string> ParquetReader::read_row_group(int i, PageStats* stats) 
     if (max_def_ > 0) {
       non_null = 0;
       for (uint32_t l : levels) {
-        if (l > static_cast<uint32_t>(max_def_)) page_fail(str_cat("definition level ", l, " exceeds the maximum ", max_def_));
+        if (l > static_cast<uint32_t>(max_def_))
+          page_fail(str_cat("definition level ", l, " exceeds the maximum ", max_def_));
         non_null += (l == static_cast<uint32_t>(max_def_));
       }
     }
@@ -458,7 +532,8 @@ std::vector<std::string> ParquetReader::read_row_group(int i, PageStats* stats) 
         if (values.size() - p < 4) page_fail(str_cat("value ", k, " of ", non_null, ": length prefix is truncated"));
         uint32_t len = load_le32(reinterpret_cast<const uint8_t*>(values.data() + p));
         p += 4;
-        if (len > values.size() - p) page_fail(str_cat("value ", k, " of ", len, " bytes runs past the end of the page"));
+        if (len > values.size() - p)
+          page_fail(str_cat("value ", k, " of ", len, " bytes runs past the end of the page"));
         vals.push_back(values.substr(p, len));
         p += len;
       }
@@ -471,12 +546,14 @@ std::vector<std::string> ParquetReader::read_row_group(int i, PageStats* stats) 
         decode_hybrid(reinterpret_cast<const uint8_t*>(values.data()) + 1, values.size() - 1, ibw, non_null, indices,
                       [&](const std::string& w) { page_fail("dictionary indices: " + w); });
         for (uint32_t ix : indices) {
-          if (ix >= dict.size()) page_fail(str_cat("dictionary index ", ix, " out of range (dictionary has ", dict.size(), " entries)"));
+          if (ix >= dict.size())
+            page_fail(str_cat("dictionary index ", ix, " out of range (dictionary has ", dict.size(), " entries)"));
           vals.push_back(dict[ix]);
         }
       }
     } else {
-      page_fail("value encoding " + encoding_name(h.encoding) + " is not supported (supported: PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY)");
+      page_fail("value encoding " + encoding_name(h.encoding) +
+                " is not supported (supported: PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY)");
     }
     for (auto v : vals) text_bytes += static_cast<int64_t>(v.size());
     if (text_bytes > limits_.max_row_group_bytes) {
@@ -503,7 +580,8 @@ std::vector<std::string> ParquetReader::read_row_group(int i, PageStats* stats) 
 
 std::string ParquetReader::schema_string() const {
   static const char* reps[] = {"required", "optional", "repeated"};
-  static const char* logical[] = {"", "STRING", "MAP", "LIST", "ENUM", "DECIMAL", "DATE", "TIME", "TIMESTAMP", "", "INTEGER", "UNKNOWN", "JSON", "BSON", "UUID", "FLOAT16"};
+  static const char* logical[] = {"",          "STRING", "MAP",     "LIST",    "ENUM", "DECIMAL", "DATE", "TIME",
+                                  "TIMESTAMP", "",       "INTEGER", "UNKNOWN", "JSON", "BSON",    "UUID", "FLOAT16"};
   std::string out = "message " + (schema_.empty() ? std::string("schema") : schema_[0].name) + " {\n";
   std::vector<int32_t> left{schema_.empty() ? 0 : schema_[0].num_children};
   size_t next = 1;
@@ -527,8 +605,11 @@ std::string ParquetReader::schema_string() const {
       out += ind + rep + " group " + s.name + ann + " {\n";
       left.push_back(s.num_children);
     } else {
-      std::string ty = s.type == kByteArray ? "binary" : s.type == kFixedLenByteArray ? "fixed_len_byte_array" : type_name(s.type);
-      std::transform(ty.begin(), ty.end(), ty.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+      std::string ty = s.type == kByteArray           ? "binary"
+                       : s.type == kFixedLenByteArray ? "fixed_len_byte_array"
+                                                      : type_name(s.type);
+      std::transform(ty.begin(), ty.end(), ty.begin(),
+                     [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
       out += ind + rep + " " + ty + " " + s.name + ann + ";\n";
     }
   }

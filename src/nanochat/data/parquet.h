@@ -29,15 +29,15 @@ std::string encoding_name(int32_t encoding);
 
 /// Hard limits of the reader (defaults fit any real text shard; the fuzzer lowers them).
 struct ParquetLimits {
-  int64_t max_page_bytes = int64_t(256) << 20;        // one page, compressed or decompressed
-  int64_t max_row_group_rows = int64_t(1) << 22;      // rows in one row group
-  int64_t max_row_group_bytes = int64_t(4) << 30;     // total text bytes decoded from one row group
+  int64_t max_page_bytes = int64_t(256) << 20;     // one page, compressed or decompressed
+  int64_t max_row_group_rows = int64_t(1) << 22;   // rows in one row group
+  int64_t max_row_group_bytes = int64_t(4) << 30;  // total text bytes decoded from one row group
 };
 
 /// Footer metadata of the "text" column chunk in one row group.
 struct ColumnChunkInfo {
-  int32_t codec = 0;                  // CompressionCodec (see codec.h)
-  std::vector<int32_t> encodings;     // Encoding enum values listed in the footer
+  int32_t codec = 0;               // CompressionCodec (see codec.h)
+  std::vector<int32_t> encodings;  // Encoding enum values listed in the footer
   int64_t num_values = 0;
   int64_t total_compressed_size = 0;  // bytes on disk (all pages incl. headers)
   int64_t total_uncompressed_size = 0;
@@ -48,10 +48,10 @@ struct ColumnChunkInfo {
 
 /// Counts of what read_row_group() decoded (the shard check's summary, data/verify.h).
 struct PageStats {
-  int64_t pages = 0;             // pages read (dictionary, data and index pages)
-  int64_t crc_pages = 0;         // of them, pages whose header carries a CRC (checked)
-  int64_t chunk_bytes = 0;       // bytes of the column chunk on disk
-  int64_t text_bytes = 0;        // bytes of text decoded
+  int64_t pages = 0;        // pages read (dictionary, data and index pages)
+  int64_t crc_pages = 0;    // of them, pages whose header carries a CRC (checked)
+  int64_t chunk_bytes = 0;  // bytes of the column chunk on disk
+  int64_t text_bytes = 0;   // bytes of text decoded
 };
 
 /// One row group as listed in the footer.

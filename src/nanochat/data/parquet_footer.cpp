@@ -13,14 +13,16 @@ using thrift::CType;
 namespace {
 
 const char* ctype_name(CType t) {
-  static const char* names[] = {"stop", "bool", "bool", "byte", "i16", "i32", "i64", "double", "binary", "list", "set", "map", "struct"};
+  static const char* names[] = {"stop",   "bool",   "bool", "byte", "i16", "i32",   "i64",
+                                "double", "binary", "list", "set",  "map", "struct"};
   return names[static_cast<int>(t)];
 }
 
 }  // namespace
 
 const char* type_name(int32_t t) {
-  static const char* names[] = {"BOOLEAN", "INT32", "INT64", "INT96", "FLOAT", "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"};
+  static const char* names[] = {"BOOLEAN", "INT32",  "INT64",      "INT96",
+                                "FLOAT",   "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"};
   return (t >= 0 && t < 8) ? names[t] : "UNKNOWN";
 }
 
@@ -70,7 +72,9 @@ RawColumnMeta parse_column_meta(thrift::Reader& r) {
   CType t;
   while (r.next_field(id, t)) {
     switch (id) {
-      case 1: m.type = read_i32_field(r, t, "ColumnMetaData.type"); break;
+      case 1:
+        m.type = read_i32_field(r, t, "ColumnMetaData.type");
+        break;
       case 2: {
         expect(r, t, CType::List, "ColumnMetaData.encodings");
         CType e;
@@ -89,16 +93,27 @@ RawColumnMeta parse_column_meta(thrift::Reader& r) {
         for (int64_t i = 0; i < n; ++i) m.path.emplace_back(r.read_binary());
         break;
       }
-      case 4: m.codec = read_i32_field(r, t, "ColumnMetaData.codec"); break;
-      case 5: m.num_values = read_i64_field(r, t, "ColumnMetaData.num_values"); break;
-      case 6: m.total_uncompressed = read_i64_field(r, t, "ColumnMetaData.total_uncompressed_size"); break;
-      case 7: m.total_compressed = read_i64_field(r, t, "ColumnMetaData.total_compressed_size"); break;
-      case 9: m.data_page_offset = read_i64_field(r, t, "ColumnMetaData.data_page_offset"); break;
+      case 4:
+        m.codec = read_i32_field(r, t, "ColumnMetaData.codec");
+        break;
+      case 5:
+        m.num_values = read_i64_field(r, t, "ColumnMetaData.num_values");
+        break;
+      case 6:
+        m.total_uncompressed = read_i64_field(r, t, "ColumnMetaData.total_uncompressed_size");
+        break;
+      case 7:
+        m.total_compressed = read_i64_field(r, t, "ColumnMetaData.total_compressed_size");
+        break;
+      case 9:
+        m.data_page_offset = read_i64_field(r, t, "ColumnMetaData.data_page_offset");
+        break;
       case 11:
         m.dictionary_page_offset = read_i64_field(r, t, "ColumnMetaData.dictionary_page_offset");
         m.has_dictionary_page_offset = true;
         break;
-      default: r.skip(t);
+      default:
+        r.skip(t);
     }
   }
   r.end_struct();
@@ -120,7 +135,8 @@ RawColumnChunk parse_column_chunk(thrift::Reader& r) {
         expect(r, t, CType::Struct, "ColumnChunk.meta_data");
         c.meta = parse_column_meta(r);
         break;
-      default: r.skip(t);
+      default:
+        r.skip(t);
     }
   }
   r.end_struct();
@@ -143,9 +159,14 @@ RawRowGroup parse_row_group(thrift::Reader& r) {
         for (int64_t i = 0; i < n; ++i) g.columns.push_back(parse_column_chunk(r));
         break;
       }
-      case 2: g.total_byte_size = read_i64_field(r, t, "RowGroup.total_byte_size"); break;
-      case 3: g.num_rows = read_i64_field(r, t, "RowGroup.num_rows"); break;
-      default: r.skip(t);
+      case 2:
+        g.total_byte_size = read_i64_field(r, t, "RowGroup.total_byte_size");
+        break;
+      case 3:
+        g.num_rows = read_i64_field(r, t, "RowGroup.num_rows");
+        break;
+      default:
+        r.skip(t);
     }
   }
   r.end_struct();
@@ -160,15 +181,23 @@ ParquetReader::SchemaNode parse_schema_element(thrift::Reader& r) {
   CType t;
   while (r.next_field(id, t)) {
     switch (id) {
-      case 1: s.type = read_i32_field(r, t, "SchemaElement.type"); break;
-      case 3: s.repetition = read_i32_field(r, t, "SchemaElement.repetition_type"); break;
+      case 1:
+        s.type = read_i32_field(r, t, "SchemaElement.type");
+        break;
+      case 3:
+        s.repetition = read_i32_field(r, t, "SchemaElement.repetition_type");
+        break;
       case 4:
         expect(r, t, CType::Binary, "SchemaElement.name");
         s.name = std::string(r.read_binary());
         has_name = true;
         break;
-      case 5: s.num_children = read_i32_field(r, t, "SchemaElement.num_children"); break;
-      case 6: s.converted_type = read_i32_field(r, t, "SchemaElement.converted_type"); break;
+      case 5:
+        s.num_children = read_i32_field(r, t, "SchemaElement.num_children");
+        break;
+      case 6:
+        s.converted_type = read_i32_field(r, t, "SchemaElement.converted_type");
+        break;
       case 10: {
         expect(r, t, CType::Struct, "SchemaElement.logicalType");
         // A union: the id of its single set field says which logical type (1 = STRING).
@@ -182,7 +211,8 @@ ParquetReader::SchemaNode parse_schema_element(thrift::Reader& r) {
         r.end_struct();
         break;
       }
-      default: r.skip(t);
+      default:
+        r.skip(t);
     }
   }
   r.end_struct();
@@ -243,11 +273,13 @@ RawFileMeta parse_file_metadata(thrift::Reader& r, const FooterCtx& ctx) {
         expect(r, t, CType::Binary, "FileMetaData.created_by");
         meta.created_by = std::string(r.read_binary());
         break;
-      default: r.skip(t);
+      default:
+        r.skip(t);
     }
   }
   r.end_struct();
-  if (!has_schema || !has_rows || !has_groups) ctx.bad("footer (FileMetaData) lacks the schema, num_rows or row_groups");
+  if (!has_schema || !has_rows || !has_groups)
+    ctx.bad("footer (FileMetaData) lacks the schema, num_rows or row_groups");
   if (meta.groups.size() > static_cast<size_t>(INT32_MAX)) ctx.bad("too many row groups");
   return meta;
 }
@@ -325,7 +357,8 @@ size_t find_text_leaf(const std::vector<Leaf>& leaves, const std::vector<Parquet
   if (tn.type != kByteArray) {
     fail(path, ": column \"text\" has physical type ", type_name(tn.type), "; expected BYTE_ARRAY (a string column)");
   }
-  if (leaf.rep > 0) fail(path, ": column \"text\" is REPEATED (a list); only REQUIRED or OPTIONAL string columns are supported");
+  if (leaf.rep > 0)
+    fail(path, ": column \"text\" is REPEATED (a list); only REQUIRED or OPTIONAL string columns are supported");
   return static_cast<size_t>(text_leaf);
 }
 
@@ -342,13 +375,16 @@ RowGroupInfo text_chunk_info(const RawRowGroup& rg, size_t g, size_t text_leaf, 
     ctx.bad(str_cat(where, "has ", rg.columns.size(), " column chunks but the schema has ", n_leaves, " columns"));
   }
   const RawColumnChunk& cc = rg.columns[text_leaf];
-  if (!cc.file_path.empty()) fail(ctx.path, ": ", where, "column \"text\" is stored in another file (", cc.file_path, "); not supported");
+  if (!cc.file_path.empty())
+    fail(ctx.path, ": ", where, "column \"text\" is stored in another file (", cc.file_path, "); not supported");
   const RawColumnMeta& m = cc.meta;
   if (!m.present) ctx.bad(where + "column \"text\" has no ColumnMetaData (encrypted columns are not supported)");
-  if (m.path != std::vector<std::string>{"text"}) ctx.bad(where + "column chunk path does not match the schema's \"text\" column");
+  if (m.path != std::vector<std::string>{"text"})
+    ctx.bad(where + "column chunk path does not match the schema's \"text\" column");
   if (m.type != kByteArray) ctx.bad(where + "column chunk type is not BYTE_ARRAY");
   if (m.num_values != rg.num_rows) {
-    ctx.bad(str_cat(where, "column \"text\" has ", m.num_values, " values but the row group has ", rg.num_rows, " rows"));
+    ctx.bad(
+        str_cat(where, "column \"text\" has ", m.num_values, " values but the row group has ", rg.num_rows, " rows"));
   }
   if (m.codec < 0 || m.total_compressed < 0 || m.data_page_offset < 0 || m.total_uncompressed < 0) {
     ctx.bad(where + "column metadata lacks codec, sizes or data_page_offset");
@@ -369,10 +405,11 @@ RowGroupInfo text_chunk_info(const RawRowGroup& rg, size_t g, size_t text_leaf, 
     c.start = m.dictionary_page_offset;
   }
   if (rg.num_rows > 0 && (c.start < 4 || c.total_compressed_size > ctx.start - c.start)) {
-    ctx.bad(str_cat(where, "column chunk [", c.start, ", +", c.total_compressed_size, ") lies outside the data region [4, ",
-                    ctx.start, ")"));
+    ctx.bad(str_cat(where, "column chunk [", c.start, ", +", c.total_compressed_size,
+                    ") lies outside the data region [4, ", ctx.start, ")"));
   }
-  if (rg.num_rows > 0 && c.total_compressed_size == 0) ctx.bad(where + "column chunk of non-empty row group has 0 bytes");
+  if (rg.num_rows > 0 && c.total_compressed_size == 0)
+    ctx.bad(where + "column chunk of non-empty row group has 0 bytes");
   return info;
 }
 
@@ -398,7 +435,8 @@ Footer parse_footer(const std::string& bytes, const std::string& path, int64_t s
     if (total > (int64_t(1) << 50)) ctx.bad("row counts overflow");
     footer.row_groups.push_back(std::move(info));
   }
-  if (total != footer.num_rows) ctx.bad(str_cat("footer says ", footer.num_rows, " rows but its row groups hold ", total));
+  if (total != footer.num_rows)
+    ctx.bad(str_cat("footer says ", footer.num_rows, " rows but its row groups hold ", total));
   return footer;
 }
 

@@ -23,8 +23,8 @@ struct Footer {
   std::vector<ParquetReader::SchemaNode> schema;  ///< in pre-order, as stored
   int64_t num_rows = 0;                           ///< FileMetaData.num_rows (= sum over row groups)
   std::string created_by;
-  std::vector<RowGroupInfo> row_groups;           ///< the "text" column chunk of each
-  int max_def = 0;                                ///< maximum definition level of "text"
+  std::vector<RowGroupInfo> row_groups;  ///< the "text" column chunk of each
+  int max_def = 0;                       ///< maximum definition level of "text"
 };
 
 /// Parses the footer `bytes` that start at byte `start` of the file `path`, in passes: the

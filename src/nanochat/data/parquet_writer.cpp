@@ -19,7 +19,11 @@ using thrift::CType;
 using namespace parquet_format;
 
 ParquetWriter::ParquetWriter(const std::string& path, int row_group_size, int zstd_level, int64_t page_bytes)
-    : path_(path), tmp_path_(path + ".tmp"), row_group_size_(row_group_size), zstd_level_(zstd_level), page_bytes_(page_bytes) {
+    : path_(path),
+      tmp_path_(path + ".tmp"),
+      row_group_size_(row_group_size),
+      zstd_level_(zstd_level),
+      page_bytes_(page_bytes) {
   if (row_group_size <= 0) fail("ParquetWriter: row_group_size must be positive (got ", row_group_size, ")");
   if (page_bytes <= 0) fail("ParquetWriter: page_bytes must be positive");
   fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -51,7 +55,8 @@ void ParquetWriter::append(const std::string& bytes) {
 
 void ParquetWriter::write(std::string_view doc) {
   if (closed_) fail(path_, ": write() after close()");
-  if (doc.size() > UINT32_MAX / 2) fail(path_, ": document of ", doc.size(), " bytes is too large for one Parquet value");
+  if (doc.size() > UINT32_MAX / 2)
+    fail(path_, ": document of ", doc.size(), " bytes is too large for one Parquet value");
   pending_.emplace_back(doc);
   rows_++;
   if (static_cast<int>(pending_.size()) == row_group_size_) flush_row_group();
@@ -70,7 +75,7 @@ void ParquetWriter::flush_row_group() {
     }
     const uint32_t count = static_cast<uint32_t>(j - i);
     std::string levels;
-    for (uint64_t v = static_cast<uint64_t>(count) << 1; ; v >>= 7) {  // RLE run header = count << 1
+    for (uint64_t v = static_cast<uint64_t>(count) << 1;; v >>= 7) {  // RLE run header = count << 1
       if (v < 0x80) {
         levels.push_back(static_cast<char>(v));
         break;
@@ -97,7 +102,8 @@ void ParquetWriter::flush_row_group() {
     w.field_i32(2, static_cast<int32_t>(raw.size()));
     w.field_i32(3, static_cast<int32_t>(comp.size()));
     // PageHeader.crc: CRC-32 of the compressed page, so a reader can tell a corrupt page.
-    w.field_i32(4, static_cast<int32_t>(crc32(0L, reinterpret_cast<const Bytef*>(comp.data()), static_cast<uInt>(comp.size()))));
+    w.field_i32(4, static_cast<int32_t>(
+                       crc32(0L, reinterpret_cast<const Bytef*>(comp.data()), static_cast<uInt>(comp.size()))));
     w.field_header(5, CType::Struct);
     w.begin_struct();
     w.field_i32(1, static_cast<int32_t>(count));
@@ -149,9 +155,9 @@ std::string ParquetWriter::file_metadata() const {
     w.begin_struct();
     w.field_header(1, CType::List);
     w.list_header(CType::Struct, 1);
-    w.begin_struct();                         // ColumnChunk
-    w.field_i64(2, m.data_page_offset);       // file_offset (deprecated; writers put the chunk start)
-    w.field_header(3, CType::Struct);         // ColumnMetaData
+    w.begin_struct();                    // ColumnChunk
+    w.field_i64(2, m.data_page_offset);  // file_offset (deprecated; writers put the chunk start)
+    w.field_header(3, CType::Struct);    // ColumnMetaData
     w.begin_struct();
     w.field_i32(1, kByteArray);
     w.field_header(2, CType::List);

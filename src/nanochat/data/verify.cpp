@@ -89,9 +89,10 @@ class Progress {
     last_ = Clock::now();
     const int width = 30, fill = total ? static_cast<int>(width * done / total) : width;
     const double s = seconds_since(t0_);
-    std::fprintf(stderr, "%sData check: [%s%s] %lld/%lld row groups of %d shard(s), %.1f MB, %.0f MB/s%s", tty_ ? "\r" : "",
-                 std::string(static_cast<size_t>(fill), '#').c_str(), std::string(static_cast<size_t>(width - fill), '.').c_str(),
-                 static_cast<long long>(done), static_cast<long long>(total), files_, static_cast<double>(bytes) / 1e6,
+    std::fprintf(stderr, "%sData check: [%s%s] %lld/%lld row groups of %d shard(s), %.1f MB, %.0f MB/s%s",
+                 tty_ ? "\r" : "", std::string(static_cast<size_t>(fill), '#').c_str(),
+                 std::string(static_cast<size_t>(width - fill), '.').c_str(), static_cast<long long>(done),
+                 static_cast<long long>(total), files_, static_cast<double>(bytes) / 1e6,
                  s > 0 ? static_cast<double>(bytes) / 1e6 / s : 0.0, (tty_ && !final) ? "" : "\n");
     std::fflush(stderr);
     printed_ = true;
@@ -133,7 +134,8 @@ void parallel_for(int64_t n, int threads, const Fn& fn, const Tick& tick) {
 }  // namespace
 
 std::vector<ShardCheck> verify_shards(const std::vector<std::string>& files, const VerifyOptions& opt) {
-  const int threads = opt.threads > 0 ? opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads =
+      opt.threads > 0 ? opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<ShardCheck> out(files.size());
   std::vector<int> first_bad(files.size(), -1);  // lowest failing row group
   std::mutex mu;
@@ -142,19 +144,22 @@ std::vector<ShardCheck> verify_shards(const std::vector<std::string>& files, con
   auto tick = [&] { progress.update(done.load(), total.load(), bytes.load(), false); };
 
   // Footers (and fingerprints) of all files.
-  parallel_for(static_cast<int64_t>(files.size()), threads, [&](int64_t f, int) {
-    ShardCheck& c = out[static_cast<size_t>(f)];
-    c.path = files[static_cast<size_t>(f)];
-    try {
-      fingerprint(c);
-      ParquetReader r(c.path);
-      c.row_groups = r.num_row_groups();
-      total += c.row_groups;
-    } catch (const std::exception& e) {
-      c.ok = false;
-      c.error = e.what();
-    }
-  }, tick);
+  parallel_for(
+      static_cast<int64_t>(files.size()), threads,
+      [&](int64_t f, int) {
+        ShardCheck& c = out[static_cast<size_t>(f)];
+        c.path = files[static_cast<size_t>(f)];
+        try {
+          fingerprint(c);
+          ParquetReader r(c.path);
+          c.row_groups = r.num_row_groups();
+          total += c.row_groups;
+        } catch (const std::exception& e) {
+          c.ok = false;
+          c.error = e.what();
+        }
+      },
+      tick);
 
   // Every row group; each thread keeps the reader of the file it is in.
   std::vector<std::pair<int, int>> tasks;
@@ -165,35 +170,38 @@ std::vector<ShardCheck> verify_shards(const std::vector<std::string>& files, con
     std::optional<ParquetReader> reader;
   };
   std::vector<Cache> cache(static_cast<size_t>(threads));
-  parallel_for(static_cast<int64_t>(tasks.size()), threads, [&](int64_t i, int worker) {
-    Cache& cc = cache[static_cast<size_t>(worker)];
-    const auto [f, g] = tasks[static_cast<size_t>(i)];
-    ShardCheck& c = out[static_cast<size_t>(f)];
-    PageStats st;
-    std::string err;
-    try {
-      if (cc.file != f) {
-        cc.reader.reset();
-        cc.file = f;
-        cc.reader.emplace(c.path);
-      }
-      cc.reader->read_row_group(g, &st);
-    } catch (const std::exception& e) {
-      err = row_group_error(c.path, g, c.row_groups, e.what());
-    }
-    bytes += st.chunk_bytes;
-    done++;
-    std::lock_guard<std::mutex> lk(mu);
-    c.stats.pages += st.pages;
-    c.stats.crc_pages += st.crc_pages;
-    c.stats.chunk_bytes += st.chunk_bytes;
-    c.stats.text_bytes += st.text_bytes;
-    if (!err.empty() && (first_bad[static_cast<size_t>(f)] < 0 || g < first_bad[static_cast<size_t>(f)])) {
-      first_bad[static_cast<size_t>(f)] = g;
-      c.ok = false;
-      c.error = err;
-    }
-  }, tick);
+  parallel_for(
+      static_cast<int64_t>(tasks.size()), threads,
+      [&](int64_t i, int worker) {
+        Cache& cc = cache[static_cast<size_t>(worker)];
+        const auto [f, g] = tasks[static_cast<size_t>(i)];
+        ShardCheck& c = out[static_cast<size_t>(f)];
+        PageStats st;
+        std::string err;
+        try {
+          if (cc.file != f) {
+            cc.reader.reset();
+            cc.file = f;
+            cc.reader.emplace(c.path);
+          }
+          cc.reader->read_row_group(g, &st);
+        } catch (const std::exception& e) {
+          err = row_group_error(c.path, g, c.row_groups, e.what());
+        }
+        bytes += st.chunk_bytes;
+        done++;
+        std::lock_guard<std::mutex> lk(mu);
+        c.stats.pages += st.pages;
+        c.stats.crc_pages += st.crc_pages;
+        c.stats.chunk_bytes += st.chunk_bytes;
+        c.stats.text_bytes += st.text_bytes;
+        if (!err.empty() && (first_bad[static_cast<size_t>(f)] < 0 || g < first_bad[static_cast<size_t>(f)])) {
+          first_bad[static_cast<size_t>(f)] = g;
+          c.ok = false;
+          c.error = err;
+        }
+      },
+      tick);
   progress.update(done.load(), total.load(), bytes.load(), true);
   return out;
 }
@@ -233,13 +241,17 @@ class DirLock {
         std::string holder = holder_text();
         ::close(fd_);
         fd_ = -1;
-        fail("data check: gave up after ", static_cast<int64_t>(s), " s waiting for ", holder, " to finish checking the shards in ",
-             dir, " (lock file ", path_, "); if that process hangs, stop it, or raise NANOCHAT_DATA_CHECK_WAIT_S, or pass "
+        fail("data check: gave up after ", static_cast<int64_t>(s), " s waiting for ", holder,
+             " to finish checking the shards in ", dir, " (lock file ", path_,
+             "); if that process hangs, stop it, or raise NANOCHAT_DATA_CHECK_WAIT_S, or pass "
              "--skip-data-check");
       }
       if (s >= next_note) {
-        std::fprintf(stderr, "Data check: waiting for %s to finish checking the shards in %s (%.0f s so far, giving up after %.0f s; "
-                     "NANOCHAT_DATA_CHECK_WAIT_S)\n", holder_text().c_str(), dir.c_str(), s, limit);
+        std::fprintf(
+            stderr,
+            "Data check: waiting for %s to finish checking the shards in %s (%.0f s so far, giving up after %.0f s; "
+            "NANOCHAT_DATA_CHECK_WAIT_S)\n",
+            holder_text().c_str(), dir.c_str(), s, limit);
         next_note += 30;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -285,10 +297,11 @@ bool save_manifest(const std::string& dir, const json& files) {
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) return false;
     out << json{{"version", 1},
-                {"about", "shards checked by nanochat (data check): a shard whose size, mtime_ns and fingerprint match "
-                          "is not checked again; delete this file to check everything again"},
+                {"about",
+                 "shards checked by nanochat (data check): a shard whose size, mtime_ns and fingerprint match "
+                 "is not checked again; delete this file to check everything again"},
                 {"files", files}}
-                  .dump(1)
+               .dump(1)
         << "\n";
     if (!out.good()) return false;
   }
@@ -307,8 +320,9 @@ std::string utc_now() {
 }
 
 json entry_of(const ShardCheck& c) {
-  return json{{"size", c.size}, {"mtime_ns", c.mtime_ns}, {"fingerprint", c.fingerprint}, {"check_version", kCheckVersion},
-              {"ok", c.ok}, {"error", c.error}, {"row_groups", c.row_groups}, {"checked_at", utc_now()}};
+  return json{
+      {"size", c.size}, {"mtime_ns", c.mtime_ns}, {"fingerprint", c.fingerprint}, {"check_version", kCheckVersion},
+      {"ok", c.ok},     {"error", c.error},       {"row_groups", c.row_groups},   {"checked_at", utc_now()}};
 }
 
 // True when the manifest entry describes the file as it is now (c holds its fingerprint).
@@ -329,7 +343,9 @@ std::string format_mb(int64_t b) {
 
 }  // namespace
 
-std::string verified_manifest_path(const std::string& dir) { return (fs::path(dir) / ".nanochat_verified.json").string(); }
+std::string verified_manifest_path(const std::string& dir) {
+  return (fs::path(dir) / ".nanochat_verified.json").string();
+}
 
 bool record_results(const std::vector<ShardCheck>& results) {
   std::map<std::string, std::vector<const ShardCheck*>> by_dir;
@@ -351,14 +367,17 @@ bool record_results(const std::vector<ShardCheck>& results) {
 }
 
 std::string corrupt_shard_advice(const std::string& path) {
-  return str_cat("re-download ", path, " (delete it, then run 'nanochat data download' again) or re-pack the corpus "
-                 "('nanochat data pack'); 'nanochat data verify ", path, "' checks it again");
+  return str_cat("re-download ", path,
+                 " (delete it, then run 'nanochat data download' again) or re-pack the corpus "
+                 "('nanochat data pack'); 'nanochat data verify ",
+                 path, "' checks it again");
 }
 
 void check_training_shards(const std::string& dir, bool skip, bool leader) {
   if (skip) {
     if (leader)
-      std::fprintf(stderr, "Data check skipped (--skip-data-check): a corrupt page would stop training only when the "
+      std::fprintf(stderr,
+                   "Data check skipped (--skip-data-check): a corrupt page would stop training only when the "
                    "loader reaches it\n");
     return;
   }
@@ -375,7 +394,8 @@ void check_training_shards(const std::string& dir, bool skip, bool leader) {
       todo.push_back(f);
     } else if (!known[fs::path(f).filename().string()].value("ok", false)) {
       const json& e = known[fs::path(f).filename().string()];
-      errors.push_back(str_cat(e.value("error", f + ": corrupt"), " [found by the check of ", e.value("checked_at", "?"), "]"));
+      errors.push_back(
+          str_cat(e.value("error", f + ": corrupt"), " [found by the check of ", e.value("checked_at", "?"), "]"));
       bad.push_back(f);
     }
   }
@@ -410,12 +430,15 @@ void check_training_shards(const std::string& dir, bool skip, bool leader) {
       recorded = save_manifest(dir, files_now);
     }
     if (vo.progress)
-      std::fprintf(stderr, "Data check: %zu shard(s) (%lld row groups, %lld pages, %lld with CRCs, %s) checked in %.2f s; %s\n",
+      std::fprintf(stderr,
+                   "Data check: %zu shard(s) (%lld row groups, %lld pages, %lld with CRCs, %s) checked in %.2f s; %s\n",
                    todo.size(), static_cast<long long>(groups), static_cast<long long>(sum.pages),
                    static_cast<long long>(sum.crc_pages), format_mb(sum.chunk_bytes).c_str(), seconds_since(t0),
                    recorded ? str_cat("recorded in ", verified_manifest_path(dir)).c_str()
-                            : str_cat("could not record the result in ", dir, " (read-only?), so every start checks again; "
-                                      "--skip-data-check skips the check").c_str());
+                            : str_cat("could not record the result in ", dir,
+                                      " (read-only?), so every start checks again; "
+                                      "--skip-data-check skips the check")
+                                  .c_str());
   }
   if (errors.empty()) return;
   std::string msg = str_cat("data check: ", errors.size(), " of ", files.size(), " shard(s) in ", dir,

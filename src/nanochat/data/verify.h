@@ -40,8 +40,8 @@ struct ShardCheck {
 
 /// Settings of verify_shards.
 struct VerifyOptions {
-  int threads = 0;        // worker threads; 0 = the hardware's thread count
-  bool progress = true;   // progress bar/lines on stderr
+  int threads = 0;       // worker threads; 0 = the hardware's thread count
+  bool progress = true;  // progress bar/lines on stderr
 };
 
 /// Checks every row group of every file (see the file comment) on opt.threads threads. Never

@@ -64,7 +64,8 @@ bool from_slurm(DistEnv& e) {
   if (*ws < 1) fail(ws_name, "=", *ws, " must be at least 1");
   e.world_size = static_cast<int>(*ws);
   e.rank = static_cast<int>(*procid);
-  if (e.rank < 0 || e.rank >= e.world_size) fail("SLURM_PROCID=", e.rank, " is outside [0, ", ws_name, "=", e.world_size, ")");
+  if (e.rank < 0 || e.rank >= e.world_size)
+    fail("SLURM_PROCID=", e.rank, " is outside [0, ", ws_name, "=", e.world_size, ")");
   e.local_rank = static_cast<int>(*env_int("SLURM_LOCALID"));
   std::string per_node = env_str("SLURM_STEP_TASKS_PER_NODE");
   if (per_node.empty()) per_node = env_str("SLURM_TASKS_PER_NODE");
@@ -79,7 +80,8 @@ bool from_slurm(DistEnv& e) {
         break;
       }
     if (!list_name)
-      fail("started by Slurm (", ws_name, "=", e.world_size, ") but neither MASTER_ADDR nor SLURM_STEP_NODELIST / "
+      fail("started by Slurm (", ws_name, "=", e.world_size,
+           ") but neither MASTER_ADDR nor SLURM_STEP_NODELIST / "
            "SLURM_JOB_NODELIST is set; export MASTER_ADDR=<host of rank 0>");
     try {
       e.master_addr = first_host_of_nodelist(env_str(list_name));
@@ -104,7 +106,8 @@ bool from_open_mpi(DistEnv& e) {
   e.local_world_size = std::max(e.local_world_size, e.local_rank + 1);
   e.master_addr = env_str("MASTER_ADDR");
   if (e.master_addr.empty() && e.world_size > 1)
-    fail("started by Open MPI (OMPI_COMM_WORLD_SIZE=", e.world_size, ") but MASTER_ADDR is not set: mpirun does not "
+    fail("started by Open MPI (OMPI_COMM_WORLD_SIZE=", e.world_size,
+         ") but MASTER_ADDR is not set: mpirun does not "
          "say which host runs rank 0. Pass it to every rank, e.g. `mpirun -x MASTER_ADDR=<host of rank 0> -x "
          "MASTER_PORT=29500 ...`");
   return true;
@@ -148,10 +151,12 @@ DistEnv DistEnv::from_env() {
   if (*ws < 1) fail("WORLD_SIZE=", *ws, " must be at least 1");
   e.world_size = static_cast<int>(*ws);
   auto rank = env_int("RANK");
-  if (!rank && e.world_size > 1) fail("WORLD_SIZE=", e.world_size, " is set but RANK is not; set RANK in [0, ", e.world_size, ")");
+  if (!rank && e.world_size > 1)
+    fail("WORLD_SIZE=", e.world_size, " is set but RANK is not; set RANK in [0, ", e.world_size, ")");
   e.rank = static_cast<int>(rank.value_or(0));
   if (e.rank < 0 || e.rank >= e.world_size)
-    fail("RANK=", e.rank, " is outside [0, WORLD_SIZE=", e.world_size, "); every rank needs a distinct RANK below WORLD_SIZE");
+    fail("RANK=", e.rank, " is outside [0, WORLD_SIZE=", e.world_size,
+         "); every rank needs a distinct RANK below WORLD_SIZE");
   e.local_rank = static_cast<int>(env_int("LOCAL_RANK").value_or(e.rank));
   e.local_world_size = static_cast<int>(env_int("LOCAL_WORLD_SIZE").value_or(e.world_size));
   if (e.local_world_size < 1 || e.local_rank < 0 || e.local_rank >= e.local_world_size)
@@ -160,7 +165,8 @@ DistEnv DistEnv::from_env() {
   auto port = env_int("MASTER_PORT");
   if (e.world_size > 1) {
     if (e.master_addr.empty())
-      fail("WORLD_SIZE=", e.world_size, " but MASTER_ADDR is not set; set it to the host of rank 0 (or of node 0's `nanochat run`)");
+      fail("WORLD_SIZE=", e.world_size,
+           " but MASTER_ADDR is not set; set it to the host of rank 0 (or of node 0's `nanochat run`)");
     if (!port) fail("WORLD_SIZE=", e.world_size, " but MASTER_PORT is not set (e.g. MASTER_PORT=29500)");
   }
   if (port && (*port < 1 || *port > 65535)) fail("MASTER_PORT=", *port, " is not a TCP port (1-65535)");
@@ -201,8 +207,9 @@ DeviceChoice choose_device(const std::string& master_addr, int master_port, cons
         if (i.family != AF_INET) continue;
         available += (available.empty() ? "" : ", ") + i.name + " (" + i.address + ")";
       }
-      fail("network interface '", iface, "' (from --iface / NANOCHAT_SOCKET_IFNAME / GLOO_SOCKET_IFNAME) has no IP address on ",
-           host_name(), "; interfaces with IPv4 addresses here: ", available.empty() ? "none" : available);
+      fail("network interface '", iface,
+           "' (from --iface / NANOCHAT_SOCKET_IFNAME / GLOO_SOCKET_IFNAME) has no IP address on ", host_name(),
+           "; interfaces with IPv4 addresses here: ", available.empty() ? "none" : available);
     }
     d.iface = iface;
     d.address = v4.empty() ? v6 : v4;

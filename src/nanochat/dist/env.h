@@ -19,8 +19,8 @@ struct DistEnv {
   int local_rank = 0;
   int world_size = 1;
   int local_world_size = 1;
-  std::string master_addr;  ///< host of the store (MASTER_ADDR)
-  int master_port = 0;      ///< port of the store (MASTER_PORT)
+  std::string master_addr;    ///< host of the store (MASTER_ADDR)
+  int master_port = 0;        ///< port of the store (MASTER_PORT)
   bool store_hosted = false;  ///< NANOCHAT_STORE_HOSTED=1: a launcher hosts the store, rank 0 must not
 
   /// Reads the variables. When WORLD_SIZE is unset, srun's variables are used when SLURM_LOCALID
@@ -39,11 +39,11 @@ std::string first_host_of_nodelist(const std::string& nodelist);
 
 /// Knobs of the Gloo communicator. Unset fields come from the environment, then the defaults.
 struct DistOptions {
-  std::optional<std::string> iface;               ///< --iface; else NANOCHAT_SOCKET_IFNAME, GLOO_SOCKET_IFNAME
-  std::optional<Ms> collective_timeout;           ///< default 300 s (NANOCHAT_COLLECTIVE_TIMEOUT)
-  std::optional<Ms> rendezvous_timeout;           ///< default 300 s (NANOCHAT_RENDEZVOUS_TIMEOUT)
-  std::optional<std::string> job_token;           ///< default NANOCHAT_JOB_TOKEN, else ""
-  int generation = 0;                             ///< rendezvous generation (a rebuilt job uses +1)
+  std::optional<std::string> iface;      ///< --iface; else NANOCHAT_SOCKET_IFNAME, GLOO_SOCKET_IFNAME
+  std::optional<Ms> collective_timeout;  ///< default 300 s (NANOCHAT_COLLECTIVE_TIMEOUT)
+  std::optional<Ms> rendezvous_timeout;  ///< default 300 s (NANOCHAT_RENDEZVOUS_TIMEOUT)
+  std::optional<std::string> job_token;  ///< default NANOCHAT_JOB_TOKEN, else ""
+  int generation = 0;                    ///< rendezvous generation (a rebuilt job uses +1)
 
   /// Copy with every unset field filled from the environment or the default. Throws on a
   /// malformed timeout variable.

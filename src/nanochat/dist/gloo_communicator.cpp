@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <memory>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -250,8 +250,11 @@ void GlooCommunicator::Impl::rendezvous() {
 
   dev_choice = choose_device(env.master_addr, env.master_port, *opts.iface);
 
-  nlohmann::json info = {{"host", host}, {"address", dev_choice.address}, {"pid", static_cast<long>(getpid())},
-                         {"world_size", W}, {"local_rank", env.local_rank}};
+  nlohmann::json info = {{"host", host},
+                         {"address", dev_choice.address},
+                         {"pid", static_cast<long>(getpid())},
+                         {"world_size", W},
+                         {"local_rank", env.local_rank}};
   const auto range = port_range_from_env();
   if (range) check_port_range_size(*range, env.local_world_size, "NANOCHAT_PORT_RANGE=" + range->str());
   if (store->add(str_cat("claim/", r), 1) > 1) {
@@ -309,7 +312,7 @@ void GlooCommunicator::Impl::rendezvous() {
   const Ms probe = mesh_check_timeout();
   if (probe > Ms(0)) mesh->run(*store, infos, probe, Clock::now() + probe + std::max(rdzv / 10, Ms(30000)));
   const int port = mesh->gloo_port();  // 0: the kernel picks each pair's port
-  mesh.reset();                         // closes its listener before Gloo binds the same port
+  mesh.reset();                        // closes its listener before Gloo binds the same port
   connect_gloo(port, range ? range->str() : std::string(), deadline);
 }
 
@@ -406,9 +409,10 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
                    " s, NANOCHAT_COLLECTIVE_TIMEOUT) and no rank reported a failure: that rank (or one before it in "
                    "the ring) is probably hung or stopped, or the network to it failed");
   } else {
-    msg += str_cat("no other rank reported a failure: a peer may be hung or stopped, or the network between hosts "
-                   "failed (collective timeout ",
-                   secs(coll_timeout), " s, NANOCHAT_COLLECTIVE_TIMEOUT)");
+    msg += str_cat(
+        "no other rank reported a failure: a peer may be hung or stopped, or the network between hosts "
+        "failed (collective timeout ",
+        secs(coll_timeout), " s, NANOCHAT_COLLECTIVE_TIMEOUT)");
   }
   msg += ". Gloo reported: " + gloo_msg;
   return msg;
@@ -555,7 +559,9 @@ void GlooCommunicator::Impl::ring_all_gather(const float* in, float* out, const 
     for (size_t b = 0; b < counts[j]; b += kChunk) recvs.push_back({off[j] + b, std::min(kChunk, counts[j] - b), s});
   }
   constexpr size_t kWindow = 2 * kInFlight;
-  auto post_recv = [&](size_t q) { buf->recv(prev, slot, recvs[q].begin * sizeof(float), recvs[q].len * sizeof(float)); };
+  auto post_recv = [&](size_t q) {
+    buf->recv(prev, slot, recvs[q].begin * sizeof(float), recvs[q].len * sizeof(float));
+  };
   for (size_t b = 0; b < counts[r]; b += kChunk) {
     buf->send(next, slot, (off[r] + b) * sizeof(float), std::min(kChunk, counts[r] - b) * sizeof(float));
     ++sends;
@@ -684,7 +690,8 @@ std::unique_ptr<Communicator> make_communicator_from_env(const DistOptions& opti
   return std::make_unique<GlooCommunicator>(env, options);
 #else
   (void)options;
-  fail("WORLD_SIZE=", env.world_size, " needs the Gloo communicator, but this nanochat was built without Gloo; install "
+  fail("WORLD_SIZE=", env.world_size,
+       " needs the Gloo communicator, but this nanochat was built without Gloo; install "
        "libgloo-dev and rebuild");
 #endif
 }

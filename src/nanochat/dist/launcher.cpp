@@ -65,7 +65,8 @@ void on_signal(int s) {
 // terminal or SSH session went away) stops the job like SIGTERM, unless it was ignored when the
 // launcher started (`nohup nanochat run ...`): then it stays ignored.
 struct SignalGuard {
-  struct sigaction old_int {}, old_term {}, old_hup {};
+  struct sigaction old_int {
+  }, old_term{}, old_hup{};
   bool hup = false;
   Fd r, w;
   SignalGuard() {
@@ -121,7 +122,8 @@ int take_signal() { return g_signal.exchange(0); }
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return str_cat("exited with status ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return str_cat("was killed by signal ", WTERMSIG(status), " (", signal_name(WTERMSIG(status)), ")");
+  if (WIFSIGNALED(status))
+    return str_cat("was killed by signal ", WTERMSIG(status), " (", signal_name(WTERMSIG(status)), ")");
   return "stopped";
 }
 
@@ -220,7 +222,7 @@ pid_t spawn(const std::string& program, const std::vector<std::string>& args, co
   pid_t pid = fork();
   if (pid < 0) fail("cannot start a rank: fork failed: ", errno_str(errno));
   if (pid == 0) {
-    setpgid(0, 0);  // Ctrl-C reaches the launcher only; it forwards the signal
+    setpgid(0, 0);                     // Ctrl-C reaches the launcher only; it forwards the signal
     prctl(PR_SET_PDEATHSIG, SIGTERM);  // the launcher dies -> the ranks stop
     if (getppid() != parent) _exit(127);
     dup2(out_w, 1);
@@ -250,15 +252,18 @@ NodeCtx plan_node(const LaunchOptions& o) {
   if (o.node_rank < 0 || o.node_rank >= o.nnodes)
     fail("--node-rank ", o.node_rank, " is outside [0, --nnodes ", o.nnodes, ")");
   if (o.args.empty())
-    fail("nanochat run needs a subcommand to start on every rank, e.g. `nanochat run --nproc-per-node 2 base-train "
-         "--depth 4`");
+    fail(
+        "nanochat run needs a subcommand to start on every rank, e.g. `nanochat run --nproc-per-node 2 base-train "
+        "--depth 4`");
   if (o.master_port < 1 || o.master_port > 65535) fail("--master-port ", o.master_port, " is not a TCP port (1-65535)");
   std::string master = o.master_addr;
   if (master.empty()) {
-    if (o.nnodes > 1) fail("--master-addr is required with --nnodes ", o.nnodes, ": give every node the address of node 0");
+    if (o.nnodes > 1)
+      fail("--master-addr is required with --nnodes ", o.nnodes, ": give every node the address of node 0");
     master = "127.0.0.1";
   }
-  if (o.nnodes > 1 && is_loopback_literal(master) && !loopback_master_allowed(o)) fail(loopback_master_error(master, o.nnodes));
+  if (o.nnodes > 1 && is_loopback_literal(master) && !loopback_master_allowed(o))
+    fail(loopback_master_error(master, o.nnodes));
   std::string token = o.job_token.empty() ? job_token_from_env() : o.job_token;
   if (token.empty() && o.nnodes == 1) token = random_token();
 
@@ -297,11 +302,11 @@ std::vector<Child> start_ranks(const LaunchOptions& o, const NodeCtx& ctx, const
     fcntl(c.out.get(), F_SETFL, O_NONBLOCK);
     fcntl(c.err.get(), F_SETFL, O_NONBLOCK);
     std::vector<std::pair<std::string, std::string>> vars = {
-        {"RANK", std::to_string(c.rank)},         {"LOCAL_RANK", std::to_string(l)},
-        {"WORLD_SIZE", std::to_string(W)},        {"LOCAL_WORLD_SIZE", std::to_string(P)},
-        {"GROUP_RANK", std::to_string(k)},        {"MASTER_ADDR", ctx.master},
+        {"RANK", std::to_string(c.rank)},          {"LOCAL_RANK", std::to_string(l)},
+        {"WORLD_SIZE", std::to_string(W)},         {"LOCAL_WORLD_SIZE", std::to_string(P)},
+        {"GROUP_RANK", std::to_string(k)},         {"MASTER_ADDR", ctx.master},
         {"MASTER_PORT", std::to_string(ctx.port)}, {"NANOCHAT_STORE_HOSTED", "1"},
-        {"NANOCHAT_JOB_TOKEN", ctx.token},        {"OMP_NUM_THREADS", threads}};
+        {"NANOCHAT_JOB_TOKEN", ctx.token},         {"OMP_NUM_THREADS", threads}};
     if (!o.iface.empty()) vars.push_back({"NANOCHAT_SOCKET_IFNAME", o.iface});
     c.pid = spawn(o.program, o.args, child_environment(vars), out_w.get(), err_w.get());
   }
@@ -321,8 +326,8 @@ class Supervisor {
 
   std::vector<Failure> failures;  // local, in the order noticed
   std::optional<Failure> remote;
-  int interrupted = 0;            // the first signal that stopped the job
-  bool term_sent = false;         // the launcher sent SIGTERM (or forwarded a signal) to the ranks
+  int interrupted = 0;     // the first signal that stopped the job
+  bool term_sent = false;  // the launcher sent SIGTERM (or forwarded a signal) to the ranks
 
  private:
   bool wait_for_events();  // false once every rank exited and its pipes closed
@@ -510,7 +515,8 @@ std::string loopback_master_error(const std::string& master, int nnodes) {
   return str_cat("--master-addr ", master, " is a loopback address, but with --nnodes ", nnodes,
                  " the other nodes must reach node 0 over the network: on each of them ", master,
                  " is that node itself, so they would wait for a store that never answers. Give every node node 0's "
-                 "address on a network they share (e.g. --master-addr 10.0.0.1; `nanochat doctor --nnodes ", nnodes,
+                 "address on a network they share (e.g. --master-addr 10.0.0.1; `nanochat doctor --nnodes ",
+                 nnodes,
                  " --master-addr ADDR` checks it). To run all the nodes on this one machine (tests), pass "
                  "--allow-loopback-master or set NANOCHAT_ALLOW_LOOPBACK_MASTER=1");
 }

@@ -5,8 +5,8 @@
 // Node 0's launcher hosts the job's store (ranks get NANOCHAT_STORE_HOSTED=1); the launchers of
 // all nodes register in the store first, so a different --nnodes / --nproc-per-node on some node
 // is one clear error on every node instead of a hang. Output lines of rank R are prefixed with
-// "[rank R] ". Ctrl-C / SIGTERM are forwarded (SIGHUP stops the ranks with SIGTERM); if a rank fails, the other ranks (on every node)
-// are stopped: a few seconds to exit on their own, then SIGTERM, then SIGKILL after a grace period.
+// "[rank R] ". Ctrl-C / SIGTERM are forwarded (SIGHUP stops the ranks with SIGTERM); if a rank fails, the other ranks
+// (on every node) are stopped: a few seconds to exit on their own, then SIGTERM, then SIGKILL after a grace period.
 #include <chrono>
 #include <string>
 #include <vector>
@@ -19,17 +19,17 @@ struct LaunchOptions {
   int nnodes = 1;
   int nproc_per_node = 1;
   int node_rank = 0;
-  std::string master_addr;    ///< "" = 127.0.0.1 when nnodes == 1 (required otherwise)
+  std::string master_addr;  ///< "" = 127.0.0.1 when nnodes == 1 (required otherwise)
   /// A loopback --master-addr with nnodes > 1 is refused (the other hosts cannot reach it) unless
   /// this is set or NANOCHAT_ALLOW_LOOPBACK_MASTER=1: every node on one machine (tests).
   bool allow_loopback_master = false;
   int master_port = 29500;
-  std::string iface;          ///< passed to the ranks as NANOCHAT_SOCKET_IFNAME when set
-  int threads_per_rank = 0;   ///< OMP_NUM_THREADS; 0 = env OMP_NUM_THREADS, else cores / P
-  std::string job_token;      ///< "" = NANOCHAT_JOB_TOKEN, else a random one when nnodes == 1
-  Ms rendezvous_timeout{300000};  ///< how long launchers wait for each other (NANOCHAT_RENDEZVOUS_TIMEOUT)
-  Ms settle{3000};            ///< after a failure, time the other ranks get to exit on their own
-  Ms grace{10000};            ///< time between SIGTERM and SIGKILL
+  std::string iface;                       ///< passed to the ranks as NANOCHAT_SOCKET_IFNAME when set
+  int threads_per_rank = 0;                ///< OMP_NUM_THREADS; 0 = env OMP_NUM_THREADS, else cores / P
+  std::string job_token;                   ///< "" = NANOCHAT_JOB_TOKEN, else a random one when nnodes == 1
+  Ms rendezvous_timeout{300000};           ///< how long launchers wait for each other (NANOCHAT_RENDEZVOUS_TIMEOUT)
+  Ms settle{3000};                         ///< after a failure, time the other ranks get to exit on their own
+  Ms grace{10000};                         ///< time between SIGTERM and SIGKILL
   std::string program = "/proc/self/exe";  ///< what each rank runs
   std::vector<std::string> args;           ///< its arguments (the subcommand and its flags)
 };

@@ -17,9 +17,9 @@ namespace nanochat::dist::launcher_detail {
 
 /// A failed rank, local or reported by another node's launcher.
 struct Failure {
-  std::string desc;     ///< "rank 2 (host h, pid 7) was killed by signal 9 (SIGKILL)"
-  bool crash = false;   ///< killed by a signal no launcher sent: the likely root cause
-  bool induced = false; ///< stopped by its launcher after a failure elsewhere: never the lead
+  std::string desc;      ///< "rank 2 (host h, pid 7) was killed by signal 9 (SIGKILL)"
+  bool crash = false;    ///< killed by a signal no launcher sent: the likely root cause
+  bool induced = false;  ///< stopped by its launcher after a failure elsewhere: never the lead
 };
 
 /// The report a launcher stores under "failure/<node>": JSON {"desc": ..., "crash": ...}.

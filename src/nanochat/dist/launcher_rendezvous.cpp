@@ -68,7 +68,8 @@ void register_node(PrefixStore& store, const NodeCtx& c) {
          pid.empty() ? "" : str_cat(" (`kill ", pid, "` on that host)"),
          " and start again; otherwise give every node a distinct --node-rank in [0, ", c.N, ")");
   }
-  nlohmann::json me = {{"nnodes", c.N}, {"nproc_per_node", c.P}, {"host", c.host}, {"pid", static_cast<long>(getpid())}};
+  nlohmann::json me = {
+      {"nnodes", c.N}, {"nproc_per_node", c.P}, {"host", c.host}, {"pid", static_cast<long>(getpid())}};
   store.set(str_cat("node/", c.k), me.dump());
 }
 
@@ -77,8 +78,8 @@ void check_shape(PrefixStore& store, const NodeCtx& c, int j, const std::string&
   auto nj = nlohmann::json::parse(v);
   if (nj.value("nnodes", 0) == c.N && nj.value("nproc_per_node", 0) == c.P) return;
   std::string e = str_cat("the nodes of this job disagree: node ", c.k, " (host ", c.host, ") has --nnodes ", c.N,
-                          " --nproc-per-node ", c.P, " but node ", j, " (host ", nj.value("host", "?"), ") has --nnodes ",
-                          nj.value("nnodes", 0), " --nproc-per-node ", nj.value("nproc_per_node", 0),
+                          " --nproc-per-node ", c.P, " but node ", j, " (host ", nj.value("host", "?"),
+                          ") has --nnodes ", nj.value("nnodes", 0), " --nproc-per-node ", nj.value("nproc_per_node", 0),
                           "; start every node with the same --nnodes and --nproc-per-node");
   store.set("error", e);
   fail(e);
@@ -89,8 +90,10 @@ std::vector<int> missing_nodes(PrefixStore& store, const NodeCtx& c, bool check)
   std::vector<int> missing;
   for (int j = 0; j < c.N; ++j) {
     auto v = store.try_get(str_cat("node/", j));
-    if (!v) missing.push_back(j);
-    else if (check) check_shape(store, c, j, *v);
+    if (!v)
+      missing.push_back(j);
+    else if (check)
+      check_shape(store, c, j, *v);
   }
   return missing;
 }
@@ -125,11 +128,12 @@ void meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::tim
     }
     if (Clock::now() >= deadline) {
       if (k != 0) missing = missing_nodes(store, c, false);
-      std::string e = k == 0 ? str_cat(node_list(missing), " of --nnodes ", N, " never joined the store at ", at,
-                                       " within ", c.rdzv.count() / 1000.0,
-                                       " s; start `nanochat run` on every node with the same --master-addr/--master-port")
-                             : str_cat("node 0 (", at, ") did not start the job within ", c.rdzv.count() / 1000.0,
-                                       " s: ", missing.empty() ? "it has not said go" : node_list(missing) + " never joined");
+      std::string e =
+          k == 0 ? str_cat(node_list(missing), " of --nnodes ", N, " never joined the store at ", at, " within ",
+                           c.rdzv.count() / 1000.0,
+                           " s; start `nanochat run` on every node with the same --master-addr/--master-port")
+                 : str_cat("node 0 (", at, ") did not start the job within ", c.rdzv.count() / 1000.0,
+                           " s: ", missing.empty() ? "it has not said go" : node_list(missing) + " never joined");
       if (k == 0) store.set("error", e);
       fail(e);
     }
@@ -154,7 +158,8 @@ Failure parse_failure_report(const std::string& report, int node) {
     auto js = nlohmann::json::parse(report);
     return Failure{js.value("desc", "a rank on node " + std::to_string(node) + " failed"), js.value("crash", false)};
   } catch (const nlohmann::json::exception& e) {
-    return Failure{str_cat("a rank on node ", node, " failed (its launcher's report is unreadable: ", e.what(), ")"), false};
+    return Failure{str_cat("a rank on node ", node, " failed (its launcher's report is unreadable: ", e.what(), ")"),
+                   false};
   }
 }
 
@@ -184,7 +189,8 @@ std::string describe_failures(const std::vector<Failure>& local, const std::opti
 
 int join_launchers(const NodeCtx& c, LauncherStore& ls) {
   try {
-    if (c.k == 0) ls.server = std::make_unique<StoreServer>(c.port, c.token, c.master == "127.0.0.1" ? c.host : c.master);
+    if (c.k == 0)
+      ls.server = std::make_unique<StoreServer>(c.port, c.token, c.master == "127.0.0.1" ? c.host : c.master);
     WaitReporter report(c.tag, c.rdzv);
     StoreClientOptions co;
     co.host = c.master;
@@ -202,8 +208,8 @@ int join_launchers(const NodeCtx& c, LauncherStore& ls) {
     meet(*ls.store, c, report, Clock::now() + c.rdzv);
   } catch (const Interrupted& i) {
     if (ls.store) try {
-        ls.store->set("error", str_cat("node ", c.k, "'s launcher (host ", c.host, ") was stopped by ", signal_name(i.sig),
-                                       " before the job started"));
+        ls.store->set("error", str_cat("node ", c.k, "'s launcher (host ", c.host, ") was stopped by ",
+                                       signal_name(i.sig), " before the job started"));
       } catch (const Error&) {
       }
     std::fprintf(stderr, "%sgot %s while waiting for the other nodes; stopped (no rank was started)\n", c.tag.c_str(),
@@ -234,9 +240,9 @@ int wait_for_nodes_to_finish(Store& store, const NodeCtx& c, std::optional<Failu
     if (auto f = read_remote_failure(store, j, "disappeared before its ranks finished")) {
       remote = f;
     } else if (Clock::now() >= deadline) {
-      remote = Failure{str_cat("node ", j, " did not finish within ", c.rdzv.count() / 1000.0,
-                               " s after this node's ranks did"),
-                       false};
+      remote = Failure{
+          str_cat("node ", j, " did not finish within ", c.rdzv.count() / 1000.0, " s after this node's ranks did"),
+          false};
     } else {
       std::this_thread::sleep_for(Ms(100));
     }

@@ -77,9 +77,7 @@ std::string probe(const std::string& address, int port, Clock::time_point deadli
 std::string PortRange::str() const { return str_cat(first, "-", last); }
 
 PortRange parse_port_range(const std::string& text, const std::string& what) {
-  auto bad = [&] {
-    fail(what, " '", text, "' is not a port range: use FIRST-LAST, e.g. 29600-29699 (ports 1-65535)");
-  };
+  auto bad = [&] { fail(what, " '", text, "' is not a port range: use FIRST-LAST, e.g. 29600-29699 (ports 1-65535)"); };
   const auto dash = text.find('-');
   auto num = [&](const std::string& s) {
     if (s.empty() || s.size() > 5 || s.find_first_not_of("0123456789") != std::string::npos) bad();
@@ -100,7 +98,8 @@ std::optional<PortRange> port_range_from_env() {
 
 Ms mesh_check_timeout() {
   const auto v = env_int("NANOCHAT_MESH_CHECK_TIMEOUT");
-  if (v && *v < 0) fail("NANOCHAT_MESH_CHECK_TIMEOUT=", *v, " must be >= 0 (seconds; 0 turns the data-plane check off)");
+  if (v && *v < 0)
+    fail("NANOCHAT_MESH_CHECK_TIMEOUT=", *v, " must be >= 0 (seconds; 0 turns the data-plane check off)");
   return Ms(v ? *v * 1000 : 3000);
 }
 
@@ -153,12 +152,14 @@ void MeshCheck::run(Store& store, const std::vector<json>& infos, Ms probe_timeo
   const auto probe_deadline = Clock::now() + probe_timeout;
   {
     std::vector<std::thread> threads;
-    for (auto& t : targets) threads.emplace_back([&t, probe_deadline] { t.error = probe(t.address, t.port, probe_deadline); });
+    for (auto& t : targets)
+      threads.emplace_back([&t, probe_deadline] { t.error = probe(t.address, t.port, probe_deadline); });
     for (auto& th : threads) th.join();
   }
   json failures = json::array();
   for (const auto& t : targets)
-    if (!t.error.empty()) failures.push_back({{"peer", t.peer}, {"address", t.address}, {"port", t.port}, {"error", t.error}});
+    if (!t.error.empty())
+      failures.push_back({{"peer", t.peer}, {"address", t.address}, {"port", t.port}, {"error", t.error}});
   store.set(str_cat("mesh/", r), failures.dump());
 
   std::vector<std::string> keys;
@@ -169,7 +170,8 @@ void MeshCheck::run(Store& store, const std::vector<json>& infos, Ms probe_timeo
     std::string missing;
     for (int j = 0; j < W; ++j)
       if (!store.check({keys[static_cast<size_t>(j)]}))
-        missing += str_cat(missing.empty() ? "" : ", ", "rank ", j, " (host ", infos[static_cast<size_t>(j)].value("host", "?"), ")");
+        missing += str_cat(missing.empty() ? "" : ", ", "rank ", j, " (host ",
+                           infos[static_cast<size_t>(j)].value("host", "?"), ")");
     fail("rank ", r, " (host ", host_, "): the data-plane check of the other ranks did not finish: ", missing,
          " never reported (see that rank's output; it may have failed or be stuck)");
   }
@@ -194,12 +196,13 @@ void MeshCheck::run(Store& store, const std::vector<json>& infos, Ms probe_timeo
   std::string hosts;
   for (const auto& h : closed) hosts += (hosts.empty() ? "" : ", ") + h;
   const std::string advice =
-      range_ ? str_cat("Open TCP ports ", range_->str(), " (--port-range) for the other nodes in the firewall of ", hosts,
-                       ", e.g. `ufw allow proto tcp from <other nodes> to any port ", range_->first, ":", range_->last,
-                       "` or `iptables -A INPUT -p tcp --dport ", range_->first, ":", range_->last, " -j ACCEPT`")
-             : str_cat("Gloo listens on ephemeral ports here (no --port-range), which ", hosts,
-                       " does not accept: pin them with `nanochat run --port-range A-B` (NANOCHAT_PORT_RANGE) on every "
-                       "node and open that range in every node's firewall");
+      range_
+          ? str_cat("Open TCP ports ", range_->str(), " (--port-range) for the other nodes in the firewall of ", hosts,
+                    ", e.g. `ufw allow proto tcp from <other nodes> to any port ", range_->first, ":", range_->last,
+                    "` or `iptables -A INPUT -p tcp --dport ", range_->first, ":", range_->last, " -j ACCEPT`")
+          : str_cat("Gloo listens on ephemeral ports here (no --port-range), which ", hosts,
+                    " does not accept: pin them with `nanochat run --port-range A-B` (NANOCHAT_PORT_RANGE) on every "
+                    "node and open that range in every node's firewall");
   fail("the ranks cannot reach each other's data-plane (Gloo) ports, checked before training:", lines, "\n", advice,
        " (README: Firewalls). If the hosts have several networks, pick one they share with --iface.");
 }

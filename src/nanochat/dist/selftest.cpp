@@ -17,8 +17,7 @@ namespace {
 
 template <typename T>
 void expect_equal(const char* what, size_t i, T got, T want, int rank) {
-  if (got != want)
-    fail("dist-selftest: rank ", rank, ": ", what, " element ", i, " is ", got, ", expected ", want);
+  if (got != want) fail("dist-selftest: rank ", rank, ": ", what, " element ", i, " is ", got, ", expected ", want);
 }
 
 std::vector<size_t> offsets_of(const std::vector<size_t>& c) {

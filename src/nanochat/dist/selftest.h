@@ -11,10 +11,10 @@
 namespace nanochat::dist {
 
 struct SelftestOptions {
-  int iterations = 2;        ///< rounds of all checks
-  size_t size = 4096;        ///< base element count of the buffers
-  int die_rank = -1;         ///< this rank SIGKILLs itself ...
-  int die_at = 0;            ///< ... at the start of this iteration (testing failure handling)
+  int iterations = 2;                        ///< rounds of all checks
+  size_t size = 4096;                        ///< base element count of the buffers
+  int die_rank = -1;                         ///< this rank SIGKILLs itself ...
+  int die_at = 0;                            ///< ... at the start of this iteration (testing failure handling)
   std::map<std::string, std::string> facts;  ///< agreed with dist::agree before the checks
   std::map<int, std::map<std::string, std::string>> facts_on_rank;  ///< per-rank overrides
 };

@@ -72,12 +72,12 @@ void startup_barrier(Communicator& comm, const std::string& stage) {
     std::vector<int> missing = late();
     for (int j : missing)
       if (store.check({str_cat("dead/", j)}))
-        fail(describe(j), " died during start-up (its connection to the job's store dropped) while ", g->describe_rank(r),
-             " waited for it at the start-up barrier; see that rank's output for why");
+        fail(describe(j), " died during start-up (its connection to the job's store dropped) while ",
+             g->describe_rank(r), " waited for it at the start-up barrier; see that rank's output for why");
     if (missing.empty()) continue;  // the last rank is setting "all"
     if (Clock::now() >= deadline) {
-      std::string e = str_cat(rank_names(missing, describe),
-                              missing.size() == 1 ? " has" : " have", " not finished starting within ", limit_s,
+      std::string e = str_cat(rank_names(missing, describe), missing.size() == 1 ? " has" : " have",
+                              " not finished starting within ", limit_s,
                               " (NANOCHAT_STARTUP_TIMEOUT) while the other ranks were ready to train. Look at what ",
                               missing.size() == 1 ? "it does" : "they do",
                               " (slow disk, data or checkpoint loading, a machine that started late), or raise "

@@ -171,9 +171,9 @@ struct Conn {
   std::string identity;
   std::string in;
   std::string out;
-  bool hello = false;     // handshake accepted
-  bool bye = false;       // said goodbye: no will
-  bool closing = false;   // close once `out` is flushed
+  bool hello = false;    // handshake accepted
+  bool bye = false;      // said goodbye: no will
+  bool closing = false;  // close once `out` is flushed
   bool dead = false;
   std::optional<std::pair<std::string, std::string>> will;
   // A parked get/wait.
@@ -270,8 +270,8 @@ struct StoreServer::Impl {
     reply(c, w);
     c.closing = true;
     rejected.fetch_add(1);
-    log(str_cat("refused a connection from ", c.peer, (c.identity.empty() ? "" : " (" + c.identity + ")"),
-                ": ", why_log));
+    log(str_cat("refused a connection from ", c.peer, (c.identity.empty() ? "" : " (" + c.identity + ")"), ": ",
+                why_log));
   }
 
   // Handles one complete frame body.
@@ -468,7 +468,8 @@ struct StoreServer::Impl {
         short ev = POLLIN;
         if (!c->out.empty()) ev |= POLLOUT;
         pfds.push_back({c->fd.get(), ev, 0});
-        if (c->waiting) wait_ms = std::min(wait_ms, std::max(Ms(0), std::chrono::duration_cast<Ms>(c->wait_deadline - now) + Ms(1)));
+        if (c->waiting)
+          wait_ms = std::min(wait_ms, std::max(Ms(0), std::chrono::duration_cast<Ms>(c->wait_deadline - now) + Ms(1)));
       }
       int pr = ::poll(pfds.data(), pfds.size(), static_cast<int>(wait_ms.count()));
       if (pr < 0 && errno != EINTR) {
@@ -526,8 +527,10 @@ void wait_and_report(Store& store, const std::vector<std::string>& keys, Ms time
     std::vector<size_t> missing;
     size_t lowest_present = keys.size();
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (store.check({keys[i]})) lowest_present = std::min(lowest_present, i);
-      else missing.push_back(i);
+      if (store.check({keys[i]}))
+        lowest_present = std::min(lowest_present, i);
+      else
+        missing.push_back(i);
     }
     if (missing.empty() || self != lowest_present) continue;
     long elapsed = std::lround(std::chrono::duration<double>(Clock::now() - t0).count());
@@ -540,8 +543,9 @@ void wait_and_report(Store& store, const std::vector<std::string>& keys, Ms time
 std::string port_in_use_message(int port, const std::string& host_label) {
   auto holders = tcp_port_holders(port);
   if (holders.empty())
-    return str_cat("port ", port, " on ", host_label, " is already in use by another process (one this user cannot see; `ss -ltnp 'sport = :",
-                   port, "'` as root names it); pick --master-port, or stop that process");
+    return str_cat("port ", port, " on ", host_label,
+                   " is already in use by another process (one this user cannot see; `ss -ltnp 'sport = :", port,
+                   "'` as root names it); pick --master-port, or stop that process");
   std::string who, pids;
   for (const auto& h : holders) {
     who += str_cat(who.empty() ? "" : "; ", "pid ", h.pid, " (", h.command, ")");
@@ -618,7 +622,8 @@ StoreClient::StoreClient(StoreClientOptions opts) : opts_(std::move(opts)) {
         unsigned char hdr[4];
         if (recv_all(fd.get(), hdr, 4, hs_deadline, where())) {
           uint32_t len = hdr[0] | (hdr[1] << 8) | (hdr[2] << 16) | (static_cast<uint32_t>(hdr[3]) << 24);
-          if (len == 0 || len > kMaxFrame) fail(where(), " answered the handshake with garbage (is it a nanochat store?)");
+          if (len == 0 || len > kMaxFrame)
+            fail(where(), " answered the handshake with garbage (is it a nanochat store?)");
           std::string body(len, '\0');
           recv_all(fd.get(), body.data(), len, hs_deadline, where());
           Reader r{body.data(), body.size()};
@@ -682,8 +687,9 @@ std::string StoreClient::request(const std::string& frame, Ms answer_timeout, ui
     send_all(fd_.get(), frame.data(), frame.size(), dl, where());
     unsigned char hdr[4];
     if (!recv_all(fd_.get(), hdr, 4, dl, where()))
-      fail(where(), " closed the connection (the process hosting it, node 0's launcher or rank 0, may have "
-                    "exited)");
+      fail(where(),
+           " closed the connection (the process hosting it, node 0's launcher or rank 0, may have "
+           "exited)");
     uint32_t len = hdr[0] | (hdr[1] << 8) | (hdr[2] << 16) | (static_cast<uint32_t>(hdr[3]) << 24);
     if (len == 0 || len > kMaxFrame) fail(where(), " sent a malformed answer");
     std::string body(len, '\0');
@@ -741,8 +747,8 @@ void StoreClient::wait(const std::vector<std::string>& keys, Ms timeout) {
   if (st == kTimeout) {
     Reader r{p.data(), p.size()};
     auto missing = r.strs();
-    throw StoreTimeout(str_cat("timed out after ", ms / 1000.0, " s waiting for key(s) ", join_keys(missing),
-                               " in ", where()));
+    throw StoreTimeout(
+        str_cat("timed out after ", ms / 1000.0, " s waiting for key(s) ", join_keys(missing), " in ", where()));
   }
   expect_ok(st, p, where());
 }

@@ -103,11 +103,11 @@ class StoreServer {
 struct StoreClientOptions {
   std::string host = "127.0.0.1";
   int port = 29500;
-  std::string job_token;               ///< must equal the server's token
-  Ms connect_timeout{300000};          ///< keep retrying (with backoff) this long; 0 = one attempt
-  Ms attempt_timeout{2000};            ///< bound of one connect attempt (DROP firewalls)
-  Ms op_timeout{60000};                ///< bound of a non-blocking request's answer
-  std::string identity;                ///< shown by the server in its logs (e.g. "rank 3 on h1")
+  std::string job_token;       ///< must equal the server's token
+  Ms connect_timeout{300000};  ///< keep retrying (with backoff) this long; 0 = one attempt
+  Ms attempt_timeout{2000};    ///< bound of one connect attempt (DROP firewalls)
+  Ms op_timeout{60000};        ///< bound of a non-blocking request's answer
+  std::string identity;        ///< shown by the server in its logs (e.g. "rank 3 on h1")
   /// Called after each failed connection attempt with its error, before the backoff sleep; it may
   /// print progress or throw to give up early (the exception propagates out of the constructor).
   std::function<void(const std::string& last_error)> on_retry;

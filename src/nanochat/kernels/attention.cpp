@@ -26,23 +26,19 @@ namespace {
 
 void check_shapes(int B, int T, int H, int Hkv, int D) {
   if (B <= 0 || T <= 0 || H <= 0 || Hkv <= 0 || D <= 0)
-    fail("attention: sizes must be positive (B=", B, " T=", T, " H=", H, " Hkv=", Hkv, " D=", D,
-         ")");
+    fail("attention: sizes must be positive (B=", B, " T=", T, " H=", H, " Hkv=", Hkv, " D=", D, ")");
   if (H % Hkv != 0)
-    fail("attention: the number of query heads H=", H,
-         " must be a multiple of the number of kv heads Hkv=", Hkv);
+    fail("attention: the number of query heads H=", H, " must be a multiple of the number of kv heads Hkv=", Hkv);
 }
 
 // First key a query at absolute position p may see.
-inline int64_t first_key(int64_t p, int window) {
-  return window < 0 ? 0 : std::max<int64_t>(0, p - window);
-}
+inline int64_t first_key(int64_t p, int window) { return window < 0 ? 0 : std::max<int64_t>(0, p - window); }
 
 // Reference forward over a key/value buffer with row stride Tk (the cache length): queries
 // t = 0..Tq-1 sit at absolute positions pos0 + t and see keys first_key(p) .. p.
 template <typename Real>
-void forward_ref_core(const Real* q, const Real* k, const Real* v, Real* out, Real* lse, int B,
-                      int Tq, int pos0, int Tk, int H, int Hkv, int D, int window, Real scale) {
+void forward_ref_core(const Real* q, const Real* k, const Real* v, Real* out, Real* lse, int B, int Tq, int pos0,
+                      int Tk, int H, int Hkv, int D, int window, Real scale) {
   const int group = H / Hkv;
   const int64_t n_rows = int64_t(B) * H * Tq;
 #pragma omp parallel
@@ -85,16 +81,16 @@ void forward_ref_core(const Real* q, const Real* k, const Real* v, Real* out, Re
 }  // namespace
 
 template <typename Real>
-void attention_forward_reference(const Real* q, const Real* k, const Real* v, Real* out, Real* lse,
-                                 int B, int T, int H, int Hkv, int D, int window, Real scale) {
+void attention_forward_reference(const Real* q, const Real* k, const Real* v, Real* out, Real* lse, int B, int T, int H,
+                                 int Hkv, int D, int window, Real scale) {
   check_shapes(B, T, H, Hkv, D);
   forward_ref_core<Real>(q, k, v, out, lse, B, T, 0, T, H, Hkv, D, window, scale);
 }
 
 template <typename Real>
-void attention_backward_reference(const Real* q, const Real* k, const Real* v, const Real* out,
-                                  const Real* lse, const Real* dout, Real* dq, Real* dk, Real* dv,
-                                  int B, int T, int H, int Hkv, int D, int window, Real scale) {
+void attention_backward_reference(const Real* q, const Real* k, const Real* v, const Real* out, const Real* lse,
+                                  const Real* dout, Real* dq, Real* dk, Real* dv, int B, int T, int H, int Hkv, int D,
+                                  int window, Real scale) {
   check_shapes(B, T, H, Hkv, D);
   const int group = H / Hkv;
   auto row = [T, D](auto* base, int b, int t, int heads, int h) {
@@ -138,8 +134,7 @@ void attention_backward_reference(const Real* q, const Real* k, const Real* v, c
     Real* dkj = row(dk, b, j, Hkv, hk);
     Real* dvj = row(dv, b, j, Hkv, hk);
     for (int d = 0; d < D; ++d) dkj[d] = dvj[d] = 0;
-    const int64_t i_end =
-        window < 0 ? int64_t(T) - 1 : std::min<int64_t>(T - 1, int64_t(j) + window);
+    const int64_t i_end = window < 0 ? int64_t(T) - 1 : std::min<int64_t>(T - 1, int64_t(j) + window);
     for (int h = hk * group; h < (hk + 1) * group; ++h)
       for (int64_t i = j; i <= i_end; ++i) {
         const Real* qi = row(q, b, int(i), H, h);
@@ -155,19 +150,16 @@ void attention_backward_reference(const Real* q, const Real* k, const Real* v, c
   }
 }
 
-template void attention_forward_reference<float>(const float*, const float*, const float*, float*,
-                                                 float*, int, int, int, int, int, int, float);
-template void attention_forward_reference<double>(const double*, const double*, const double*,
-                                                  double*, double*, int, int, int, int, int, int,
-                                                  double);
-template void attention_backward_reference<float>(const float*, const float*, const float*,
-                                                  const float*, const float*, const float*, float*,
-                                                  float*, float*, int, int, int, int, int, int,
+template void attention_forward_reference<float>(const float*, const float*, const float*, float*, float*, int, int,
+                                                 int, int, int, int, float);
+template void attention_forward_reference<double>(const double*, const double*, const double*, double*, double*, int,
+                                                  int, int, int, int, int, double);
+template void attention_backward_reference<float>(const float*, const float*, const float*, const float*, const float*,
+                                                  const float*, float*, float*, float*, int, int, int, int, int, int,
                                                   float);
-template void attention_backward_reference<double>(const double*, const double*, const double*,
-                                                   const double*, const double*, const double*,
-                                                   double*, double*, double*, int, int, int, int,
-                                                   int, int, double);
+template void attention_backward_reference<double>(const double*, const double*, const double*, const double*,
+                                                   const double*, const double*, double*, double*, double*, int, int,
+                                                   int, int, int, int, double);
 
 // ------------------------------------------------------------------------------------------------
 // Fast tiled kernels (FlashAttention-2 structure, Dao 2023, on CPU).
@@ -245,13 +237,9 @@ struct Band {
 constexpr int64_t kFar = int64_t(1) << 40;
 // Rows = keys of a tile starting at absolute position j0, x = queries of a tile starting at p0:
 // key j is visible from query p iff p - window <= j <= p.
-Band band_keys_queries(int64_t j0, int64_t p0, int window) {
-  return {j0 - p0, window < 0 ? kFar : j0 - p0 + window};
-}
+Band band_keys_queries(int64_t j0, int64_t p0, int window) { return {j0 - p0, window < 0 ? kFar : j0 - p0 + window}; }
 // Rows = queries (tile at p0), x = keys (tile at j0).
-Band band_queries_keys(int64_t p0, int64_t j0, int window) {
-  return {window < 0 ? -kFar : p0 - j0 - window, p0 - j0};
-}
+Band band_queries_keys(int64_t p0, int64_t j0, int window) { return {window < 0 ? -kFar : p0 - j0 - window, p0 - j0}; }
 
 // Sets st[c][r] = -inf where key j0 + c is not visible from query position p0 + r:
 // visible iff p - window <= j <= p (no lower bound when window < 0).
@@ -290,15 +278,14 @@ void apply_mask_rows(float* s, int nq, int64_t p0, int64_t j0, int ncols, int wi
 void pack_transposed(const float* X, int64_t ldx, int n, int ncols, int D, float mul, float* Xt) {
   // Stage with block size b swaps the off-diagonal b x b blocks of each 2b x 2b block: row i
   // (i & b == 0) takes lanes j & b == 0 from itself and j & b != 0 from row i + b at j - b.
-  alignas(64) static const int32_t kIdx[4][2][16] = {
-      {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
-       {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
-      {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
-       {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
-      {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
-       {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
-      {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
-       {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}}};
+  alignas(64) static const int32_t kIdx[4][2][16] = {{{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+                                                      {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+                                                     {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+                                                      {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+                                                     {{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+                                                      {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}},
+                                                     {{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30},
+                                                      {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}}};
   const __m512 vm = _mm512_set1_ps(mul);
   for (int r0 = 0; r0 < ncols; r0 += 16)
     for (int d0 = 0; d0 < D; d0 += 16) {
@@ -306,8 +293,8 @@ void pack_transposed(const float* X, int64_t ldx, int n, int ncols, int D, float
       const __mmask16 mask = static_cast<__mmask16>((1u << dn) - 1u);
       __m512 x[16];
       for (int i = 0; i < 16; ++i)
-        x[i] = r0 + i < n ? _mm512_mul_ps(vm, _mm512_maskz_loadu_ps(mask, X + (r0 + i) * ldx + d0))
-                          : _mm512_setzero_ps();
+        x[i] =
+            r0 + i < n ? _mm512_mul_ps(vm, _mm512_maskz_loadu_ps(mask, X + (r0 + i) * ldx + d0)) : _mm512_setzero_ps();
       for (int stage = 0, b = 8; stage < 4; ++stage, b >>= 1) {
         const __m512i lo = _mm512_load_si512(kIdx[stage][0]);
         const __m512i hi = _mm512_load_si512(kIdx[stage][1]);
@@ -365,14 +352,13 @@ void abt_block(const float* A, int64_t lda, const float* Bt, int K, float* C) {
 // (LoadC is a template parameter and there are no masked loads/stores: either makes GCC 12 keep
 // the accumulators in memory, which cost 2.5x in a micro-benchmark.)
 template <int MR, int NV, bool LoadC>
-void ab_block(const float* A, int64_t sm, int64_t sk, int K, const float* Bm, int64_t ldb, float* C,
-              int64_t ldc, const float* row_scale) {
+void ab_block(const float* A, int64_t sm, int64_t sk, int K, const float* Bm, int64_t ldb, float* C, int64_t ldc,
+              const float* row_scale) {
   __m512 acc[MR][NV];
   for (int m = 0; m < MR; ++m) {
     if constexpr (LoadC) {
       const __m512 f = _mm512_set1_ps(row_scale ? row_scale[m] : 1.f);
-      for (int v = 0; v < NV; ++v)
-        acc[m][v] = _mm512_mul_ps(f, _mm512_loadu_ps(C + m * ldc + 16 * v));
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_mul_ps(f, _mm512_loadu_ps(C + m * ldc + 16 * v));
     } else {
       for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_setzero_ps();
     }
@@ -395,8 +381,7 @@ using AbtFn = void (*)(const float*, int64_t, const float*, int, float*);
 template <int NV>
 constexpr AbtFn kAbt[kMR] = {abt_block<1, NV>, abt_block<2, NV>, abt_block<3, NV>,
                              abt_block<4, NV>, abt_block<5, NV>, abt_block<6, NV>};
-using AbFn = void (*)(const float*, int64_t, int64_t, int, const float*, int64_t, float*, int64_t,
-                      const float*);
+using AbFn = void (*)(const float*, int64_t, int64_t, int, const float*, int64_t, float*, int64_t, const float*);
 template <int NV, bool LoadC>
 constexpr AbFn kAb[kMR] = {ab_block<1, NV, LoadC>, ab_block<2, NV, LoadC>, ab_block<3, NV, LoadC>,
                            ab_block<4, NV, LoadC>, ab_block<5, NV, LoadC>, ab_block<6, NV, LoadC>};
@@ -418,11 +403,10 @@ void abt(const float* A, int64_t lda, int M, const float* Bt, int K, int nv, flo
 // C(M, N) = (load_c ? diag(row_scale) C : 0) + A(M, K) * Bm(K, N) with A[m][k] = A[m*sm + k*sk],
 // where A is zero outside the band (each block of rows only runs over the k the band allows).
 // Columns in whole 16-lane vectors go through ab_block; the last N % 16 through plain loops.
-void ab(const float* A, int64_t sm, int64_t sk, int M, int K, const float* Bm, int64_t ldb, int N,
-        float* C, int64_t ldc, bool load_c, const float* row_scale, Band band) {
-  static constexpr const AbFn* table[2][4] = {
-      {kAb<1, false>, kAb<2, false>, kAb<3, false>, kAb<4, false>},
-      {kAb<1, true>, kAb<2, true>, kAb<3, true>, kAb<4, true>}};
+void ab(const float* A, int64_t sm, int64_t sk, int M, int K, const float* Bm, int64_t ldb, int N, float* C,
+        int64_t ldc, bool load_c, const float* row_scale, Band band) {
+  static constexpr const AbFn* table[2][4] = {{kAb<1, false>, kAb<2, false>, kAb<3, false>, kAb<4, false>},
+                                              {kAb<1, true>, kAb<2, true>, kAb<3, true>, kAb<4, true>}};
   const int n_vec = N / 16 * 16;
   for (int n0 = 0; n0 < n_vec; n0 += 64) {
     const AbFn* fns = table[load_c][std::min(64, n_vec - n0) / 16 - 1];
@@ -430,8 +414,8 @@ void ab(const float* A, int64_t sm, int64_t sk, int M, int K, const float* Bm, i
       const int rows = std::min(kMR, M - m);
       const int k0 = int(std::clamp<int64_t>(m + band.lo, 0, K));
       const int k1 = int(std::clamp<int64_t>(m + rows + band.hi, k0, K));
-      fns[rows - 1](A + m * sm + k0 * sk, sm, sk, k1 - k0, Bm + k0 * ldb + n0, ldb,
-                    C + m * ldc + n0, ldc, row_scale ? row_scale + m : nullptr);
+      fns[rows - 1](A + m * sm + k0 * sk, sm, sk, k1 - k0, Bm + k0 * ldb + n0, ldb, C + m * ldc + n0, ldc,
+                    row_scale ? row_scale + m : nullptr);
     }
   }
   if (n_vec == N) return;
@@ -454,8 +438,7 @@ void online_softmax(float* st, int nk, int nv, float* m, float* l, float* alpha)
   for (int v = 0; v < nv; ++v) {
     const __m512 m_old = _mm512_load_ps(m + 16 * v);
     __m512 tmax = _mm512_set1_ps(-kInf);
-    for (int c = 0; c < nk; ++c)
-      tmax = _mm512_max_ps(tmax, _mm512_load_ps(st + size_t(c) * BQ + 16 * v));
+    for (int c = 0; c < nk; ++c) tmax = _mm512_max_ps(tmax, _mm512_load_ps(st + size_t(c) * BQ + 16 * v));
     const __m512 m_new = _mm512_max_ps(m_old, tmax);
     // Lanes that have seen no visible key yet keep m = -inf; exponentiate them against 0.
     const __mmask16 none = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(-kInf), _CMP_EQ_OQ);
@@ -476,8 +459,7 @@ void online_softmax(float* st, int nk, int nv, float* m, float* l, float* alpha)
 
 // Backward tile: st (scores^T, log2 units) -> P^T = 2^(s - lse2); dpt (dP^T) -> dS^T =
 // scale * P^T (dP^T - Delta).
-void probs_and_dscores(float* st, float* dpt, int nk, int nv, const float* lse2, const float* delta,
-                       float scale) {
+void probs_and_dscores(float* st, float* dpt, int nk, int nv, const float* lse2, const float* delta, float scale) {
   const __m512 vs = _mm512_set1_ps(scale);
   for (int v = 0; v < nv; ++v) {
     const __m512 L = _mm512_load_ps(lse2 + 16 * v);
@@ -489,16 +471,14 @@ void probs_and_dscores(float* st, float* dpt, int nk, int nv, const float* lse2,
       _mm512_store_ps(s, p);
       // Lanes with P == 0 may hold stale dP (abt skipped them): force dS = 0 there.
       const __mmask16 live = _mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-      _mm512_store_ps(
-          g, _mm512_maskz_mul_ps(live, _mm512_mul_ps(p, vs), _mm512_sub_ps(_mm512_load_ps(g), dl)));
+      _mm512_store_ps(g, _mm512_maskz_mul_ps(live, _mm512_mul_ps(p, vs), _mm512_sub_ps(_mm512_load_ps(g), dl)));
     }
   }
 }
 
 // Row orientation of probs_and_dscores: s (query rows x key lanes) -> P = 2^(s - lse2[r]);
 // dp -> dS = scale * P (dP - delta[r]).
-void probs_and_dscores_rows(float* s, float* dp, int nq, int nv, const float* lse2,
-                            const float* delta, float scale) {
+void probs_and_dscores_rows(float* s, float* dp, int nq, int nv, const float* lse2, const float* delta, float scale) {
   const __m512 vs = _mm512_set1_ps(scale);
   for (int r = 0; r < nq; ++r) {
     const __m512 L = _mm512_set1_ps(lse2[r]);
@@ -509,8 +489,7 @@ void probs_and_dscores_rows(float* s, float* dp, int nq, int nv, const float* ls
       const __m512 p = exp2_ps(_mm512_sub_ps(_mm512_load_ps(x), L));
       _mm512_store_ps(x, p);
       const __mmask16 live = _mm512_cmp_ps_mask(p, _mm512_setzero_ps(), _CMP_NEQ_UQ);
-      _mm512_store_ps(
-          g, _mm512_maskz_mul_ps(live, _mm512_mul_ps(p, vs), _mm512_sub_ps(_mm512_load_ps(g), dl)));
+      _mm512_store_ps(g, _mm512_maskz_mul_ps(live, _mm512_mul_ps(p, vs), _mm512_sub_ps(_mm512_load_ps(g), dl)));
     }
   }
 }
@@ -522,8 +501,7 @@ float exp2_sum_inplace(float* x, int64_t n, float sub) {
   __m512 acc = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
-    const __m512 p =
-        _mm512_maskz_mov_ps(m, exp2_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vs)));
+    const __m512 p = _mm512_maskz_mov_ps(m, exp2_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vs)));
     _mm512_mask_storeu_ps(x + i, m, p);
     acc = _mm512_add_ps(acc, p);
   }
@@ -542,28 +520,22 @@ float dot(const float* a, const float* b, int D) {
 
 // o[0 .. 16*NV) = mul * sum_j p[j] * V[j * ldv + ...], accumulators in registers.
 template <int NV>
-void weighted_rows_block(const float* p, int64_t n, const float* V, int64_t ldv, float mul,
-                         float* o) {
+void weighted_rows_block(const float* p, int64_t n, const float* V, int64_t ldv, float mul, float* o) {
   __m512 acc[NV];
   for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
     const __m512 w = _mm512_set1_ps(p[j]);
-    for (int v = 0; v < NV; ++v)
-      acc[v] = _mm512_fmadd_ps(w, _mm512_loadu_ps(V + j * ldv + 16 * v), acc[v]);
+    for (int v = 0; v < NV; ++v) acc[v] = _mm512_fmadd_ps(w, _mm512_loadu_ps(V + j * ldv + 16 * v), acc[v]);
   }
-  for (int v = 0; v < NV; ++v)
-    _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(acc[v], _mm512_set1_ps(mul)));
+  for (int v = 0; v < NV; ++v) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(acc[v], _mm512_set1_ps(mul)));
 }
 
 // o[0 .. D) = mul * sum_{j < n} p[j] * V[j * ldv .. + D).
-void weighted_rows(const float* p, int64_t n, const float* V, int64_t ldv, int D, float mul,
-                   float* o) {
+void weighted_rows(const float* p, int64_t n, const float* V, int64_t ldv, int D, float mul, float* o) {
   static constexpr void (*fns[4])(const float*, int64_t, const float*, int64_t, float, float*) = {
-      weighted_rows_block<1>, weighted_rows_block<2>, weighted_rows_block<3>,
-      weighted_rows_block<4>};
+      weighted_rows_block<1>, weighted_rows_block<2>, weighted_rows_block<3>, weighted_rows_block<4>};
   const int n_vec = D / 16 * 16;
-  for (int d0 = 0; d0 < n_vec; d0 += 64)
-    fns[std::min(64, n_vec - d0) / 16 - 1](p, n, V + d0, ldv, mul, o + d0);
+  for (int d0 = 0; d0 < n_vec; d0 += 64) fns[std::min(64, n_vec - d0) / 16 - 1](p, n, V + d0, ldv, mul, o + d0);
   for (int d = n_vec; d < D; ++d) {
     float acc = 0.f;
     for (int64_t j = 0; j < n; ++j) acc += p[j] * V[j * ldv + d];
@@ -598,8 +570,8 @@ void abt(const float* A, int64_t lda, int M, const float* Bt, int K, int nv, flo
   }
 }
 
-void ab(const float* A, int64_t sm, int64_t sk, int M, int K, const float* Bm, int64_t ldb, int N,
-        float* C, int64_t ldc, bool load_c, const float* row_scale, Band) {
+void ab(const float* A, int64_t sm, int64_t sk, int M, int K, const float* Bm, int64_t ldb, int N, float* C,
+        int64_t ldc, bool load_c, const float* row_scale, Band) {
   for (int m = 0; m < M; ++m) {
     float* c = C + m * ldc;
     const float f = load_c ? (row_scale ? row_scale[m] : 1.f) : 0.f;
@@ -632,8 +604,7 @@ void online_softmax(float* st, int nk, int nv, float* m, float* l, float* alpha)
   }
 }
 
-void probs_and_dscores(float* st, float* dpt, int nk, int nv, const float* lse2, const float* delta,
-                       float scale) {
+void probs_and_dscores(float* st, float* dpt, int nk, int nv, const float* lse2, const float* delta, float scale) {
   const int ncols = 16 * nv;
   for (int c = 0; c < nk; ++c)
     for (int r = 0; r < ncols; ++r) {
@@ -644,8 +615,7 @@ void probs_and_dscores(float* st, float* dpt, int nk, int nv, const float* lse2,
     }
 }
 
-void probs_and_dscores_rows(float* s, float* dp, int nq, int nv, const float* lse2,
-                            const float* delta, float scale) {
+void probs_and_dscores_rows(float* s, float* dp, int nq, int nv, const float* lse2, const float* delta, float scale) {
   const int ncols = 16 * nv;
   for (int r = 0; r < nq; ++r)
     for (int c = 0; c < ncols; ++c) {
@@ -668,8 +638,7 @@ float dot(const float* a, const float* b, int D) {
   return acc;
 }
 
-void weighted_rows(const float* p, int64_t n, const float* V, int64_t ldv, int D, float mul,
-                   float* o) {
+void weighted_rows(const float* p, int64_t n, const float* V, int64_t ldv, int D, float mul, float* o) {
   for (int d = 0; d < D; ++d) o[d] = 0.f;
   for (int64_t j = 0; j < n; ++j)
     for (int d = 0; d < D; ++d) o[d] += p[j] * V[j * ldv + d];
@@ -680,8 +649,8 @@ void weighted_rows(const float* p, int64_t n, const float* V, int64_t ldv, int D
 
 // Forward for very few queries (decode: Tq = 1): one task per (b, h, query) computes its score
 // row directly (vector dot products over D), so no work is wasted on empty query lanes.
-void forward_rows(const float* q, const float* k, const float* v, float* out, float* lse, int B,
-                  int Tq, int pos0, int Tk, int H, int Hkv, int D, int window, float scale) {
+void forward_rows(const float* q, const float* k, const float* v, float* out, float* lse, int B, int Tq, int pos0,
+                  int Tk, int H, int Hkv, int D, int window, float scale) {
   const int group = H / Hkv;
   const int64_t ldk = int64_t(Hkv) * D;
   const float c = scale * kLog2e;
@@ -705,10 +674,9 @@ void forward_rows(const float* q, const float* k, const float* v, float* out, fl
 }
 
 // Forward over a key/value buffer with row stride Tk: queries t at absolute positions pos0 + t.
-void forward_fast(const float* q, const float* k, const float* v, float* out, float* lse, int B,
-                  int Tq, int pos0, int Tk, int H, int Hkv, int D, int window, float scale) {
-  if (Tq <= kFewQueries)
-    return forward_rows(q, k, v, out, lse, B, Tq, pos0, Tk, H, Hkv, D, window, scale);
+void forward_fast(const float* q, const float* k, const float* v, float* out, float* lse, int B, int Tq, int pos0,
+                  int Tk, int H, int Hkv, int D, int window, float scale) {
+  if (Tq <= kFewQueries) return forward_rows(q, k, v, out, lse, B, Tq, pos0, Tk, H, Hkv, D, window, scale);
   const int group = H / Hkv;
   const int nqt = (Tq + BQ - 1) / BQ;
   const int64_t ldq = int64_t(H) * D, ldk = int64_t(Hkv) * D;
@@ -736,8 +704,7 @@ void forward_fast(const float* q, const float* k, const float* v, float* out, fl
       abt(kb + j0 * ldk, ldk, nk, s.qt, D, nv, s.st, band_keys_queries(j0, p0, window));
       apply_mask(s.st, nk, j0, p0, 16 * nv, window);
       online_softmax(s.st, nk, nv, s.m, s.l, s.alpha);
-      ab(s.st, 1, BQ, nq, nk, vb + j0 * ldk, ldk, D, orow, ldq, !first, s.alpha,
-         band_queries_keys(p0, j0, window));
+      ab(s.st, 1, BQ, nq, nk, vb + j0 * ldk, ldk, D, orow, ldq, !first, s.alpha, band_queries_keys(p0, j0, window));
       first = false;
     }
     for (int r = 0; r < nq; ++r) {
@@ -752,8 +719,8 @@ void forward_fast(const float* q, const float* k, const float* v, float* out, fl
 // Per-query statistics of rows i0 .. i0+nq-1 of one head: lse2 = lse * log2(e) and
 // delta = rowsum(dout * out) (FlashAttention-2's D_i); lanes nq .. BQ-1 get +inf and 0 so that
 // padded query lanes produce P = 0.
-void row_stats(const float* out, const float* dout, const float* lse, int nq, int64_t ldq, int D,
-               float* lse2, float* delta) {
+void row_stats(const float* out, const float* dout, const float* lse, int nq, int64_t ldq, int D, float* lse2,
+               float* delta) {
   for (int r = 0; r < BQ; ++r) {
     if (r >= nq) {
       lse2[r] = kInf;
@@ -779,9 +746,9 @@ void row_stats(const float* out, const float* dout, const float* lse, int nq, in
 // heads, so all three accumulate without races. Query tiles are packed transposed (query lanes);
 // key tiles are aligned to multiples of BK so the first product into a dk/dv tile (query tile ==
 // key tile, first head of the group) can overwrite instead of accumulate (no zeroing pass).
-void backward_fused(const float* q, const float* k, const float* v, const float* out,
-                    const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
-                    int T, int H, int Hkv, int D, int window, float scale) {
+void backward_fused(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                    const float* dout, float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int D, int window,
+                    float scale) {
   static_assert(BQ == BK, "the first-touch rule below needs query and key tiles of one size");
   const int group = H / Hkv;
   const int64_t ldq = int64_t(H) * D, ldk = int64_t(Hkv) * D;
@@ -797,8 +764,7 @@ void backward_fused(const float* q, const float* k, const float* v, const float*
         const int64_t q_off = ((int64_t(b) * T + i0) * H + h) * D;
         pack_transposed(q + q_off, ldq, nq, 16 * nv, D, c, s.qt);
         pack_transposed(dout + q_off, ldq, nq, 16 * nv, D, 1.f, s.dot);
-        row_stats(out + q_off, dout + q_off, lse + (int64_t(b) * H + h) * T + i0, nq, ldq, D,
-                  s.lse2, s.delta);
+        row_stats(out + q_off, dout + q_off, lse + (int64_t(b) * H + h) * T + i0, nq, ldq, D, s.lse2, s.delta);
         const int64_t i_last = i0 + nq - 1;
         for (int64_t j0 = first_key(i0, window) / BK * BK; j0 <= i_last; j0 += BK) {
           const int nk = int(std::min<int64_t>(BK, T - j0));
@@ -810,13 +776,10 @@ void backward_fused(const float* q, const float* k, const float* v, const float*
           abt(vt, ldk, nk, s.dot, D, nv, s.dpt, kq);  // dP^T
           probs_and_dscores(s.st, s.dpt, nk, nv, s.lse2, s.delta, scale);
           const bool first_kv = h == hk * group && j0 == i0;
-          ab(s.st, BQ, 1, nk, nq, dout + q_off, ldq, D, dv + kv_off + j0 * ldk, ldk, !first_kv,
-             nullptr, kq);
-          ab(s.dpt, BQ, 1, nk, nq, q + q_off, ldq, D, dk + kv_off + j0 * ldk, ldk, !first_kv,
-             nullptr, kq);
+          ab(s.st, BQ, 1, nk, nq, dout + q_off, ldq, D, dv + kv_off + j0 * ldk, ldk, !first_kv, nullptr, kq);
+          ab(s.dpt, BQ, 1, nk, nq, q + q_off, ldq, D, dk + kv_off + j0 * ldk, ldk, !first_kv, nullptr, kq);
           const bool first_q = j0 == first_key(i0, window) / BK * BK;
-          ab(s.dpt, 1, BQ, nq, nk, kt, ldk, D, dq + q_off, ldq, !first_q, nullptr,
-             band_queries_keys(i0, j0, window));
+          ab(s.dpt, 1, BQ, nq, nk, kt, ldk, D, dq + q_off, ldq, !first_q, nullptr, band_queries_keys(i0, j0, window));
         }
       }
   }
@@ -826,9 +789,9 @@ void backward_fused(const float* q, const float* k, const float* v, const float*
 // Pass 2 (dk, dv): one task per (b, kv head, key tile); here the key tile is packed transposed
 // (key lanes, S = Q K^T row by row) so Q and dO are read in place and nothing is re-packed per
 // (key tile, query tile) pair.
-void backward_split(const float* q, const float* k, const float* v, const float* out,
-                    const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
-                    int T, int H, int Hkv, int D, int window, float scale) {
+void backward_split(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                    const float* dout, float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int D, int window,
+                    float scale) {
   const int group = H / Hkv;
   const int64_t ldq = int64_t(H) * D, ldk = int64_t(Hkv) * D;
   const float c = scale * kLog2e;
@@ -845,8 +808,7 @@ void backward_split(const float* q, const float* k, const float* v, const float*
     const int64_t kv_off = (int64_t(b) * T * Hkv + h / group) * D;
     pack_transposed(q + q_off, ldq, nq, 16 * nv, D, c, s.qt);
     pack_transposed(dout + q_off, ldq, nq, 16 * nv, D, 1.f, s.dot);
-    row_stats(out + q_off, dout + q_off, lse + (int64_t(b) * H + h) * T + i0, nq, ldq, D, s.lse2,
-              s.delta);
+    row_stats(out + q_off, dout + q_off, lse + (int64_t(b) * H + h) * T + i0, nq, ldq, D, s.lse2, s.delta);
     const int64_t i_last = i0 + nq - 1, j_first = first_key(i0, window);
     for (int64_t j0 = j_first; j0 <= i_last; j0 += BK) {
       const int nk = int(std::min<int64_t>(BK, i_last + 1 - j0));
@@ -856,8 +818,7 @@ void backward_split(const float* q, const float* k, const float* v, const float*
       apply_mask(s.st, nk, j0, i0, 16 * nv, window);
       abt(v + kv_off + j0 * ldk, ldk, nk, s.dot, D, nv, s.dpt, kq);
       probs_and_dscores(s.st, s.dpt, nk, nv, s.lse2, s.delta, scale);
-      ab(s.dpt, 1, BQ, nq, nk, kt, ldk, D, dq + q_off, ldq, j0 != j_first, nullptr,
-         band_queries_keys(i0, j0, window));
+      ab(s.dpt, 1, BQ, nq, nk, kt, ldk, D, dq + q_off, ldq, j0 != j_first, nullptr, band_queries_keys(i0, j0, window));
     }
   }
 #pragma omp parallel for schedule(dynamic, 1)
@@ -877,8 +838,7 @@ void backward_split(const float* q, const float* k, const float* v, const float*
       for (int64_t i0 = j0; i0 <= i_end; i0 += BQ) {
         const int nq = int(std::min<int64_t>(BQ, i_end + 1 - i0));
         const int64_t q_off = ((int64_t(b) * T + i0) * H + h) * D;
-        row_stats(out + q_off, dout + q_off, lse + (int64_t(b) * H + h) * T + i0, nq, ldq, D,
-                  s.lse2, s.delta);
+        row_stats(out + q_off, dout + q_off, lse + (int64_t(b) * H + h) * T + i0, nq, ldq, D, s.lse2, s.delta);
         const Band qk = band_queries_keys(i0, j0, window), kq = band_keys_queries(j0, i0, window);
         abt(q + q_off, ldq, nq, s.qt, D, nvk, s.st, qk);  // S (query rows x key lanes), log2 units
         apply_mask_rows(s.st, nq, i0, j0, 16 * nvk, window);
@@ -893,23 +853,22 @@ void backward_split(const float* q, const float* k, const float* v, const float*
 
 }  // namespace
 
-void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                       int B, int T, int H, int Hkv, int D, int window, float scale) {
+void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int B, int T, int H,
+                       int Hkv, int D, int window, float scale) {
   check_shapes(B, T, H, Hkv, D);
   forward_fast(q, k, v, out, lse, B, T, 0, T, H, Hkv, D, window, scale);
 }
 
-void attention_backward(const float* q, const float* k, const float* v, const float* out,
-                        const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
-                        int T, int H, int Hkv, int D, int window, float scale) {
-  attention_backward_with(AttentionBackwardMode::kAuto, q, k, v, out, lse, dout, dq, dk, dv, B, T,
-                          H, Hkv, D, window, scale);
+void attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                        const float* dout, float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int D,
+                        int window, float scale) {
+  attention_backward_with(AttentionBackwardMode::kAuto, q, k, v, out, lse, dout, dq, dk, dv, B, T, H, Hkv, D, window,
+                          scale);
 }
 
-void attention_backward_with(AttentionBackwardMode mode, const float* q, const float* k,
-                             const float* v, const float* out, const float* lse, const float* dout,
-                             float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int D,
-                             int window, float scale) {
+void attention_backward_with(AttentionBackwardMode mode, const float* q, const float* k, const float* v,
+                             const float* out, const float* lse, const float* dout, float* dq, float* dk, float* dv,
+                             int B, int T, int H, int Hkv, int D, int window, float scale) {
   check_shapes(B, T, H, Hkv, D);
   if (mode == AttentionBackwardMode::kAuto)
     mode = int64_t(B) * Hkv >= 2 * int64_t(omp_get_max_threads()) ? AttentionBackwardMode::kFused
@@ -920,13 +879,12 @@ void attention_backward_with(AttentionBackwardMode mode, const float* q, const f
     backward_split(q, k, v, out, lse, dout, dq, dk, dv, B, T, H, Hkv, D, window, scale);
 }
 
-void attention_forward_cached(const float* q, const float* k_cache, const float* v_cache,
-                              float* out, int B, int Tq, int pos0, int Tmax, int H, int Hkv, int D,
-                              int window, float scale) {
+void attention_forward_cached(const float* q, const float* k_cache, const float* v_cache, float* out, int B, int Tq,
+                              int pos0, int Tmax, int H, int Hkv, int D, int window, float scale) {
   check_shapes(B, Tq, H, Hkv, D);
   if (pos0 < 0 || int64_t(pos0) + Tq > Tmax)
-    fail("attention: the KV cache holds ", Tmax, " positions but the queries need positions ", pos0,
-         " .. ", int64_t(pos0) + Tq - 1, "; use a larger cache (sequence length) or reset it");
+    fail("attention: the KV cache holds ", Tmax, " positions but the queries need positions ", pos0, " .. ",
+         int64_t(pos0) + Tq - 1, "; use a larger cache (sequence length) or reset it");
   forward_fast(q, k_cache, v_cache, out, nullptr, B, Tq, pos0, Tmax, H, Hkv, D, window, scale);
 }
 

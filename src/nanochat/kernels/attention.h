@@ -30,22 +30,21 @@ namespace nanochat {
 /// Query position i attends keys j with max(0, i - window) <= j <= i (window >= T: plain causal).
 /// GQA: query head h uses kv head h / (H / Hkv) (H % Hkv == 0). scale is the softmax scale
 /// (1/sqrt(D) in nanochat).
-void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                       int B, int T, int H, int Hkv, int D, int window, float scale);
+void attention_forward(const float* q, const float* k, const float* v, float* out, float* lse, int B, int T, int H,
+                       int Hkv, int D, int window, float scale);
 
 /// Backward. Inputs as saved by attention_forward plus dout (B, T, H, D).
 /// Gradients dq (B, T, H, D), dk and dv (B, T, Hkv, D) are OVERWRITTEN (not accumulated).
-void attention_backward(const float* q, const float* k, const float* v, const float* out,
-                        const float* lse, const float* dout, float* dq, float* dk, float* dv, int B,
-                        int T, int H, int Hkv, int D, int window, float scale);
+void attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                        const float* dout, float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int D,
+                        int window, float scale);
 
 /// KV-cache forward (inference): Tq new queries at absolute positions pos0 .. pos0+Tq-1 attend
 /// over cache keys/values 0 .. pos0+Tq-1 with the same causal + window rule.
 /// q: (B, Tq, H, D); k_cache, v_cache: (B, Tmax, Hkv, D), already holding the new keys at
 /// pos0 .. pos0+Tq-1; out: (B, Tq, H, D). Requires pos0 >= 0 and pos0 + Tq <= Tmax.
-void attention_forward_cached(const float* q, const float* k_cache, const float* v_cache,
-                              float* out, int B, int Tq, int pos0, int Tmax, int H, int Hkv, int D,
-                              int window, float scale);
+void attention_forward_cached(const float* q, const float* k_cache, const float* v_cache, float* out, int B, int Tq,
+                              int pos0, int Tmax, int H, int Hkv, int D, int window, float scale);
 
 /// How attention_backward_with splits work between OpenMP threads.
 enum class AttentionBackwardMode {
@@ -57,20 +56,19 @@ enum class AttentionBackwardMode {
 
 /// attention_backward with an explicit work split (for tests and benchmarks); results are the
 /// same up to floating-point summation order.
-void attention_backward_with(AttentionBackwardMode mode, const float* q, const float* k,
-                             const float* v, const float* out, const float* lse, const float* dout,
-                             float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int D,
-                             int window, float scale);
+void attention_backward_with(AttentionBackwardMode mode, const float* q, const float* k, const float* v,
+                             const float* out, const float* lse, const float* dout, float* dq, float* dk, float* dv,
+                             int B, int T, int H, int Hkv, int D, int window, float scale);
 
 /// Straightforward reference implementation (loops over (b, h, i), one score row at a time),
 /// instantiated for float and double. Same shapes and semantics as attention_forward /
 /// attention_backward; used by the tests (finite differences in double) and as a baseline.
 template <typename Real>
-void attention_forward_reference(const Real* q, const Real* k, const Real* v, Real* out, Real* lse,
-                                 int B, int T, int H, int Hkv, int D, int window, Real scale);
+void attention_forward_reference(const Real* q, const Real* k, const Real* v, Real* out, Real* lse, int B, int T, int H,
+                                 int Hkv, int D, int window, Real scale);
 template <typename Real>
-void attention_backward_reference(const Real* q, const Real* k, const Real* v, const Real* out,
-                                  const Real* lse, const Real* dout, Real* dq, Real* dk, Real* dv,
-                                  int B, int T, int H, int Hkv, int D, int window, Real scale);
+void attention_backward_reference(const Real* q, const Real* k, const Real* v, const Real* out, const Real* lse,
+                                  const Real* dout, Real* dq, Real* dk, Real* dv, int B, int T, int H, int Hkv, int D,
+                                  int window, Real scale);
 
 }  // namespace nanochat

@@ -32,8 +32,7 @@ void lambda_mix_forward(const T* h, const T* x0, T r, T a, T* out, int64_t n) {
 }
 
 template <typename T>
-void lambda_mix_backward(const T* h, const T* x0, T r, T a, T* dout, T* dx0, double* dr,
-                         double* da, int64_t n) {
+void lambda_mix_backward(const T* h, const T* x0, T r, T a, T* dout, T* dx0, double* dr, double* da, int64_t n) {
   double sr = 0, sa = 0;
   const int64_t nblocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) reduction(+ : sr, sa) if (n > kPar)
@@ -82,14 +81,13 @@ double dot(const T* x, const T* y, int64_t n) {
   return s;
 }
 
-#define NC_INSTANTIATE(T)                                                                      \
-  template void relu2_forward<T>(const T*, T*, int64_t);                                       \
-  template void relu2_backward<T>(const T*, const T*, T*, int64_t);                            \
-  template void lambda_mix_forward<T>(const T*, const T*, T, T, T*, int64_t);                  \
-  template void lambda_mix_backward<T>(const T*, const T*, T, T, T*, T*, double*, double*,     \
-                                       int64_t);                                               \
-  template void axpy<T>(T, const T*, T*, int64_t);                                             \
-  template void add_scaled<T>(const T*, T, const T*, T*, int64_t);                             \
+#define NC_INSTANTIATE(T)                                                                            \
+  template void relu2_forward<T>(const T*, T*, int64_t);                                             \
+  template void relu2_backward<T>(const T*, const T*, T*, int64_t);                                  \
+  template void lambda_mix_forward<T>(const T*, const T*, T, T, T*, int64_t);                        \
+  template void lambda_mix_backward<T>(const T*, const T*, T, T, T*, T*, double*, double*, int64_t); \
+  template void axpy<T>(T, const T*, T*, int64_t);                                                   \
+  template void add_scaled<T>(const T*, T, const T*, T*, int64_t);                                   \
   template double dot<T>(const T*, const T*, int64_t);
 NC_INSTANTIATE(float)
 NC_INSTANTIATE(double)

@@ -19,8 +19,7 @@ void lambda_mix_forward(const T* h, const T* x0, T r, T a, T* out, int64_t n);
 /// Backward of lambda_mix_forward. dout: gradient at out, on return holds r*dout (= the gradient
 /// at h); dx0 += a*dout; *dr += sum(dout*h); *da += sum(dout*x0) (double accumulators).
 template <typename T>
-void lambda_mix_backward(const T* h, const T* x0, T r, T a, T* dout, T* dx0, double* dr,
-                         double* da, int64_t n);
+void lambda_mix_backward(const T* h, const T* x0, T r, T a, T* dout, T* dx0, double* dr, double* da, int64_t n);
 
 /// y[i] += alpha * x[i].
 template <typename T>

@@ -8,15 +8,13 @@
 
 namespace nanochat {
 
-void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-           int64_t ldc) {
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda,
-                                B, ldb, beta, C, ldc);
+  dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (st != dnnl_success)
-    fail("internal: dnnl_sgemm failed with status ", static_cast<int>(st), " for M=", M, " N=", N,
-         " K=", K, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+    fail("internal: dnnl_sgemm failed with status ", static_cast<int>(st), " for M=", M, " N=", N, " K=", K,
+         " lda=", lda, " ldb=", ldb, " ldc=", ldc);
 }
 
 void add_transposed(const float* src, float* dst, int64_t rows, int64_t cols) {
@@ -33,8 +31,7 @@ void add_transposed(const float* src, float* dst, int64_t rows, int64_t cols) {
   }
 }
 
-void linear_bwd_w_acc(const float* dy, const float* x, float* dW, int64_t M, int64_t K, int64_t N,
-                      float* scratch) {
+void linear_bwd_w_acc(const float* dy, const float* x, float* dW, int64_t M, int64_t K, int64_t N, float* scratch) {
   if (N <= K || scratch == nullptr) {
     linear_bwd_w(dy, x, dW, M, K, N, 1.f);
     return;

@@ -12,23 +12,21 @@ namespace nanochat {
 /// op(A) is (M,K): A is (M,K) with lda >= K, or (K,M) with lda >= M when trans_a.
 /// op(B) is (K,N): B is (K,N) with ldb >= N, or (N,K) with ldb >= K when trans_b.
 /// Throws nanochat::Error if oneDNN rejects the arguments.
-void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-           const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-           int64_t ldc);
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 /// y(M,N) = x(M,K) * W(N,K)^T (+ beta*y): PyTorch's Linear forward with weight (out, in).
-inline void linear_fwd(const float* x, const float* W, float* y, int64_t M, int64_t K, int64_t N,
-                       float beta = 0.f) {
+inline void linear_fwd(const float* x, const float* W, float* y, int64_t M, int64_t K, int64_t N, float beta = 0.f) {
   sgemm(false, true, M, N, K, 1.f, x, K, W, K, beta, y, N);
 }
 /// dx(M,K) (+)= dy(M,N) * W(N,K): Linear input gradient. beta=1 accumulates.
-inline void linear_bwd_x(const float* dy, const float* W, float* dx, int64_t M, int64_t K,
-                         int64_t N, float beta = 0.f) {
+inline void linear_bwd_x(const float* dy, const float* W, float* dx, int64_t M, int64_t K, int64_t N,
+                         float beta = 0.f) {
   sgemm(false, false, M, K, N, 1.f, dy, N, W, K, beta, dx, K);
 }
 /// dW(N,K) (+)= dy(M,N)^T * x(M,K): Linear weight gradient. beta=1 accumulates.
-inline void linear_bwd_w(const float* dy, const float* x, float* dW, int64_t M, int64_t K,
-                         int64_t N, float beta = 1.f) {
+inline void linear_bwd_w(const float* dy, const float* x, float* dW, int64_t M, int64_t K, int64_t N,
+                         float beta = 1.f) {
   sgemm(true, false, N, K, M, 1.f, dy, N, x, K, beta, dW, K);
 }
 
@@ -41,7 +39,6 @@ void add_transposed(const float* src, float* dst, int64_t rows, int64_t cols);
 /// is markedly slower when its output has more rows than columns (measured 80 vs 125 GFLOP/s
 /// for (1024, 256) vs (256, 1024) at K = 4096 on the development VM). scratch may be null when
 /// N <= K.
-void linear_bwd_w_acc(const float* dy, const float* x, float* dW, int64_t M, int64_t K, int64_t N,
-                      float* scratch);
+void linear_bwd_w_acc(const float* dy, const float* x, float* dW, int64_t M, int64_t K, int64_t N, float* scratch);
 
 }  // namespace nanochat

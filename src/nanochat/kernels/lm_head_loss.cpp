@@ -21,8 +21,7 @@ namespace {
 // sums e; with a gradient it stores q = e * (1 - t^2) in place, so that pass 2 is a scaling:
 // dlogits = s * q / sum(e) (= s * softmax(z) * (1 - t^2)), minus s * (1 - t_y^2) at the target.
 // Without a gradient it stores z.
-double softcap_ce_row_f32(float* row, int64_t V, int32_t target, float cap, float grad_scale,
-                          bool want_grad) {
+double softcap_ce_row_f32(float* row, int64_t V, int32_t target, float cap, float grad_scale, bool want_grad) {
   const float inv_cap = 1.f / cap;
   // the target's softcapped logit, before the row is overwritten
   const float zt = target >= 0 ? cap * vecmath::tanh_scalar(row[target] * inv_cap) : 0.f;
@@ -30,8 +29,7 @@ double softcap_ce_row_f32(float* row, int64_t V, int32_t target, float cap, floa
   int64_t j = 0;
 #if defined(__AVX512F__)
   {
-    const __m512 vcap = _mm512_set1_ps(cap), vinv = _mm512_set1_ps(inv_cap),
-                 one = _mm512_set1_ps(1.f);
+    const __m512 vcap = _mm512_set1_ps(cap), vinv = _mm512_set1_ps(inv_cap), one = _mm512_set1_ps(1.f);
     __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
     auto step = [&](__m512 l, __m512& out) {
       const __m512 t = vecmath::tanh16(_mm512_mul_ps(l, vinv));
@@ -188,10 +186,9 @@ int64_t lm_head_scratch_floats(int64_t chunk_rows, int64_t N, int64_t C, int64_t
   return 2 * cr /* row sums (double) */ + 2 * cr /* z_target, scale */ + cr * C + cr * V;
 }
 
-double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets, int64_t N,
-                          int64_t C, int64_t V, float cap, float grad_scale, float* scratch,
-                          int64_t chunk_rows, float* per_token_loss, float* dx, float* dW,
-                          float* dWt) {
+double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets, int64_t N, int64_t C, int64_t V,
+                          float cap, float grad_scale, float* scratch, int64_t chunk_rows, float* per_token_loss,
+                          float* dx, float* dW, float* dWt) {
   const bool want_grad = dx != nullptr;
   const int64_t cr = std::max<int64_t>(1, std::min(chunk_rows, N));
   double* row_sum = reinterpret_cast<double*>(scratch);  // scratch is 64-byte aligned

@@ -40,9 +40,8 @@ int64_t lm_head_scratch_floats(int64_t chunk_rows, int64_t N, int64_t C, int64_t
 /// dWt (optional, C * V floats of scratch): if given, the weight gradient is first summed over all
 /// chunks in transposed (C, V) layout, dWt = x^T * dlogits, and added to dW once at the end. BLAS
 /// runs that product ~25% faster than dlogits^T * x (whose reduction runs over the short chunk).
-double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets, int64_t N,
-                          int64_t C, int64_t V, float cap, float grad_scale, float* scratch,
-                          int64_t chunk_rows, float* per_token_loss, float* dx, float* dW,
-                          float* dWt = nullptr);
+double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets, int64_t N, int64_t C, int64_t V,
+                          float cap, float grad_scale, float* scratch, int64_t chunk_rows, float* per_token_loss,
+                          float* dx, float* dW, float* dWt = nullptr);
 
 }  // namespace nanochat

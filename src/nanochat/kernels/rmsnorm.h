@@ -20,8 +20,8 @@ void rmsnorm_forward(const T* x, T* y, T* rstd, int64_t N, int64_t D, T eps, T s
 /// dx: (N, D) receives the input gradient; if accumulate, it is added to dx instead.
 /// dx may alias dy when !accumulate.
 template <typename T>
-void rmsnorm_backward(const T* y, const T* rstd, const T* dy, T* dx, int64_t N, int64_t D,
-                      T scale = T(1), bool accumulate = false);
+void rmsnorm_backward(const T* y, const T* rstd, const T* dy, T* dx, int64_t N, int64_t D, T scale = T(1),
+                      bool accumulate = false);
 
 namespace detail {
 /// One row of the forward (shared by rmsnorm and the fused rotary + QK-norm kernel).
@@ -38,8 +38,7 @@ inline T rmsnorm_row(const T* x, T* y, int64_t D, T eps, T scale) {
 }
 /// One row of the backward; dx overwritten (aliasing dx == dy allowed) or accumulated.
 template <typename T>
-inline void rmsnorm_row_bwd(const T* y, T rho, const T* dy, T* dx, int64_t D, T scale,
-                            bool accumulate) {
+inline void rmsnorm_row_bwd(const T* y, T rho, const T* dy, T* dx, int64_t D, T scale, bool accumulate) {
   T dot = 0;
 #pragma omp simd reduction(+ : dot)
   for (int64_t j = 0; j < D; ++j) dot += dy[j] * y[j];

@@ -63,8 +63,8 @@ namespace {
 // Applies row_op(row, cos_t, sin_t, half) in place to every (b, t, h) row of a (B, T, H, D)
 // row-major tensor; row t uses the table row pos0 + t.
 template <typename T, typename RowOp>
-void for_each_rotary_row(T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H,
-                         int64_t D, int64_t pos0, RowOp row_op) {
+void for_each_rotary_row(T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D, int64_t pos0,
+                         RowOp row_op) {
   const int64_t half = D / 2;
 #pragma omp parallel for collapse(2) schedule(static) if (B * T_ * H * D > 32768)
   for (int64_t b = 0; b < B; ++b)
@@ -81,23 +81,20 @@ void for_each_rotary_row(T* x, const T* cos, const T* sin, int64_t B, int64_t T_
 }  // namespace
 
 template <typename T>
-void rotary_forward(T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
-                    int64_t pos0) {
+void rotary_forward(T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D, int64_t pos0) {
   for_each_rotary_row(x, cos, sin, B, T_, H, D, pos0,
                       [](T* row, const T* c, const T* s, int64_t half) { rotate_row(row, row, c, s, half); });
 }
 
 template <typename T>
-void rotary_backward(T* dx, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
-                     int64_t pos0) {
+void rotary_backward(T* dx, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D, int64_t pos0) {
   for_each_rotary_row(dx, cos, sin, B, T_, H, D, pos0,
                       [](T* row, const T* c, const T* s, int64_t half) { unrotate_row(row, row, c, s, half); });
 }
 
 template <typename T>
-void rope_qknorm_forward(const T* x, int64_t ld_x, T* y, T* rstd, const T* cos, const T* sin,
-                         int64_t B, int64_t T_, int64_t nh, int64_t D, int64_t pos0, T eps,
-                         T scale) {
+void rope_qknorm_forward(const T* x, int64_t ld_x, T* y, T* rstd, const T* cos, const T* sin, int64_t B, int64_t T_,
+                         int64_t nh, int64_t D, int64_t pos0, T eps, T scale) {
   const int64_t half = D / 2;
 #pragma omp parallel for collapse(2) schedule(static) if (B * T_ * nh * D > 32768)
   for (int64_t b = 0; b < B; ++b)
@@ -114,9 +111,8 @@ void rope_qknorm_forward(const T* x, int64_t ld_x, T* y, T* rstd, const T* cos, 
 }
 
 template <typename T>
-void rope_qknorm_backward(const T* y, const T* rstd, const T* dy, T* dx, int64_t ld_dx,
-                          const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh, int64_t D,
-                          int64_t pos0, T scale) {
+void rope_qknorm_backward(const T* y, const T* rstd, const T* dy, T* dx, int64_t ld_dx, const T* cos, const T* sin,
+                          int64_t B, int64_t T_, int64_t nh, int64_t D, int64_t pos0, T scale) {
   const int64_t half = D / 2;
 #pragma omp parallel for collapse(2) schedule(static) if (B * T_ * nh * D > 32768)
   for (int64_t b = 0; b < B; ++b)
@@ -133,16 +129,14 @@ void rope_qknorm_backward(const T* y, const T* rstd, const T* dy, T* dx, int64_t
     }
 }
 
-#define NC_INSTANTIATE(T)                                                                       \
-  template void rotary_table<T>(T*, T*, int64_t, int64_t, double);                              \
-  template void rotary_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,   \
-                                  int64_t);                                                     \
-  template void rotary_backward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t,  \
-                                   int64_t);                                                    \
-  template void rope_qknorm_forward<T>(const T*, int64_t, T*, T*, const T*, const T*, int64_t,  \
-                                       int64_t, int64_t, int64_t, int64_t, T, T);               \
-  template void rope_qknorm_backward<T>(const T*, const T*, const T*, T*, int64_t, const T*,    \
-                                        const T*, int64_t, int64_t, int64_t, int64_t, int64_t, T);
+#define NC_INSTANTIATE(T)                                                                                        \
+  template void rotary_table<T>(T*, T*, int64_t, int64_t, double);                                               \
+  template void rotary_forward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);          \
+  template void rotary_backward<T>(T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t);         \
+  template void rope_qknorm_forward<T>(const T*, int64_t, T*, T*, const T*, const T*, int64_t, int64_t, int64_t, \
+                                       int64_t, int64_t, T, T);                                                  \
+  template void rope_qknorm_backward<T>(const T*, const T*, const T*, T*, int64_t, const T*, const T*, int64_t,  \
+                                        int64_t, int64_t, int64_t, int64_t, T);
 NC_INSTANTIATE(float)
 NC_INSTANTIATE(double)
 #undef NC_INSTANTIATE

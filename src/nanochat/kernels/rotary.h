@@ -22,25 +22,21 @@ void rotary_table(T* cos, T* sin, int64_t rows, int64_t D, double base = kRotary
 
 /// In-place rotary on x: (B, T, H, D) row-major; position of (b, t) is pos0 + t (table rows).
 template <typename T>
-void rotary_forward(T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
-                    int64_t pos0 = 0);
+void rotary_forward(T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D, int64_t pos0 = 0);
 /// In-place inverse rotation of the gradient dx: (B, T, H, D).
 template <typename T>
-void rotary_backward(T* dx, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D,
-                     int64_t pos0 = 0);
+void rotary_backward(T* dx, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D, int64_t pos0 = 0);
 
 /// Fused y = scale * rmsnorm(rotary(x)) per head. x: rows of nh*D values with leading dimension
 /// ld_x (token n = b*T + t at x + n*ld_x); y: (B, T, nh, D) contiguous; rstd: (B*T*nh) receives
 /// the per-head rho. Position of token (b, t) is pos0 + t.
 template <typename T>
-void rope_qknorm_forward(const T* x, int64_t ld_x, T* y, T* rstd, const T* cos, const T* sin,
-                         int64_t B, int64_t T_, int64_t nh, int64_t D, int64_t pos0, T eps,
-                         T scale);
+void rope_qknorm_forward(const T* x, int64_t ld_x, T* y, T* rstd, const T* cos, const T* sin, int64_t B, int64_t T_,
+                         int64_t nh, int64_t D, int64_t pos0, T eps, T scale);
 /// Backward of rope_qknorm_forward: y, rstd as saved, dy: (B, T, nh, D) contiguous; dx (written,
 /// not accumulated) has leading dimension ld_dx.
 template <typename T>
-void rope_qknorm_backward(const T* y, const T* rstd, const T* dy, T* dx, int64_t ld_dx,
-                          const T* cos, const T* sin, int64_t B, int64_t T_, int64_t nh, int64_t D,
-                          int64_t pos0, T scale);
+void rope_qknorm_backward(const T* y, const T* rstd, const T* dy, T* dx, int64_t ld_dx, const T* cos, const T* sin,
+                          int64_t B, int64_t T_, int64_t nh, int64_t D, int64_t pos0, T scale);
 
 }  // namespace nanochat

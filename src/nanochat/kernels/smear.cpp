@@ -18,8 +18,7 @@ inline T gate_dot(const T* w, const T* e) {
 }  // namespace
 
 template <typename T>
-void smear_forward(const T* e, const T* w, T lambda, T* s, T* sig, int64_t B, int64_t T_,
-                   int64_t C) {
+void smear_forward(const T* e, const T* w, T lambda, T* s, T* sig, int64_t B, int64_t T_, int64_t C) {
 #pragma omp parallel for collapse(2) schedule(static) if (B * T_ * C > 65536)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T_; ++t) {
@@ -41,8 +40,8 @@ void smear_forward(const T* e, const T* w, T lambda, T* s, T* sig, int64_t B, in
 }
 
 template <typename T>
-void smear_backward(const T* e, const T* w, T lambda, const T* sig, const T* ds, T* de, T* dw,
-                    T* dlambda, int64_t B, int64_t T_, int64_t C) {
+void smear_backward(const T* e, const T* w, T lambda, const T* sig, const T* ds, T* de, T* dw, T* dlambda, int64_t B,
+                    int64_t T_, int64_t C) {
   double acc_w[kSmearChannels] = {};
   double acc_l = 0;
 #pragma omp parallel for collapse(2) schedule(static) reduction(+ : acc_w[:kSmearChannels], acc_l) \
@@ -89,10 +88,9 @@ void smear_step(const T* e, const T* prev, const T* w, T lambda, T* s, int64_t B
   }
 }
 
-#define NC_INSTANTIATE(T)                                                                       \
-  template void smear_forward<T>(const T*, const T*, T, T*, T*, int64_t, int64_t, int64_t);     \
-  template void smear_backward<T>(const T*, const T*, T, const T*, const T*, T*, T*, T*,        \
-                                  int64_t, int64_t, int64_t);                                   \
+#define NC_INSTANTIATE(T)                                                                                            \
+  template void smear_forward<T>(const T*, const T*, T, T*, T*, int64_t, int64_t, int64_t);                          \
+  template void smear_backward<T>(const T*, const T*, T, const T*, const T*, T*, T*, T*, int64_t, int64_t, int64_t); \
   template void smear_step<T>(const T*, const T*, const T*, T, T*, int64_t, int64_t);
 NC_INSTANTIATE(float)
 NC_INSTANTIATE(double)

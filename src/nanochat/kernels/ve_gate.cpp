@@ -9,9 +9,8 @@
 namespace nanochat {
 
 template <typename T>
-void ve_gate_forward(const T* n1, int64_t C, const T* Wg, const T* table, const int32_t* idx,
-                     const T* v_in, int64_t ld_v, T* v_out, T* gamma, int64_t N, int64_t Hkv,
-                     int64_t D) {
+void ve_gate_forward(const T* n1, int64_t C, const T* Wg, const T* table, const int32_t* idx, const T* v_in,
+                     int64_t ld_v, T* v_out, T* gamma, int64_t N, int64_t Hkv, int64_t D) {
   const int64_t W = Hkv * D;
 #pragma omp parallel for schedule(static) if (N * W > 32768)
   for (int64_t n = 0; n < N; ++n) {
@@ -35,9 +34,8 @@ void ve_gate_forward(const T* n1, int64_t C, const T* Wg, const T* table, const 
 }
 
 template <typename T>
-void ve_gate_backward(const T* n1, int64_t C, const T* Wg, const T* table, const int32_t* idx,
-                      const T* gamma, const T* dv, T* dn1, T* dWg, T* dtable, T* dz, int64_t N,
-                      int64_t Hkv, int64_t D) {
+void ve_gate_backward(const T* n1, int64_t C, const T* Wg, const T* table, const int32_t* idx, const T* gamma,
+                      const T* dv, T* dn1, T* dWg, T* dtable, T* dz, int64_t N, int64_t Hkv, int64_t D) {
   const int64_t W = Hkv * D;
   // dgamma = dv . ve; dz = dgamma * 3 sig (1 - sig) = dgamma * gamma * (1 - gamma/3);
   // dn1[:12] += dz . Wg
@@ -84,12 +82,11 @@ void ve_gate_backward(const T* n1, int64_t C, const T* Wg, const T* table, const
   }
 }
 
-#define NC_INSTANTIATE(T)                                                                       \
-  template void ve_gate_forward<T>(const T*, int64_t, const T*, const T*, const int32_t*,       \
-                                   const T*, int64_t, T*, T*, int64_t, int64_t, int64_t);       \
-  template void ve_gate_backward<T>(const T*, int64_t, const T*, const T*, const int32_t*,      \
-                                    const T*, const T*, T*, T*, T*, T*, int64_t, int64_t,       \
-                                    int64_t);
+#define NC_INSTANTIATE(T)                                                                                              \
+  template void ve_gate_forward<T>(const T*, int64_t, const T*, const T*, const int32_t*, const T*, int64_t, T*, T*,   \
+                                   int64_t, int64_t, int64_t);                                                         \
+  template void ve_gate_backward<T>(const T*, int64_t, const T*, const T*, const int32_t*, const T*, const T*, T*, T*, \
+                                    T*, T*, int64_t, int64_t, int64_t);
 NC_INSTANTIATE(float)
 NC_INSTANTIATE(double)
 #undef NC_INSTANTIATE

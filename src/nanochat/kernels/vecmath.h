@@ -18,11 +18,11 @@ namespace nanochat::vecmath {
 
 // Coefficients: 1/k! for the exp polynomial; Taylor coefficients of tanh (odd terms): the
 // tangent-number series T_{2k-1} 2^{2k}(2^{2k}-1) / (2k)! with alternating signs.
-inline constexpr float kLn2Hi = 0.693145751953125f;          // ln 2, upper bits (exact product n*hi)
-inline constexpr float kLn2Lo = 1.428606765330187045e-06f;   // ln 2 - kLn2Hi
+inline constexpr float kLn2Hi = 0.693145751953125f;         // ln 2, upper bits (exact product n*hi)
+inline constexpr float kLn2Lo = 1.428606765330187045e-06f;  // ln 2 - kLn2Hi
 inline constexpr float kLog2e = 1.44269504088896341f;
-inline constexpr float kExpC[8] = {1.0f,          1.0f,           0.5f,           1.0f / 6.0f,
-                                   1.0f / 24.0f,  1.0f / 120.0f,  1.0f / 720.0f,  1.0f / 5040.0f};
+inline constexpr float kExpC[8] = {1.0f,         1.0f,          0.5f,          1.0f / 6.0f,
+                                   1.0f / 24.0f, 1.0f / 120.0f, 1.0f / 720.0f, 1.0f / 5040.0f};
 inline constexpr float kTanhC[8] = {1.0f,
                                     -1.0f / 3.0f,
                                     2.0f / 15.0f,
@@ -67,8 +67,8 @@ inline __m512 exp16(__m512 x) {
   x = _mm512_min_ps(_mm512_set1_ps(88.7f), x);
   const __mmask16 under = _mm512_cmp_ps_mask(x, lo_mask_val, _CMP_LT_OQ);
   x = _mm512_max_ps(lo_mask_val, x);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
   __m512 p = _mm512_set1_ps(kExpC[7]);

@@ -11,19 +11,19 @@ namespace nanochat {
 
 /// Architecture hyperparameters of a nanochat GPT (field names and defaults of nanochat's GPTConfig).
 struct ModelConfig {
-  int64_t sequence_len = 2048;  ///< T used for windows and the rotary table (10 x sequence_len rows)
-  int64_t vocab_size = 32768;   ///< V (tokenizer vocabulary); tables are padded to padded_vocab()
-  int64_t n_layer = 12;         ///< L
-  int64_t n_head = 6;           ///< H (query heads)
-  int64_t n_kv_head = 6;        ///< Hkv (key/value heads; H must be a multiple)
-  int64_t n_embd = 768;         ///< C (model width)
+  int64_t sequence_len = 2048;          ///< T used for windows and the rotary table (10 x sequence_len rows)
+  int64_t vocab_size = 32768;           ///< V (tokenizer vocabulary); tables are padded to padded_vocab()
+  int64_t n_layer = 12;                 ///< L
+  int64_t n_head = 6;                   ///< H (query heads)
+  int64_t n_kv_head = 6;                ///< Hkv (key/value heads; H must be a multiple)
+  int64_t n_embd = 768;                 ///< C (model width)
   std::string window_pattern = "SSSL";  ///< 'S'/'L' per layer, tiled; last layer always 'L'
 
   /// base_train's build_model_meta (docs/nanochat.md 1.1):
   /// C = ceil(depth*aspect_ratio / head_dim) * head_dim, H = C / head_dim, Hkv = H, L = depth.
   /// Throws nanochat::Error (naming the flag) for values < 1.
-  static ModelConfig from_depth(int depth, int aspect_ratio, int head_dim, int max_seq_len,
-                                int vocab_size, const std::string& window_pattern);
+  static ModelConfig from_depth(int depth, int aspect_ratio, int head_dim, int max_seq_len, int vocab_size,
+                                const std::string& window_pattern);
 
   /// D = n_embd / n_head.
   int64_t head_dim() const { return n_embd / n_head; }

@@ -30,12 +30,12 @@ constexpr size_t kResid = 0, kX0 = 1, kSmearLambda = 2, kBackout = 3;
 
 // Pointers to one layer's weights (or their gradients: same offsets in the gradient buffer).
 struct GPT::LayerParams {
-  float* qkv;      // c_q, c_k, c_v stacked: ((H + 2 Hkv) D, C) (consecutive in the flat buffer)
-  float* proj;     // attn.c_proj (C, H D)
-  float* ve_gate;  // (Hkv, 12) or null
-  float* fc;       // mlp.c_fc (4C, C)
-  float* mlp_proj; // mlp.c_proj (C, 4C)
-  float* ve;       // value_embeds.{i} (Vp, Hkv D) or null
+  float* qkv;       // c_q, c_k, c_v stacked: ((H + 2 Hkv) D, C) (consecutive in the flat buffer)
+  float* proj;      // attn.c_proj (C, H D)
+  float* ve_gate;   // (Hkv, 12) or null
+  float* fc;        // mlp.c_fc (4C, C)
+  float* mlp_proj;  // mlp.c_proj (C, 4C)
+  float* ve;        // value_embeds.{i} (Vp, Hkv D) or null
 };
 
 // Saved activations of one layer, N = B*T tokens.
@@ -57,26 +57,26 @@ struct GPT::LayerActs {
 struct GPT::Acts {
   std::vector<LayerActs> layers;
   std::vector<float*> hs;  // L+1 buffers (N, C): hs[0] = x0 (smeared embedding), hs[i+1] = block i output
-  float* e_norm;  // (N, C) rmsnorm(wte[idx])
-  float* rstd_e;  // (N)
-  float* sig;     // (N) smear gate sigmoid
-  float* n_f;     // (N, C) final norm output
-  float* rstd_f;  // (N)
+  float* e_norm;           // (N, C) rmsnorm(wte[idx])
+  float* rstd_e;           // (N)
+  float* sig;              // (N) smear gate sigmoid
+  float* n_f;              // (N, C) final norm output
+  float* rstd_f;           // (N)
   // scratch (forward and backward)
-  float* hin;   // (N, C): h_in in the forward, h_f before the final norm; scratch in the backward
-  float* n1;    // (N, C): rmsnorm(h_in) of the current layer (forward, and recomputed in the backward)
-  float* qkv;   // (N, (H + 2 Hkv) D): fused projection output / its gradient
-  float* a4;    // (N, 4C): relu^2 output
-  float* b4;    // (N, 4C): gradient of the MLP hidden layer (shares a4's memory: a4 is dead by then)
-  float* dh;    // (N, C) running gradient of the residual stream
-  float* dx0;   // (N, C) gradient accumulated at x0
-  float* dhf;   // (N, C) gradient at h_f (kept for the backout)
-  float* dC;    // (N, C) gradient at a normalised input (dn1, dn2, dn_f, de)
-  float* datt;  // (N, H D)
-  float* dq;    // (N, H D)
-  float* dk;    // (N, Hkv D)
-  float* dv;    // (N, Hkv D)
-  float* dz;    // (N, Hkv)
+  float* hin;     // (N, C): h_in in the forward, h_f before the final norm; scratch in the backward
+  float* n1;      // (N, C): rmsnorm(h_in) of the current layer (forward, and recomputed in the backward)
+  float* qkv;     // (N, (H + 2 Hkv) D): fused projection output / its gradient
+  float* a4;      // (N, 4C): relu^2 output
+  float* b4;      // (N, 4C): gradient of the MLP hidden layer (shares a4's memory: a4 is dead by then)
+  float* dh;      // (N, C) running gradient of the residual stream
+  float* dx0;     // (N, C) gradient accumulated at x0
+  float* dhf;     // (N, C) gradient at h_f (kept for the backout)
+  float* dC;      // (N, C) gradient at a normalised input (dn1, dn2, dn_f, de)
+  float* datt;    // (N, H D)
+  float* dq;      // (N, H D)
+  float* dk;      // (N, Hkv D)
+  float* dv;      // (N, Hkv D)
+  float* dz;      // (N, Hkv)
   float* logits;  // lm_head chunk scratch (lm_head_scratch_floats)
   float* dlm_t;   // (C, V) lm_head weight gradient of one micro-batch, transposed
   float* dw_t;    // scratch for transposed block weight gradients (linear_bwd_w_acc)
@@ -111,16 +111,14 @@ std::vector<ParamInfo> GPT::param_table(const ModelConfig& cfg) {
     add(p + "attn.c_k.weight", {Hkv * D, C});
     add(p + "attn.c_v.weight", {Hkv * D, C});
     add(p + "attn.c_proj.weight", {C, H * D});
-    if (cfg.has_value_embed(static_cast<int>(i)))
-      add(p + "attn.ve_gate.weight", {Hkv, kVeGateChannels});
+    if (cfg.has_value_embed(static_cast<int>(i))) add(p + "attn.ve_gate.weight", {Hkv, kVeGateChannels});
     add(p + "mlp.c_fc.weight", {4 * C, C});
     add(p + "mlp.c_proj.weight", {C, 4 * C});
   }
   add("lm_head.weight", {Vp, C});
   add("smear_gate.weight", {1, kSmearChannels});
   for (int64_t i = 0; i < L; ++i)
-    if (cfg.has_value_embed(static_cast<int>(i)))
-      add("value_embeds." + std::to_string(i) + ".weight", {Vp, Hkv * D});
+    if (cfg.has_value_embed(static_cast<int>(i))) add("value_embeds." + std::to_string(i) + ".weight", {Vp, Hkv * D});
   return t;
 }
 
@@ -137,13 +135,11 @@ GPT::GPT(const ModelConfig& cfg) : cfg_(cfg) {
     if (p.name == "transformer.wte.weight") wte_ = i;
     if (p.name == "lm_head.weight") lm_head_ = i;
     if (p.name == "smear_gate.weight") smear_gate_ = i;
-    if (p.name.ends_with(".attn.c_q.weight"))
-      layer_first_param_.push_back(i);
-    if (p.name.rfind("value_embeds.", 0) == 0)
-      ve_param_[std::stoll(p.name.substr(13))] = static_cast<int64_t>(i);
+    if (p.name.ends_with(".attn.c_q.weight")) layer_first_param_.push_back(i);
+    if (p.name.rfind("value_embeds.", 0) == 0) ve_param_[std::stoll(p.name.substr(13))] = static_cast<int64_t>(i);
   }
-  NC_CHECK(static_cast<int64_t>(layer_first_param_.size()) == L, "parameter table has ",
-           layer_first_param_.size(), " blocks");
+  NC_CHECK(static_cast<int64_t>(layer_first_param_.size()) == L, "parameter table has ", layer_first_param_.size(),
+           " blocks");
   params_buf_ = AlignedBuffer(num_params_ * sizeof(float));
   grads_buf_ = AlignedBuffer(num_params_ * sizeof(float));
   // Rotary table: 10 x sequence_len rows, like nanochat's precomputed cos/sin buffers.
@@ -158,19 +154,14 @@ GPT::~GPT() = default;
 
 const ParamInfo& GPT::param_info(const std::string& name) const {
   auto it = index_.find(name);
-  if (it == index_.end())
-    fail("unknown parameter '", name, "' (not a state_dict key of this nanochat model config)");
+  if (it == index_.end()) fail("unknown parameter '", name, "' (not a state_dict key of this nanochat model config)");
   return params_[it->second];
 }
 
 float* GPT::param(const std::string& name) { return param_data() + param_info(name).offset; }
 float* GPT::grad(const std::string& name) { return grad_data() + param_info(name).offset; }
-const float* GPT::param(const std::string& name) const {
-  return param_data() + param_info(name).offset;
-}
-const float* GPT::grad(const std::string& name) const {
-  return grad_data() + param_info(name).offset;
-}
+const float* GPT::param(const std::string& name) const { return param_data() + param_info(name).offset; }
+const float* GPT::grad(const std::string& name) const { return grad_data() + param_info(name).offset; }
 
 GPT::LayerParams GPT::layer_params(int i, float* base) const {
   const size_t first = layer_first_param_[i];
@@ -231,8 +222,7 @@ void GPT::init_weights(uint64_t seed) {
       normal(0.8);
     } else if (n == "lm_head.weight") {
       normal(0.001);
-    } else if (ends_with("attn.c_q.weight") || ends_with("attn.c_k.weight") ||
-               ends_with("attn.c_v.weight")) {
+    } else if (ends_with("attn.c_q.weight") || ends_with("attn.c_k.weight") || ends_with("attn.c_v.weight")) {
       uniform(-s, s);
     } else if (ends_with("mlp.c_fc.weight")) {
       uniform(-0.4 * s, 0.4 * s);
@@ -324,8 +314,7 @@ void GPT::ensure_acts(int64_t N) {
 void GPT::check_inputs(const int32_t* idx, const int32_t* targets, int B, int T) const {
   if (B < 1 || T < 1) fail("batch size and sequence length must be >= 1 (got B=", B, ", T=", T, ")");
   if (static_cast<int64_t>(T) > 10 * cfg_.sequence_len)
-    fail("sequence length T=", T, " exceeds the rotary table (10 x sequence_len = ",
-         10 * cfg_.sequence_len, ")");
+    fail("sequence length T=", T, " exceeds the rotary table (10 x sequence_len = ", 10 * cfg_.sequence_len, ")");
   const int64_t N = static_cast<int64_t>(B) * T, V = cfg_.vocab_size;
   for (int64_t n = 0; n < N; ++n)
     if (idx[n] < 0 || idx[n] >= V)
@@ -334,8 +323,7 @@ void GPT::check_inputs(const int32_t* idx, const int32_t* targets, int B, int T)
   if (targets)
     for (int64_t n = 0; n < N; ++n)
       if (targets[n] < -1 || targets[n] >= V)
-        fail("target ", targets[n], " at position ", n, " is outside [0, ", V,
-             ") and is not the ignore index -1");
+        fail("target ", targets[n], " at position ", n, " is outside [0, ", V, ") and is not the ignore index -1");
 }
 
 void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
@@ -370,8 +358,7 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
   }
   if (cache) {  // the last position's pre-smear embedding becomes the new previous embedding
     for (int b = 0; b < B; ++b)
-      std::memcpy(cache->prev_.f32() + b * C, A.e_norm + (static_cast<int64_t>(b) * T + T - 1) * C,
-                  sizeof(float) * C);
+      std::memcpy(cache->prev_.f32() + b * C, A.e_norm + (static_cast<int64_t>(b) * T + T - 1) * C, sizeof(float) * C);
     cache->has_prev_ = true;
   }
   // 3-4. blocks
@@ -395,12 +382,9 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
     }
     {
       Prof ps(Op::NormRotary);
-      rope_qknorm_forward(A.qkv, QKV, la.q, la.rstd_q, cosp, sinp, B, T, H, D, pos0, kRmsNormEps,
-                          kQkScale);
-      rope_qknorm_forward(A.qkv + H * D, QKV, la.k, la.rstd_k, cosp, sinp, B, T, Hkv, D, pos0,
-                          kRmsNormEps, kQkScale);
-      ve_gate_forward(A.n1, C, lp.ve_gate, lp.ve, idx, A.qkv + (H + Hkv) * D, QKV, la.v,
-                      la.gamma, N, Hkv, D);
+      rope_qknorm_forward(A.qkv, QKV, la.q, la.rstd_q, cosp, sinp, B, T, H, D, pos0, kRmsNormEps, kQkScale);
+      rope_qknorm_forward(A.qkv + H * D, QKV, la.k, la.rstd_k, cosp, sinp, B, T, Hkv, D, pos0, kRmsNormEps, kQkScale);
+      ve_gate_forward(A.n1, C, lp.ve_gate, lp.ve, idx, A.qkv + (H + Hkv) * D, QKV, la.v, la.gamma, N, Hkv, D);
     }
     if (cache) {
       const int64_t row = Hkv * D;
@@ -416,8 +400,8 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
                                static_cast<int>(Hkv), static_cast<int>(D), windows_[i], scale);
     } else {
       Prof ps(Op::Attention);
-      attention_forward(la.q, la.k, la.v, la.att, la.lse, B, T, static_cast<int>(H),
-                        static_cast<int>(Hkv), static_cast<int>(D), windows_[i], scale);
+      attention_forward(la.q, la.k, la.v, la.att, la.lse, B, T, static_cast<int>(H), static_cast<int>(Hkv),
+                        static_cast<int>(D), windows_[i], scale);
     }
     // h_mid = h_in + att * Wproj^T ; h_out = h_mid + relu(n2 Wfc^T)^2 Wmp^T
     {
@@ -456,8 +440,7 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
   rmsnorm_forward(A.hin, A.n_f, A.rstd_f, N, C, kRmsNormEps);
 }
 
-void GPT::backward_trunk(const int32_t* idx, int B, int T,
-                         const std::function<void(size_t)>& grad_ready) {
+void GPT::backward_trunk(const int32_t* idx, int B, int T, const std::function<void(size_t)>& grad_ready) {
   const int64_t L = cfg_.n_layer, C = cfg_.n_embd, H = cfg_.n_head, Hkv = cfg_.n_kv_head;
   const int64_t D = cfg_.head_dim();
   const int64_t N = static_cast<int64_t>(B) * T;
@@ -528,23 +511,20 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T,
     }
     {
       Prof ps(Op::Attention);
-      attention_backward(la.q, la.k, la.v, la.att, la.lse, A.datt, A.dq, A.dk, A.dv, B, T,
-                         static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D),
-                         windows_[i], scale);
+      attention_backward(la.q, la.k, la.v, la.att, la.lse, A.datt, A.dq, A.dk, A.dv, B, T, static_cast<int>(H),
+                         static_cast<int>(Hkv), static_cast<int>(D), windows_[i], scale);
     }
     {
       Prof ps(Op::NormRotary);
       rope_qknorm_backward(la.q, la.rstd_q, A.dq, A.qkv, QKV, cosp, sinp, B, T, H, D, 0, kQkScale);
-      rope_qknorm_backward(la.k, la.rstd_k, A.dk, A.qkv + H * D, QKV, cosp, sinp, B, T, Hkv, D, 0,
-                           kQkScale);
+      rope_qknorm_backward(la.k, la.rstd_k, A.dk, A.qkv + H * D, QKV, cosp, sinp, B, T, Hkv, D, 0, kQkScale);
     }
     {
       Prof ps(Op::Elementwise);
       const int64_t row = Hkv * D;
       float* dst = A.qkv + (H + Hkv) * D;
 #pragma omp parallel for schedule(static) if (N * row > 65536)
-      for (int64_t n = 0; n < N; ++n)
-        std::memcpy(dst + n * QKV, A.dv + n * row, sizeof(float) * row);
+      for (int64_t n = 0; n < N; ++n) std::memcpy(dst + n * QKV, A.dv + n * row, sizeof(float) * row);
     }
     {
       // n1 is not kept per layer: recompute it with the forward's code from the same inputs
@@ -561,8 +541,7 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T,
     {
       Prof ps(Op::NormRotary);
       if (lp.ve)
-        ve_gate_backward(A.n1, C, lp.ve_gate, lp.ve, idx, la.gamma, A.dv, A.dC, lg.ve_gate,
-                         lg.ve, A.dz, N, Hkv, D);
+        ve_gate_backward(A.n1, C, lp.ve_gate, lp.ve, idx, la.gamma, A.dv, A.dC, lg.ve_gate, lg.ve, A.dz, N, Hkv, D);
       rmsnorm_backward(A.n1, la.rstd1, A.dC, A.dh, N, C, 1.f, true);  // dh is now d h_in
     }
     // h_in = r h + a x0
@@ -584,16 +563,16 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T,
     axpy(1.f, A.dh, A.dx0, NC);
   }
   Prof ps(Op::NormRotary);
-  smear_backward(A.e_norm, P + params_[smear_gate_].offset, P[params_[kSmearLambda].offset], A.sig, A.dx0,
-                 A.dC, G + params_[smear_gate_].offset, G + params_[kSmearLambda].offset, B, T, C);
+  smear_backward(A.e_norm, P + params_[smear_gate_].offset, P[params_[kSmearLambda].offset], A.sig, A.dx0, A.dC,
+                 G + params_[smear_gate_].offset, G + params_[kSmearLambda].offset, B, T, C);
   rmsnorm_backward(A.e_norm, A.rstd_e, A.dC, A.dC, N, C);
   embedding_backward(idx, A.dC, G + params_[wte_].offset, N, C);
   if (grad_ready)
     for (size_t k : {kResid, kX0, kSmearLambda, kBackout, wte_, smear_gate_}) grad_ready(k);
 }
 
-float GPT::forward_backward(const int32_t* idx, const int32_t* targets, int B, int T,
-                            float loss_scale, const std::function<void(size_t)>& grad_ready) {
+float GPT::forward_backward(const int32_t* idx, const int32_t* targets, int B, int T, float loss_scale,
+                            const std::function<void(size_t)>& grad_ready) {
   NC_CHECK(targets != nullptr, "forward_backward needs targets");
   check_inputs(idx, targets, B, T);
   const int64_t N = static_cast<int64_t>(B) * T;
@@ -610,18 +589,16 @@ float GPT::forward_backward(const int32_t* idx, const int32_t* targets, int B, i
   double loss_sum = 0;
   {
     Prof ps(Op::LmHeadLoss);
-    loss_sum = lm_head_softcap_ce(
-        acts_->n_f, param_data() + params_[lm_head_].offset, targets, N, cfg_.n_embd,
-        cfg_.vocab_size, kLogitSoftcap, grad_scale, acts_->logits, lm_head_chunk_, nullptr,
-        acts_->dC, grad_data() + params_[lm_head_].offset, acts_->dlm_t);
+    loss_sum = lm_head_softcap_ce(acts_->n_f, param_data() + params_[lm_head_].offset, targets, N, cfg_.n_embd,
+                                  cfg_.vocab_size, kLogitSoftcap, grad_scale, acts_->logits, lm_head_chunk_, nullptr,
+                                  acts_->dC, grad_data() + params_[lm_head_].offset, acts_->dlm_t);
   }
   if (grad_ready) grad_ready(lm_head_);
   backward_trunk(idx, B, T, grad_ready);
   return static_cast<float>(loss_sum / static_cast<double>(n_valid));
 }
 
-float GPT::forward_loss(const int32_t* idx, const int32_t* targets, int B, int T,
-                        float* per_token_loss) {
+float GPT::forward_loss(const int32_t* idx, const int32_t* targets, int B, int T, float* per_token_loss) {
   NC_CHECK(targets != nullptr, "forward_loss needs targets");
   check_inputs(idx, targets, B, T);
   const int64_t N = static_cast<int64_t>(B) * T;
@@ -629,10 +606,9 @@ float GPT::forward_loss(const int32_t* idx, const int32_t* targets, int B, int T
   forward_trunk(idx, B, T, nullptr);
   int64_t n_valid = 0;
   for (int64_t n = 0; n < N; ++n) n_valid += targets[n] >= 0;
-  const double loss_sum = lm_head_softcap_ce(
-      acts_->n_f, param_data() + params_[lm_head_].offset, targets, N, cfg_.n_embd,
-      cfg_.vocab_size, kLogitSoftcap, 0.f, acts_->logits, lm_head_chunk_, per_token_loss, nullptr,
-      nullptr);
+  const double loss_sum =
+      lm_head_softcap_ce(acts_->n_f, param_data() + params_[lm_head_].offset, targets, N, cfg_.n_embd, cfg_.vocab_size,
+                         kLogitSoftcap, 0.f, acts_->logits, lm_head_chunk_, per_token_loss, nullptr, nullptr);
   return n_valid ? static_cast<float>(loss_sum / static_cast<double>(n_valid)) : 0.f;
 }
 
@@ -641,22 +617,19 @@ void GPT::forward_logits(const int32_t* idx, int B, int T, float* logits) {
   const int64_t N = static_cast<int64_t>(B) * T;
   ensure_acts(N);
   forward_trunk(idx, B, T, nullptr);
-  linear_fwd(acts_->n_f, param_data() + params_[lm_head_].offset, logits, N, cfg_.n_embd,
-             cfg_.vocab_size);
+  linear_fwd(acts_->n_f, param_data() + params_[lm_head_].offset, logits, N, cfg_.n_embd, cfg_.vocab_size);
   softcap_inplace(logits, N * cfg_.vocab_size, kLogitSoftcap);
 }
 
-void GPT::forward_cached(const int32_t* idx, int B, int T, KVCache& cache, float* logits,
-                         bool all_positions) {
+void GPT::forward_cached(const int32_t* idx, int B, int T, KVCache& cache, float* logits, bool all_positions) {
   check_inputs(idx, nullptr, B, T);
   if (!(cache.cfg_ == cfg_)) fail("KV cache was made for a different model config");
   if (B != cache.B_) fail("KV cache batch is ", cache.B_, " but the input has B=", B);
   if (cache.pos_ + T > cache.t_max_)
-    fail("KV cache overflow: position ", cache.pos_, " + ", T, " new tokens > capacity ",
-         cache.t_max_, " (start a new sequence or make a longer cache)");
+    fail("KV cache overflow: position ", cache.pos_, " + ", T, " new tokens > capacity ", cache.t_max_,
+         " (start a new sequence or make a longer cache)");
   if (static_cast<int64_t>(cache.pos_) + T > 10 * cfg_.sequence_len)
-    fail("position ", cache.pos_ + T, " exceeds the rotary table (10 x sequence_len = ",
-         10 * cfg_.sequence_len, ")");
+    fail("position ", cache.pos_ + T, " exceeds the rotary table (10 x sequence_len = ", 10 * cfg_.sequence_len, ")");
   const int64_t N = static_cast<int64_t>(B) * T, C = cfg_.n_embd, V = cfg_.vocab_size;
   ensure_acts(N);
   forward_trunk(idx, B, T, &cache);
@@ -675,8 +648,8 @@ void GPT::forward_cached(const int32_t* idx, int B, int T, KVCache& cache, float
 int64_t GPT::matmul_params(const ModelConfig& cfg) {
   int64_t n = 0;
   for (const auto& p : param_table(cfg)) {
-    const bool linear = p.name.rfind("transformer.h.", 0) == 0 || p.name == "lm_head.weight" ||
-                        p.name == "smear_gate.weight";
+    const bool linear =
+        p.name.rfind("transformer.h.", 0) == 0 || p.name == "lm_head.weight" || p.name == "smear_gate.weight";
     if (linear) n += static_cast<int64_t>(p.numel);
   }
   return n;
@@ -722,24 +695,19 @@ KVCache::KVCache(const ModelConfig& cfg, int B, int t_max) : cfg_(cfg), B_(B), t
 
 void KVCache::prefill_from(const KVCache& other) {
   if (!(other.cfg_ == cfg_)) fail("KV cache prefill: the caches belong to different model configs");
-  if (other.B_ != 1 && other.B_ != B_)
-    fail("KV cache prefill: source batch ", other.B_, " must be 1 or ", B_);
-  if (other.pos_ > t_max_)
-    fail("KV cache prefill: source holds ", other.pos_, " positions but capacity is ", t_max_);
+  if (other.B_ != 1 && other.B_ != B_) fail("KV cache prefill: source batch ", other.B_, " must be 1 or ", B_);
+  if (other.pos_ > t_max_) fail("KV cache prefill: source holds ", other.pos_, " positions but capacity is ", t_max_);
   const size_t row = static_cast<size_t>(cfg_.n_kv_head * cfg_.head_dim());
   for (int64_t l = 0; l < cfg_.n_layer; ++l)
     for (int b = 0; b < B_; ++b) {
       const int sb = other.B_ == 1 ? 0 : b;
       const size_t src = (static_cast<size_t>(sb) * other.t_max_) * row;
       const size_t dst = (static_cast<size_t>(b) * t_max_) * row;
-      std::memcpy(k(static_cast<int>(l)) + dst, other.k(static_cast<int>(l)) + src,
-                  sizeof(float) * other.pos_ * row);
-      std::memcpy(v(static_cast<int>(l)) + dst, other.v(static_cast<int>(l)) + src,
-                  sizeof(float) * other.pos_ * row);
+      std::memcpy(k(static_cast<int>(l)) + dst, other.k(static_cast<int>(l)) + src, sizeof(float) * other.pos_ * row);
+      std::memcpy(v(static_cast<int>(l)) + dst, other.v(static_cast<int>(l)) + src, sizeof(float) * other.pos_ * row);
     }
   for (int b = 0; b < B_; ++b)
-    std::memcpy(prev_.f32() + b * cfg_.n_embd,
-                other.prev_.f32() + (other.B_ == 1 ? 0 : b) * cfg_.n_embd,
+    std::memcpy(prev_.f32() + b * cfg_.n_embd, other.prev_.f32() + (other.B_ == 1 ? 0 : b) * cfg_.n_embd,
                 sizeof(float) * cfg_.n_embd);
   pos_ = other.pos_;
   has_prev_ = other.has_prev_;

@@ -84,13 +84,11 @@ class GPT {
   /// has finished accumulating its gradient (lm_head first, then each block's tensors and value
   /// embedding from the last layer down, the embedding and scalars last), so that its reduction
   /// can overlap the rest of the backward; every parameter is reported exactly once.
-  float forward_backward(const int32_t* idx, const int32_t* targets, int B, int T,
-                         float loss_scale = 1.f,
+  float forward_backward(const int32_t* idx, const int32_t* targets, int B, int T, float loss_scale = 1.f,
                          const std::function<void(size_t)>& grad_ready = {});
   /// Evaluation (no gradients): mean loss over targets != -1 (0 if none); if per_token_loss is
   /// not null it receives B*T losses in nats (0 at ignored positions).
-  float forward_loss(const int32_t* idx, const int32_t* targets, int B, int T,
-                     float* per_token_loss = nullptr);
+  float forward_loss(const int32_t* idx, const int32_t* targets, int B, int T, float* per_token_loss = nullptr);
   /// Logits after the softcap, cropped to V: logits (B, T, V) row-major, caller-allocated.
   void forward_logits(const int32_t* idx, int B, int T, float* logits);
 
@@ -102,8 +100,7 @@ class GPT {
   /// Smear as in nanochat: a single token (T == 1) mixes in the previous call's last embedding;
   /// a multi-token call smears within itself only (its first token is not mixed), so feed a
   /// prompt in one call and then decode one token at a time to match the full forward exactly.
-  void forward_cached(const int32_t* idx, int B, int T, KVCache& cache, float* logits,
-                      bool all_positions = false);
+  void forward_cached(const int32_t* idx, int B, int T, KVCache& cache, float* logits, bool all_positions = false);
 
   /// estimate_flops (docs/nanochat.md 1.9): 6 * matmul params + sum over layers of 12*H*D*min(window, T).
   int64_t num_flops_per_token() const;
@@ -124,8 +121,8 @@ class GPT {
   /// Rows of the fused lm_head chunk (tokens per chunk; default 256). For tuning/tests.
   void set_lm_head_chunk(int64_t rows);
   /// Activation recompute for the MLP (off by default): the c_fc output (N, 4C) is not kept per
-  /// layer but recomputed in the backward (one more c_fc GEMM per layer, ~+11% block GEMM FLOPs; 6-8% more step time at d6b32, bench/README.md),
-  /// which saves (L-1) (N, 4C) floats, the largest activation. Gradients are bit-identical.
+  /// layer but recomputed in the backward (one more c_fc GEMM per layer, ~+11% block GEMM FLOPs; 6-8% more step time at
+  /// d6b32, bench/README.md), which saves (L-1) (N, 4C) floats, the largest activation. Gradients are bit-identical.
   void set_recompute_mlp(bool on);
   bool recompute_mlp() const { return recompute_mlp_; }
 
@@ -172,7 +169,10 @@ class KVCache {
   int max_len() const { return t_max_; }
   int pos() const { return pos_; }
   /// Forgets all positions (the memory is kept).
-  void reset() { pos_ = 0; has_prev_ = false; }
+  void reset() {
+    pos_ = 0;
+    has_prev_ = false;
+  }
   /// Copies the first other.pos() positions of a batch-1 (or same-batch) cache into every row of
   /// this one and sets the position (nanochat's KVCache.prefill). Throws on shape mismatch.
   void prefill_from(const KVCache& other);

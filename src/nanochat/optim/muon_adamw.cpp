@@ -60,11 +60,11 @@ Block block_of(int64_t n, int W, int r) {
 // One AdamW parameter: its (possibly row-sharded) state and communication handles.
 struct MuonAdamW::AdamSlot {
   int param = -1;
-  bool sharded = false;                // large parameter with W > 1: reduce-scatter + all-gather
+  bool sharded = false;                        // large parameter with W > 1: reduce-scatter + all-gather
   int64_t row_elems = 0, row0 = 0, nrows = 0;  // owned rows [row0, row0 + nrows)
-  size_t owned = 0;                    // owned elements
+  size_t owned = 0;                            // owned elements
   std::vector<int64_t> state_shape;
-  std::vector<size_t> counts;          // elements per rank (sharded)
+  std::vector<size_t> counts;  // elements per rank (sharded)
   AlignedBuffer m, v, gslice;
   int64_t step = 0;
   WorkPtr reduce;
@@ -244,8 +244,7 @@ void MuonAdamW::allocate() {
   }
 }
 
-void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight_decay,
-                     float grad_scale) {
+void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight_decay, float grad_scale) {
   prof::Scope profile_scope(prof::Op::Optimizer);
   ++steps_;
   for (auto& g : groups_) {
@@ -271,8 +270,7 @@ void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight
 }
 
 void MuonAdamW::grad_ready(size_t param) {
-  if (param >= params_.size())
-    fail("optimizer: grad_ready(", param, ") but there are ", params_.size(), " parameters");
+  if (param >= params_.size()) fail("optimizer: grad_ready(", param, ") but there are ", params_.size(), " parameters");
   if (world_ == 1) return;
   if (param_adam_[param] >= 0) {
     AdamSlot& s = adam_[param_adam_[param]];
@@ -292,8 +290,7 @@ void MuonAdamW::launch_adam_reduce(AdamSlot& s) {
 
 void MuonAdamW::launch_muon_reduce(MuonSlot& s, const OptGroup& g) {
   float* stack = s.stack.f32();
-  for (int64_t k = 0; k < s.K; ++k)
-    std::memcpy(stack + k * s.mn, params_[g.params[k]].g, s.mn * sizeof(float));
+  for (int64_t k = 0; k < s.K; ++k) std::memcpy(stack + k * s.mn, params_[g.params[k]].g, s.mn * sizeof(float));
   std::fill(stack + s.K * s.mn, stack + s.chunk * world_ * s.mn, 0.f);
   s.reduce = comm_->reduce_scatter_sum(stack, s.gchunk.f32(), s.counts);
 }
@@ -404,8 +401,8 @@ std::vector<StWriteEntry> MuonAdamW::state_entries() const {
   for (const auto& s : muon_) {
     const std::string& name = groups_[s.group].names.front();
     out.push_back({"muon." + name + ".momentum_buffer", "F32", {s.chunk, s.m, s.n}, s.momentum.data()});
-    std::vector<int64_t> vshape = s.m >= s.n ? std::vector<int64_t>{s.chunk, s.m, 1}
-                                             : std::vector<int64_t>{s.chunk, 1, s.n};
+    std::vector<int64_t> vshape =
+        s.m >= s.n ? std::vector<int64_t>{s.chunk, s.m, 1} : std::vector<int64_t>{s.chunk, 1, s.n};
     out.push_back({"muon." + name + ".second_momentum_buffer", "F32", vshape, s.second.data()});
   }
   return out;
@@ -425,8 +422,8 @@ void MuonAdamW::load_state(const StFile& f) {
     const StTensor& t = f.at(e.name);
     if (t.dtype != e.dtype || t.shape != e.shape)
       fail("optimizer state ", f.path, ": tensor '", e.name, "' is ", t.dtype, " ", shape_str(t.shape),
-           " but this optimizer (rank ", rank_, " of ", world_, ") expects ", e.dtype, " ",
-           shape_str(e.shape), "; optimizer state is specific to the model and the world size");
+           " but this optimizer (rank ", rank_, " of ", world_, ") expects ", e.dtype, " ", shape_str(e.shape),
+           "; optimizer state is specific to the model and the world size");
   }
   int64_t steps = 0;
   for (const auto& e : entries) {
@@ -463,8 +460,8 @@ MuonAdamW::WholeState MuonAdamW::assemble_whole_state(const std::vector<StFile>&
   auto floats_of = [&](int r, const std::string& key, size_t want) -> const float* {
     const StTensor& t = shards[r].at(key);
     if (t.dtype != "F32" || t.bytes.size() != want * sizeof(float))
-      fail("optimizer state ", shards[r].path, ": tensor '", key, "' is ", t.dtype, " ", shape_str(t.shape),
-           " (", t.bytes.size() / 4, " values) but rank ", r, " of ", W0, " of this model should hold ", want,
+      fail("optimizer state ", shards[r].path, ": tensor '", key, "' is ", t.dtype, " ", shape_str(t.shape), " (",
+           t.bytes.size() / 4, " values) but rank ", r, " of ", W0, " of this model should hold ", want,
            " F32 values; the files are not one run's shards of this model");
     return reinterpret_cast<const float*>(t.bytes.data());
   };
@@ -515,8 +512,7 @@ MuonAdamW::WholeState MuonAdamW::assemble_whole_state(const std::vector<StFile>&
 void MuonAdamW::load_whole_state(const WholeState& whole) {
   if (whole.values.size() != whole_state_floats() || whole.steps.size() != adam_.size())
     fail("optimizer re-shard: the whole state has ", whole.values.size(), " values and ", whole.steps.size(),
-         " step counts but this optimizer needs ", whole_state_floats(), " and ", adam_.size(),
-         " (another model?)");
+         " step counts but this optimizer needs ", whole_state_floats(), " and ", adam_.size(), " (another model?)");
   const float* src = whole.values.data();
   int64_t steps = 0;
   for (size_t k = 0; k < adam_.size(); ++k) {

@@ -49,16 +49,16 @@ enum class OptKind { AdamW, Muon };
 /// One parameter group (docs/nanochat.md 2.1 table), in nanochat's group order.
 struct OptGroup {
   OptKind kind = OptKind::AdamW;
-  std::string label;               ///< lm_head, wte, value_embeds, resid, x0, smear, muon (m,n)
-  std::vector<int> params;         ///< indices into the constructor's parameter list, model order
-  std::vector<std::string> names;  ///< the same parameters by name
-  double initial_lr = 0;           ///< lr at construction; each step lr = initial_lr * multiplier
-  double lr = 0;                   ///< lr of the last step (initial_lr before any step)
+  std::string label;                     ///< lm_head, wte, value_embeds, resid, x0, smear, muon (m,n)
+  std::vector<int> params;               ///< indices into the constructor's parameter list, model order
+  std::vector<std::string> names;        ///< the same parameters by name
+  double initial_lr = 0;                 ///< lr at construction; each step lr = initial_lr * multiplier
+  double lr = 0;                         ///< lr of the last step (initial_lr before any step)
   double beta1 = 0, beta2 = 0, eps = 0;  ///< AdamW betas/eps; Muon: beta2 = 0.9 (NorMuon)
-  double weight_decay = 0;         ///< AdamW: fixed; Muon: last scheduled value
-  double momentum = 0;             ///< Muon only: last scheduled value
-  int ns_steps = 5;                ///< Muon only
-  int64_t rows = 0, cols = 0;      ///< Muon only: the group's matrix shape (m, n)
+  double weight_decay = 0;               ///< AdamW: fixed; Muon: last scheduled value
+  double momentum = 0;                   ///< Muon only: last scheduled value
+  int ns_steps = 5;                      ///< Muon only
+  int64_t rows = 0, cols = 0;            ///< Muon only: the group's matrix shape (m, n)
 };
 
 /// nanochat's MuonAdamW. Not thread-safe; one instance per rank.
@@ -79,8 +79,7 @@ class MuonAdamW {
   /// With world size 1 the gradient buffers are left unchanged; with W > 1 the collectives use
   /// them as scratch (their contents afterwards are unspecified). Every rank must call step()
   /// the same number of times.
-  void step(float lr_multiplier, float muon_momentum, float muon_weight_decay,
-            float grad_scale = 1.f);
+  void step(float lr_multiplier, float muon_momentum, float muon_weight_decay, float grad_scale = 1.f);
 
   /// Marks parameter `param` (index into the constructor's list) as holding its final gradient
   /// of this step, so its reduction can start while the backward goes on (the reduce-scatter

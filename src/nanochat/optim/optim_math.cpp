@@ -16,9 +16,7 @@ namespace {
 constexpr int64_t kParElems = 1 << 15;
 
 // PyTorch's lerp(a, b, w): a + w (b - a) for |w| < 0.5, else b - (b - a)(1 - w) (docs/nanochat.md 2.2).
-inline float lerp(float a, float b, float w) {
-  return std::fabs(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.f - w);
-}
+inline float lerp(float a, float b, float w) { return std::fabs(w) < 0.5f ? a + w * (b - a) : b - (b - a) * (1.f - w); }
 
 // Polar Express coefficients (a, b, c) for 5 iterations (nanochat optim.py; docs/nanochat.md 2.3 step 5).
 constexpr double kPolar[5][3] = {
@@ -68,8 +66,7 @@ void col_sumsq(const float* x, int64_t m, int64_t n, double* out) {
 
 }  // namespace
 
-void adamw_update(float* p, const float* grad, float* m, float* v, size_t n, float grad_scale,
-                  const AdamWHyper& hp) {
+void adamw_update(float* p, const float* grad, float* m, float* v, size_t n, float grad_scale, const AdamWHyper& hp) {
   NC_CHECK(hp.step >= 1, "AdamW step count must be >= 1");
   const float decay = static_cast<float>(1.0 - hp.lr * hp.weight_decay);
   const float w1 = static_cast<float>(1.0 - hp.beta1);
@@ -115,9 +112,9 @@ void gram(const float* X, int64_t k, int64_t len, bool tall, float* G) {
   const float* X2 = tall ? X + h : X + h * len;
   const int64_t ld = tall ? k : len;
   const bool ta = tall, tb = !tall;
-  sgemm(ta, tb, h, h, len, 1.f, X, ld, X, ld, 0.f, G, k);                   // G11
-  sgemm(ta, tb, h, h2, len, 1.f, X, ld, X2, ld, 0.f, G + h, k);             // G12
-  sgemm(ta, tb, h2, h2, len, 1.f, X2, ld, X2, ld, 0.f, G + h * k + h, k);   // G22
+  sgemm(ta, tb, h, h, len, 1.f, X, ld, X, ld, 0.f, G, k);                  // G11
+  sgemm(ta, tb, h, h2, len, 1.f, X, ld, X2, ld, 0.f, G + h, k);            // G12
+  sgemm(ta, tb, h2, h2, len, 1.f, X2, ld, X2, ld, 0.f, G + h * k + h, k);  // G22
 #pragma omp parallel for schedule(static) if (h * h2 >= kParElems)
   for (int64_t i = 0; i < h2; ++i)  // G21 = G12^T
     for (int64_t j = 0; j < h; ++j) G[(h + i) * k + j] = G[j * k + h + i];
@@ -154,8 +151,8 @@ float* polar_express(float* x, int64_t m, int64_t n, const MuonScratch& s, int s
   return cur;
 }
 
-void muon_update(float* p, const float* grad, float* momentum, float* second_moment, int64_t m,
-                 int64_t n, float grad_scale, const MuonHyper& hp, const MuonScratch& s) {
+void muon_update(float* p, const float* grad, float* momentum, float* second_moment, int64_t m, int64_t n,
+                 float grad_scale, const MuonHyper& hp, const MuonScratch& s) {
   const int64_t mn = m * n;
   float* x = s.x;
   double* acc = s.rowv;
@@ -195,8 +192,7 @@ void muon_update(float* p, const float* grad, float* momentum, float* second_mom
 
   // 7. Muon+: ||g||_F <- sqrt(min(m, n)).
   {
-    const double f = std::sqrt(static_cast<double>(std::min(m, n))) /
-                     std::max(std::sqrt(sum_sq(y, mn)), 1e-6);
+    const double f = std::sqrt(static_cast<double>(std::min(m, n))) / std::max(std::sqrt(sum_sq(y, mn)), 1e-6);
     const float ff = static_cast<float>(f);
 #pragma omp parallel for schedule(static) if (mn >= kParElems)
     for (int64_t i = 0; i < mn; ++i) y[i] *= ff;
@@ -204,8 +200,8 @@ void muon_update(float* p, const float* grad, float* momentum, float* second_mom
 
   // 8. NorMuon: per-row (m >= n) or per-column (m < n) running second moment.
   const bool rows = m >= n;
-  const int64_t nv = rows ? m : n;        // number of second-moment entries
-  const double R = rows ? n : m;          // size of the reduced dimension
+  const int64_t nv = rows ? m : n;  // number of second-moment entries
+  const double R = rows ? n : m;    // size of the reduced dimension
   if (rows)
     row_sumsq(y, m, n, acc);
   else

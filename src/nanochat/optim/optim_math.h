@@ -16,8 +16,7 @@ struct AdamWHyper {
 /// One AdamW step on n elements, in place on p, m (exp_avg) and v (exp_avg_sq) (docs/nanochat.md 2.2):
 /// p <- p(1 - lr wd); m <- m + (1-b1)(g - m); v <- v + (1-b2)(g^2 - v);
 /// p <- p - (lr / (1 - b1^t)) m / (sqrt(v / (1 - b2^t)) + eps), with g = grad_scale * grad.
-void adamw_update(float* p, const float* grad, float* m, float* v, size_t n, float grad_scale,
-                  const AdamWHyper& hp);
+void adamw_update(float* p, const float* grad, float* m, float* v, size_t n, float grad_scale, const AdamWHyper& hp);
 
 /// Scratch for muon_update / polar_express on matrices up to max_elems = m*n elements and
 /// max_side = min(m, n) (caller-owned, allocated once): x and x2 hold max_elems floats, a and b
@@ -50,7 +49,7 @@ struct MuonHyper {
 /// MuonEq row equilibration, pre-scale, Polar Express, Muon+ (Frobenius norm sqrt(min(m, n))),
 /// NorMuon variance reduction, cautious weight decay (mask g*p >= 0) and the update with
 /// lr_eff = lr sqrt(max(1, m/n)). g = grad_scale * grad; grad is not modified.
-void muon_update(float* p, const float* grad, float* momentum, float* second_moment, int64_t m,
-                 int64_t n, float grad_scale, const MuonHyper& hp, const MuonScratch& s);
+void muon_update(float* p, const float* grad, float* momentum, float* second_moment, int64_t m, int64_t n,
+                 float grad_scale, const MuonHyper& hp, const MuonScratch& s);
 
 }  // namespace nanochat

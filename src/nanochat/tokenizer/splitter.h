@@ -24,10 +24,10 @@ MatchState& thread_match_state();
 
 /// A compiled split pattern. Compiled with UTF + UCP (so \p{L}, \p{N} are Unicode classes, as in
 /// tiktoken's fancy-regex), with \s / \S rewritten to the Unicode White_Space property (Rust regex's
-/// meaning; PCRE2's own \s also matches U+180E), and with MATCH_INVALID_UTF, so invalid UTF-8 never makes matching fail:
-/// the bytes between two matches (only ever invalid UTF-8, since the pattern matches every valid
-/// character) are reported as a chunk of their own. Chunks therefore cover the text exactly.
-/// Thread-safe (the compiled code is read-only; match state is per thread).
+/// meaning; PCRE2's own \s also matches U+180E), and with MATCH_INVALID_UTF, so invalid UTF-8 never makes matching
+/// fail: the bytes between two matches (only ever invalid UTF-8, since the pattern matches every valid character) are
+/// reported as a chunk of their own. Chunks therefore cover the text exactly. Thread-safe (the compiled code is
+/// read-only; match state is per thread).
 class Splitter {
  public:
   /// Throws nanochat::Error if the pattern does not compile.

@@ -326,8 +326,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   return out;
 }
 
-std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std::string>& texts,
-                                                          int32_t prepend_id, int num_threads) const {
+std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std::string>& texts, int32_t prepend_id,
+                                                          int num_threads) const {
   const Impl& im = need(impl_);
   if (prepend_id >= im.vocab) fail("tokenizer: prepend id ", prepend_id, " is outside the vocabulary of ", im.vocab);
   std::vector<std::vector<int32_t>> out(texts.size());
@@ -381,8 +381,7 @@ int Tokenizer::vocab_size() const { return impl_ ? impl_->vocab : 0; }
 std::vector<int32_t> Tokenizer::token_bytes() const {
   const Impl& im = need(impl_);
   std::vector<int32_t> tb(static_cast<size_t>(im.vocab), 0);
-  for (int32_t id = 0; id < im.num_mergeable; ++id)
-    tb[id] = static_cast<int32_t>(im.offsets[id + 1] - im.offsets[id]);
+  for (int32_t id = 0; id < im.num_mergeable; ++id) tb[id] = static_cast<int32_t>(im.offsets[id + 1] - im.offsets[id]);
   return tb;
 }
 
@@ -486,7 +485,8 @@ Tokenizer Tokenizer::load(const std::string& dir) {
   std::string want_hash;
   try {
     if (j.at("format").get<std::string>() != kFormat)
-      fail("tokenizer: ", jpath.string(), " has format '", j.at("format").get<std::string>(), "', expected '", kFormat, "'");
+      fail("tokenizer: ", jpath.string(), " has format '", j.at("format").get<std::string>(), "', expected '", kFormat,
+           "'");
     pattern = j.at("pattern").get<std::string>();
     num_mergeable = j.at("num_mergeable").get<int64_t>();
     vocab = j.at("vocab_size").get<int64_t>();
@@ -494,7 +494,8 @@ Tokenizer Tokenizer::load(const std::string& dir) {
     const auto& sp = j.at("special_tokens");
     for (size_t i = 0; i < kSpecialTokens.size(); ++i)
       if (sp.at(kSpecialTokens[i]).get<int64_t>() != num_mergeable + static_cast<int64_t>(i))
-        fail("tokenizer: ", jpath.string(), ": special token ", kSpecialTokens[i], " is not at id ", num_mergeable + static_cast<int64_t>(i));
+        fail("tokenizer: ", jpath.string(), ": special token ", kSpecialTokens[i], " is not at id ",
+             num_mergeable + static_cast<int64_t>(i));
   } catch (const nlohmann::json::exception& e) {
     fail("tokenizer: ", jpath.string(), " lacks a field or has a wrong type (", e.what(), ")");
   }
@@ -530,8 +531,8 @@ Tokenizer Tokenizer::load(const std::string& dir) {
       }
     }
     if (!ok || rank < 0 || rank >= num_mergeable || seen[rank] || tok.empty())
-      fail("tokenizer: ", rpath.string(), " line ", line, " is corrupt (expected '<base64 bytes> <rank>' with a new rank < ",
-           num_mergeable, ")");
+      fail("tokenizer: ", rpath.string(), " line ", line,
+           " is corrupt (expected '<base64 bytes> <rank>' with a new rank < ", num_mergeable, ")");
     seen[rank] = 1;
     tokens[rank] = std::move(tok);
   }

@@ -52,8 +52,7 @@ class Tokenizer {
   /// merge-for-merge against rustbpe. Throws nanochat::Error if vocab_size < 256 + 9. If the text
   /// runs out of pairs before all merges are learned, the vocabulary is smaller than asked
   /// (vocab_size() tells).
-  static Tokenizer train(const std::vector<std::string>& docs, int vocab_size,
-                         TokenizerTrainStats* stats = nullptr);
+  static Tokenizer train(const std::vector<std::string>& docs, int vocab_size, TokenizerTrainStats* stats = nullptr);
 
   /// A tokenizer from explicit mergeable tokens: id i has bytes tokens[i] (ids 0..M-1, M =
   /// tokens.size()), specials at M..M+8. Every single byte must be one of the tokens. Merging
@@ -68,7 +67,7 @@ class Tokenizer {
   /// Writes into `dir` (created if missing):
   ///   tokenizer.ranks   tiktoken format: "<base64 of token bytes> <rank>\n" per mergeable token
   ///   tokenizer.json    {"format", "pattern", "num_mergeable", "vocab_size",
-///                      "special_tokens": {name: id}, "hash": hex of hash()}
+  ///                      "special_tokens": {name: id}, "hash": hex of hash()}
   ///   token_bytes.bin   int32 little-endian (V,) = token_bytes()
   /// Throws nanochat::Error naming the file on I/O failure.
   void save(const std::string& dir) const;
@@ -78,8 +77,8 @@ class Tokenizer {
 
   /// Encodes each text (in parallel over num_threads threads); if prepend_id >= 0 it is put first
   /// in every row (e.g. bos_id()).
-  std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts,
-                                                 int32_t prepend_id = -1, int num_threads = 4) const;
+  std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts, int32_t prepend_id = -1,
+                                                 int num_threads = 4) const;
 
   /// Concatenates the bytes of the ids (special ids decode to their names). Bytes are returned raw,
   /// so invalid UTF-8 survives and decode(encode(x)) == x for every byte string x.

@@ -32,11 +32,11 @@ struct Tokenizer::Impl {
   std::string pattern;
   std::unique_ptr<tok_detail::Splitter> own_splitter;  // null when pattern == kSplitPattern
   const tok_detail::Splitter* splitter = nullptr;
-  int32_t num_mergeable = 0;              // M; specials are M .. M+8
-  int32_t vocab = 0;                      // V = M + 9
-  std::string blob;                       // bytes of all ids (specials: their names), concatenated
-  std::vector<uint32_t> offsets;          // (V+1,) into blob
-  int32_t byte_id[256] = {};              // id of each single byte
+  int32_t num_mergeable = 0;      // M; specials are M .. M+8
+  int32_t vocab = 0;              // V = M + 9
+  std::string blob;               // bytes of all ids (specials: their names), concatenated
+  std::vector<uint32_t> offsets;  // (V+1,) into blob
+  int32_t byte_id[256] = {};      // id of each single byte
   // Whole-token lookup: slots hold (hash tag, rank); -1 rank = empty.
   struct BytesSlot {
     uint32_t tag = 0;

@@ -10,17 +10,23 @@ namespace nanochat {
 namespace {
 std::string num(double v) {
   char b[32];
-  if (std::fabs(v) >= 1000 || (std::fabs(v) < 0.01 && v != 0)) std::snprintf(b, sizeof b, "%.3g", v);
-  else std::snprintf(b, sizeof b, "%.3f", v);
+  if (std::fabs(v) >= 1000 || (std::fabs(v) < 0.01 && v != 0))
+    std::snprintf(b, sizeof b, "%.3g", v);
+  else
+    std::snprintf(b, sizeof b, "%.3f", v);
   return b;
 }
 std::string esc(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else o += c;
+    if (c == '<')
+      o += "&lt;";
+    else if (c == '>')
+      o += "&gt;";
+    else if (c == '&')
+      o += "&amp;";
+    else
+      o += c;
   }
   return o;
 }
@@ -48,19 +54,26 @@ std::string render_svg_chart(const std::string& title, const std::vector<ChartSe
     if (pts.empty()) continue;
     double xmin = pts.front().first, xmax = xmin, ymin = pts.front().second, ymax = ymin;
     for (auto& p : pts) {
-      xmin = std::min(xmin, p.first); xmax = std::max(xmax, p.first);
-      ymin = std::min(ymin, p.second); ymax = std::max(ymax, p.second);
+      xmin = std::min(xmin, p.first);
+      xmax = std::max(xmax, p.first);
+      ymin = std::min(ymin, p.second);
+      ymax = std::max(ymax, p.second);
     }
     if (xmax == xmin) xmax = xmin + 1;
-    if (ymax == ymin) { ymax += 0.5; ymin -= 0.5; }
+    if (ymax == ymin) {
+      ymax += 0.5;
+      ymin -= 0.5;
+    }
     const double pad = 0.05 * (ymax - ymin);
-    ymin -= pad; ymax += pad;
+    ymin -= pad;
+    ymax += pad;
     auto X = [&](double x) { return left + (x - xmin) / (xmax - xmin) * pw; };
     auto Y = [&](double y) { return y0 + 20 + (ymax - y) / (ymax - ymin) * ph; };
     for (int t = 0; t <= 4; ++t) {
       const double yv = ymin + (ymax - ymin) * t / 4.0, xv = xmin + (xmax - xmin) * t / 4.0;
       o << "<text x=\"" << left - 6 << "\" y=\"" << Y(yv) + 4 << "\" text-anchor=\"end\">" << num(yv) << "</text>\n";
-      o << "<text x=\"" << X(xv) << "\" y=\"" << y0 + 20 + ph + 16 << "\" text-anchor=\"middle\">" << num(xv) << "</text>\n";
+      o << "<text x=\"" << X(xv) << "\" y=\"" << y0 + 20 + ph + 16 << "\" text-anchor=\"middle\">" << num(xv)
+        << "</text>\n";
       o << "<line x1=\"" << left << "\" x2=\"" << left + pw << "\" y1=\"" << Y(yv) << "\" y2=\"" << Y(yv)
         << "\" stroke=\"#eee\"/>\n";
     }
@@ -69,7 +82,8 @@ std::string render_svg_chart(const std::string& title, const std::vector<ChartSe
     o << "\"/>\n";
     if (pts.size() < 40)
       for (auto& p : pts)
-        o << "<circle cx=\"" << X(p.first) << "\" cy=\"" << Y(p.second) << "\" r=\"3\" fill=\"" << colors[pi % 4] << "\"/>\n";
+        o << "<circle cx=\"" << X(p.first) << "\" cy=\"" << Y(p.second) << "\" r=\"3\" fill=\"" << colors[pi % 4]
+          << "\"/>\n";
     o << "<text x=\"" << left + pw / 2 << "\" y=\"" << y0 + 20 + ph + 30 << "\" text-anchor=\"middle\" fill=\"#555\">"
       << esc(x_label) << "</text>\n";
   }

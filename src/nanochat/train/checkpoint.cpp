@@ -145,8 +145,10 @@ void require_complete(const CheckpointPaths& p) {
   std::string have;
   for (auto s : steps) have += (have.empty() ? "" : ", ") + std::to_string(s);
   fail("no complete checkpoint for step ", p.step, " in ", p.dir,
-       have.empty() ? std::string(" (the directory has none)")
-                    : " (complete steps: " + have + "); pass one of them to --resume-from-step (base-train) or -s/--step (base-eval, sample, chat)");
+       have.empty()
+           ? std::string(" (the directory has none)")
+           : " (complete steps: " + have +
+                 "); pass one of them to --resume-from-step (base-train) or -s/--step (base-eval, sample, chat)");
 }
 
 std::string hex32(uint64_t v) {
@@ -204,8 +206,9 @@ std::string check_checkpoint_file(const nlohmann::json& marker, const std::strin
          " was recorded when it was saved";
 }
 
-std::optional<int64_t> newest_intact_step(const std::string& dir, int64_t except,
-                                          const std::function<std::vector<std::string>(const CheckpointPaths&)>& files_of) {
+std::optional<int64_t> newest_intact_step(
+    const std::string& dir, int64_t except,
+    const std::function<std::vector<std::string>(const CheckpointPaths&)>& files_of) {
   auto steps = complete_checkpoint_steps(dir);
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     if (*it == except) continue;

@@ -61,8 +61,9 @@ nlohmann::json read_checkpoint_marker(const CheckpointPaths& p);
 std::string check_checkpoint_file(const nlohmann::json& marker, const std::string& path);
 /// Newest complete step in `dir`, other than `except`, whose files files_of(step) all pass
 /// check_checkpoint_file; nullopt when there is none. Reads those files (newest step first).
-std::optional<int64_t> newest_intact_step(const std::string& dir, int64_t except,
-                                          const std::function<std::vector<std::string>(const CheckpointPaths&)>& files_of);
+std::optional<int64_t> newest_intact_step(
+    const std::string& dir, int64_t except,
+    const std::function<std::vector<std::string>(const CheckpointPaths&)>& files_of);
 
 /// Complete steps in `dir`, ascending (a step counts only with its completion marker).
 std::vector<int64_t> complete_checkpoint_steps(const std::string& dir);

@@ -8,8 +8,7 @@ namespace {
 constexpr size_t kOrderedMaxNumel = 1024;  // non-matrix tensors up to this size are order-summed
 }
 
-GradAccumulator::GradAccumulator(GPT& model, int micro_steps, Communicator& comm,
-                                 std::function<void(size_t)> on_ready)
+GradAccumulator::GradAccumulator(GPT& model, int micro_steps, Communicator& comm, std::function<void(size_t)> on_ready)
     : model_(model), A_(micro_steps), comm_(comm), on_ready_(std::move(on_ready)) {
   if (A_ < 1) fail("gradient accumulation needs >= 1 micro-batch per step (got ", A_, ")");
   std::vector<OrderedGradSum::Span> spans;
@@ -47,8 +46,7 @@ float GradAccumulator::finish() {
   small_->finish();
   double total = static_cast<double>(local_tokens_);
   comm_.all_reduce_sum_f64(&total, 1)->wait();
-  if (total <= 0)
-    fail("no rank had a valid target (every target was -1) in this step; nothing to train on");
+  if (total <= 0) fail("no rank had a valid target (every target was -1) in this step; nothing to train on");
   return static_cast<float>(1.0 / total);
 }
 

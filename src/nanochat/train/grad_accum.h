@@ -28,8 +28,7 @@ class GradAccumulator {
   /// model: this rank's model (gradients must be zero at the start of each step);
   /// micro_steps: micro-batches per step on this rank (A >= 1); comm: the job's communicator;
   /// on_ready: optional, see above. Throws nanochat::Error if micro_steps < 1.
-  GradAccumulator(GPT& model, int micro_steps, Communicator& comm,
-                  std::function<void(size_t)> on_ready = {});
+  GradAccumulator(GPT& model, int micro_steps, Communicator& comm, std::function<void(size_t)> on_ready = {});
 
   /// Forward + backward of micro-batch `micro` (0-based, in order): idx, targets (B, T) int32.
   /// Returns its mean loss in nats over its valid targets (0 if none).

@@ -55,11 +55,10 @@ void prepare_checkpoint_dirs(Communicator& comm, const std::string& dir) {
 }
 
 void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GPT& model, const MuonAdamW& opt,
-                         const std::map<std::string, std::string>& optim_metadata, const json& meta,
-                         bool fail_write) {
+                         const std::map<std::string, std::string>& optim_metadata, const json& meta, bool fail_write) {
   const int rank = comm.rank(), W = comm.world_size();
-  const std::string hint = str_cat("Step ", cp.step, " was not saved. ", kFolderHint,
-                                   "; then resume from the last complete checkpoint");
+  const std::string hint =
+      str_cat("Step ", cp.step, " was not saved. ", kFolderHint, "; then resume from the last complete checkpoint");
   // 1. Every rank: its directory exists and the step's old marker is gone.
   std::string err = create_dir(cp.dir);
   if (err.empty()) try {
@@ -78,8 +77,7 @@ void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GP
     crcs[file_name(path)] = file_crc32(path);
     if (rank == 0) {
       std::vector<StWriteEntry> entries;
-      for (const auto& p : model.params())
-        entries.push_back({p.name, "F32", p.shape, model.param_data() + p.offset});
+      for (const auto& p : model.params()) entries.push_back({p.name, "F32", p.shape, model.param_data() + p.offset});
       path = cp.model();
       write_safetensors_atomic(path, entries, {{"format", "nanochat.cpp"}});
       crcs[file_name(path)] = file_crc32(path);
@@ -127,7 +125,8 @@ void rewrite_checkpoint_meta(const CheckpointPaths& cp, const json& meta) {
 std::vector<std::string> files_read_by_rank(const CheckpointPaths& cp, int rank, int world_size, int saved_world_size) {
   std::vector<std::string> files;
   if (rank == 0) files = {cp.model(), cp.meta()};
-  if (saved_world_size == world_size) files.push_back(cp.optim(rank));
+  if (saved_world_size == world_size)
+    files.push_back(cp.optim(rank));
   else if (rank == 0)
     for (int r = 0; r < saved_world_size; ++r) files.push_back(cp.optim(r));
   return files;

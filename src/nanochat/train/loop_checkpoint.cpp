@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/format.h"
 #include "nanochat/core/safetensors.h"
 #include "nanochat/data/loader.h"
-#include "nanochat/comm/communicator.h"
 #include "nanochat/dist/gather.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
@@ -32,7 +32,8 @@ void print0(const Communicator& comm, const std::string& s) {
 
 json loader_state_of(const StFile& f) {
   auto it = f.metadata.find("loader_state");
-  if (it == f.metadata.end()) fail("checkpoint ", f.path, " has no loader state; it was not written by a complete save");
+  if (it == f.metadata.end())
+    fail("checkpoint ", f.path, " has no loader state; it was not written by a complete save");
   return json::parse(it->second);
 }
 
@@ -51,7 +52,8 @@ void load_weights_and_meta(Communicator& comm, const CheckpointPaths& cp, GPT& m
         for (const auto& p : model.params()) {
           const StTensor& t = weights.at(p.name);
           if (t.shape != p.shape || t.dtype != "F32")
-            fail("checkpoint ", cp.model(), ": tensor ", p.name, " has the wrong shape or dtype for the model the flags give");
+            fail("checkpoint ", cp.model(), ": tensor ", p.name,
+                 " has the wrong shape or dtype for the model the flags give");
           std::memcpy(model.param_data() + p.offset, t.bytes.data(), p.numel * sizeof(float));
         }
       }
@@ -97,8 +99,9 @@ void read_old_shards(const CheckpointPaths& cp, const json& marker, int W0, int 
   std::vector<json> old_states;
   for (int r = 0; r < W0; ++r) {
     if (!fs::exists(cp.optim(r)))
-      fail("resuming the ", W0, "-rank checkpoint ", cp.meta(), " with ", W, " ranks needs every old shard on rank 0, but ",
-           cp.optim(r), " is missing; copy all optim_", cp.step, "_rank<r> files into ", cp.dir, " on this node");
+      fail("resuming the ", W0, "-rank checkpoint ", cp.meta(), " with ", W,
+           " ranks needs every old shard on rank 0, but ", cp.optim(r), " is missing; copy all optim_", cp.step,
+           "_rank<r> files into ", cp.dir, " on this node");
     corrupt = check_checkpoint_file(marker, cp.optim(r));
     if (!corrupt.empty()) return;
     shards.push_back(load_safetensors(cp.optim(r)));

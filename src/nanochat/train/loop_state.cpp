@@ -24,9 +24,10 @@ json LoopState::to_json() const {
   return json{{"step", step},
               {"val_bpb", number_or_infinity(val_bpb)},
               {"dataloader_state_dict", loader_state},
-              {"loop_state", {{"min_val_bpb", number_or_infinity(min_val_bpb)},
-                              {"smooth_train_loss", smooth_train_loss},
-                              {"total_training_time", total_training_time}}}};
+              {"loop_state",
+               {{"min_val_bpb", number_or_infinity(min_val_bpb)},
+                {"smooth_train_loss", smooth_train_loss},
+                {"total_training_time", total_training_time}}}};
 }
 
 LoopState LoopState::from_json(const json& meta) {

@@ -12,11 +12,11 @@ namespace nanochat {
 nlohmann::json number_or_infinity(double v);
 
 struct LoopState {
-  int64_t step = 0;                                                  ///< optimizer steps done
-  double val_bpb = std::numeric_limits<double>::quiet_NaN();         ///< last val bpb (NaN = none yet)
-  double min_val_bpb = std::numeric_limits<double>::infinity();      ///< best val bpb so far
-  double smooth_train_loss = 0.0;                                    ///< EMA (beta 0.9) of the train loss, not debiased
-  double total_training_time = 0.0;                                  ///< seconds of the steps after step 10
+  int64_t step = 0;                                              ///< optimizer steps done
+  double val_bpb = std::numeric_limits<double>::quiet_NaN();     ///< last val bpb (NaN = none yet)
+  double min_val_bpb = std::numeric_limits<double>::infinity();  ///< best val bpb so far
+  double smooth_train_loss = 0.0;                                ///< EMA (beta 0.9) of the train loss, not debiased
+  double total_training_time = 0.0;                              ///< seconds of the steps after step 10
   nlohmann::json loader_state;  ///< this rank's train loader state() (null = a fresh stream)
 
   /// The meta fields: {"step", "val_bpb", "dataloader_state_dict": loader_state, "loop_state":

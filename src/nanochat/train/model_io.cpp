@@ -78,8 +78,8 @@ LoadedModel load_trained_model(const std::string& tag_in, int64_t step) {
 
 void require_tokenizer_vocab(const LoadedModel& lm, int tokenizer_vocab) {
   if (lm.model->config().vocab_size != tokenizer_vocab)
-    fail("checkpoint ", lm.dir, " has vocab ", lm.model->config().vocab_size, " but the tokenizer in ",
-         tokenizer_dir(), " has ", tokenizer_vocab, "; use the tokenizer the model was trained with");
+    fail("checkpoint ", lm.dir, " has vocab ", lm.model->config().vocab_size, " but the tokenizer in ", tokenizer_dir(),
+         " has ", tokenizer_vocab, "; use the tokenizer the model was trained with");
 }
 
 }  // namespace nanochat

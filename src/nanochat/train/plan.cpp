@@ -1,7 +1,7 @@
 #include "nanochat/train/plan.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "nanochat/core/error.h"
@@ -44,8 +44,8 @@ StepPlan TrainPlan::step_plan(int64_t step) const {
 }
 
 std::string TrainPlan::dmodel_lr_scale_line() const {
-  return str_cat("Scaling the LR for the AdamW parameters proportional to 1/sqrt(", model.n_embd, "/768) = ",
-                 dmodel_lr_scale);
+  return str_cat("Scaling the LR for the AdamW parameters proportional to 1/sqrt(", model.n_embd,
+                 "/768) = ", dmodel_lr_scale);
 }
 
 void TrainPlan::check_resume(const nlohmann::json& meta, const std::string& meta_path) const {
@@ -117,10 +117,11 @@ void derive_grad_accum(const BaseTrainArgs& a, TrainPlan& p) {
   if (p.total_batch_size % world_tokens != 0) {
     const int64_t lo = p.total_batch_size / world_tokens * world_tokens;
     const int64_t hi = lo + world_tokens;
-    std::string msg = str_cat("--total-batch-size ", p.total_batch_size,
-                              " is not divisible by the tokens of one micro-step on all ranks: "
-                              "--device-batch-size ", B, " x --max-seq-len ", T, " x world size ", W,
-                              " = ", world_tokens, ". Use --total-batch-size ");
+    std::string msg =
+        str_cat("--total-batch-size ", p.total_batch_size,
+                " is not divisible by the tokens of one micro-step on all ranks: "
+                "--device-batch-size ",
+                B, " x --max-seq-len ", T, " x world size ", W, " = ", world_tokens, ". Use --total-batch-size ");
     if (lo > 0) msg += str_cat(lo, " or ");
     msg += str_cat(hi);
     for (int64_t b = B - 1; b >= 1; --b)
@@ -131,8 +132,8 @@ void derive_grad_accum(const BaseTrainArgs& a, TrainPlan& p) {
     fail(msg);
   }
   p.grad_accum_steps = p.total_batch_size / world_tokens;
-  p.log.push_back("Tokens / micro-batch / rank: " + std::to_string(B) + " x " + std::to_string(T) +
-                  " = " + with_commas(per_micro));
+  p.log.push_back("Tokens / micro-batch / rank: " + std::to_string(B) + " x " + std::to_string(T) + " = " +
+                  with_commas(per_micro));
   p.log.push_back("Tokens / micro-batch: " + with_commas(world_tokens));
   p.log.push_back("Total batch size " + with_commas(p.total_batch_size) +
                   " => gradient accumulation steps: " + std::to_string(p.grad_accum_steps));
@@ -146,15 +147,15 @@ TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size
   if (world_size < 1) fail("internal: world size ", world_size);
   TrainPlan p;
   p.world_size = world_size;
-  p.model = ModelConfig::from_depth(a.depth, a.aspect_ratio, a.head_dim, a.max_seq_len,
-                                    static_cast<int>(vocab_size), a.window_pattern);
+  p.model = ModelConfig::from_depth(a.depth, a.aspect_ratio, a.head_dim, a.max_seq_len, static_cast<int>(vocab_size),
+                                    a.window_pattern);
   p.model.validate();
   p.counts = count_params(p.model);
   p.log.push_back("Parameter counts:");
   const std::pair<const char*, int64_t> rows[] = {
-      {"wte", p.counts.wte}, {"value_embeds", p.counts.value_embeds}, {"lm_head", p.counts.lm_head},
-      {"transformer_matrices", p.counts.transformer_matrices}, {"scalars", p.counts.scalars},
-      {"total", p.counts.total}};
+      {"wte", p.counts.wte},         {"value_embeds", p.counts.value_embeds},
+      {"lm_head", p.counts.lm_head}, {"transformer_matrices", p.counts.transformer_matrices},
+      {"scalars", p.counts.scalars}, {"total", p.counts.total}};
   for (auto& [k, v] : rows) {
     char b[96];
     std::snprintf(b, sizeof b, "%-24s: %s", k, with_commas(v).c_str());
@@ -165,8 +166,8 @@ TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size
   // Data/batch scaling against the d12 reference built with the same flags (docs/nanochat.md 3.2).
   const double ratio = a.target_param_data_ratio;
   p.target_tokens = static_cast<int64_t>(ratio * static_cast<double>(p.counts.scaling_params()));
-  ModelConfig ref = ModelConfig::from_depth(12, a.aspect_ratio, a.head_dim, a.max_seq_len,
-                                            static_cast<int>(vocab_size), a.window_pattern);
+  ModelConfig ref = ModelConfig::from_depth(12, a.aspect_ratio, a.head_dim, a.max_seq_len, static_cast<int>(vocab_size),
+                                            a.window_pattern);
   p.d_ref = ratio * static_cast<double>(count_params(ref).scaling_params());
   const double B_REF = 524288.0;
   if (a.total_batch_size == -1) {
@@ -181,7 +182,8 @@ TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size
   }
   p.batch_lr_scale = std::sqrt(static_cast<double>(p.total_batch_size) / B_REF);
   if (p.batch_lr_scale != 1.0)
-    p.log.push_back(fmt("Scaling LRs by %.4f", p.batch_lr_scale) + " for batch size " + with_commas(p.total_batch_size));
+    p.log.push_back(fmt("Scaling LRs by %.4f", p.batch_lr_scale) + " for batch size " +
+                    with_commas(p.total_batch_size));
   p.weight_decay_scaled = a.weight_decay * std::sqrt(static_cast<double>(p.total_batch_size) / B_REF) *
                           (p.d_ref / static_cast<double>(p.target_tokens));
   if (p.weight_decay_scaled != a.weight_decay)

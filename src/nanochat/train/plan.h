@@ -15,8 +15,8 @@ namespace nanochat {
 /// nanochat scripts/base_train.py flags with their defaults (docs/nanochat.md 3.1), plus CPU extras.
 struct BaseTrainArgs {
   std::string run = "dummy";
-  std::string device_type;           ///< accepted for compatibility; only "" or "cpu" run here
-  bool fp8 = false;                  ///< CUDA-only in nanochat: warning + ignored
+  std::string device_type;  ///< accepted for compatibility; only "" or "cpu" run here
+  bool fp8 = false;         ///< CUDA-only in nanochat: warning + ignored
   std::string fp8_recipe = "tensorwise";
   int depth = 20;
   int aspect_ratio = 64;
@@ -43,13 +43,13 @@ struct BaseTrainArgs {
   int64_t core_metric_max_per_task = 500;
   int64_t sample_every = 2000;
   int64_t save_every = -1;
-  std::string model_tag;             ///< default "d<depth>"
+  std::string model_tag;  ///< default "d<depth>"
   // CPU extras (not in nanochat)
-  int threads = 0;                   ///< OpenMP threads per rank; 0 = this rank's share of the cores
-  uint64_t seed = 42;                ///< init / sampling seed (nanochat seeds torch with 42)
-  bool recompute_mlp = false;        ///< recompute the MLP's c_fc output in the backward (less memory)
-  bool profile = false;              ///< print the per-op-family time share of the steps at the end
-  bool skip_data_check = false;      ///< do not check the shards' pages at start-up (data/verify.h)
+  int threads = 0;               ///< OpenMP threads per rank; 0 = this rank's share of the cores
+  uint64_t seed = 42;            ///< init / sampling seed (nanochat seeds torch with 42)
+  bool recompute_mlp = false;    ///< recompute the MLP's c_fc output in the backward (less memory)
+  bool profile = false;          ///< print the per-op-family time share of the steps at the end
+  bool skip_data_check = false;  ///< do not check the shards' pages at start-up (data/verify.h)
   /// compare the ranks' parameters (CRC32 per tensor) every N steps and at every save; 0 = never
   int64_t check_replicas_every = 100;
 };
@@ -88,14 +88,14 @@ struct TrainPlan {
   double d_ref = 0;              ///< ratio * scaling params of the d12 reference model
   int64_t total_batch_size = 0;  ///< tokens per optimizer step (all ranks)
   bool auto_batch = false;
-  double batch_lr_scale = 1.0;   ///< sqrt(total_batch_size / 2^19)
+  double batch_lr_scale = 1.0;  ///< sqrt(total_batch_size / 2^19)
   double weight_decay_scaled = 0;
   int64_t num_iterations = 0;
   int64_t grad_accum_steps = 1;
   int world_size = 1;
-  int B = 1;                     ///< --device-batch-size: rows per micro-batch per rank
-  int T = 2048;                  ///< --max-seq-len: tokens per row
-  int64_t eval_steps = 1;        ///< val batches of B x T per evaluation, all ranks together (>= 1)
+  int B = 1;               ///< --device-batch-size: rows per micro-batch per rank
+  int T = 2048;            ///< --max-seq-len: tokens per row
+  int64_t eval_steps = 1;  ///< val batches of B x T per evaluation, all ranks together (>= 1)
   /// The optimizer's settings: the flags' lrs x batch_lr_scale, the scaled Muon weight decay, the
   /// model width (docs/nanochat.md 2.1).
   OptimConfig optim;

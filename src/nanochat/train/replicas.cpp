@@ -32,7 +32,8 @@ void check_replicas(const GPT& model, Communicator& comm, int64_t step) {
   size_t first = params.size(), n_diff = 0;
   for (size_t k = 0; k < params.size(); ++k) {
     bool differs = false;
-    for (size_t r = 1; r < crcs.size(); ++r) differs = differs || crcs[r].size() != mine.size() || crcs[r][k] != crcs[0][k];
+    for (size_t r = 1; r < crcs.size(); ++r)
+      differs = differs || crcs[r].size() != mine.size() || crcs[r][k] != crcs[0][k];
     if (!differs) continue;
     ++n_diff;
     if (first == params.size()) first = k;

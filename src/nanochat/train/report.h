@@ -11,15 +11,15 @@ namespace nanochat {
 /// What one step's log line reports.
 struct StepReport {
   int64_t step = 0, num_iterations = 1;
-  double smooth_loss = 0;          ///< debiased EMA of the train loss (nats)
-  double lrm = 0;                  ///< LR multiplier
-  double dt = 0;                   ///< step wall time, seconds
+  double smooth_loss = 0;  ///< debiased EMA of the train loss (nats)
+  double lrm = 0;          ///< LR multiplier
+  double dt = 0;           ///< step wall time, seconds
   int64_t tok_per_sec = 0;
   double mfu = 0;                  ///< percent
   nlohmann::json loader_state;     ///< for the epoch / pq / rg fields
   double total_training_time = 0;  ///< seconds of the steps after step 10
   int world_size = 1;
-  double comm_wait = 0;            ///< seconds of the step spent waiting on the network (shown when W > 1)
+  double comm_wait = 0;  ///< seconds of the step spent waiting on the network (shown when W > 1)
 };
 
 /// "step 00005/00010 (50.00%) | loss: ... | total time: 0.01m[ | comm wait: x%][ | eta: ym]"

@@ -44,8 +44,8 @@ std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, co
   const int64_t limit = cfg.sequence_len * 10;
   const int64_t t_max = static_cast<int64_t>(prompt.size()) + std::max(opt.max_tokens, 0);
   if (t_max > limit)
-    fail("prompt (", prompt.size(), " tokens) + max tokens (", opt.max_tokens, ") exceed the model's limit of ",
-         limit, " positions (10 x sequence_len)");
+    fail("prompt (", prompt.size(), " tokens) + max tokens (", opt.max_tokens, ") exceed the model's limit of ", limit,
+         " positions (10 x sequence_len)");
   const int64_t V = cfg.vocab_size;
   KVCache cache(cfg, 1, static_cast<int>(t_max));
   std::vector<float> logits(static_cast<size_t>(V));

@@ -36,8 +36,7 @@ double LrSchedule::muon_momentum(int64_t it) const {
 }
 
 double LrSchedule::muon_weight_decay(int64_t it, double wd_scaled) const {
-  return wd_scaled * 0.5 *
-         (1.0 + std::cos(M_PI * static_cast<double>(it) / static_cast<double>(num_iterations)));
+  return wd_scaled * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(it) / static_cast<double>(num_iterations)));
 }
 
 }  // namespace nanochat

@@ -10,7 +10,7 @@ double round_half_even(double x);
 
 /// Schedule hyperparameters (base_train flags --warmup-steps, --warmdown-ratio, --final-lr-frac).
 struct LrSchedule {
-  int64_t num_iterations = 0;   ///< N
+  int64_t num_iterations = 0;  ///< N
   int64_t warmup_steps = 40;
   double warmdown_ratio = 0.65;
   double final_lr_frac = 0.05;

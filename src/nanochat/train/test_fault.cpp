@@ -22,7 +22,8 @@ TestFault test_fault_from_env() {
     if (part.size() == 3 && part[0] == "start-delay") return {};  // the start-up barrier's (dist/startup.cpp)
   } catch (const std::exception&) {
   }
-  fail("NANOCHAT_TEST_FAULT='", env, "' is not flip-bit:<rank>:<step>:<tensor>, write-fail:<rank> or start-delay:<rank>:<s> (it is for tests only)");
+  fail("NANOCHAT_TEST_FAULT='", env,
+       "' is not flip-bit:<rank>:<step>:<tensor>, write-fail:<rank> or start-delay:<rank>:<s> (it is for tests only)");
 }
 
 void flip_lowest_bit(GPT& model, const std::string& tensor) {

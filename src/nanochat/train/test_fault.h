@@ -24,12 +24,12 @@ struct TestFault {
 /// BaseTrainArgs: the hidden flags --fault-inject and --loader-global-stream, and
 /// NANOCHAT_TEST_FAULT.
 struct TrainTestHooks {
-  std::string fault_inject;           ///< --fault-inject: "final-eval" makes the last evaluation fail
+  std::string fault_inject;  ///< --fault-inject: "final-eval" makes the last evaluation fail
   /// --loader-global-stream: every rank reads the world-size-1 data stream and keeps micro-batches
   /// r, r+W, ... (data::LoaderOptions keep_stride), so W ranks x A micro-steps see exactly the
   /// batches of 1 rank x (A*W) micro-steps, and a resume at another world size is exact.
   bool loader_global_stream = false;
-  TestFault fault;                    ///< NANOCHAT_TEST_FAULT (test_fault_from_env)
+  TestFault fault;  ///< NANOCHAT_TEST_FAULT (test_fault_from_env)
 };
 
 /// Parses NANOCHAT_TEST_FAULT. Throws nanochat::Error quoting it when it is malformed.

@@ -8,19 +8,19 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/format.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/core/peak.h"
 #include "nanochat/core/profile.h"
+#include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/data/loader.h"
 #include "nanochat/data/manifest.h"
 #include "nanochat/data/verify.h"
 #include "nanochat/dist/agree.h"
 #include "nanochat/dist/startup.h"
-#include "nanochat/comm/communicator.h"
-#include "nanochat/core/threads.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/tokenizer.h"
@@ -58,19 +58,38 @@ void print_if(bool master, const std::string& s) {
 }
 
 json args_to_json(const BaseTrainArgs& a) {
-  return json{{"run", a.run}, {"device_type", a.device_type}, {"fp8", a.fp8}, {"fp8_recipe", a.fp8_recipe},
-              {"depth", a.depth}, {"aspect_ratio", a.aspect_ratio}, {"head_dim", a.head_dim},
-              {"max_seq_len", a.max_seq_len}, {"window_pattern", a.window_pattern},
-              {"num_iterations", a.num_iterations}, {"target_flops", a.target_flops},
-              {"target_param_data_ratio", a.target_param_data_ratio}, {"device_batch_size", a.device_batch_size},
-              {"total_batch_size", a.total_batch_size}, {"embedding_lr", a.embedding_lr},
-              {"unembedding_lr", a.unembedding_lr}, {"weight_decay", a.weight_decay}, {"matrix_lr", a.matrix_lr},
-              {"scalar_lr", a.scalar_lr}, {"warmup_steps", a.warmup_steps}, {"warmdown_ratio", a.warmdown_ratio},
-              {"final_lr_frac", a.final_lr_frac}, {"resume_from_step", a.resume_from_step},
-              {"eval_every", a.eval_every}, {"eval_tokens", a.eval_tokens},
-              {"core_metric_every", a.core_metric_every}, {"core_metric_max_per_task", a.core_metric_max_per_task},
-              {"sample_every", a.sample_every}, {"save_every", a.save_every}, {"model_tag", a.model_tag},
-              {"threads", a.threads}, {"seed", a.seed},
+  return json{{"run", a.run},
+              {"device_type", a.device_type},
+              {"fp8", a.fp8},
+              {"fp8_recipe", a.fp8_recipe},
+              {"depth", a.depth},
+              {"aspect_ratio", a.aspect_ratio},
+              {"head_dim", a.head_dim},
+              {"max_seq_len", a.max_seq_len},
+              {"window_pattern", a.window_pattern},
+              {"num_iterations", a.num_iterations},
+              {"target_flops", a.target_flops},
+              {"target_param_data_ratio", a.target_param_data_ratio},
+              {"device_batch_size", a.device_batch_size},
+              {"total_batch_size", a.total_batch_size},
+              {"embedding_lr", a.embedding_lr},
+              {"unembedding_lr", a.unembedding_lr},
+              {"weight_decay", a.weight_decay},
+              {"matrix_lr", a.matrix_lr},
+              {"scalar_lr", a.scalar_lr},
+              {"warmup_steps", a.warmup_steps},
+              {"warmdown_ratio", a.warmdown_ratio},
+              {"final_lr_frac", a.final_lr_frac},
+              {"resume_from_step", a.resume_from_step},
+              {"eval_every", a.eval_every},
+              {"eval_tokens", a.eval_tokens},
+              {"core_metric_every", a.core_metric_every},
+              {"core_metric_max_per_task", a.core_metric_max_per_task},
+              {"sample_every", a.sample_every},
+              {"save_every", a.save_every},
+              {"model_tag", a.model_tag},
+              {"threads", a.threads},
+              {"seed", a.seed},
               {"check_replicas_every", a.check_replicas_every}};
 }
 
@@ -114,12 +133,27 @@ class TrainLoop {
   TrainLoop(const BaseTrainArgs& a, const TrainTestHooks& hooks, Communicator& comm, const Tokenizer& tok,
             const TrainPlan& plan, GPT& model, MuonAdamW& opt, GradAccumulator& accum, data::DataLoader& loader,
             MetricsLog& metrics, LoopState& st, double peak_gflops)
-      : a_(a), hooks_(hooks), comm_(comm), tok_(tok), plan_(plan), model_(model), opt_(opt), accum_(accum),
-        loader_(loader), metrics_(metrics), st_(st), peak_gflops_(peak_gflops), token_bytes_(tok.token_bytes()),
-        x_(static_cast<size_t>(plan.B) * plan.T), y_(x_.size()) {
-    run_meta_ = json{{"model_config", plan.model.to_json()}, {"user_config", args_to_json(a)},
-                     {"device_batch_size", plan.B}, {"max_seq_len", plan.T},
-                     {"total_batch_size", plan.total_batch_size}, {"world_size", plan.world_size},
+      : a_(a),
+        hooks_(hooks),
+        comm_(comm),
+        tok_(tok),
+        plan_(plan),
+        model_(model),
+        opt_(opt),
+        accum_(accum),
+        loader_(loader),
+        metrics_(metrics),
+        st_(st),
+        peak_gflops_(peak_gflops),
+        token_bytes_(tok.token_bytes()),
+        x_(static_cast<size_t>(plan.B) * plan.T),
+        y_(x_.size()) {
+    run_meta_ = json{{"model_config", plan.model.to_json()},
+                     {"user_config", args_to_json(a)},
+                     {"device_batch_size", plan.B},
+                     {"max_seq_len", plan.T},
+                     {"total_batch_size", plan.total_batch_size},
+                     {"world_size", plan.world_size},
                      {"tokenizer_hash", std::to_string(tok.hash())}};
   }
 
@@ -129,8 +163,8 @@ class TrainLoop {
     for (;;) {
       const int64_t step = st_.step;
       const bool last = step == plan_.num_iterations;
-      const bool save_now = last || (step > 0 && step != a_.resume_from_step && a_.save_every > 0 &&
-                                     step % a_.save_every == 0);
+      const bool save_now =
+          last || (step > 0 && step != a_.resume_from_step && a_.save_every > 0 && step % a_.save_every == 0);
       // 1. the replicas are still identical (and a checkpoint never stores one rank's fault)
       if (a_.check_replicas_every > 0 && (save_now || (step > 0 && step % a_.check_replicas_every == 0)))
         check_replicas(model_, comm_, step);
@@ -254,8 +288,13 @@ class TrainLoop {
     r.world_size = plan_.world_size;
     r.comm_wait = comm_wait;
     print0(step_log_line(r));
-    metrics_.record({{"step", step}, {"loss", train_loss}, {"smooth_loss", r.smooth_loss}, {"lrm", lrm},
-                     {"dt_ms", dt * 1e3}, {"tok_per_sec", r.tok_per_sec}, {"mfu", r.mfu},
+    metrics_.record({{"step", step},
+                     {"loss", train_loss},
+                     {"smooth_loss", r.smooth_loss},
+                     {"lrm", lrm},
+                     {"dt_ms", dt * 1e3},
+                     {"tok_per_sec", r.tok_per_sec},
+                     {"mfu", r.mfu},
                      {"comm_wait_ms", comm_wait * 1e3}});
   }
 
@@ -280,8 +319,7 @@ class TrainLoop {
 };
 
 // The start-up lines: run, device, vocab, model, the plan's derivations, the MFU reference peak.
-double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok, const TrainPlan& plan,
-                                    bool master) {
+double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok, const TrainPlan& plan, bool master) {
   auto print0 = [master](const std::string& s) { print_if(master, s); };
   print0("nanochat.cpp base-train");
   print0(str_cat("Device: cpu, dtype float32, ", num_threads(), " threads per rank, world size ", plan.world_size));
@@ -290,12 +328,14 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
   for (auto& l : plan.log) print0(l);
   data::check_training_shards(data_dir(), a.skip_data_check, master);  // a corrupt page stops the run here
   if (a.core_metric_every > 0)
-    print0("NOTE: the CORE metric (--core-metric-every) needs nanochat's DCLM eval bundle and is not "
-           "implemented in nanochat.cpp; it is skipped. Pass --core-metric-every -1 to silence this.");
+    print0(
+        "NOTE: the CORE metric (--core-metric-every) needs nanochat's DCLM eval bundle and is not "
+        "implemented in nanochat.cpp; it is skipped. Pass --core-metric-every -1 to silence this.");
   const std::string peak_cache = base_dir() + "/fma_peak.json";
   const MfuPeak peak = measure_mfu_peak(num_threads(), peak_cache);
   print0(str_cat("Measured fp32 FMA peak of this rank: ", static_cast<int64_t>(peak.measured), " GFLOP/s (",
-                 fma_peak_isa(), ", ", num_threads(), " threads); MFU is reported against the highest peak seen on "
+                 fma_peak_isa(), ", ", num_threads(),
+                 " threads); MFU is reported against the highest peak seen on "
                  "this machine (at least threads x the 1-thread peak, up to the physical cores), ",
                  static_cast<int64_t>(peak.reference), " GFLOP/s (", peak_cache, "), x world size"));
   return peak.reference;
@@ -322,7 +362,8 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
   const bool master = rank == 0;
   auto print0 = [master](const std::string& s) { print_if(master, s); };
   if (!a.device_type.empty() && a.device_type != "cpu")
-    fail("--device-type ", a.device_type, ": nanochat.cpp trains on CPUs only; use --device-type cpu or leave it unset");
+    fail("--device-type ", a.device_type,
+         ": nanochat.cpp trains on CPUs only; use --device-type cpu or leave it unset");
   if (a.fp8) print0("WARNING: --fp8 is CUDA-only in nanochat; ignored on CPU (training runs in fp32)");
   if (a.threads > 0) set_num_threads(a.threads);
   hooks.fault = test_fault_from_env();
@@ -339,9 +380,9 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
   MuonAdamW opt(optimizer_params(model), plan.optim, &comm);
   // Token-weighted gradient accumulation with world-size-independent sums of the small tensors;
   // on the last micro-batch each finished gradient starts its reduction (grad_accum.h).
-  GradAccumulator accum(model, static_cast<int>(plan.grad_accum_steps), comm,
-                        W > 1 ? std::function<void(size_t)>([&opt](size_t k) { opt.grad_ready(k); })
-                              : std::function<void(size_t)>());
+  GradAccumulator accum(
+      model, static_cast<int>(plan.grad_accum_steps), comm,
+      W > 1 ? std::function<void(size_t)>([&opt](size_t k) { opt.grad_ready(k); }) : std::function<void(size_t)>());
   print0(plan.dmodel_lr_scale_line());
   prof::reset();
 
