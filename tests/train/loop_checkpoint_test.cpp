@@ -33,7 +33,7 @@ std::string test_base() {
   return (fs::temp_directory_path() / str_cat("nc_loop_checkpoint_", info->name())).string();
 }
 
-TrainPlan plan_for(int W, const std::string& tag) {
+TrainPlan plan_for(int W, const std::string& tag, int64_t total_batch_size = 192) {
   BaseTrainArgs a;
   a.depth = 2;
   a.aspect_ratio = 32;
@@ -41,7 +41,7 @@ TrainPlan plan_for(int W, const std::string& tag) {
   a.max_seq_len = 32;
   a.window_pattern = "L";
   a.device_batch_size = 1;
-  a.total_batch_size = 192;
+  a.total_batch_size = total_batch_size;
   a.num_iterations = 5;
   a.model_tag = tag;
   return derive_plan(a, 256, W, test_base());
@@ -176,17 +176,7 @@ TEST(LoopCheckpoint, ResumeRejectsAnotherBatch) {
   fs::remove_all(test_base());
   const TrainPlan plan = plan_for(1, "batch");
   train_and_save(plan, 1);
-  BaseTrainArgs a;
-  a.depth = 2;
-  a.aspect_ratio = 32;
-  a.head_dim = 32;
-  a.max_seq_len = 32;
-  a.window_pattern = "L";
-  a.device_batch_size = 1;
-  a.total_batch_size = 96;
-  a.num_iterations = 5;
-  a.model_tag = "batch";
-  const TrainPlan other = derive_plan(a, 256, 1, test_base());
+  const TrainPlan other = plan_for(1, "batch", 96);
   GPT m(other.model);
   MuonAdamW opt(opt_params(m), other.optim);
   ThreadHub hub(1);
