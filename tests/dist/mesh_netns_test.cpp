@@ -25,6 +25,9 @@ using ::testing::HasSubstr;
 namespace {
 
 const char* kIp = "/usr/sbin/ip";
+// TCP by its IP protocol number: `ip rule ... ipproto tcp` needs /etc/protocols, which a minimal
+// Debian (no netbase) lacks.
+const char* kTcp = "6";
 const int kMasterPort = 34100;
 const char* kRange = "34110-34119";
 
@@ -167,7 +170,7 @@ TEST_F(ThreeHosts, PinnedPortsCarryTheJob) {
 
 TEST_F(ThreeHosts, AWorkerDroppingConnectionsToItsPinnedPortStopsEveryNodeWithinSeconds) {
   // Host mesh-node1 answers no connection attempt to its data-plane port 34110 (a DROP rule).
-  ASSERT_EQ(sh({kIp, "-n", ns(1), "rule", "add", "ipproto", "tcp", "sport", "34110", "blackhole"}).first, 0);
+  ASSERT_EQ(sh({kIp, "-n", ns(1), "rule", "add", "ipproto", kTcp, "sport", "34110", "blackhole"}).first, 0);
   auto o = run_job({"--port-range", kRange});
   EXPECT_LT(o.seconds, 15.0) << "the nodes must stop within seconds, not at the collective timeout";
   for (int k = 0; k < 3; ++k) {
@@ -185,7 +188,7 @@ TEST_F(ThreeHosts, AWorkerDroppingIncomingConnectionsIsNamedWithoutAPortRange) {
   // Host mesh-node1 black-holes every TCP packet to mesh-node2: mesh-node2's connection attempts
   // to it go unanswered, as behind a firewall that drops incoming connections. (Node 1 opens no
   // connection to node 2 itself: Gloo makes the higher address connect.)
-  ASSERT_EQ(sh({kIp, "-n", ns(1), "rule", "add", "to", addr(2), "ipproto", "tcp", "blackhole"}).first, 0);
+  ASSERT_EQ(sh({kIp, "-n", ns(1), "rule", "add", "to", addr(2), "ipproto", kTcp, "blackhole"}).first, 0);
   auto o = run_job({});
   EXPECT_LT(o.seconds, 15.0) << "the nodes must stop within seconds, not at the collective timeout";
   for (int k = 0; k < 3; ++k) {

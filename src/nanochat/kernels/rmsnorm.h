@@ -1,7 +1,7 @@
 #pragma once
 // Weight-less RMS norm over the last dimension (docs/nanochat.md 1.4): y = scale * x * rho,
 // rho = (mean(x^2) + eps)^(-1/2). nanochat uses eps = 2^-23 (fp32 machine epsilon, F.rms_norm with
-// eps unset) and scale = 1, or scale = 1.2 for the QK norm (docs/nanochat.md 1.3 step 3).
+// eps unset) and scale = 1, or scale = 1.2 for the QK norm (docs/nanochat.md 1.3, attention sub-block step 3).
 // Backward (docs/nanochat.md 1.7): with yhat = x * rho, dx = scale * rho * (dy - yhat * mean(dy * yhat)).
 // Kernels are templates instantiated for float (the model) and double (finite-difference tests).
 #include <cmath>

@@ -5,7 +5,7 @@
 // with angle(t, j) = t * inv_freq_j, inv_freq_j = 1 / base^(2j/D). Backward is the inverse
 // rotation: dx1 = dy1*cos - dy2*sin, dx2 = dy1*sin + dy2*cos.
 // Plus the fused attention pre-processing of nanochat's CausalSelfAttention: rotary, then
-// per-head RMS norm over D, times 1.2 (docs/nanochat.md 1.3 step 3), reading a strided input (the
+// per-head RMS norm over D, times 1.2 (docs/nanochat.md 1.3, attention sub-block step 3), reading a strided input (the
 // q/k columns of a fused qkv projection) and writing a contiguous (B, T, heads, D) output.
 #include <cstdint>
 

@@ -2,7 +2,7 @@
 // Atomic, portable checkpoints (docs/architecture.md 3.9; nanochat checkpoint_manager.py layout with
 // safetensors instead of torch pickles):
 //   <dir>/model_<S:06d>.safetensors        weights, nanochat state_dict keys (rank 0)
-//   <dir>/meta_<S:06d>.json                nanochat's meta fields + loader/RNG state (rank 0)
+//   <dir>/meta_<S:06d>.json                nanochat's meta fields + the loop state (rank 0)
 //   <dir>/optim_<S:06d>_rank<r>.safetensors  each rank's optimizer shard
 //   <dir>/complete_<S:06d>                 written last; a step without it is ignored
 // Every file is written under a temporary name, fsynced and renamed; the directory is fsynced.
