@@ -9,7 +9,7 @@
 // terminal, a line every few seconds otherwise).
 //
 // A manifest, "<data dir>/.nanochat_verified.json", records each checked shard by file name,
-// size, modification time (ns) and a CRC-32 of its first and last 64 KiB (the footer): a shard
+// size, modification time (ns) and a CRC-32 of its first 4 KiB and its footer: a shard
 // whose record matches is not checked again, a changed one is. Corrupt shards are recorded too,
 // so the other ranks of a job report the same error at once. check_training_shards() is the
 // entry point of base-train; `nanochat data verify` uses verify_shards() + record_results().

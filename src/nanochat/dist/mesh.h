@@ -1,5 +1,5 @@
 #pragma once
-// The data plane's ports and the startup mesh check (DESIGN.md 3.7, 3.10).
+// The data plane's ports and the startup mesh check (docs/architecture.md 7.10, 3.10).
 //
 // Ports: by default the kernel picks the ports Gloo's pairs listen on (ephemeral). With
 // --port-range A-B (NANOCHAT_PORT_RANGE=A-B) the rank with local rank i on a node listens on port

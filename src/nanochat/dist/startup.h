@@ -1,5 +1,5 @@
 #pragma once
-// Start-up barrier (DESIGN.md 3.10): the ranks of a job start at different speeds (one machine
+// Start-up barrier (docs/architecture.md 7.8): the ranks of a job start at different speeds (one machine
 // loads the tokenizer, the data or a checkpoint from a slow disk, or starts minutes late). The
 // first collective would give up after the steady-state collective timeout and blame nobody in
 // particular, so before it every rank meets the others through the job's store, with a deadline of
