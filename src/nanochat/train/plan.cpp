@@ -13,13 +13,7 @@ namespace nanochat {
 
 ModelCounts count_params(const ModelConfig& cfg) {
   ModelCounts c;
-  const auto sp = GPT::scaling_params(cfg);
-  c.wte = sp.wte;
-  c.value_embeds = sp.value_embeds;
-  c.lm_head = sp.lm_head;
-  c.transformer_matrices = sp.transformer_matrices;
-  c.scalars = sp.scalars;
-  c.total = sp.total;
+  static_cast<ScalingParams&>(c) = GPT::scaling_params(cfg);
   c.matmul = GPT::matmul_params(cfg);
   c.flops_per_token = GPT::flops_per_token(cfg);
   return c;

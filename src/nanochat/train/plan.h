@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "nanochat/model/config.h"
+#include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/train/schedules.h"
 
@@ -55,8 +56,9 @@ struct BaseTrainArgs {
 };
 
 /// Parameter counts of nanochat's GPT.num_scaling_params plus matmul params (docs/nanochat.md 1.9).
-struct ModelCounts {
-  int64_t wte = 0, value_embeds = 0, lm_head = 0, transformer_matrices = 0, scalars = 0, total = 0;
+/// GPT::scaling_params' counts (wte, value_embeds, lm_head, transformer_matrices, scalars, total)
+/// plus the derived ones below.
+struct ModelCounts : ScalingParams {
   int64_t matmul = 0;           ///< all Linear weights: block matrices (incl. ve_gate) + lm_head + smear_gate
   int64_t flops_per_token = 0;  ///< estimate_flops: 6*matmul + sum_i 12*H*D*min(w_i, T)
   /// transformer_matrices + lm_head: the count base_train scales data and batch with.
