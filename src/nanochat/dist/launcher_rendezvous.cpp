@@ -73,6 +73,38 @@ void register_node(PrefixStore& store, const NodeCtx& c) {
   store.set(str_cat("node/", c.k), me.dump());
 }
 
+// Tells every node why the job cannot start: node 0 publishes `e` as "error"; a node other than node 0
+// also counts itself in "error_seen", as it does when it reads someone else's error (see
+// keep_store_until_error_read).
+void publish_error(PrefixStore& store, const NodeCtx& c, const std::string& e) {
+  store.set("error", e);
+  if (c.k != 0) store.add("error_seen", 1);
+}
+
+// Throws the error another node published, after counting this node in "error_seen".
+void fail_on_published_error(PrefixStore& store, const NodeCtx& c) {
+  auto e = store.try_get("error");
+  if (!e) return;
+  if (c.k != 0) store.add("error_seen", 1);
+  fail(*e);
+}
+
+// Node 0 hosts the store, so its exit closes every other node's connection: after an "error" it
+// keeps the store up until each other node that registered has read it (at most 5 s), so that they
+// print the cause rather than "the store closed the connection".
+void keep_store_until_error_read(PrefixStore& store, const NodeCtx& c) {
+  try {
+    if (!store.try_get("error")) return;
+    int64_t registered = 0;
+    for (int j = 1; j < c.N; ++j) registered += store.try_get(str_cat("node/", j)).has_value();
+    for (const auto until = Clock::now() + Ms(5000); Clock::now() < until && !pending_signal();) {
+      if (store.add("error_seen", 0) >= registered) return;
+      std::this_thread::sleep_for(Ms(20));
+    }
+  } catch (const Error&) {
+  }
+}
+
 // Node j registered `v`; throws (and tells every node through "error") when its shape differs.
 void check_shape(PrefixStore& store, const NodeCtx& c, int j, const std::string& v) {
   auto nj = nlohmann::json::parse(v);
@@ -81,7 +113,7 @@ void check_shape(PrefixStore& store, const NodeCtx& c, int j, const std::string&
                           " --nproc-per-node ", c.P, " but node ", j, " (host ", nj.value("host", "?"),
                           ") has --nnodes ", nj.value("nnodes", 0), " --nproc-per-node ", nj.value("nproc_per_node", 0),
                           "; start every node with the same --nnodes and --nproc-per-node");
-  store.set("error", e);
+  publish_error(store, c, e);
   fail(e);
 }
 
@@ -110,7 +142,7 @@ void meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::tim
   bool checked_node0 = k == 0;
   for (;;) {
     throw_if_signalled();
-    if (auto e = store.try_get("error")) fail(*e);
+    fail_on_published_error(store, c);
     if (store.try_get("go")) return;
     if (!checked_node0) {
       if (auto v = store.try_get("node/0")) {
@@ -134,7 +166,7 @@ void meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::tim
                            " s; start `nanochat run` on every node with the same --master-addr/--master-port")
                  : str_cat("node 0 (", at, ") did not start the job within ", c.rdzv.count() / 1000.0,
                            " s: ", missing.empty() ? "it has not said go" : node_list(missing) + " never joined");
-      if (k == 0) store.set("error", e);
+      if (k == 0) publish_error(store, c, e);
       fail(e);
     }
     report.tick([&] {
@@ -208,14 +240,19 @@ int join_launchers(const NodeCtx& c, LauncherStore& ls) {
     meet(*ls.store, c, report, Clock::now() + c.rdzv);
   } catch (const Interrupted& i) {
     if (ls.store) try {
-        ls.store->set("error", str_cat("node ", c.k, "'s launcher (host ", c.host, ") was stopped by ",
-                                       signal_name(i.sig), " before the job started"));
+        publish_error(*ls.store, c,
+                      str_cat("node ", c.k, "'s launcher (host ", c.host, ") was stopped by ", signal_name(i.sig),
+                              " before the job started"));
+        if (c.k == 0) keep_store_until_error_read(*ls.store, c);
       } catch (const Error&) {
       }
     std::fprintf(stderr, "%sgot %s while waiting for the other nodes; stopped (no rank was started)\n", c.tag.c_str(),
                  signal_name(i.sig).c_str());
     std::fflush(stderr);
     return 128 + i.sig;
+  } catch (const Error&) {
+    if (c.k == 0 && ls.store) keep_store_until_error_read(*ls.store, c);
+    throw;
   }
   return 0;
 }
