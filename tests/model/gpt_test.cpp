@@ -366,6 +366,12 @@ TEST(Gpt, GradReadyReportsEachParameterOnceWhenItsGradientIsFinal) {
   };
   EXPECT_LT(pos("transformer.h.2.mlp.c_fc.weight"), pos("transformer.h.0.mlp.c_fc.weight"));
   EXPECT_LT(pos("value_embeds.2.weight"), pos("value_embeds.0.weight"));
+  // the order a rank without micro-batches replays (every rank must issue the same collectives)
+  EXPECT_EQ(b.grad_ready_order(), order);
+  std::vector<size_t> masked_order;  // a micro-batch without valid targets reports in the same order
+  const std::vector<int32_t> none(tgt.size(), -1);
+  b.forward_backward(idx.data(), none.data(), B, T, 1.f, [&](size_t k) { masked_order.push_back(k); });
+  EXPECT_EQ(masked_order, order);
   for (size_t k = 0; k < b.params().size(); ++k) {
     const ParamInfo& p = b.params()[k];
     for (size_t i = 0; i < p.numel; ++i) {

@@ -571,6 +571,19 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T, const std::function<v
     for (size_t k : {kResid, kX0, kSmearLambda, kBackout, wte_, smear_gate_}) grad_ready(k);
 }
 
+std::vector<size_t> GPT::grad_ready_order() const {
+  // mirrors forward_backward and backward_trunk: lm_head, the blocks from the last down, the rest
+  std::vector<size_t> order{static_cast<size_t>(lm_head_)};
+  const size_t L = layer_first_param_.size();
+  for (size_t i = L; i-- > 0;) {
+    const size_t next = i + 1 < L ? layer_first_param_[i + 1] : static_cast<size_t>(lm_head_);
+    for (size_t k = layer_first_param_[i]; k < next; ++k) order.push_back(k);
+    if (ve_param_[i] >= 0) order.push_back(static_cast<size_t>(ve_param_[i]));
+  }
+  for (size_t k : {kResid, kX0, kSmearLambda, kBackout, wte_, smear_gate_}) order.push_back(k);
+  return order;
+}
+
 float GPT::forward_backward(const int32_t* idx, const int32_t* targets, int B, int T, float loss_scale,
                             const std::function<void(size_t)>& grad_ready) {
   NC_CHECK(targets != nullptr, "forward_backward needs targets");
@@ -580,7 +593,7 @@ float GPT::forward_backward(const int32_t* idx, const int32_t* targets, int B, i
   for (int64_t n = 0; n < N; ++n) n_valid += targets[n] >= 0;
   if (n_valid == 0) {
     if (grad_ready)
-      for (size_t k = 0; k < params_.size(); ++k) grad_ready(k);
+      for (size_t k : grad_ready_order()) grad_ready(k);
     return 0.f;
   }
   ensure_acts(N);

@@ -86,6 +86,10 @@ class GPT {
   /// can overlap the rest of the backward; every parameter is reported exactly once.
   float forward_backward(const int32_t* idx, const int32_t* targets, int B, int T, float loss_scale = 1.f,
                          const std::function<void(size_t)>& grad_ready = {});
+  /// The order in which forward_backward reports parameters to grad_ready (every index of params()
+  /// once). A rank that runs no micro-batch in a step reports its (zero) gradients in this order,
+  /// so that every rank issues the same sequence of collectives.
+  std::vector<size_t> grad_ready_order() const;
   /// Evaluation (no gradients): mean loss over targets != -1 (0 if none); if per_token_loss is
   /// not null it receives B*T losses in nats (0 at ignored positions).
   float forward_loss(const int32_t* idx, const int32_t* targets, int B, int T, float* per_token_loss = nullptr);
