@@ -105,6 +105,7 @@ std::vector<float> train_and_save(const TrainPlan& plan, int W0) {
       opt.step(1.f, 0.9f, 0.f, 1.f / static_cast<float>(W0));
     }
     json run_meta{{"model_config", plan.model.to_json()},
+                  {"data_stream", "one-rank"},
                   {"device_batch_size", plan.B},
                   {"total_batch_size", plan.total_batch_size},
                   {"world_size", W0}};
@@ -131,7 +132,7 @@ TEST(LoopCheckpoint, SaveThenResumeAtWorldSizes123GivesTheSameState) {
         GPT m(plan1.model);
         m.init_weights(99);  // other weights: resume must replace them
         MuonAdamW opt(opt_params(m), plan1.optim, &comm);
-        const LoopState st = resume(comm, plan1, 2, m, opt, /*one_rank_stream=*/true);
+        const LoopState st = resume(comm, plan1, 2, m, opt);
         const LoopState want = sample_state(W0 == W1 ? r : 0);  // one-rank stream: rank 0's state carries over
         EXPECT_EQ(st.step, want.step);
         EXPECT_EQ(st.val_bpb, want.val_bpb);

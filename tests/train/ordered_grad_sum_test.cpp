@@ -1,6 +1,6 @@
-// OrderedGradSum: the micro-batch contributions of W ranks x A micro-batches are added in the
-// global order g = micro * W + rank, bit for bit what one rank adding all W * A contributions
-// in order gets; after the optimizer's SUM reduction every rank holds that value.
+// OrderedGradSum: the micro-batch contributions of a step, dealt to W ranks in contiguous ranges
+// (any split, zero included), are added in the stream order, bit for bit what one rank adding all
+// of them in order gets; after the optimizer's SUM reduction every rank holds that value.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -23,9 +23,13 @@ float contrib(int g, size_t i) {
   return base[(g + i) % 6] * (1.f + 0.1f * static_cast<float>(i));
 }
 
-// Runs W ranks x A micro-batches; returns every rank's two spans after finish() and the
-// all-reduce the optimizer would do.
-std::vector<std::vector<float>> run(int W, int A) {
+// Runs W = split.size() ranks, rank r running split[r] micro-batches (global micro-batches
+// [start_r, start_r + split[r])); returns every rank's two spans after finish() and the all-reduce
+// the optimizer would do.
+std::vector<std::vector<float>> run(const std::vector<int>& split) {
+  const int W = static_cast<int>(split.size());
+  int total = 0;
+  for (int m : split) total += m;
   ThreadHub hub(W);
   std::vector<std::vector<float>> out(W);
   std::vector<std::thread> th;
@@ -33,15 +37,17 @@ std::vector<std::vector<float>> run(int W, int A) {
     th.emplace_back([&, r] {
       ThreadCommunicator comm(hub, r);
       std::vector<float> g1(3, 0.f), g2(2, 0.f);  // two small "gradient tensors"
-      OrderedGradSum sum({{g1.data(), g1.size()}, {g2.data(), g2.size()}}, A, comm);
-      for (int micro = 0; micro < A; ++micro) {
-        const int g = micro * W + r;  // the micro-batch this rank runs (--loader-global-stream)
+      OrderedGradSum sum({{g1.data(), g1.size()}, {g2.data(), g2.size()}}, total, comm);
+      int start = 0;
+      for (int q = 0; q < r; ++q) start += split[q];
+      for (int micro = 0; micro < split[r]; ++micro) {
+        const int g = start + micro;  // the micro-batch of the step's stream this rank runs
         for (size_t i = 0; i < 3; ++i) g1[i] += contrib(g, i);
         for (size_t i = 0; i < 2; ++i) g2[i] += contrib(g, 3 + i);
         sum.after_micro_batch(micro);
         for (float v : g1) EXPECT_EQ(v, 0.f);  // spans are zeroed for the next micro-batch
       }
-      sum.finish();
+      sum.finish(split);
       std::vector<float> all = g1;
       all.insert(all.end(), g2.begin(), g2.end());
       comm.all_reduce_sum(all.data(), all.size())->wait();  // what the optimizer does next
@@ -53,23 +59,25 @@ std::vector<std::vector<float>> run(int W, int A) {
 
 }  // namespace
 
-TEST(OrderedGradSum, EveryWorldSizeGetsTheSingleRankSumBitForBit) {
-  const int total = 6;  // global micro-batches
+TEST(OrderedGradSum, EveryWorldSizeAndSplitGetsTheSingleRankSumBitForBit) {
+  const int total = 6;  // micro-batches of the step
   std::vector<float> want(5);
   for (size_t i = 0; i < 5; ++i) {
     float acc = 0.f;
     for (int g = 0; g < total; ++g) acc += contrib(g, i);
     want[i] = acc;
   }
-  // the test data is order-sensitive: summing rank-major instead gives another result
-  float rank_major = 0.f;
+  // the test data is order-sensitive: summing in another order gives another result
+  float interleaved = 0.f;
   for (int r = 0; r < 3; ++r)
-    for (int micro = 0; micro < 2; ++micro) rank_major += contrib(micro * 3 + r, 0);
-  ASSERT_NE(rank_major, want[0]);
-  for (int W : {1, 2, 3}) {
-    const auto got = run(W, total / W);
-    for (int r = 0; r < W; ++r)
-      for (size_t i = 0; i < 5; ++i) EXPECT_EQ(got[r][i], want[i]) << "W=" << W << " rank " << r << " i " << i;
+    for (int micro = 0; micro < 2; ++micro) interleaved += contrib(micro * 3 + r, 0);
+  ASSERT_NE(interleaved, want[0]);
+  const std::vector<std::vector<int>> splits = {{6}, {3, 3}, {2, 2, 2}, {5, 1}, {1, 5}, {0, 6}, {4, 0, 2}, {0, 0, 6}};
+  for (const auto& split : splits) {
+    const auto got = run(split);
+    for (size_t r = 0; r < split.size(); ++r)
+      for (size_t i = 0; i < 5; ++i)
+        EXPECT_EQ(got[r][i], want[i]) << "split " << ::testing::PrintToString(split) << " rank " << r << " i " << i;
   }
 }
 
@@ -79,4 +87,6 @@ TEST(OrderedGradSum, RejectsBadArguments) {
   float g = 0;
   OrderedGradSum s({{&g, 1}}, 2, c);
   EXPECT_THROW(s.after_micro_batch(2), Error);
+  EXPECT_THROW(s.finish({3}), Error);     // more micro-batches than the buffers hold
+  EXPECT_THROW(s.finish({1, 1}), Error);  // counts for another world size
 }

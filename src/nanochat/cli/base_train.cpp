@@ -65,6 +65,12 @@ void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
   c->add_flag("--skip-data-check", a.skip_data_check,
               "start without checking every page of the train/val shards (by default shards not checked before, or "
               "changed since, are decoded in full at start-up and a corrupt one stops the run before step 0)");
+  c->add_option("--balance", a.balance,
+                "how each step's rows are dealt to the ranks: speed = in proportion to each rank's measured speed, "
+                "re-planned as speeds drift (a slower machine adds its speed instead of holding the others back); "
+                "even = the same share for every rank. The result does not depend on it")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"speed", "even"}));
   c->add_option("--check-replicas-every", a.check_replicas_every,
                 "compare the ranks' copies of the parameters (a CRC32 per tensor) every N steps and at every save; "
                 "a difference stops the job naming the tensor and the rank (0 = never)")
@@ -75,9 +81,6 @@ void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
 /// The hidden test-only flags (train/test_fault.h TrainTestHooks).
 void add_train_test_hook_flags(CLI::App* c, TrainTestHooks& h) {
   c->add_option("--fault-inject", h.fault_inject, "tests only: final-eval")->group("");  // hidden
-  c->add_flag("--loader-global-stream", h.loader_global_stream,
-              "tests only: every rank reads the single-process stream and keeps every W-th micro-batch")
-      ->group("");  // hidden
 }
 
 void register_base_train(CLI::App& app) {

@@ -1,6 +1,7 @@
 #pragma once
 // Small text formatting helpers for logs.
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 namespace nanochat {
@@ -14,6 +15,13 @@ inline std::string with_commas(int64_t v) {
     out += digits[i];
   }
   return out;
+}
+
+/// `v` with `decimals` digits after the point, like Python's f"{v:.{decimals}f}".
+inline std::string fixed(double v, int decimals) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", decimals, v);
+  return b;
 }
 
 /// If `name` is `prefix` followed by one or more decimal digits (nothing else), returns that

@@ -7,11 +7,14 @@
 //    1 / (valid tokens of the whole step over all ranks) that turns the ranks' SUMmed gradients
 //    into the gradient of the mean loss over every valid token (what one process computing the
 //    whole batch at once gets). In base training every target is valid and the scale is
-//    1 / (B * T * micro_steps * W).
-//  * The small non-matrix tensors are summed in one global micro-batch order (OrderedGradSum),
-//    so the result does not depend on the world size.
+//    1 / (rows of the step * T).
+//  * Each step says how many micro-batches each rank runs (begin_step; the split of train/balance.h,
+//    0 allowed); the small non-matrix tensors are summed in the step's stream order
+//    (OrderedGradSum), so the result does not depend on the world size or the split.
 //  * On the last micro-batch every other gradient is handed to `on_ready` as soon as the backward
-//    has finished it (e.g. MuonAdamW::grad_ready, to overlap its reduction with the backward).
+//    has finished it (e.g. MuonAdamW::grad_ready, to overlap its reduction with the backward); a
+//    rank without micro-batches hands its zero gradients over in finish(), in the backward's order
+//    (GPT::grad_ready_order), so every rank issues the same collectives.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,12 +29,17 @@ namespace nanochat {
 class GradAccumulator {
  public:
   /// model: this rank's model (gradients must be zero at the start of each step);
-  /// micro_steps: micro-batches per step on this rank (A >= 1); comm: the job's communicator;
-  /// on_ready: optional, see above. Throws nanochat::Error if micro_steps < 1.
-  GradAccumulator(GPT& model, int micro_steps, Communicator& comm, std::function<void(size_t)> on_ready = {});
+  /// max_micro_steps: the most micro-batches of one step, all ranks together; comm: the job's
+  /// communicator; on_ready: optional, see above. Throws nanochat::Error if max_micro_steps < 1.
+  GradAccumulator(GPT& model, int max_micro_steps, Communicator& comm, std::function<void(size_t)> on_ready = {});
 
-  /// Forward + backward of micro-batch `micro` (0-based, in order): idx, targets (B, T) int32.
-  /// Returns its mean loss in nats over its valid targets (0 if none).
+  /// Starts a step in which rank q runs micro_per_rank[q] micro-batches (the same vector on every
+  /// rank, one count per rank). Throws nanochat::Error for a vector of another size, a negative
+  /// count or more micro-batches than max_micro_steps.
+  void begin_step(const std::vector<int>& micro_per_rank);
+  /// Forward + backward of micro-batch `micro` (0-based, in order, < this rank's count of the
+  /// step): idx, targets (B, T) int32; B may differ between micro-batches. Returns its mean loss
+  /// in nats over its valid targets (0 if none).
   float micro_batch(int micro, const int32_t* idx, const int32_t* targets, int B, int T);
   /// After the last micro-batch (collective: every rank calls it once per step): finishes the
   /// ordered small-tensor sums and returns the gradient scale for the optimizer (1 / global valid
@@ -43,7 +51,9 @@ class GradAccumulator {
 
  private:
   GPT& model_;
-  int A_;
+  int max_;
+  std::vector<int> split_;  // micro-batches per rank in the current step
+  int A_ = 0;               // this rank's
   Communicator& comm_;
   std::function<void(size_t)> on_ready_;
   std::vector<bool> ordered_;  // per parameter: summed by OrderedGradSum

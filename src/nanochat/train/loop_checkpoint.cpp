@@ -90,8 +90,8 @@ json load_own_shard(Communicator& comm, const CheckpointPaths& cp, const json& m
   return loader_state;
 }
 
-// Rank 0's part of a re-shard: reads every old shard into the whole state and deals the loader
-// states to the new ranks (JSON array, one per new rank).
+// Rank 0's part of a re-shard: reads every old shard into the whole state and gives every new rank
+// the one-rank stream's loader state (JSON array, one per new rank).
 void read_old_shards(const CheckpointPaths& cp, const json& marker, int W0, int W, bool one_rank_stream,
                      const MuonAdamW& opt, MuonAdamW::WholeState& whole, std::string& states_text,
                      std::string& corrupt) {
@@ -108,9 +108,11 @@ void read_old_shards(const CheckpointPaths& cp, const json& marker, int W0, int 
     old_states.push_back(loader_state_of(shards.back()));
   }
   whole = opt.assemble_whole_state(shards);
-  // The one-rank stream's position after a step is the same at any world size: it carries over.
-  states_text = one_rank_stream ? json(std::vector<json>(static_cast<size_t>(W), old_states.front())).dump()
-                                : json(data::reshard_loader_states(old_states, W)).dump();
+  // The one-rank stream's position after a step is the same at any world size: it carries over. A
+  // run of an earlier version whose ranks read rank-strided streams continues as one stream after
+  // the furthest row group any of them read (data::reshard_loader_states, approximate).
+  const json state = one_rank_stream ? old_states.front() : data::reshard_loader_states(old_states, 1).front();
+  states_text = json(std::vector<json>(static_cast<size_t>(W), state)).dump();
 }
 
 // Another world size: rank 0 reassembles the whole optimizer state and sends it to every rank,
@@ -136,9 +138,9 @@ json reshard(Communicator& comm, const CheckpointPaths& cp, const json& marker, 
   dist::broadcast_string(comm, states_text, 0);
   opt.load_whole_state(whole);
   print0(comm, str_cat("Re-sharded the optimizer state of ", W0, " ranks for ", W, " ranks; ",
-                       one_rank_stream ? "the one-rank data stream resumes exactly"
-                                       : "the data stream resumes approximately (after the furthest row group read, "
-                                         "buffered documents kept; the same world size resumes exactly)"));
+                       one_rank_stream ? "the data stream resumes exactly"
+                                       : "the checkpoint's ranks read separate data streams: the data resumes as one "
+                                         "stream after the furthest row group they read (approximate)"));
   return json::parse(states_text).at(static_cast<size_t>(comm.rank()));
 }
 
@@ -160,16 +162,17 @@ CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, cons
   return cp;
 }
 
-LoopState resume(Communicator& comm, const TrainPlan& plan, int64_t step, GPT& model, MuonAdamW& opt,
-                 bool one_rank_stream) {
+LoopState resume(Communicator& comm, const TrainPlan& plan, int64_t step, GPT& model, MuonAdamW& opt) {
   const CheckpointPaths cp{plan.checkpoint_dir, step};
   json meta, marker;
   load_weights_and_meta(comm, cp, model, meta, marker);
   plan.check_resume(meta, cp.meta());
   const int W0 = meta.value("world_size", 1);
   LoopState state = LoopState::from_json(meta);
-  state.loader_state = W0 == comm.world_size() ? load_own_shard(comm, cp, marker, opt)
-                                               : reshard(comm, cp, marker, W0, one_rank_stream, opt);
+  // every rank of the run read the one-rank stream (meta "data_stream"; one rank always does)
+  const bool one_rank_stream = W0 == 1 || meta.value("data_stream", std::string()) == "one-rank";
+  state.loader_state = W0 == comm.world_size() && one_rank_stream ? load_own_shard(comm, cp, marker, opt)
+                                                                  : reshard(comm, cp, marker, W0, one_rank_stream, opt);
   print0(comm, str_cat("Resumed from step ", state.step, " (", cp.model(), ")"));
   return state;
 }

@@ -31,15 +31,15 @@ CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, cons
 /// Resumes step `step` from plan.checkpoint_dir into `model` and `opt` and returns the loop state,
 /// with this rank's loader state. Rank 0 reads the weights and the meta and broadcasts them (nodes
 /// without a shared filesystem only need their own ranks' optimizer shards); the meta must match
-/// the plan (TrainPlan::check_resume). At the saved world size each rank reads its own shard (the
-/// data stream resumes exactly); at another one rank 0 reads every old shard, reassembles the
-/// whole optimizer state and broadcasts it, and the loader states are re-dealt
-/// (data::reshard_loader_states, approximate) or, with `one_rank_stream` (every rank reads the
-/// world-size-1 stream), rank 0's state is every rank's (exact). Every file read is checked
+/// the plan (TrainPlan::check_resume). At the saved world size each rank reads its own shard; at
+/// another one rank 0 reads every old shard, reassembles the whole optimizer state and broadcasts
+/// it. Every rank reads the one-rank data stream, whose state after a step does not depend on the
+/// world size or the split, so the data resumes exactly at any world size (a checkpoint of an
+/// earlier version whose ranks read rank-strided streams, meta without "data_stream", continues
+/// approximately: data::reshard_loader_states). Every file read is checked
 /// against its marker's CRC32; a failure on any rank makes every rank throw the same
 /// nanochat::Error (agree_on_checkpoint_load) naming the file, rank and host. All ranks call it
 /// together.
-LoopState resume(Communicator& comm, const TrainPlan& plan, int64_t step, GPT& model, MuonAdamW& opt,
-                 bool one_rank_stream = false);
+LoopState resume(Communicator& comm, const TrainPlan& plan, int64_t step, GPT& model, MuonAdamW& opt);
 
 }  // namespace nanochat

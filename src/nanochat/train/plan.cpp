@@ -27,16 +27,6 @@ std::string fmt(const char* f, double v) {
 }
 }  // namespace
 
-int64_t StepPlan::total() const {
-  int64_t n = 0;
-  for (int64_t m : micro_batches) n += m;
-  return n;
-}
-
-StepPlan TrainPlan::step_plan(int64_t step) const {
-  return StepPlan{step, std::vector<int64_t>(static_cast<size_t>(world_size), grad_accum_steps)};
-}
-
 std::string TrainPlan::dmodel_lr_scale_line() const {
   return str_cat("Scaling the LR for the AdamW parameters proportional to 1/sqrt(", model.n_embd,
                  "/768) = ", dmodel_lr_scale);
@@ -49,9 +39,10 @@ void TrainPlan::check_resume(const nlohmann::json& meta, const std::string& meta
          " differs from the one the flags give ", model.to_json().dump());
   const int W0 = meta.value("world_size", 1);
   if (W0 < 1) fail("checkpoint ", meta_path, ": world_size ", W0, " is not a rank count");
-  if (meta.value("total_batch_size", int64_t{0}) != total_batch_size || meta.value("device_batch_size", 0) != B)
+  // the device batch may differ: a step is the same rows of the one data stream for any micro-batch size
+  if (meta.value("total_batch_size", int64_t{0}) != total_batch_size || meta.value("max_seq_len", T) != T)
     fail("cannot resume from ", meta_path, ": it used --total-batch-size ", meta.value("total_batch_size", int64_t{0}),
-         " and --device-batch-size ", meta.value("device_batch_size", 0), "; pass the same values to resume exactly");
+         " and --max-seq-len ", meta.value("max_seq_len", T), "; pass the same values to resume exactly");
 }
 
 namespace {
@@ -103,34 +94,37 @@ void derive_horizon(const BaseTrainArgs& a, TrainPlan& p) {
                       static_cast<double>(p.counts.flops_per_token) * static_cast<double>(total_tokens)));
 }
 
-// Micro-batches per rank per step; a total batch that does not divide names the nearest valid ones.
+// Micro-batches per step; a total batch that does not divide into micro-batches names the nearest
+// valid settings. The ranks need not get the same number of them (train/balance.h).
 void derive_grad_accum(const BaseTrainArgs& a, TrainPlan& p) {
   const int64_t B = a.device_batch_size, T = a.max_seq_len, W = p.world_size;
   const int64_t per_micro = B * T;
-  const int64_t world_tokens = per_micro * W;
-  if (p.total_batch_size % world_tokens != 0) {
-    const int64_t lo = p.total_batch_size / world_tokens * world_tokens;
-    const int64_t hi = lo + world_tokens;
-    std::string msg =
-        str_cat("--total-batch-size ", p.total_batch_size,
-                " is not divisible by the tokens of one micro-step on all ranks: "
-                "--device-batch-size ",
-                B, " x --max-seq-len ", T, " x world size ", W, " = ", world_tokens, ". Use --total-batch-size ");
+  if (p.total_batch_size % per_micro != 0) {
+    const int64_t lo = p.total_batch_size / per_micro * per_micro;
+    const int64_t hi = lo + per_micro;
+    std::string msg = str_cat("--total-batch-size ", p.total_batch_size,
+                              " is not divisible by the tokens of one micro-batch: --device-batch-size ", B,
+                              " x --max-seq-len ", T, " = ", per_micro, ". Use --total-batch-size ");
     if (lo > 0) msg += str_cat(lo, " or ");
     msg += str_cat(hi);
     for (int64_t b = B - 1; b >= 1; --b)
-      if (p.total_batch_size % (b * T * W) == 0) {
+      if (p.total_batch_size % (b * T) == 0) {
         msg += str_cat(", or keep it and use --device-batch-size ", b);
         break;
       }
     fail(msg);
   }
-  p.grad_accum_steps = p.total_batch_size / world_tokens;
+  const int64_t micro_batches = p.total_batch_size / per_micro;
+  p.grad_accum_steps = (micro_batches + W - 1) / W;
   p.log.push_back("Tokens / micro-batch / rank: " + std::to_string(B) + " x " + std::to_string(T) + " = " +
                   with_commas(per_micro));
-  p.log.push_back("Tokens / micro-batch: " + with_commas(world_tokens));
-  p.log.push_back("Total batch size " + with_commas(p.total_batch_size) +
-                  " => gradient accumulation steps: " + std::to_string(p.grad_accum_steps));
+  p.log.push_back("Tokens / micro-batch: " + with_commas(per_micro * W));
+  if (micro_batches % W == 0)
+    p.log.push_back("Total batch size " + with_commas(p.total_batch_size) +
+                    " => gradient accumulation steps: " + std::to_string(p.grad_accum_steps));
+  else
+    p.log.push_back(str_cat("Total batch size ", with_commas(p.total_batch_size), " => ", micro_batches,
+                            " micro-batches per step, dealt to the ", W, " ranks by their speed"));
 }
 
 }  // namespace

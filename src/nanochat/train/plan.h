@@ -53,6 +53,8 @@ struct BaseTrainArgs {
   bool skip_data_check = false;  ///< do not check the shards' pages at start-up (data/verify.h)
   /// compare the ranks' parameters (CRC32 per tensor) every N steps and at every save; 0 = never
   int64_t check_replicas_every = 100;
+  /// how each step's rows are dealt to the ranks (train/balance.h): "speed" or "even"
+  std::string balance = "speed";
 };
 
 /// Parameter counts of nanochat's GPT.num_scaling_params plus matmul params (docs/nanochat.md 1.9).
@@ -68,20 +70,6 @@ struct ModelCounts : ScalingParams {
 /// Counts from the config alone (GPT's static counters; no model is allocated).
 ModelCounts count_params(const ModelConfig& cfg);
 
-/// The work of one optimizer step: how many micro-batches of (B, T) tokens each rank runs. The
-/// ranks' micro-batches together make the step's total batch. Today every rank runs
-/// grad_accum_steps of them; a rank reads its micro-batches from its own loader (rank-strided, or
-/// dealt round-robin from the one-rank stream, data::LoaderOptions keep_stride).
-struct StepPlan {
-  int64_t step = 0;
-  std::vector<int64_t> micro_batches;  ///< per rank (index = rank)
-
-  /// Micro-batches `rank` runs this step.
-  int64_t of_rank(int rank) const { return micro_batches.at(static_cast<size_t>(rank)); }
-  /// Micro-batches of all ranks together.
-  int64_t total() const;
-};
-
 /// Everything base_train derives before the first step (docs/nanochat.md 3.2-3.3).
 struct TrainPlan {
   ModelConfig model;
@@ -93,7 +81,7 @@ struct TrainPlan {
   double batch_lr_scale = 1.0;  ///< sqrt(total_batch_size / 2^19)
   double weight_decay_scaled = 0;
   int64_t num_iterations = 0;
-  int64_t grad_accum_steps = 1;
+  int64_t grad_accum_steps = 1;  ///< micro-batches per rank with an even split (rounded up)
   int world_size = 1;
   int B = 1;               ///< --device-batch-size: rows per micro-batch per rank
   int T = 2048;            ///< --max-seq-len: tokens per row
@@ -107,19 +95,17 @@ struct TrainPlan {
   std::string checkpoint_dir;    ///< <base dir>/base_checkpoints/<tag>
   std::vector<std::string> log;  ///< the lines nanochat prints while deriving, in order
 
-  /// The work of optimizer step `step` (StepPlan).
-  StepPlan step_plan(int64_t step) const;
   /// The line the trainer prints about dmodel_lr_scale.
   std::string dmodel_lr_scale_line() const;
   /// Checks that the meta of a checkpoint (meta_<step>.json at `meta_path`) was written by a run
-  /// with this plan's model config, total batch and device batch, so resuming continues it
-  /// exactly. Throws nanochat::Error naming the file, the saved and the given values.
+  /// with this plan's model config, total batch and sequence length, so resuming continues it
+  /// exactly (the device batch may differ). Throws nanochat::Error naming the file, the saved and the given values.
   void check_resume(const nlohmann::json& meta, const std::string& meta_path) const;
 };
 
 /// Derives the plan; checkpoints go under `base_dir`/base_checkpoints/<tag>. Throws
 /// nanochat::Error, naming the flags, for: no positive horizon flag, a total batch not divisible
-/// by B*T*W (with the nearest valid settings), bad model flags.
+/// by B*T (with the nearest valid settings), bad model flags.
 TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size, const std::string& base_dir = ".");
 
 }  // namespace nanochat

@@ -34,6 +34,13 @@ std::string step_log_line(const StepReport& r) {
                       static_cast<double>(r.step - 10) / 60.0);
     l += eta;
   }
+  for (size_t k = 0; k < r.ranks.size() && r.world_size > 1; ++k) {
+    const RankReport& q = r.ranks[k];
+    char b[128];
+    std::snprintf(b, sizeof b, "%sr%zu %.0f%% %.2fs+%.2fs %s tok/s", k ? ", " : " | ranks: ", k, 100.0 * q.share,
+                  q.compute, q.wait, with_commas(q.tok_per_sec).c_str());
+    l += b;
+  }
   return l;
 }
 

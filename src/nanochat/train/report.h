@@ -8,6 +8,14 @@
 
 namespace nanochat {
 
+/// One rank's part of a step, for the log line (W > 1).
+struct RankReport {
+  double share = 0;         ///< fraction of the step's rows this rank ran
+  double compute = 0;       ///< seconds of forward+backward and optimizer math
+  double wait = 0;          ///< seconds blocked on the others (collectives, the token count)
+  int64_t tok_per_sec = 0;  ///< its rows x T / its step time
+};
+
 /// What one step's log line reports.
 struct StepReport {
   int64_t step = 0, num_iterations = 1;
@@ -19,11 +27,13 @@ struct StepReport {
   nlohmann::json loader_state;     ///< for the epoch / pq / rg fields
   double total_training_time = 0;  ///< seconds of the steps after step 10
   int world_size = 1;
-  double comm_wait = 0;  ///< seconds of the step spent waiting on the network (shown when W > 1)
+  double comm_wait = 0;           ///< seconds rank 0 spent blocked on the others (shown when W > 1)
+  std::vector<RankReport> ranks;  ///< per rank (shown when W > 1)
 };
 
-/// "step 00005/00010 (50.00%) | loss: ... | total time: 0.01m[ | comm wait: x%][ | eta: ym]"
-/// (the eta once step > 10).
+/// "step 00005/00010 (50.00%) | loss: ... | total time: 0.01m[ | comm wait: x%][ | eta: ym]
+/// [ | ranks: r0 62% 1.20s+0.05s 1,510 tok/s, r1 38% ...]" (the eta once step > 10; the ranks'
+/// share of the rows, compute + wait seconds and tok/s when W > 1).
 std::string step_log_line(const StepReport& r);
 
 /// The --profile summary of this rank: a header, one line per prof::Op with its milliseconds per

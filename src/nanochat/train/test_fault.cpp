@@ -20,10 +20,12 @@ TestFault test_fault_from_env() {
     if (part.size() == 4 && part[0] == "flip-bit") return {part[0], std::stoi(part[1]), std::stoll(part[2]), part[3]};
     if (part.size() == 2 && part[0] == "write-fail") return {part[0], std::stoi(part[1]), -1, ""};
     if (part.size() == 3 && part[0] == "start-delay") return {};  // the start-up barrier's (dist/startup.cpp)
+    if (part.size() == 3 && part[0] == "slow") return {part[0], std::stoi(part[1]), -1, "", std::stod(part[2])};
   } catch (const std::exception&) {
   }
   fail("NANOCHAT_TEST_FAULT='", env,
-       "' is not flip-bit:<rank>:<step>:<tensor>, write-fail:<rank> or start-delay:<rank>:<s> (it is for tests only)");
+       "' is not flip-bit:<rank>:<step>:<tensor>, write-fail:<rank>, start-delay:<rank>:<s> or ",
+       "slow:<rank>:<factor> (it is for tests only)");
 }
 
 void flip_lowest_bit(GPT& model, const std::string& tensor) {

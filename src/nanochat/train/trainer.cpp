@@ -2,11 +2,14 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
@@ -24,6 +27,7 @@
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/tokenizer.h"
+#include "nanochat/train/balance.h"
 #include "nanochat/train/eval.h"
 #include "nanochat/train/grad_accum.h"
 #include "nanochat/train/job_checkpoint.h"
@@ -90,7 +94,8 @@ json args_to_json(const BaseTrainArgs& a) {
               {"model_tag", a.model_tag},
               {"threads", a.threads},
               {"seed", a.seed},
-              {"check_replicas_every", a.check_replicas_every}};
+              {"check_replicas_every", a.check_replicas_every},
+              {"balance", a.balance}};
 }
 
 std::vector<OptParam> optimizer_params(GPT& model) {
@@ -100,26 +105,26 @@ std::vector<OptParam> optimizer_params(GPT& model) {
   return ops;
 }
 
-// The train loader of this rank; with the one-rank stream every rank reads the world-size-1
-// stream and keeps micro-batches r, r+W, ... (LoaderOptions keep_stride).
-data::LoaderOptions train_loader_options(const TrainPlan& plan, int rank, bool one_rank_stream) {
+// The train loader: every rank reads the one-rank stream (rank 0 of 1) in units of `unit` rows and
+// keeps the rows the step's split gives it (train/balance.h), so the rows of a step and their order
+// do not depend on the world size or the split, and a resume is exact at any world size.
+data::LoaderOptions train_loader_options(const TrainPlan& plan, int64_t unit) {
   data::LoaderOptions lo;
-  lo.B = plan.B;
+  lo.B = static_cast<int>(unit);
   lo.T = plan.T;
-  lo.rank = one_rank_stream ? 0 : rank;
-  lo.world_size = one_rank_stream ? 1 : plan.world_size;
-  lo.keep_stride = one_rank_stream ? plan.world_size : 1;
-  lo.keep_offset = one_rank_stream ? rank : 0;
   lo.split = "train";
   lo.data_dir = data_dir();
+  // a step reads every unit of the step (most of them only to pass them by): keep a step's worth ready
+  lo.prefetch_depth = static_cast<int>(std::clamp<int64_t>(plan.total_batch_size / plan.T / unit, 3, 64));
   return lo;
 }
 
 // Every rank reads the one-rank val stream and evaluates every W-th batch (evaluate_bpb), so the
-// val bpb of given weights does not depend on the world size (and equals base-eval's).
-data::LoaderOptions val_loader_options(const TrainPlan& plan) {
+// val bpb of given weights does not depend on the world size (and equals base-eval's). B is the
+// smallest device batch of the job, so that every rank can run it.
+data::LoaderOptions val_loader_options(const TrainPlan& plan, int B) {
   data::LoaderOptions vo;
-  vo.B = plan.B;
+  vo.B = B;
   vo.T = plan.T;
   vo.split = "val";
   vo.data_dir = data_dir();
@@ -127,12 +132,45 @@ data::LoaderOptions val_loader_options(const TrainPlan& plan) {
   return vo;
 }
 
+// Every rank's --device-batch-size, in rank order.
+std::vector<int> gather_device_batches(Communicator& comm, int B) {
+  std::vector<double> all(static_cast<size_t>(comm.world_size()), 0.0);
+  all[static_cast<size_t>(comm.rank())] = B;
+  comm.all_reduce_sum_f64(all.data(), all.size())->wait();
+  return std::vector<int>(all.begin(), all.end());
+}
+
+// One rank's part of a step, gathered to every rank after the step (all_reduce of disjoint slots).
+struct StepTimes {
+  double rows = 0;         // rows run
+  double compute = 0;      // forward+backward seconds
+  double opt_compute = 0;  // optimizer seconds not spent waiting
+  double data = 0;         // seconds reading the stream
+  double dt = 0;           // the step's wall seconds
+  double last_loss = 0;    // loss of its last micro-batch
+  static constexpr size_t kFields = 6;
+};
+
+std::vector<StepTimes> gather_step_times(Communicator& comm, const StepTimes& mine) {
+  const size_t W = static_cast<size_t>(comm.world_size()), F = StepTimes::kFields;
+  std::vector<double> all(W * F, 0.0);
+  const double v[F] = {mine.rows, mine.compute, mine.opt_compute, mine.data, mine.dt, mine.last_loss};
+  std::copy(v, v + F, all.begin() + static_cast<int64_t>(static_cast<size_t>(comm.rank()) * F));
+  if (W > 1) comm.all_reduce_sum_f64(all.data(), all.size())->wait();
+  std::vector<StepTimes> out(W);
+  for (size_t r = 0; r < W; ++r) {
+    const double* x = all.data() + r * F;
+    out[r] = StepTimes{x[0], x[1], x[2], x[3], x[4], x[5]};
+  }
+  return out;
+}
+
 // One rank's run of base_train after the set-up: the loop and its parts.
 class TrainLoop {
  public:
   TrainLoop(const BaseTrainArgs& a, const TrainTestHooks& hooks, Communicator& comm, const Tokenizer& tok,
-            const TrainPlan& plan, GPT& model, MuonAdamW& opt, GradAccumulator& accum, data::DataLoader& loader,
-            MetricsLog& metrics, LoopState& st, double peak_gflops)
+            const TrainPlan& plan, GPT& model, MuonAdamW& opt, GradAccumulator& accum, StepBalancer& balancer,
+            data::DataLoader& loader, MetricsLog& metrics, LoopState& st, double peak_gflops, int eval_B)
       : a_(a),
         hooks_(hooks),
         comm_(comm),
@@ -141,14 +179,18 @@ class TrainLoop {
         model_(model),
         opt_(opt),
         accum_(accum),
+        balancer_(balancer),
         loader_(loader),
         metrics_(metrics),
         st_(st),
         peak_gflops_(peak_gflops),
+        eval_B_(eval_B),
+        eval_steps_(std::max<int64_t>(1, a.eval_tokens / (static_cast<int64_t>(eval_B) * plan.T))),
         token_bytes_(tok.token_bytes()),
         x_(static_cast<size_t>(plan.B) * plan.T),
         y_(x_.size()) {
     run_meta_ = json{{"model_config", plan.model.to_json()},
+                     {"data_stream", "one-rank"},
                      {"user_config", args_to_json(a)},
                      {"device_batch_size", plan.B},
                      {"max_seq_len", plan.T},
@@ -172,7 +214,7 @@ class TrainLoop {
       // 2. val bpb and samples, 3. checkpoint, 4. one optimizer step
       evaluate_and_sample(false);
       if (save_now) save();
-      train_step(plan_.step_plan(step));
+      train_step();
       ++st_.step;
     }
   }
@@ -214,8 +256,8 @@ class TrainLoop {
     const int64_t step = st_.step;
     if (last && hooks_.fault_inject == "final-eval") fail("fault injected into the final evaluation (--fault-inject)");
     if (a_.eval_every > 0 && (last || step % a_.eval_every == 0)) {
-      data::DataLoader val_loader(tok_, val_loader_options(plan_), nullptr);
-      st_.val_bpb = evaluate_bpb(model_, val_loader, plan_.eval_steps, token_bytes_, comm_);
+      data::DataLoader val_loader(tok_, val_loader_options(plan_, eval_B_), nullptr);
+      st_.val_bpb = evaluate_bpb(model_, val_loader, eval_steps_, token_bytes_, comm_);
       st_.min_val_bpb = std::min(st_.min_val_bpb, st_.val_bpb);
       char b[96];
       std::snprintf(b, sizeof b, "Step %05lld | Validation bpb: %.6f", static_cast<long long>(step), st_.val_bpb);
@@ -235,43 +277,126 @@ class TrainLoop {
     }
   }
 
-  // One optimizer step: gradient accumulation over this rank's micro-batches of the step
-  // (docs/nanochat.md 3.3), the update, the log line.
-  void train_step(const StepPlan& sp) {
+  // Reads the next `rows` rows of the step's stream into x_/y_, or past them when !keep.
+  void read_rows(int64_t rows, bool keep) {
+    prof::Scope data_scope(prof::Op::Data);
+    const int64_t u = balancer_.unit();
+    for (int64_t i = 0; i < rows; i += u) {
+      const size_t off = static_cast<size_t>(i) * static_cast<size_t>(plan_.T);
+      loader_.next(keep ? x_.data() + off : nullptr, keep ? y_.data() + off : nullptr);
+    }
+  }
+
+  // This rank's micro-batches of the step (the rows the balancer gave it), timed.
+  void run_micro_batches(StepTimes& my) {
     const int64_t step = st_.step;
-    prof::enable(a_.profile);
-    Timer t;
-    const double wait0 = opt_.comm_wait_seconds();
-    float train_loss = 0.f;
-    for (int64_t micro = 0; micro < sp.of_rank(comm_.rank()); ++micro) {
-      {
-        prof::Scope data_scope(prof::Op::Data);
-        loader_.next(x_.data(), y_.data());
-      }
-      train_loss = accum_.micro_batch(static_cast<int>(micro), x_.data(), y_.data(), plan_.B, plan_.T);
-      if (!std::isfinite(train_loss))
-        fail("training diverged at step ", step, " (loss ", train_loss, " on rank ", comm_.rank(),
+    const int rank = comm_.rank();
+    const std::vector<int> mine = balancer_.micro_batches(rank);
+    const TestFault& f = hooks_.fault;
+    for (size_t micro = 0; micro < mine.size(); ++micro) {
+      Timer td;
+      read_rows(mine[micro], true);
+      my.data += td.seconds();
+      Timer tc;
+      const float loss = accum_.micro_batch(static_cast<int>(micro), x_.data(), y_.data(), mine[micro], plan_.T);
+      if (f.kind == "slow" && f.rank == rank)  // tests: a machine f.amount times slower
+        std::this_thread::sleep_for(std::chrono::duration<double>((f.amount - 1) * tc.seconds()));
+      my.compute += tc.seconds();
+      my.rows += mine[micro];
+      my.last_loss = loss;
+      if (!std::isfinite(loss))
+        fail("training diverged at step ", step, " (loss ", loss, " on rank ", rank,
              "); lower the learning rates or check the data");
     }
+  }
+
+  // One optimizer step: this rank's share of the step's rows (train/balance.h) with gradient
+  // accumulation (docs/nanochat.md 3.3), the update, the times of every rank, the log line, and
+  // the split of the next step.
+  void train_step() {
+    const int64_t step = st_.step, R = plan_.total_batch_size / plan_.T;
+    const int rank = comm_.rank();
+    prof::enable(a_.profile);
+    Timer t;
+    StepTimes my;
+    accum_.begin_step(balancer_.micro_batch_counts());
+    const int64_t first = balancer_.first_row(rank), own = balancer_.rows()[static_cast<size_t>(rank)];
+    Timer td;
+    read_rows(first, false);  // the rows of the ranks before this one
+    my.data += td.seconds();
+    run_micro_batches(my);
+    td = Timer();
+    read_rows(R - first - own, false);  // and after it
+    my.data += td.seconds();
     const float grad_scale = accum_.finish();  // 1 / valid tokens of the step over all ranks
     const double lrm = plan_.schedule.lr_multiplier(step);
     const double mom = plan_.schedule.muon_momentum(step);
     const double mwd = plan_.schedule.muon_weight_decay(step, plan_.weight_decay_scaled);
+    const double opt_wait0 = opt_.comm_wait_seconds();
+    Timer to;
     opt_.step(static_cast<float>(lrm), static_cast<float>(mom), static_cast<float>(mwd), grad_scale);
+    my.opt_compute = to.seconds() - (opt_.comm_wait_seconds() - opt_wait0);
     model_.zero_grad();
     const TestFault& f = hooks_.fault;
-    if (f.kind == "flip-bit" && f.rank == comm_.rank() && f.step == step) flip_lowest_bit(model_, f.tensor);
-    const double dt = t.seconds();
+    if (f.kind == "flip-bit" && f.rank == rank && f.step == step) flip_lowest_bit(model_, f.tensor);
+    my.dt = t.seconds();
     prof::enable(false);
-    profiled_seconds_ += dt;
+    profiled_seconds_ += my.dt;
     ++profiled_steps_;
-    log_step(train_loss, lrm, dt, opt_.comm_wait_seconds() - wait0);
+    const std::vector<StepTimes> all = gather_step_times(comm_, my);
+    const std::vector<int64_t> split = balancer_.rows();
+    log_step(all, split, lrm);
+    std::vector<RankStepTimes> times;
+    for (const StepTimes& x : all) times.push_back({x.rows, x.compute});
+    if (balancer_.observe(times))
+      print0(str_cat("Rows per rank from step ", step + 1, " on: ", split_percentages(balancer_.rows()),
+                     " (measured speeds, rows/s: ", speeds_text(), ")"));
+    note_a_rank_that_slows_the_job(all);
   }
 
-  // The log line and metrics record of the step just made (docs/nanochat.md 3.10).
-  void log_step(float train_loss, double lrm, double dt, double comm_wait) {
+  std::string speeds_text() const {
+    std::string s;
+    for (size_t r = 0; r < balancer_.speeds().size(); ++r)
+      s += str_cat(r ? " / " : "", fixed(balancer_.speeds()[r], 1));
+    return s;
+  }
+
+  // Once, when the others alone would be faster than the whole job (measured, after warm-up).
+  void note_a_rank_that_slows_the_job(const std::vector<StepTimes>& all) {
+    const size_t W = all.size();
+    if (W < 2 || noted_slow_rank_ || st_.step < 5) return;
+    dt_ema_ = dt_ema_ > 0 ? 0.7 * dt_ema_ + 0.3 * all[0].dt : all[0].dt;
+    if (st_.step < 8) return;
+    const auto& speed = balancer_.speeds();
+    const double R = static_cast<double>(plan_.total_batch_size / plan_.T);
+    for (size_t r = 0; r < W; ++r) {
+      double others = 0, opt = 0;
+      for (size_t q = 0; q < W; ++q)
+        if (q != r) others += speed[q], opt += all[q].opt_compute;
+      if (others <= 0) continue;
+      // the others' compute for every row, their optimizer work spread over one rank fewer
+      const double alone = R / others + opt / static_cast<double>(W - 1) * static_cast<double>(W) /
+                                            static_cast<double>(std::max<size_t>(1, W - 1));
+      if (alone >= 0.95 * dt_ema_) continue;
+      noted_slow_rank_ = true;
+      print0(str_cat("NOTE: this job would be faster without rank ", r, ": it ran ", fixed(100.0 * all[r].rows / R, 0),
+                     "% of the rows, but a step takes ", fixed(dt_ema_, 2),
+                     " s where the other ranks alone would need about ", fixed(alone, 2),
+                     " s (their measured speed). Its speed or its link holds the others back: leave that node out, "
+                     "or raise --total-batch-size so that each step has more rows to share and the link matters less"));
+      return;
+    }
+  }
+
+  // The log line and metrics record of the step just made (docs/nanochat.md 3.10). The loss is the
+  // one of the step's last micro-batch in stream order (at W = 1 nanochat's: its last micro-batch).
+  void log_step(const std::vector<StepTimes>& all, const std::vector<int64_t>& split, double lrm) {
     const double ema_beta = 0.9;
     const int64_t step = st_.step, total = plan_.total_batch_size;
+    float train_loss = 0.f;
+    for (size_t r = 0; r < all.size(); ++r)
+      if (split[r] > 0) train_loss = static_cast<float>(all[r].last_loss);
+    const double dt = all[0].dt;
     st_.smooth_train_loss = ema_beta * st_.smooth_train_loss + (1 - ema_beta) * train_loss;
     StepReport r;
     r.step = step;
@@ -286,16 +411,33 @@ class TrainLoop {
     r.loader_state = loader_.state();
     r.total_training_time = st_.total_training_time;
     r.world_size = plan_.world_size;
-    r.comm_wait = comm_wait;
+    json rank_rows = json::array(), rank_compute = json::array(), rank_wait = json::array();
+    for (size_t q = 0; q < all.size(); ++q) {
+      const StepTimes& x = all[q];
+      const double compute = x.compute + x.opt_compute;
+      const double wait = std::max(0.0, x.dt - compute - x.data);
+      r.ranks.push_back({static_cast<double>(split[q]) / static_cast<double>(total / plan_.T), compute, wait,
+                         static_cast<int64_t>(x.rows * plan_.T / x.dt)});
+      rank_rows.push_back(split[q]);
+      rank_compute.push_back(compute * 1e3);
+      rank_wait.push_back(wait * 1e3);
+    }
+    r.comm_wait = r.ranks[0].wait;
     print0(step_log_line(r));
-    metrics_.record({{"step", step},
-                     {"loss", train_loss},
-                     {"smooth_loss", r.smooth_loss},
-                     {"lrm", lrm},
-                     {"dt_ms", dt * 1e3},
-                     {"tok_per_sec", r.tok_per_sec},
-                     {"mfu", r.mfu},
-                     {"comm_wait_ms", comm_wait * 1e3}});
+    json rec = {{"step", step},
+                {"loss", train_loss},
+                {"smooth_loss", r.smooth_loss},
+                {"lrm", lrm},
+                {"dt_ms", dt * 1e3},
+                {"tok_per_sec", r.tok_per_sec},
+                {"mfu", r.mfu},
+                {"comm_wait_ms", r.comm_wait * 1e3}};
+    if (all.size() > 1) {
+      rec["rank_rows"] = rank_rows;
+      rec["rank_compute_ms"] = rank_compute;
+      rec["rank_wait_ms"] = rank_wait;
+    }
+    metrics_.record(rec);
   }
 
   const BaseTrainArgs& a_;
@@ -306,10 +448,15 @@ class TrainLoop {
   GPT& model_;
   MuonAdamW& opt_;
   GradAccumulator& accum_;
+  StepBalancer& balancer_;
   data::DataLoader& loader_;
   MetricsLog& metrics_;
   LoopState& st_;
   const double peak_gflops_;
+  const int eval_B_;          // the smallest device batch of the job
+  const int64_t eval_steps_;  // val batches of eval_B_ x T per evaluation
+  bool noted_slow_rank_ = false;
+  double dt_ema_ = 0;
   const int64_t flops_per_token_ = model_.num_flops_per_token();
   const std::vector<int32_t> token_bytes_;
   json run_meta_;
@@ -344,10 +491,10 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
 // Startup agreement (docs/architecture.md 3.10): one clear error on every rank if anything differs.
 void agree_on_the_job(Communicator& comm, const BaseTrainArgs& a, const Tokenizer& tok, const TrainPlan& plan) {
   json user = args_to_json(a);
-  user.erase("threads");  // nodes may legitimately use different thread counts
+  user.erase("threads");            // nodes may use different thread counts
+  user.erase("device_batch_size");  // and micro-batch sizes (a node with less memory runs smaller ones)
   dist::agree(comm, {{"model config", plan.model.to_json().dump()},
-                     {"batch settings", str_cat("B=", plan.B, " T=", plan.T, " total=", plan.total_batch_size,
-                                                " grad_accum=", plan.grad_accum_steps)},
+                     {"batch settings", str_cat("T=", plan.T, " total=", plan.total_batch_size)},
                      {"tokenizer hash", std::to_string(tok.hash())},
                      {"data manifest", data::shard_manifest(data_dir())},  // the directory may differ between nodes
                      {"base-train flags", user.dump()}});
@@ -378,29 +525,39 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
   model.init_weights(a.seed);
   model.set_recompute_mlp(a.recompute_mlp);
   MuonAdamW opt(optimizer_params(model), plan.optim, &comm);
-  // Token-weighted gradient accumulation with world-size-independent sums of the small tensors;
-  // on the last micro-batch each finished gradient starts its reduction (grad_accum.h).
-  GradAccumulator accum(
-      model, static_cast<int>(plan.grad_accum_steps), comm,
-      W > 1 ? std::function<void(size_t)>([&opt](size_t k) { opt.grad_ready(k); }) : std::function<void(size_t)>());
   print0(plan.dmodel_lr_scale_line());
   prof::reset();
 
   // Before the first collective: a rank slow to start is waited for (NANOCHAT_STARTUP_TIMEOUT) and
   // named, instead of failing the others at the collective timeout (dist/startup.h).
   dist::startup_barrier(comm, "train");
-  const bool one_rank_stream = hooks.loader_global_stream && W > 1;
+  // Each step's rows are dealt to the ranks by speed (or evenly) from the one data stream.
+  const std::vector<int> device_batches = gather_device_batches(comm, plan.B);
+  StepBalancer balancer(device_batches, plan.total_batch_size / plan.T,
+                        {a.balance == "even" ? StepBalancer::Mode::Even : StepBalancer::Mode::Speed});
+  // Token-weighted gradient accumulation with world-size- and split-independent sums of the small
+  // tensors; on the last micro-batch each finished gradient starts its reduction (grad_accum.h).
+  GradAccumulator accum(
+      model, static_cast<int>(balancer.max_micro_batches()), comm,
+      W > 1 ? std::function<void(size_t)>([&opt](size_t k) { opt.grad_ready(k); }) : std::function<void(size_t)>());
   LoopState st;  // docs/nanochat.md 3.9 loop_state
-  if (a.resume_from_step >= 0) st = resume(comm, plan, a.resume_from_step, model, opt, hooks.loader_global_stream);
+  if (a.resume_from_step >= 0) st = resume(comm, plan, a.resume_from_step, model, opt);
 
-  data::DataLoader train_loader(tok, train_loader_options(plan, rank, one_rank_stream),
+  data::DataLoader train_loader(tok, train_loader_options(plan, balancer.unit()),
                                 st.loader_state.is_null() ? nullptr : &st.loader_state);
   if (W > 1) agree_on_the_job(comm, a, tok, plan);
   // Every rank can write its checkpoint folder (nodes need not share one), else all stop now.
   prepare_checkpoint_dirs(comm, plan.checkpoint_dir);
   MetricsLog metrics(plan.checkpoint_dir + "/metrics.jsonl", master, a.resume_from_step >= 0 ? st.step : -1);
+  if (W > 1)
+    print0(str_cat("Rows per step: ", plan.total_batch_size / plan.T, ", dealt ",
+                   a.balance == "even" ? "evenly" : "by measured speed", " in units of ", balancer.unit(),
+                   " rows; device batch per rank: ", json(device_batches).dump(), "; first split ",
+                   split_percentages(balancer.rows())));
 
-  TrainLoop loop(a, hooks, comm, tok, plan, model, opt, accum, train_loader, metrics, st, peak_gflops);
+  const int eval_B = *std::min_element(device_batches.begin(), device_batches.end());
+  TrainLoop loop(a, hooks, comm, tok, plan, model, opt, accum, balancer, train_loader, metrics, st, peak_gflops,
+                 eval_B);
   const std::string eval_error = loop.run();
 
   // End of run: summary and chart.

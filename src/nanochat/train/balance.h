@@ -1,0 +1,86 @@
+#pragma once
+// How one optimizer step's rows are dealt to the ranks: in proportion to their measured speed, so
+// that a slower machine adds its speed to the job instead of holding every step back
+// (docs/architecture.md 3.13).
+//
+// A step is R = total batch / T rows of the one-rank data stream. Rank r receives a contiguous
+// range of them, rank 0 first, and runs it in micro-batches of its --device-batch-size B_r (the
+// last one may be shorter). Rows are dealt in units of u = gcd(B_0, ..., B_{W-1}) rows, so with
+// the same B on every rank every micro-batch is one the one-rank run also has, and the result
+// (train/ordered_grad_sum.h, grad_accum.h) does not depend on the split.
+//
+// Every rank holds an identical StepBalancer and feeds it the same gathered per-rank timings after
+// each step, so all ranks derive the same split with no message of its own. Policy:
+//  * the first step splits evenly (nothing is measured yet); so does Mode::Even always;
+//  * speed of a rank = rows / forward-backward seconds, smoothed (EMA) over the steps it ran;
+//  * units are dealt in proportion to speed (largest remainders, ties to the lower rank);
+//  * hysteresis: the split changes only when the new one's predicted compute time (the slowest
+//    rank's rows / speed) is at least `replan_gain` shorter than the current one's; a rank that
+//    slows sharply (a laptop on battery, a busy browser) makes that so at once;
+//  * a rank dealt zero rows for `probe_every` steps gets one unit, to measure it again.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nanochat {
+
+/// One rank's part of a step, as gathered to every rank after the step.
+struct RankStepTimes {
+  double rows = 0;             ///< rows this rank ran
+  double compute_seconds = 0;  ///< its forward+backward wall time (the part that scales with rows)
+};
+
+class StepBalancer {
+ public:
+  enum class Mode { Speed, Even };
+  struct Options {
+    Mode mode = Mode::Speed;
+    double replan_gain = 0.05;  ///< re-plan when the predicted step is this much shorter
+    double ema = 0.5;           ///< weight of the newest speed measurement
+    int probe_every = 10;       ///< steps with zero rows before a rank is measured again
+  };
+
+  /// device_batch: each rank's --device-batch-size (>= 1); step_rows: rows of one step (R), a
+  /// multiple of every device batch. Throws nanochat::Error otherwise (naming the rank and sizes).
+  StepBalancer(std::vector<int> device_batch, int64_t step_rows, Options opt);
+
+  /// Rows of the next step per rank (multiples of unit(); sum = step_rows).
+  const std::vector<int64_t>& rows() const { return rows_; }
+  /// First row of `rank`'s range in the step.
+  int64_t first_row(int rank) const;
+  /// Micro-batch sizes (rows) of `rank` in the next step: its rows in chunks of its device batch,
+  /// the last chunk possibly shorter.
+  std::vector<int> micro_batches(int rank) const;
+  /// Number of micro-batches per rank in the next step.
+  std::vector<int> micro_batch_counts() const;
+  /// The most micro-batches one step can have, all ranks together (every rank at one unit).
+  int64_t max_micro_batches() const { return step_rows_ / unit_; }
+  int64_t unit() const { return unit_; }
+  /// Current speed estimates in rows/s per rank (0 = not measured yet).
+  const std::vector<double>& speeds() const { return speed_; }
+
+  /// Feeds one step's gathered times (index = rank) and plans the next step. Returns true when
+  /// the split changed. Throws nanochat::Error for a vector of another size.
+  bool observe(const std::vector<RankStepTimes>& times);
+
+  /// Predicted compute seconds of a split under the current speed estimates (the slowest rank).
+  double predicted_seconds(const std::vector<int64_t>& rows) const;
+  /// The split the current speed estimates give (before hysteresis).
+  std::vector<int64_t> proportional_split() const;
+
+ private:
+  std::vector<int64_t> even_split() const;
+
+  std::vector<int> B_;
+  int64_t step_rows_;
+  Options opt_;
+  int64_t unit_ = 1;
+  std::vector<int64_t> rows_;
+  std::vector<double> speed_;
+  std::vector<int> idle_steps_;
+};
+
+/// "62% / 38%": each rank's share of `rows`, in rank order.
+std::string split_percentages(const std::vector<int64_t>& rows);
+
+}  // namespace nanochat

@@ -1,0 +1,104 @@
+// StepBalancer: how a step's rows are dealt to ranks of different speeds (train/balance.h), against
+// hand-computed splits.
+#include "nanochat/train/balance.h"
+
+#include <gtest/gtest.h>
+
+#include "nanochat/core/error.h"
+
+using namespace nanochat;
+
+namespace {
+
+using Rows = std::vector<int64_t>;
+
+// Times of a step in which rank r ran `rows[r]` rows at `speed[r]` rows/s.
+std::vector<RankStepTimes> times(const Rows& rows, const std::vector<double>& speed) {
+  std::vector<RankStepTimes> t;
+  for (size_t r = 0; r < rows.size(); ++r)
+    t.push_back({static_cast<double>(rows[r]), rows[r] > 0 ? static_cast<double>(rows[r]) / speed[r] : 0.0});
+  return t;
+}
+
+}  // namespace
+
+TEST(StepBalancer, TheFirstStepIsEvenInUnitsOfTheDeviceBatch) {
+  StepBalancer b({4, 4, 4}, 32, {});
+  EXPECT_EQ(b.unit(), 4);
+  EXPECT_EQ(b.rows(), (Rows{12, 12, 8}));  // 8 units: 3, 3, 2
+  EXPECT_EQ(b.first_row(2), 24);
+  EXPECT_EQ(b.micro_batches(0), (std::vector<int>{4, 4, 4}));
+  EXPECT_EQ(b.micro_batch_counts(), (std::vector<int>{3, 3, 2}));
+  EXPECT_EQ(b.max_micro_batches(), 8);
+}
+
+TEST(StepBalancer, RowsFollowTheMeasuredSpeed) {
+  StepBalancer b({2, 2}, 24, {});
+  EXPECT_EQ(b.rows(), (Rows{12, 12}));
+  EXPECT_TRUE(b.observe(times(b.rows(), {300.0, 100.0})));  // 3:1
+  EXPECT_EQ(b.rows(), (Rows{18, 6}));
+  EXPECT_NEAR(b.speeds()[0], 300.0, 1e-9);
+  EXPECT_NEAR(b.predicted_seconds(b.rows()), 0.06, 1e-12);
+  // the same speeds again: nothing to change
+  EXPECT_FALSE(b.observe(times(b.rows(), {300.0, 100.0})));
+  EXPECT_EQ(split_percentages(b.rows()), "75% / 25%");
+}
+
+TEST(StepBalancer, SmallDriftKeepsTheSplitASharpSlowdownChangesItAtOnce) {
+  StepBalancer b({1, 1}, 100, {});
+  b.observe(times(b.rows(), {100.0, 100.0}));
+  ASSERT_EQ(b.rows(), (Rows{50, 50}));
+  // rank 1 a little slower: 51/49 would be predicted ~2% faster, under the 5% needed
+  EXPECT_FALSE(b.observe(times(b.rows(), {100.0, 96.0})));
+  EXPECT_EQ(b.rows(), (Rows{50, 50}));
+  // rank 1 at a quarter of its speed (a laptop unplugged): re-planned on the next step
+  EXPECT_TRUE(b.observe(times(b.rows(), {100.0, 20.0})));
+  EXPECT_GT(b.rows()[0], 60);
+}
+
+TEST(StepBalancer, ARankMuchSlowerGetsNoRowsAndIsMeasuredAgainLater) {
+  StepBalancer::Options o;
+  o.probe_every = 3;
+  StepBalancer b({2, 2, 2}, 12, o);  // 6 units
+  b.observe(times(b.rows(), {100.0, 100.0, 2.0}));
+  EXPECT_EQ(b.rows(), (Rows{6, 6, 0}));
+  EXPECT_EQ(b.micro_batches(2), std::vector<int>{});
+  EXPECT_EQ(b.micro_batch_counts(), (std::vector<int>{3, 3, 0}));
+  b.observe(times(b.rows(), {100.0, 100.0, 2.0}));
+  b.observe(times(b.rows(), {100.0, 100.0, 2.0}));
+  EXPECT_TRUE(b.observe(times(b.rows(), {100.0, 100.0, 2.0})));  // third step without rows: one unit
+  EXPECT_EQ(b.rows(), (Rows{4, 6, 2}));
+  // it has become fast (the other program ended): within a few steps it gets its share back
+  for (int step = 0; step < 4; ++step) b.observe(times(b.rows(), {100.0, 100.0, 100.0}));
+  EXPECT_EQ(b.rows(), (Rows{4, 4, 4}));
+}
+
+TEST(StepBalancer, DeviceBatchesMayDifferAndTheLastMicroBatchIsShorter) {
+  StepBalancer b({4, 6}, 24, {});
+  EXPECT_EQ(b.unit(), 2);
+  EXPECT_EQ(b.rows(), (Rows{12, 12}));
+  EXPECT_EQ(b.micro_batches(1), (std::vector<int>{6, 6}));
+  b.observe(times(b.rows(), {100.0, 300.0}));
+  EXPECT_EQ(b.rows(), (Rows{6, 18}));
+  EXPECT_EQ(b.micro_batches(0), (std::vector<int>{4, 2}));
+  EXPECT_EQ(b.micro_batches(1), (std::vector<int>{6, 6, 6}));
+}
+
+TEST(StepBalancer, EvenModeNeverChanges) {
+  StepBalancer b({2, 2}, 8, {StepBalancer::Mode::Even});
+  EXPECT_FALSE(b.observe(times(b.rows(), {300.0, 1.0})));
+  EXPECT_EQ(b.rows(), (Rows{4, 4}));
+}
+
+TEST(StepBalancer, RejectsBatchesThatDoNotCutTheStep) {
+  EXPECT_THROW(StepBalancer({}, 8, {}), Error);
+  EXPECT_THROW(StepBalancer({0}, 8, {}), Error);
+  try {
+    StepBalancer({2, 3}, 8, {});
+    FAIL() << "accepted a device batch of 3 for 8 rows";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1's --device-batch-size 3"), std::string::npos) << e.what();
+  }
+  StepBalancer b({2}, 8, {});
+  EXPECT_THROW(b.observe({}), Error);
+}
