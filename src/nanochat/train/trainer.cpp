@@ -345,11 +345,16 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
 void agree_on_the_job(Communicator& comm, const BaseTrainArgs& a, const Tokenizer& tok, const TrainPlan& plan) {
   json user = args_to_json(a);
   user.erase("threads");  // nodes may legitimately use different thread counts
+  // The shards' names, sizes, row groups and CRC-32s, never the directory's path (nodes may keep
+  // their copies anywhere). Hashing a new corpus may take a while: the others wait at a barrier
+  // with a deadline that names the slow rank, not at the collectives of dist::agree.
+  const std::string manifest = data::shard_manifest(data_dir());
+  dist::startup_barrier(comm, "data manifest");
   dist::agree(comm, {{"model config", plan.model.to_json().dump()},
                      {"batch settings", str_cat("B=", plan.B, " T=", plan.T, " total=", plan.total_batch_size,
                                                 " grad_accum=", plan.grad_accum_steps)},
                      {"tokenizer hash", std::to_string(tok.hash())},
-                     {"data manifest", data::shard_manifest(data_dir())},  // the directory may differ between nodes
+                     {"data manifest", manifest},
                      {"base-train flags", user.dump()}});
   print_if(comm.rank() == 0,
            str_cat("All ", comm.world_size(), " ranks agree on build, model, batch, tokenizer, data and flags"));
