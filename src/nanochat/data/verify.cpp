@@ -536,16 +536,25 @@ std::vector<uint32_t> content_crc32s(const std::string& dir, const std::vector<s
   for (const auto& c : todo) bytes += c.size;
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::string> errors(todo.size());
+  std::atomic<int64_t> done{0};
+  auto last_note = t0;
   parallel_for(
       static_cast<int64_t>(todo.size()), threads,
       [&](int64_t k, int) {
+        const ShardCheck& c = todo[static_cast<size_t>(k)];
         try {
-          out[where[static_cast<size_t>(k)]] = whole_file_crc32(todo[static_cast<size_t>(k)].path);
+          out[where[static_cast<size_t>(k)]] = whole_file_crc32(c.path);
         } catch (const std::exception& e) {
           errors[static_cast<size_t>(k)] = e.what();
         }
+        done += c.size;
       },
-      [] {});
+      [&] {  // a line every 10 s on a long first hash
+        if (seconds_since(last_note) < 10) return;
+        last_note = Clock::now();
+        std::fprintf(stderr, "Data manifest: hashing the shards in %s: %s of %s so far\n", dir.c_str(),
+                     format_mb(done).c_str(), format_mb(bytes).c_str());
+      });
   for (const auto& e : errors)
     if (!e.empty()) fail(e);
   for (size_t k = 0; k < todo.size(); ++k)

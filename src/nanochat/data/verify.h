@@ -14,6 +14,9 @@
 // so the other ranks of a job report the same error at once. check_training_shards() is the
 // entry point of base-train; `nanochat data verify` uses verify_shards() + record_results().
 //
+// content_crc32s() hashes every byte of shards for the start-up agreement's data manifest
+// (data/manifest.h), cached next to the check's manifest in "<data dir>/.nanochat_content.json".
+//
 // Errors: nanochat::Error naming the file, the row group, the page and what to do (re-download
 // or re-pack the shard).
 #include <cstdint>
