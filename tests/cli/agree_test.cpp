@@ -1,6 +1,7 @@
 // The startup agreement through the binary: two ranks started by hand (torchrun's variables) that
-// differ in one flag, one val shard or one extra shard stop with a message that names exactly
-// what differs, with both values in full. Also the build id `nanochat --version` prints.
+// differ in one flag, one val shard, one shard's bytes (same size), a missing or an extra shard
+// stop with a message that names exactly what differs, with both values in full; identical shards
+// under different paths agree. Also the build id `nanochat --version` prints.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -17,8 +18,9 @@ const char* kAgree =
     " --device-batch-size 2 --total-batch-size 256 --eval-every -1 --sample-every -1 --core-metric-every -1"
     " --threads 1 --model-tag t --num-iterations 1";
 
-// Starts rank 0 in d0 and rank 1 in d1 (rank 1 with extra flags); returns both results.
-std::pair<Result, Result> start_pair(const BaseDir& d0, const BaseDir& d1, const std::string& extra1 = "") {
+// Starts rank 0 in d0 and rank 1 in d1 (rank 1 with extra flags and environment); returns both results.
+std::pair<Result, Result> start_pair(const BaseDir& d0, const BaseDir& d1, const std::string& extra1 = "",
+                                     const std::string& env1 = "") {
   const std::string port = std::to_string(free_port());
   auto env = [&](int r) {
     return "RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
@@ -27,7 +29,7 @@ std::pair<Result, Result> start_pair(const BaseDir& d0, const BaseDir& d1, const
   };
   Result res0, res1;
   std::thread t0([&] { res0 = run(d0, kAgree, env(0)); });
-  std::thread t1([&] { res1 = run(d1, std::string(kAgree) + extra1, env(1)); });
+  std::thread t1([&] { res1 = run(d1, std::string(kAgree) + extra1, env(1) + " " + env1); });
   t0.join();
   t1.join();
   return {res0, res1};
@@ -49,7 +51,92 @@ void drop_last_doc(const std::string& path) {
   w.close();
 }
 
+// Rewrites `path` with one letter of one document changed, trying documents until the file keeps
+// its size (ZSTD's output length often does not change): same name, same size, other bytes.
+void change_bytes_keep_size(const std::string& path) {
+  const std::string before = slurp(path);
+  std::vector<std::string> docs;
+  {
+    data::ParquetReader r(path);
+    for (int i = 0; i < r.num_row_groups(); ++i) {
+      auto g = r.read_row_group(i);
+      docs.insert(docs.end(), g.begin(), g.end());
+    }
+  }
+  for (size_t d = 0; d < docs.size(); ++d) {
+    auto changed = docs;
+    const size_t at = changed[d].find('e');
+    if (at == std::string::npos) continue;
+    changed[d][at] = 'a';
+    data::ParquetWriter w(path, 128);
+    for (const auto& doc : changed) w.write(doc);
+    w.close();
+    const std::string after = slurp(path);
+    if (after.size() == before.size() && after != before) return;
+  }
+  FAIL() << "no one-letter change of " << path << " kept its size";
+}
+
 }  // namespace
+
+// Byte-identical shards under different paths (another base dir, and NANOCHAT_DATA_DIR elsewhere
+// on rank 1): the ranks agree and train. The path is no part of the agreement.
+TEST(StartupAgreement, IdenticalShardsUnderDifferentPathsAgree) {
+  BaseDir a("nc_ag_same_a"), b("nc_ag_same_b");
+  const std::string moved = b.dir + "/elsewhere/shards";
+  fs::create_directories(b.dir + "/elsewhere");
+  fs::rename(b.dir + "/base_data_climbmix", moved);
+  for (const char* f : {"shard_00000", "shard_00001", "shard_00002"})
+    ASSERT_EQ(slurp(a.dir + "/base_data_climbmix/" + f + ".parquet"), slurp(moved + "/" + f + ".parquet")) << f;
+  auto [r0, r1] = start_pair(a, b, "", "NANOCHAT_DATA_DIR=" + moved);
+  ASSERT_EQ(r0.code, 0) << r0.out;
+  ASSERT_EQ(r1.code, 0) << r1.out;
+  EXPECT_NE(r0.out.find("All 2 ranks agree"), std::string::npos) << r0.out;
+  EXPECT_TRUE(fs::exists(a.ckpt() + "/model_000001.safetensors"));
+  EXPECT_TRUE(fs::exists(b.ckpt() + "/optim_000001_rank1.safetensors"));
+}
+
+// A shard of the same name and size with other bytes (one letter of one document changed) is
+// refused on every rank, naming that file and its CRC-32 on each rank, and nothing else.
+TEST(StartupAgreement, AShardOfTheSameSizeWithOtherBytesIsNamed) {
+  BaseDir a("nc_ag_bytes_a"), b("nc_ag_bytes_b");
+  const std::string f = "/base_data_climbmix/shard_00001.parquet";
+  change_bytes_keep_size(b.dir + f);
+  ASSERT_EQ(fs::file_size(a.dir + f), fs::file_size(b.dir + f));
+  ASSERT_NE(slurp(a.dir + f), slurp(b.dir + f));
+  auto [d0, d1] = start_pair(a, b);
+  EXPECT_NE(d0.code, 0);
+  EXPECT_NE(d1.code, 0);
+  for (const auto* out : {&d0.out, &d1.out}) {
+    EXPECT_NE(out->find("'data manifest' differs:"), std::string::npos) << *out;
+    EXPECT_TRUE(std::regex_search(
+        *out, std::regex(R"re(\n +shard_00001\.parquet/crc32: "[0-9a-f]{8}" on rank 0 \(host [^)]+\); )re"
+                         R"re("[0-9a-f]{8}" on rank 1 \(host [^)]+\))re")))
+        << *out;
+    EXPECT_EQ(out->find("shard_00000"), std::string::npos) << "identical files are not listed: " << *out;
+    EXPECT_EQ(out->find("shard_00002"), std::string::npos) << "identical files are not listed: " << *out;
+    EXPECT_EQ(out->find("/bytes"), std::string::npos) << *out;
+  }
+}
+
+// Rank 1 lacks the val shard: the message names it (whole, with its CRC-32) as missing on rank 1,
+// and says that rank 1 would validate on another file.
+TEST(StartupAgreement, AMissingValShardIsNamed) {
+  BaseDir a("nc_ag_noval_a"), b("nc_ag_noval_b");
+  fs::remove(b.dir + "/base_data_climbmix/shard_00002.parquet");
+  auto [d0, d1] = start_pair(a, b);
+  EXPECT_NE(d0.code, 0);
+  EXPECT_NE(d1.code, 0);
+  for (const auto* out : {&d0.out, &d1.out}) {
+    EXPECT_TRUE(std::regex_search(
+        *out, std::regex(R"re(\n +shard_00002\.parquet: \{[^}]*"crc32":"[0-9a-f]{8}"[^}]*"split":"val"\} )re"
+                         R"re(on rank 0 \(host [^)]+\); missing on rank 1 \(host [^)]+\))re")))
+        << *out;
+    EXPECT_TRUE(std::regex_search(
+        *out, std::regex(R"re(shard_00001\.parquet/split: "train" on rank 0 [^;]+; "val" on rank 1)re")))
+        << *out;
+  }
+}
 
 TEST(StartupAgreement, ADifferentFlagIsNamedWithBothValues) {
   BaseDir a("nc_ag_flag");

@@ -1,7 +1,7 @@
 // End-to-end tests of the start-up shard check of `nanochat base-train` and of
 // `nanochat data verify`, through the built binary: a corrupt page in a later row group stops the
 // run before step 0 naming the file and row group, a second start skips checked shards, a
-// changed shard is checked again, --skip-data-check starts anyway.
+// changed shard is checked again, --skip-data-check starts anyway; `nanochat data manifest`.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
@@ -10,6 +10,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <sstream>
 #include <string>
 
 #include "nanochat/data/parquet.h"
@@ -128,6 +130,36 @@ TEST(DataCheck, DataVerifyReportsEveryCorruptShard) {
   EXPECT_TRUE(has(one.out, "1 file(s), 6 row groups")) << one.out;
 }
 
+// `nanochat data manifest` prints what the ranks of a job compare, one line per shard; the CRC-32s
+// are computed once, then read from the cache; a copy under another path prints the same.
+TEST(DataCheck, DataManifestPrintsWhatTheRanksCompare) {
+  BaseDir b("nc_dck_manifest_cmd");
+  auto first = run(b, " data manifest");
+  ASSERT_EQ(first.code, 0) << first.out;
+  EXPECT_TRUE(std::regex_search(first.out, std::regex("shard_00000\\.parquet  train +[0-9]+ bytes +6 row groups  "
+                                                      "crc32 [0-9a-f]{8}\n")))
+      << first.out;
+  EXPECT_TRUE(std::regex_search(first.out, std::regex("shard_00002\\.parquet  val  "))) << first.out;
+  EXPECT_TRUE(has(first.out, "Data manifest: CRC-32 of 3 shard(s)")) << first.out;
+  EXPECT_TRUE(fs::exists(b.dir + "/base_data_climbmix/.nanochat_content.json"));
+  auto again = run(b, " data manifest");
+  EXPECT_FALSE(has(again.out, "Data manifest: CRC-32")) << "cached: " << again.out;
+  const std::string copy = b.dir + "/copy";
+  fs::create_directories(copy);
+  for (int i = 0; i < 3; ++i) fs::copy_file(shard(b, i), copy + "/" + fs::path(shard(b, i)).filename().string());
+  auto other = run(b, " data manifest " + copy);
+  EXPECT_EQ(other.code, 0) << other.out;
+  auto lines = [](const std::string& out) {  // the stdout lines (stderr's cache note aside)
+    std::string s;
+    std::istringstream in(out);
+    for (std::string l; std::getline(in, l);)
+      if (l.rfind("shard_", 0) == 0) s += l + "\n";
+    return s;
+  };
+  EXPECT_EQ(lines(other.out), lines(again.out));
+  EXPECT_EQ(lines(first.out), lines(again.out));
+}
+
 // The two ranks of a node share the data directory: one checks, the other waits for it and finds
 // the shards recorded; with a corrupt shard both ranks stop before step 0 naming it.
 TEST(DataCheck, RanksOfANodeCheckOnceAndBothStopOnACorruptShard) {
@@ -135,9 +167,13 @@ TEST(DataCheck, RanksOfANodeCheckOnceAndBothStopOnACorruptShard) {
   const std::string launch = " run --nproc-per-node 2 --threads-per-rank 1 --master-port ";
   auto good = run(b, launch + std::to_string(35000 + ::getpid() % 400) + kTwoSteps);
   ASSERT_EQ(good.code, 0) << good.out;
-  size_t checks = 0;
+  size_t checks = 0, hashes = 0;
   for (size_t at = 0; (at = good.out.find("Data check: 3 shard(s) (", at)) != std::string::npos; ++at) ++checks;
   EXPECT_EQ(checks, 1u) << good.out;
+  // the same for the CRC-32s of the start-up agreement's data manifest
+  for (size_t at = 0; (at = good.out.find("Data manifest: CRC-32 of 3 shard(s)", at)) != std::string::npos; ++at)
+    ++hashes;
+  EXPECT_EQ(hashes, 1u) << good.out;
   const std::string bad = shard(b, 1);
   corrupt_row_group(bad, 3);
   auto r = run(b, launch + std::to_string(35400 + ::getpid() % 400) + kTwoSteps);

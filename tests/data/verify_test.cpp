@@ -148,3 +148,27 @@ TEST(ShardCheck, GarbledManifestMeansCheckAgain) {
   EXPECT_EQ(m["files"]["shard_00001.parquet"]["ok"], true);
   fs::remove_all(d);
 }
+
+// content_crc32s: the CRC-32 of every byte (zlib's, as for "123456789" -> cbf43926), read once and
+// then taken from the cache while size, mtime and fingerprint are unchanged; a rewritten file is
+// read again. The cache is proven used by planting a value in it.
+TEST(ShardContent, Crc32OfEveryByteIsCachedBySizeAndMtime) {
+  fs::path d = temp_dir("content");
+  const std::string a = (d / "a.parquet").string(), b = make_shard(d, "b.parquet", 40);
+  { std::ofstream(a, std::ios::binary) << "123456789"; }
+  auto crcs = content_crc32s(d.string(), {a, b});
+  ASSERT_EQ(crcs.size(), 2u);
+  EXPECT_EQ(crcs[0], 0xcbf43926u);
+  ASSERT_TRUE(fs::exists(content_cache_path(d.string())));
+  nlohmann::json m;
+  std::ifstream(content_cache_path(d.string())) >> m;
+  EXPECT_EQ(m["files"]["a.parquet"]["crc32"].get<uint32_t>(), 0xcbf43926u);
+  EXPECT_EQ(m["files"]["b.parquet"]["crc32"].get<uint32_t>(), crcs[1]);
+  m["files"]["a.parquet"]["crc32"] = 7;
+  std::ofstream(content_cache_path(d.string())) << m.dump();
+  EXPECT_EQ(content_crc32s(d.string(), {a})[0], 7u) << "an unchanged file is not read again";
+  { std::ofstream(a, std::ios::binary) << "123456780"; }  // same size, other bytes
+  EXPECT_EQ(content_crc32s(d.string(), {a})[0], 0xb2288182u);
+  EXPECT_THROW(content_crc32s(d.string(), {(d / "gone.parquet").string()}), nanochat::Error);
+  fs::remove_all(d);
+}

@@ -1,14 +1,17 @@
-// `nanochat data pack|inspect|download`: build, describe and fetch parquet shards in nanochat's
-// layout (nanochat/dataset.py, dev/repackage_data_reference.py; docs/nanochat.md 5.1-5.2).
+// `nanochat data pack|inspect|download|verify|manifest`: build, describe, fetch and check parquet
+// shards in nanochat's layout (nanochat/dataset.py, dev/repackage_data_reference.py;
+// docs/nanochat.md 5.1-5.2).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/data/download.h"
+#include "nanochat/data/manifest.h"
 #include "nanochat/data/pack.h"
 #include "nanochat/data/verify.h"
 
@@ -67,6 +70,25 @@ void register_data_verify(CLI::App* data) {
       fail(bad,
            " corrupt shard(s) (listed above): re-download each (delete it, then run 'nanochat data download' again) "
            "or re-pack the corpus ('nanochat data pack'), then run 'nanochat data verify' again");
+  });
+}
+
+// ---- manifest ---- (`nanochat data manifest`: what the ranks of a job compare, data/manifest.h)
+void register_data_manifest(CLI::App* data) {
+  auto dir = std::make_shared<std::string>();
+  CLI::App* m = data->add_subcommand(
+      "manifest",
+      "Print what the ranks of a job compare about the shards: name, split, size, row groups and CRC-32 of every "
+      "byte (cached in <dir>/.nanochat_content.json); the same output on two machines means the same data");
+  m->add_option("dir", *dir, "Data directory (default: the data directory)");
+  m->callback([dir] {
+    if (dir->empty()) *dir = data_dir();
+    const auto j = nlohmann::json::parse(data::shard_manifest(*dir));
+    for (const auto& [name, e] : j.items())
+      std::printf("%s  %-5s  %12lld bytes  %5d row groups  crc32 %s\n", name.c_str(),
+                  e.at("split").get<std::string>().c_str(), static_cast<long long>(e.at("bytes").get<int64_t>()),
+                  e.at("row_groups").get<int>(), e.at("crc32").get<std::string>().c_str());
+    std::fflush(stdout);
   });
 }
 
@@ -137,6 +159,7 @@ void register_data(CLI::App& app) {
   });
 
   register_data_verify(data);
+  register_data_manifest(data);
 }
 
 }  // namespace nanochat::cli

@@ -220,11 +220,13 @@ double wait_limit_s() {
 }
 
 // An exclusive flock on "<dir>/.nanochat_verified.lock" for the life of the object, so the
-// processes sharing a data directory check and record its shards one at a time. held() is false
-// when the lock file cannot be created (a read-only directory): then nothing is recorded.
+// processes sharing a data directory check (or hash) and record its shards one at a time. held()
+// is false when the lock file cannot be created (a read-only directory): then nothing is recorded.
+// `activity` names the work in the waiting messages ("checking", "hashing").
 class DirLock {
  public:
-  explicit DirLock(const std::string& dir) : path_((fs::path(dir) / ".nanochat_verified.lock").string()) {
+  explicit DirLock(const std::string& dir, const char* activity = "checking")
+      : path_((fs::path(dir) / ".nanochat_verified.lock").string()) {
     const double limit = wait_limit_s();
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) return;
@@ -241,17 +243,16 @@ class DirLock {
         std::string holder = holder_text();
         ::close(fd_);
         fd_ = -1;
-        fail("data check: gave up after ", static_cast<int64_t>(s), " s waiting for ", holder,
-             " to finish checking the shards in ", dir, " (lock file ", path_,
+        fail("data check: gave up after ", static_cast<int64_t>(s), " s waiting for ", holder, " to finish ", activity,
+             " the shards in ", dir, " (lock file ", path_,
              "); if that process hangs, stop it, or raise NANOCHAT_DATA_CHECK_WAIT_S, or pass "
              "--skip-data-check");
       }
       if (s >= next_note) {
-        std::fprintf(
-            stderr,
-            "Data check: waiting for %s to finish checking the shards in %s (%.0f s so far, giving up after %.0f s; "
-            "NANOCHAT_DATA_CHECK_WAIT_S)\n",
-            holder_text().c_str(), dir.c_str(), s, limit);
+        std::fprintf(stderr,
+                     "Data check: waiting for %s to finish %s the shards in %s (%.0f s so far, giving up after %.0f s; "
+                     "NANOCHAT_DATA_CHECK_WAIT_S)\n",
+                     holder_text().c_str(), activity, dir.c_str(), s, limit);
         next_note += 30;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -446,6 +447,129 @@ void check_training_shards(const std::string& dir, bool skip, bool leader) {
   for (const auto& e : errors) msg += "\n  " + e;
   fail(msg, "\nWhat to do: ", corrupt_shard_advice(bad.size() == 1 ? bad[0] : "each of them"),
        ". (--skip-data-check starts without this check.)");
+}
+
+// ---- content hashes ----
+
+namespace {
+
+// zlib CRC-32 of every byte of `path`, read in 4 MiB blocks.
+uint32_t whole_file_crc32(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
+  std::vector<unsigned char> buf(size_t(4) << 20);
+  uLong crc = crc32(0, nullptr, 0);
+  for (;;) {
+    const ssize_t k = ::read(fd, buf.data(), buf.size());
+    if (k == 0) break;
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      const int e = errno;
+      ::close(fd);
+      fail(path, ": cannot read: ", std::strerror(e));
+    }
+    crc = crc32(crc, buf.data(), static_cast<uInt>(k));
+  }
+  ::close(fd);
+  return static_cast<uint32_t>(crc);
+}
+
+// The content cache's "files" object ({} when absent or unreadable: everything is hashed again).
+json load_content_cache(const std::string& dir) {
+  std::ifstream in(content_cache_path(dir));
+  if (!in) return json::object();
+  try {
+    json m = json::parse(in);
+    if (m.is_object() && m.value("version", 0) == 1 && m.contains("files") && m["files"].is_object()) return m["files"];
+  } catch (const std::exception&) {
+  }
+  return json::object();
+}
+
+bool save_content_cache(const std::string& dir, const json& files) {
+  const std::string path = content_cache_path(dir), tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return false;
+    out << json{{"version", 1},
+                {"about",
+                 "CRC-32 of every byte of each shard, for the start-up agreement of a multi-rank job; a shard whose "
+                 "size, mtime_ns and fingerprint match is not read again; delete this file to hash everything again"},
+                {"files", files}}
+               .dump(1)
+        << "\n";
+    if (!out.good()) return false;
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  return !ec;
+}
+
+}  // namespace
+
+std::string content_cache_path(const std::string& dir) { return (fs::path(dir) / ".nanochat_content.json").string(); }
+
+std::vector<uint32_t> content_crc32s(const std::string& dir, const std::vector<std::string>& files) {
+  DirLock lock(dir, "hashing");
+  json cache = load_content_cache(dir);
+  std::vector<uint32_t> out(files.size());
+  std::vector<ShardCheck> todo;  // the files not (or no longer) in the cache, as found now
+  std::vector<size_t> where;
+  for (size_t i = 0; i < files.size(); ++i) {
+    ShardCheck c;
+    c.path = files[i];
+    fingerprint(c);
+    auto it = cache.find(fs::path(c.path).filename().string());
+    if (it != cache.end() && it->is_object() && it->value("size", int64_t{-2}) == c.size &&
+        it->value("mtime_ns", int64_t{-1}) == c.mtime_ns &&
+        it->value("fingerprint", int64_t{-1}) == static_cast<int64_t>(c.fingerprint) &&
+        it->value("crc32", int64_t{-1}) >= 0) {
+      out[i] = static_cast<uint32_t>(it->value("crc32", int64_t{0}));
+    } else {
+      todo.push_back(c);
+      where.push_back(i);
+    }
+  }
+  if (todo.empty()) return out;
+  const auto t0 = Clock::now();
+  int64_t bytes = 0;
+  for (const auto& c : todo) bytes += c.size;
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::string> errors(todo.size());
+  std::atomic<int64_t> done{0};
+  auto last_note = t0;
+  parallel_for(
+      static_cast<int64_t>(todo.size()), threads,
+      [&](int64_t k, int) {
+        const ShardCheck& c = todo[static_cast<size_t>(k)];
+        try {
+          out[where[static_cast<size_t>(k)]] = whole_file_crc32(c.path);
+        } catch (const std::exception& e) {
+          errors[static_cast<size_t>(k)] = e.what();
+        }
+        done += c.size;
+      },
+      [&] {  // a line every 10 s on a long first hash
+        if (seconds_since(last_note) < 10) return;
+        last_note = Clock::now();
+        std::fprintf(stderr, "Data manifest: hashing the shards in %s: %s of %s so far\n", dir.c_str(),
+                     format_mb(done).c_str(), format_mb(bytes).c_str());
+      });
+  for (const auto& e : errors)
+    if (!e.empty()) fail(e);
+  for (size_t k = 0; k < todo.size(); ++k)
+    cache[fs::path(todo[k].path).filename().string()] = {{"size", todo[k].size},
+                                                         {"mtime_ns", todo[k].mtime_ns},
+                                                         {"fingerprint", todo[k].fingerprint},
+                                                         {"crc32", out[where[k]]}};
+  const bool recorded = lock.held() && save_content_cache(dir, cache);
+  const double s = seconds_since(t0);
+  std::fprintf(stderr, "Data manifest: CRC-32 of %zu shard(s) (%s) in %.2f s (%.0f MB/s); %s\n", todo.size(),
+               format_mb(bytes).c_str(), s, s > 0 ? static_cast<double>(bytes) / 1e6 / s : 0.0,
+               recorded
+                   ? str_cat("recorded in ", content_cache_path(dir)).c_str()
+                   : str_cat("could not record them in ", dir, " (read-only?), so every start hashes again").c_str());
+  return out;
 }
 
 }  // namespace nanochat::data

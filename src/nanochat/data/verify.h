@@ -14,6 +14,9 @@
 // so the other ranks of a job report the same error at once. check_training_shards() is the
 // entry point of base-train; `nanochat data verify` uses verify_shards() + record_results().
 //
+// content_crc32s() hashes every byte of shards for the start-up agreement's data manifest
+// (data/manifest.h), cached next to the check's manifest in "<data dir>/.nanochat_content.json".
+//
 // Errors: nanochat::Error naming the file, the row group, the page and what to do (re-download
 // or re-pack the shard).
 #include <cstdint>
@@ -68,5 +71,18 @@ std::string corrupt_shard_advice(const std::string& path);
 /// prints the "already checked" / "skipped" lines (rank 0). Throws nanochat::Error naming every
 /// corrupt shard, its row group and page and what to do, before any training step.
 void check_training_shards(const std::string& dir, bool skip, bool leader);
+
+/// "<dir>/.nanochat_content.json", the cache of content_crc32s for the shards in dir.
+std::string content_cache_path(const std::string& dir);
+
+/// zlib CRC-32 of all the bytes of each of `files` (paths in `dir`), in the order of `files`: what
+/// the start-up agreement compares so that shards of the same size with other bytes are caught.
+/// Files are read in parallel (one thread per hardware thread, about 1 GB/s each); results are cached in
+/// content_cache_path(dir) by file name with size, mtime (ns) and the fingerprint the data check
+/// uses, so an unchanged shard is read only once. Processes sharing `dir` take turns through the
+/// data check's lock file (the others then find the cache up to date); a read-only directory
+/// means hashing at every call. Prints one line to stderr when it hashed anything. Throws
+/// nanochat::Error naming a file that cannot be opened or read.
+std::vector<uint32_t> content_crc32s(const std::string& dir, const std::vector<std::string>& files);
 
 }  // namespace nanochat::data

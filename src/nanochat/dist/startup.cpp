@@ -17,10 +17,13 @@ namespace nanochat::dist {
 
 namespace {
 
-// NANOCHAT_TEST_FAULT=start-delay:R:S: rank R sleeps S seconds before arriving (tests only).
+// NANOCHAT_TEST_FAULT=start-delay:R:S: rank R sleeps S seconds before arriving at its first
+// barrier (tests only).
 void test_start_delay(int rank) {
+  static bool delayed = false;
   const char* v = std::getenv("NANOCHAT_TEST_FAULT");
-  if (!v) return;
+  if (!v || delayed) return;
+  delayed = true;
   int r = -1;
   double secs = 0;
   if (std::sscanf(v, "start-delay:%d:%lf", &r, &secs) != 2 || r != rank || !(secs > 0)) return;

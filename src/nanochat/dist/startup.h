@@ -6,7 +6,7 @@
 // its own (NANOCHAT_STARTUP_TIMEOUT, default 900 s), printing which ranks it still waits for.
 //
 // Test-only hook: NANOCHAT_TEST_FAULT=start-delay:R:S makes rank R sleep S seconds before it
-// arrives at the barrier (a slow start-up on one machine). Never set it in real runs.
+// arrives at its first barrier (a slow start-up on one machine). Never set it in real runs.
 #include <string>
 
 #include "nanochat/comm/communicator.h"

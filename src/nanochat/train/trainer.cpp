@@ -493,10 +493,15 @@ void agree_on_the_job(Communicator& comm, const BaseTrainArgs& a, const Tokenize
   json user = args_to_json(a);
   user.erase("threads");            // nodes may use different thread counts
   user.erase("device_batch_size");  // and micro-batch sizes (a node with less memory runs smaller ones)
+  // The shards' names, sizes, row groups and CRC-32s, never the directory's path (nodes may keep
+  // their copies anywhere). Hashing a new corpus may take a while: the others wait at a barrier
+  // with a deadline that names the slow rank, not at the collectives of dist::agree.
+  const std::string manifest = data::shard_manifest(data_dir());
+  dist::startup_barrier(comm, "data manifest");
   dist::agree(comm, {{"model config", plan.model.to_json().dump()},
                      {"batch settings", str_cat("T=", plan.T, " total=", plan.total_batch_size)},
                      {"tokenizer hash", std::to_string(tok.hash())},
-                     {"data manifest", data::shard_manifest(data_dir())},  // the directory may differ between nodes
+                     {"data manifest", manifest},
                      {"base-train flags", user.dump()}});
   print_if(comm.rank() == 0,
            str_cat("All ", comm.world_size(), " ranks agree on build, model, batch, tokenizer, data and flags"));
