@@ -128,21 +128,25 @@ TEST(UnequalRanks, RanksWithOtherDeviceBatchSizesTrainTogether) {
   EXPECT_LE(max_rel_diff(one_rank_weights(), final_weights(b)), 1e-4);
 }
 
-// An even split with rank 1 six times slower: rank 0's wait in the step line is the time it spends
-// waiting for rank 1 (in the token count all-reduce, the optimizer's collectives), rank 1's is small.
+// An even split with rank 1 eight times slower: rank 0's wait in the step line is the time it spends
+// waiting for rank 1 (in the token count all-reduce, the optimizer's collectives), rank 1's is small
+// (summed over steps 1-4, so that a moment of load on a busy test machine does not decide).
 TEST(UnequalRanks, TheStepLineShowsTheWaitForASlowerRank) {
   BaseDir b("nc_ur_wait");
-  auto r = run(b, launch(2) + kTrain + " --device-batch-size 2 --balance even", "NANOCHAT_TEST_FAULT=slow:1:6");
+  auto r = run(b, launch(2) + kTrain + " --device-batch-size 2 --balance even", "NANOCHAT_TEST_FAULT=slow:1:8");
   ASSERT_EQ(r.code, 0) << r.out;
+  double behind = 0, wait0 = 0, wait1 = 0;
   for (int step : {1, 2, 3, 4}) {
     const auto p = rank_parts(r.out, step);
     ASSERT_EQ(p.size(), 2u) << r.out;
     EXPECT_EQ(p[0].share, 50);
-    const double behind = p[1].compute - p[0].compute;  // what rank 0 must wait for
-    EXPECT_GT(behind, 0.05) << r.out;
-    EXPECT_GE(p[0].wait, 0.7 * behind) << "step " << step << "\n" << r.out;
-    EXPECT_LT(p[1].wait, 0.5 * p[0].wait) << "step " << step << "\n" << r.out;
+    behind += p[1].compute - p[0].compute;  // what rank 0 must wait for
+    wait0 += p[0].wait;
+    wait1 += p[1].wait;
   }
+  EXPECT_GT(behind, 0.2) << r.out;
+  EXPECT_GE(wait0, 0.7 * behind) << r.out;
+  EXPECT_LT(wait1, 0.5 * wait0) << r.out;
 }
 
 // With an even split and rank 1 four times slower, the job is slower than rank 0 alone would be:
