@@ -215,8 +215,6 @@ DataLoader::DataLoader(const Tokenizer& tok, const LoaderOptions& opt, const jso
   if (opt.B < 1 || opt.T < 1) fail("loader needs B >= 1 and T >= 1 (got B=", opt.B, ", T=", opt.T, ")");
   if (opt.world_size < 1 || opt.rank < 0 || opt.rank >= opt.world_size)
     fail("loader: rank ", opt.rank, " is outside world size ", opt.world_size);
-  if (opt.keep_stride < 1 || opt.keep_offset < 0 || opt.keep_offset >= opt.keep_stride)
-    fail("loader: keep_offset ", opt.keep_offset, " is outside keep_stride ", opt.keep_stride);
   if (tok.vocab_size() == 0) fail("loader: the tokenizer is empty");
   impl_->files = split_files(opt.data_dir, opt.split);
   impl_->readers.resize(impl_->files.size());
@@ -270,12 +268,6 @@ void DataLoader::producer_loop() {
 }
 
 void DataLoader::next(int32_t* inputs, int32_t* targets) {
-  for (int i = 0; i < opt_.keep_offset; ++i) next_batch(nullptr, nullptr);
-  next_batch(inputs, targets);
-  for (int i = opt_.keep_offset + 1; i < opt_.keep_stride; ++i) next_batch(nullptr, nullptr);
-}
-
-void DataLoader::next_batch(int32_t* inputs, int32_t* targets) {
   Batch b;
   if (opt_.prefetch) {
     std::unique_lock<std::mutex> lk(mu_);

@@ -43,13 +43,6 @@ struct LoaderOptions {
   int tokenizer_threads = 1;    ///< threads for encode_batch inside the loader
   bool prefetch = true;         ///< run packing on a background thread
   int prefetch_depth = 3;       ///< batches kept ready
-  /// Deal the stream's batches to several consumers: next() returns batches keep_offset,
-  /// keep_offset + keep_stride, ... of this loader's stream and reads past the others (state()
-  /// is then after the last batch of each group of keep_stride). With rank 0, world_size 1,
-  /// keep_stride W and keep_offset r, W ranks together see exactly the one-rank stream, micro-batch
-  /// by micro-batch, and the state after a step is the one-rank stream's at any W.
-  int keep_stride = 1;
-  int keep_offset = 0;  ///< 0 <= keep_offset < keep_stride
 };
 
 /// Loader states for resuming at another world size (approximate, like nanochat's resume; the
@@ -75,9 +68,11 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  /// Fills inputs and targets, each (B, T) int32 row-major: inputs = row[0:T], targets = row[1:T+1]
-  /// (the batch kept of the next keep_stride ones, LoaderOptions). Rethrows (as nanochat::Error)
-  /// any failure of the background thread.
+  /// Fills inputs and targets, each (B, T) int32 row-major: inputs = row[0:T], targets = row[1:T+1].
+  /// With both null the batch is read past (another rank's rows). The rows of the stream do not
+  /// depend on B (each row is packed on its own), so B rows of one loader are the same rows as B
+  /// batches of a loader with B = 1. Rethrows (as nanochat::Error) any failure of the background
+  /// thread.
   void next(int32_t* inputs, int32_t* targets);
   /// Exact resume point after the batches returned so far: {"version", "split", "rank",
   /// "world_size", "files", "epoch", "pq_idx", "rg_idx", "doc_offset", "buffer": [[pq, rg, row]...]}.
@@ -96,7 +91,6 @@ class DataLoader {
     nlohmann::json state;       // state after producing this batch
   };
   void producer_loop();
-  void next_batch(int32_t* inputs, int32_t* targets);  // one batch of the stream; null = drop it
 
   LoaderOptions opt_;
   std::unique_ptr<Impl> impl_;
