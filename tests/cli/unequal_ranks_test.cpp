@@ -84,7 +84,7 @@ TEST(UnequalRanks, ASlowRankGetsFewerRowsAndTheRunEqualsOneRank) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("first split 50% / 50%"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Rows per rank from step 1 on: "), std::string::npos) << r.out;  // re-planned at once
-  EXPECT_NE(r.out.find(" on: 83% / 17%"), std::string::npos) << r.out;                 // and settled at 5:1 units
+  EXPECT_NE(r.out.find(" on: 83% / 17%"), std::string::npos) << r.out;                  // and settled at 5:1 units
   const auto p0 = rank_parts(r.out, 0), p4 = rank_parts(r.out, 4);
   ASSERT_EQ(p0.size(), 2u) << r.out;
   ASSERT_EQ(p4.size(), 2u) << r.out;

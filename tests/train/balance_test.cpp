@@ -102,3 +102,14 @@ TEST(StepBalancer, RejectsBatchesThatDoNotCutTheStep) {
   StepBalancer b({2}, 8, {});
   EXPECT_THROW(b.observe({}), Error);
 }
+
+// The others alone: 24 rows at 300 rows/s = 0.08 s, plus their optimizer work (0.01 s) spread over
+// one rank instead of two (0.02 s): 0.10 s against a measured 0.2 s step -> without rank 1.
+TEST(StepBalancer, FasterWithoutNamesARankThatHoldsTheJobBack) {
+  const FasterWithout f = faster_without({300.0, 30.0}, {0.01, 0.01}, 24, 0.2);
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_NEAR(f.seconds, 0.10, 1e-12);
+  EXPECT_EQ(faster_without({300.0, 30.0}, {0.01, 0.01}, 24, 0.104).rank, -1);  // within 5%: keep it
+  EXPECT_EQ(faster_without({300.0, 300.0}, {0.01, 0.01}, 24, 0.06).rank, -1);  // both pull their weight
+  EXPECT_EQ(faster_without({300.0}, {0.01}, 24, 1.0).rank, -1);                // one rank: nothing to leave out
+}

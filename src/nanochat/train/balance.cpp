@@ -117,12 +117,29 @@ bool StepBalancer::observe(const std::vector<RankStepTimes>& times) {
   return true;
 }
 
+FasterWithout faster_without(const std::vector<double>& speeds, const std::vector<double>& opt_seconds,
+                             int64_t step_rows, double step_seconds) {
+  const size_t W = speeds.size();
+  if (W < 2 || opt_seconds.size() != W) return {};
+  for (size_t r = 0; r < W; ++r) {
+    double others = 0, opt = 0;
+    for (size_t q = 0; q < W; ++q)
+      if (q != r) others += speeds[q], opt += opt_seconds[q];
+    if (others <= 0) continue;
+    const double fewer = static_cast<double>(W - 1);
+    const double alone = static_cast<double>(step_rows) / others + opt / fewer * static_cast<double>(W) / fewer;
+    if (alone < 0.95 * step_seconds) return {static_cast<int>(r), alone};
+  }
+  return {};
+}
+
 std::string split_percentages(const std::vector<int64_t>& rows) {
   const double total = static_cast<double>(std::accumulate(rows.begin(), rows.end(), int64_t{0}));
   std::string s;
   for (size_t r = 0; r < rows.size(); ++r) {
     char b[32];
-    std::snprintf(b, sizeof b, "%s%.0f%%", r ? " / " : "", total > 0 ? 100.0 * static_cast<double>(rows[r]) / total : 0.0);
+    std::snprintf(b, sizeof b, "%s%.0f%%", r ? " / " : "",
+                  total > 0 ? 100.0 * static_cast<double>(rows[r]) / total : 0.0);
     s += b;
   }
   return s;

@@ -80,6 +80,18 @@ class StepBalancer {
   std::vector<int> idle_steps_;
 };
 
+/// The rank the job would be faster without, if any: for each rank r, the step time of the others
+/// alone is estimated as step_rows / (sum of their speeds, rows/s) plus their optimizer seconds
+/// spread over one rank fewer (opt_seconds[q]: rank q's optimizer compute in the last step; the
+/// update is sharded W ways). Returns the first r whose estimate is under 0.95 x step_seconds (the
+/// job's measured step time), with that estimate; -1 when none.
+struct FasterWithout {
+  int rank = -1;
+  double seconds = 0;  ///< the estimated step time without it
+};
+FasterWithout faster_without(const std::vector<double>& speeds, const std::vector<double>& opt_seconds,
+                             int64_t step_rows, double step_seconds);
+
 /// "62% / 38%": each rank's share of `rows`, in rank order.
 std::string split_percentages(const std::vector<int64_t>& rows);
 

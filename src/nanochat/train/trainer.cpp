@@ -363,29 +363,21 @@ class TrainLoop {
 
   // Once, when the others alone would be faster than the whole job (measured, after warm-up).
   void note_a_rank_that_slows_the_job(const std::vector<StepTimes>& all) {
-    const size_t W = all.size();
-    if (W < 2 || noted_slow_rank_ || st_.step < 5) return;
+    if (all.size() < 2 || noted_slow_rank_ || st_.step < 5) return;
     dt_ema_ = dt_ema_ > 0 ? 0.7 * dt_ema_ + 0.3 * all[0].dt : all[0].dt;
     if (st_.step < 8) return;
-    const auto& speed = balancer_.speeds();
-    const double R = static_cast<double>(plan_.total_batch_size / plan_.T);
-    for (size_t r = 0; r < W; ++r) {
-      double others = 0, opt = 0;
-      for (size_t q = 0; q < W; ++q)
-        if (q != r) others += speed[q], opt += all[q].opt_compute;
-      if (others <= 0) continue;
-      // the others' compute for every row, their optimizer work spread over one rank fewer
-      const double alone = R / others + opt / static_cast<double>(W - 1) * static_cast<double>(W) /
-                                            static_cast<double>(std::max<size_t>(1, W - 1));
-      if (alone >= 0.95 * dt_ema_) continue;
-      noted_slow_rank_ = true;
-      print0(str_cat("NOTE: this job would be faster without rank ", r, ": it ran ", fixed(100.0 * all[r].rows / R, 0),
-                     "% of the rows, but a step takes ", fixed(dt_ema_, 2),
-                     " s where the other ranks alone would need about ", fixed(alone, 2),
-                     " s (their measured speed). Its speed or its link holds the others back: leave that node out, "
-                     "or raise --total-batch-size so that each step has more rows to share and the link matters less"));
-      return;
-    }
+    std::vector<double> opt;
+    for (const StepTimes& x : all) opt.push_back(x.opt_compute);
+    const int64_t R = plan_.total_batch_size / plan_.T;
+    const FasterWithout f = faster_without(balancer_.speeds(), opt, R, dt_ema_);
+    if (f.rank < 0) return;
+    noted_slow_rank_ = true;
+    print0(str_cat("NOTE: this job would be faster without rank ", f.rank, ": it ran ",
+                   fixed(100.0 * all[static_cast<size_t>(f.rank)].rows / static_cast<double>(R), 0),
+                   "% of the rows, but a step takes ", fixed(dt_ema_, 2),
+                   " s where the other ranks alone would need about ", fixed(f.seconds, 2),
+                   " s (their measured speed). Its speed or its link holds the others back: leave that node out, "
+                   "or raise --total-batch-size so that each step has more rows to share and the link matters less"));
   }
 
   // The log line and metrics record of the step just made (docs/nanochat.md 3.10). The loss is the
