@@ -130,6 +130,21 @@ TEST(Interop, BadInputNamesTheFileAndKey) {
   EXPECT_NE(r.out.find("key resid_lambdas has shape (1)"), std::string::npos) << r.out;
   std::ofstream(meta_path, std::ios::trunc) << meta;
 
+  // a tensor the model does not have
+  {
+    TorchStateDict sd = load_torch_state_dict(model_path);
+    std::vector<StWriteEntry> entries;
+    for (const auto& [name, t] : sd) entries.push_back({name, t.dtype, t.shape, t.bytes.data()});
+    const float extra[2] = {1.f, 2.f};
+    entries.push_back({"transformer.h.0.attn.bias", "F32", {2}, extra});
+    save_torch_state_dict(model_path, entries);
+  }
+  r = run_in(d.dir + "/b0", " import --from nanochat " + src);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find(model_path + ": key transformer.h.0.attn.bias is not a parameter"), std::string::npos) << r.out;
+  fs::copy_file(fixture_folder() + "/base_checkpoints/d1/model_000003.pt", model_path,
+                fs::copy_options::overwrite_existing);
+
   // one flipped byte in the weights: the record's CRC32 names the file
   std::string bytes = slurp(model_path);
   bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x55);

@@ -122,18 +122,53 @@ TEST(TorchFile, RefusesGlobalsOutsideTheAllowList) {
   EXPECT_THROW(parse_pickle(std::string("\x80\x02X\xff\xff\x00\x00" "ab", 9), "x", {}), Error);  // truncated
 }
 
+namespace {
+
+// `orig` (a torch file) with its data.pkl replaced by `pkl` of the same length, CRC32 fixed up.
+std::string with_pickle(const std::string& orig, const std::string& pkl_name, const std::string& pkl) {
+  const ZipReader z = ZipReader::from_bytes(orig, "orig.pt");
+  const std::string old(z.get(pkl_name));
+  EXPECT_EQ(old.size(), pkl.size());
+  std::string b = orig;
+  b.replace(orig.find(old), pkl.size(), pkl);
+  size_t crc_at = std::string::npos;
+  for (size_t at = orig.find("PK\x01\x02"); at != std::string::npos; at = orig.find("PK\x01\x02", at + 1))
+    if (orig.compare(at + 46, pkl_name.size(), pkl_name) == 0) crc_at = at + 16;
+  EXPECT_NE(crc_at, std::string::npos);
+  if (crc_at == std::string::npos) return b;
+  const uint32_t crc = zip_crc32(0, pkl.data(), pkl.size());
+  for (int k = 0; k < 4; ++k) b[crc_at + k] = static_cast<char>((crc >> (8 * k)) & 0xff);
+  return b;
+}
+
+}  // namespace
+
 TEST(TorchFile, NamesTheFileAndKeyOfAnUnsupportedDtype) {
-  // FloatStorage renamed to a storage type of the same length that is not allowed (HalfStorag_).
-  std::string bytes = slurp(fixture("tensors.pt"));
-  const size_t at = bytes.find("FloatStorage");
-  ASSERT_NE(at, std::string::npos);
-  bytes.replace(at, 12, "HalfStorage_");
+  // The fp32 tensor's storage turned into int16 (ShortStorage has FloatStorage's length).
+  const std::string orig = slurp(fixture("tensors.pt"));
+  std::string pkl(ZipReader::from_bytes(orig, "t").get("tensors/data.pkl"));
+  pkl.replace(pkl.find("FloatStorage"), 12, "ShortStorage");
   try {
-    parse_torch_state_dict(bytes, "tensors.pt");
-    FAIL() << "accepted a changed storage type";
+    parse_torch_state_dict(with_pickle(orig, "tensors/data.pkl", pkl), "tensors.pt");
+    FAIL() << "accepted int16";
   } catch (const Error& e) {
-    // the record's CRC32 no longer matches: the file is named either way
+    const std::string m = e.what();
+    EXPECT_NE(m.find("tensors.pt"), std::string::npos) << m;
+    EXPECT_NE(m.find("tensor a.f32"), std::string::npos) << m;
+    EXPECT_NE(m.find("ShortStorage"), std::string::npos) << m;
+  }
+  // and a flipped byte in a tensor's data fails its record's CRC32, naming the file
+  std::string bad = orig;
+  const float minus_one = -1.f;  // a.f32's first value
+  const size_t at = bad.find(std::string(reinterpret_cast<const char*>(&minus_one), 4));
+  ASSERT_NE(at, std::string::npos);
+  bad[at] = static_cast<char>(bad[at] ^ 1);
+  try {
+    parse_torch_state_dict(bad, "tensors.pt");
+    FAIL() << "accepted a corrupt record";
+  } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tensors.pt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CRC32"), std::string::npos) << e.what();
   }
 }
 
@@ -167,23 +202,14 @@ TEST(TorchFile, SurvivesCorruptedFiles) {
   // it see the damage; plus truncated pickles given to the unpickler alone.
   const ZipReader z = ZipReader::from_bytes(orig, "tensors.pt");
   const std::string pkl(z.get("tensors/data.pkl"));
-  const size_t pkl_at = orig.find(pkl);
-  size_t crc_at = std::string::npos;
-  for (size_t at = orig.find("PK\x01\x02"); at != std::string::npos; at = orig.find("PK\x01\x02", at + 1))
-    if (orig.compare(at + 46, 16, "tensors/data.pkl") == 0) crc_at = at + 16;
-  ASSERT_NE(crc_at, std::string::npos);
   const std::set<std::string> allowed{"collections.OrderedDict", "torch._utils._rebuild_tensor_v2", "torch.FloatStorage",
                                       "torch.BFloat16Storage", "torch.IntStorage", "torch.LongStorage"};
   for (int it = 0; it < 4000; ++it) {
     std::string p = pkl;
     const int flips = 1 + static_cast<int>(rng() % 4);
     for (int k = 0; k < flips; ++k) p[rng() % p.size()] = static_cast<char>(rng() & 0xff);
-    std::string b = orig;
-    b.replace(pkl_at, p.size(), p);
-    const uint32_t crc = zip_crc32(0, p.data(), p.size());
-    for (int k = 0; k < 4; ++k) b[crc_at + k] = static_cast<char>((crc >> (8 * k)) & 0xff);
     try {
-      parse_torch_state_dict(std::move(b), "fuzz.pt");
+      parse_torch_state_dict(with_pickle(orig, "tensors/data.pkl", p), "fuzz.pt");
       ++ok;
     } catch (const Error&) {
       ++errors;

@@ -94,10 +94,16 @@ void write_archive(const std::string& path, const std::string& pickle, const std
   z.finish();
 }
 
+// Storage types torch writes for dtypes we do not read: accepted by the unpickler so that the
+// error names the tensor and its dtype instead of an unknown global.
+constexpr const char* kOtherStorages[] = {"HalfStorage", "DoubleStorage", "ByteStorage", "CharStorage",
+                                          "ShortStorage", "BoolStorage", "ComplexFloatStorage"};
+
 const std::set<std::string>& allowed_globals() {
   static const std::set<std::string> g = [] {
     std::set<std::string> s{"collections.OrderedDict", "torch._utils._rebuild_tensor_v2"};
     for (const auto& i : kDtypes) s.insert(std::string("torch.") + i.storage);
+    for (const char* o : kOtherStorages) s.insert(std::string("torch.") + o);
     return s;
   }();
   return g;
