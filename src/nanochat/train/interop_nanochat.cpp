@@ -242,6 +242,38 @@ Tokenizer import_tokenizer(const std::string& dir, int64_t vocab) {
   return tok;
 }
 
+// What the import takes from nanochat's meta: the model and the loop state, and our run meta
+// (world size 1, no loader position). Throws nanochat::Error naming the file for a bad field.
+struct ImportedMeta {
+  ModelConfig cfg;
+  LoopState st;
+  json run_meta;
+};
+
+ImportedMeta read_meta(const std::string& meta_path, int64_t step) {
+  const json meta = parse_python_json(read_file(meta_path), meta_path);
+  try {
+    if (!meta.is_object() || !meta.contains("model_config")) fail("it has no model_config");
+    ImportedMeta m;
+    m.cfg = ModelConfig::from_json(meta.at("model_config"));
+    m.st.step = step;
+    if (meta.contains("loop_state")) m.st = LoopState::from_json(meta);
+    if (m.st.step != step) fail("its step is ", m.st.step, ", not ", step);
+    m.st.loader_state = nullptr;  // nanochat's loader position does not map onto this product's loader
+    auto int_or = [&](const char* k, int64_t d) { return meta.contains(k) && !meta[k].is_null() ? meta[k].get<int64_t>() : d; };
+    m.run_meta = json{{"model_config", m.cfg.to_json()},
+                      {"user_config", meta.value("user_config", json::object())},
+                      {"device_batch_size", int_or("device_batch_size", 0)},
+                      {"max_seq_len", int_or("max_seq_len", m.cfg.sequence_len)},
+                      {"total_batch_size", int_or("total_batch_size", 0)},
+                      {"world_size", 1},
+                      {"imported_from", meta_path}};
+    return m;
+  } catch (const std::exception& e) {  // nanochat::Error or a JSON field of the wrong type
+    fail(meta_path, ": ", e.what());
+  }
+}
+
 }  // namespace
 
 ImportResult import_from_nanochat(const ImportOptions& opts) {
@@ -251,34 +283,20 @@ ImportResult import_from_nanochat(const ImportOptions& opts) {
   r.tag = opts.tag.empty() ? pick_tag(root) : opts.tag;
   const std::string src = root + "/" + r.tag;
   r.step = opts.step >= 0 ? opts.step : pick_step(src);
-  const std::string meta_path = src + "/meta_" + step6(r.step) + ".json";
-  const json meta = parse_python_json(read_file(meta_path), meta_path);
-  if (!meta.is_object() || !meta.contains("model_config")) fail(meta_path, " has no model_config");
-  GPT model(ModelConfig::from_json(meta.at("model_config")));
+  ImportedMeta m = read_meta(src + "/meta_" + step6(r.step) + ".json", r.step);
+  GPT model(m.cfg);
   load_weights(src + "/model_" + step6(r.step) + ".pt", model);
-  const Tokenizer tok = import_tokenizer(opts.from + "/tokenizer", model.config().vocab_size);
-
   const std::string dest = base_dir() + "/base_checkpoints/" + r.tag;
-  CheckpointPaths cp{dest, r.step};
+  const CheckpointPaths cp{dest, r.step};
   if (fs::exists(cp.marker())) fail(dest, " already holds step ", r.step, "; remove it or import with -g another tag");
-  LoopState st;
-  st.step = r.step;
-  if (meta.contains("loop_state")) st = LoopState::from_json(meta);
-  st.loader_state = nullptr;  // nanochat's loader position does not map onto this product's loader
-  const json run_meta{{"model_config", model.config().to_json()},
-                      {"user_config", meta.value("user_config", json::object())},
-                      {"device_batch_size", meta.value("device_batch_size", 0)},
-                      {"max_seq_len", meta.value("max_seq_len", model.config().sequence_len)},
-                      {"total_batch_size", meta.value("total_batch_size", int64_t{0})},
-                      {"world_size", 1},
-                      {"tokenizer_hash", std::to_string(tok.hash())},
-                      {"imported_from", meta_path}};
+  const Tokenizer tok = import_tokenizer(opts.from + "/tokenizer", m.cfg.vocab_size);
+  m.run_meta["tokenizer_hash"] = std::to_string(tok.hash());
   std::vector<OptParam> ops;
   for (const auto& p : model.params())
     ops.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
   MuonAdamW opt(ops, OptimConfig{});  // fresh state: nanochat's optimizer files are not read
   LocalCommunicator comm;
-  save_checkpoint(comm, dest, model, opt, run_meta, st);
+  save_checkpoint(comm, dest, model, opt, m.run_meta, m.st);
   r.model_file = cp.model();
   return r;
 }
