@@ -45,9 +45,9 @@ TEST(CliNames, MistypedFlagSuggestsTheClosestOfThatCommand) {
 }
 
 TEST(CliNames, UnknownCommandWithHelpIsAnErrorNotTheTopLevelHelp) {
-  Out r = nanochat("export --help");
+  Out r = nanochat("publish --help");
   EXPECT_EQ(r.code, 2) << r.text;
-  EXPECT_NE(r.text.find("unknown command 'export'"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("unknown command 'publish'"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("base-train"), std::string::npos) << "lists the commands\n" << r.text;
   EXPECT_EQ(r.text.find("Usage:"), std::string::npos) << r.text;
 }

@@ -1,0 +1,56 @@
+// `nanochat export --to nanochat` and `nanochat import --from nanochat`: checkpoints and the
+// tokenizer in the layout of Karpathy's nanochat (PyTorch), in both directions
+// (train/interop_nanochat.h).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "nanochat/cli/commands.h"
+#include "nanochat/core/error.h"
+#include "nanochat/train/interop_nanochat.h"
+
+namespace nanochat::cli {
+
+namespace {
+struct InteropArgs {
+  CheckpointChoice ckpt;
+  std::string format = "nanochat";
+  std::string dir;
+};
+
+void check_format(const std::string& format, const char* flag) {
+  if (format != "nanochat") fail(flag, " ", format, ": the only format is 'nanochat' (Karpathy's nanochat, PyTorch)");
+}
+}  // namespace
+
+void register_interop(CLI::App& app) {
+  auto ex = std::make_shared<InteropArgs>();
+  CLI::App* e = app.add_subcommand("export", "write a checkpoint and the tokenizer in nanochat's (PyTorch) layout");
+  e->add_option("--to", ex->format, "target format (only 'nanochat')")->capture_default_str();
+  add_checkpoint_options(e, ex->ckpt);
+  e->add_option("--out", ex->dir, "nanochat base folder to write (base_checkpoints/<tag>/model_<step>.pt, "
+                                  "meta_<step>.json, tokenizer/tokenizer.pkl, tokenizer/token_bytes.pt)")
+      ->required();
+  e->callback([ex] {
+    check_format(ex->format, "--to");
+    const std::string model = export_to_nanochat({ex->ckpt.model_tag, ex->ckpt.step, ex->dir});
+    std::printf("Exported %s (with its meta and the tokenizer under %s/tokenizer); nanochat's optimizer state is not "
+                "written\n", model.c_str(), ex->dir.c_str());
+  });
+
+  auto im = std::make_shared<InteropArgs>();
+  CLI::App* i = app.add_subcommand("import", "read a nanochat (PyTorch) checkpoint and tokenizer into NANOCHAT_BASE_DIR");
+  i->add_option("--from", im->format, "source format (only 'nanochat')")->capture_default_str();
+  i->add_option("dir", im->dir, "nanochat base folder (holding base_checkpoints/ and tokenizer/)")->required();
+  add_checkpoint_options(i, im->ckpt);
+  i->callback([im] {
+    check_format(im->format, "--from");
+    const ImportResult r = import_from_nanochat({im->dir, im->ckpt.model_tag, im->ckpt.step});
+    std::printf("Imported %s step %lld into %s. The optimizer state starts fresh and the data loader at the start of "
+                "the data; resume with base-train --model-tag %s --resume-from-step %lld\n",
+                r.tag.c_str(), static_cast<long long>(r.step), r.model_file.c_str(), r.tag.c_str(),
+                static_cast<long long>(r.step));
+  });
+}
+
+}  // namespace nanochat::cli

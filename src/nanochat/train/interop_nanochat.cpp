@@ -1,0 +1,304 @@
+#include "nanochat/train/interop_nanochat.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "nanochat/comm/communicator.h"
+#include "nanochat/core/error.h"
+#include "nanochat/core/format.h"
+#include "nanochat/core/paths.h"
+#include "nanochat/core/torch_file.h"
+#include "nanochat/model/gpt.h"
+#include "nanochat/optim/muon_adamw.h"
+#include "nanochat/tokenizer/tiktoken_pickle.h"
+#include "nanochat/tokenizer/tokenizer.h"
+#include "nanochat/train/checkpoint.h"
+#include "nanochat/train/loop_checkpoint.h"
+#include "nanochat/train/loop_state.h"
+#include "nanochat/train/model_io.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace nanochat {
+
+namespace {
+
+std::string step6(int64_t s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%06lld", static_cast<long long>(s));
+  return b;
+}
+
+void make_dirs(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("cannot create ", dir, ": ", ec.message());
+}
+
+// Writes through `write(tmp)` then renames onto `path`, so a failure never leaves a partial file.
+template <typename F>
+void write_then_rename(const std::string& path, F write) {
+  const std::string tmp = path + ".tmp";
+  write(tmp);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) fail("cannot rename ", tmp, " to ", path, ": ", ec.message());
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot open ", path, ": ", std::strerror(errno), "; is this a nanochat base folder?");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return std::move(ss).str();
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + ")";
+}
+
+// ---- export ----
+
+// nanochat's meta: its fields only, with Python's bare Infinity for an infinite bpb.
+std::string nanochat_meta_text(const json& ours) {
+  static const char* kInf = "__nanochat_infinity__";
+  auto bpb = [&](const json& v) -> json { return v.is_string() ? json(kInf) : v; };
+  json m;
+  m["step"] = ours.at("step");
+  m["val_bpb"] = bpb(ours.value("val_bpb", json(nullptr)));
+  m["model_config"] = ours.at("model_config");
+  m["user_config"] = ours.value("user_config", json::object());
+  for (const char* k : {"device_batch_size", "max_seq_len", "total_batch_size"}) m[k] = ours.value(k, json(nullptr));
+  json dl = json::object();
+  const json src = ours.value("dataloader_state_dict", json(nullptr));
+  for (const char* k : {"pq_idx", "rg_idx", "epoch"})
+    if (src.is_object() && src.contains(k)) dl[k] = src.at(k);
+  m["dataloader_state_dict"] = dl.empty() ? json(nullptr) : dl;
+  json ls = ours.value("loop_state", json::object());
+  if (ls.contains("min_val_bpb")) ls["min_val_bpb"] = bpb(ls.at("min_val_bpb"));
+  m["loop_state"] = ls;
+  std::string text = m.dump(2);
+  const std::string quoted = std::string("\"") + kInf + "\"";
+  for (size_t at; (at = text.find(quoted)) != std::string::npos;) text.replace(at, quoted.size(), "Infinity");
+  return text;
+}
+
+void export_tokenizer(const Tokenizer& tok, const std::string& dir) {
+  make_dirs(dir);
+  const std::string pkl = tiktoken_pickle(tok);
+  write_then_rename(dir + "/tokenizer.pkl", [&](const std::string& tmp) {
+    std::ofstream o(tmp, std::ios::binary);
+    o.write(pkl.data(), static_cast<std::streamsize>(pkl.size()));
+    o.close();
+    if (!o) fail("cannot write ", tmp);
+  });
+  const std::vector<int32_t> tb = tok.token_bytes();
+  const StWriteEntry e{"token_bytes", "I32", {static_cast<int64_t>(tb.size())}, tb.data()};
+  write_then_rename(dir + "/token_bytes.pt", [&](const std::string& tmp) { save_torch_tensor(tmp, e); });
+}
+
+}  // namespace
+
+std::string export_to_nanochat(const ExportOptions& opts) {
+  if (opts.out.empty()) fail("export needs --out DIR, the nanochat base folder to write into");
+  LoadedModel lm = load_trained_model(opts.tag, opts.step);
+  const Tokenizer tok = Tokenizer::load(tokenizer_dir());
+  require_tokenizer_vocab(lm, tok.vocab_size());
+  const std::string dir = opts.out + "/base_checkpoints/" + lm.tag;
+  make_dirs(dir);
+  std::vector<StWriteEntry> entries;
+  for (const auto& p : lm.model->params())
+    entries.push_back({p.name, "F32", p.shape, lm.model->param_data() + p.offset});
+  const std::string model_file = dir + "/model_" + step6(lm.step) + ".pt";
+  write_then_rename(model_file, [&](const std::string& tmp) { save_torch_state_dict(tmp, entries); });
+  write_text_atomic(dir + "/meta_" + step6(lm.step) + ".json", nanochat_meta_text(lm.meta));
+  export_tokenizer(tok, opts.out + "/tokenizer");
+  return model_file;
+}
+
+// ---- import ----
+
+namespace {
+
+// Python's json writes bare Infinity / -Infinity / NaN; nlohmann::json takes them as strings.
+json parse_python_json(const std::string& text, const std::string& path) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_str = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_str) {
+      out.push_back(c);
+      if (c == '\\' && i + 1 < text.size()) out.push_back(text[++i]);
+      else if (c == '"') in_str = false;
+      continue;
+    }
+    if (c == '"') in_str = true;
+    bool replaced = false;
+    for (const char* tok : {"-Infinity", "Infinity", "NaN"}) {
+      const size_t n = std::strlen(tok);
+      if (text.compare(i, n, tok) == 0) {
+        out += tok[0] == 'N' ? "null" : std::string("\"") + tok + "\"";
+        i += n - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out.push_back(c);
+  }
+  try {
+    return json::parse(out);
+  } catch (const json::exception& e) {
+    fail("cannot parse ", path, ": ", e.what());
+  }
+}
+
+// nanochat find_largest_model: the d<N> folder with the largest N, else the newest folder.
+std::string pick_tag(const std::string& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) fail(root, " does not exist; pass the nanochat base folder (it holds base_checkpoints/)");
+  std::string best, newest;
+  int64_t best_n = -1;
+  fs::file_time_type newest_t{};
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    if (!e.is_directory()) continue;
+    const std::string name = e.path().filename().string();
+    const int64_t n = parse_suffix_number(name, "d");
+    if (n > best_n) best_n = n, best = name;
+    const auto t = fs::last_write_time(e.path(), ec);
+    if (newest.empty() || t > newest_t) newest = name, newest_t = t;
+  }
+  if (!best.empty()) return best;
+  if (!newest.empty()) return newest;
+  fail("no checkpoint folder under ", root);
+}
+
+// nanochat find_last_step: the largest S of a model_<S>.pt.
+int64_t pick_step(const std::string& dir) {
+  int64_t best = -1;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 3 && name.compare(name.size() - 3, 3, ".pt") == 0)
+      best = std::max(best, parse_suffix_number(name.substr(0, name.size() - 3), "model_"));
+  }
+  if (best < 0) fail("no model_<step>.pt in ", dir, ec ? ": " + ec.message() : std::string());
+  return best;
+}
+
+// The weights of model_<S>.pt into `model`, every key checked against the model_config.
+void load_weights(const std::string& path, GPT& model) {
+  TorchStateDict sd = load_torch_state_dict(path);
+  std::map<std::string, const StTensor*> by_name;
+  for (const auto& [k, t] : sd) {
+    const std::string name = k.rfind("_orig_mod.", 0) == 0 ? k.substr(10) : k;
+    if (!by_name.emplace(name, &t).second) fail(path, ": key ", name, " appears twice");
+  }
+  std::set<std::string> used;
+  for (const auto& p : model.params()) {
+    auto it = by_name.find(p.name);
+    if (it == by_name.end()) fail(path, ": key ", p.name, " is missing; the meta's model_config needs it");
+    if (it->second->shape != p.shape)
+      fail(path, ": key ", p.name, " has shape ", shape_text(it->second->shape), " but the meta's model_config gives ",
+           shape_text(p.shape));
+    const std::vector<float> v = tensor_to_f32(*it->second, path + ": key " + p.name);
+    std::memcpy(model.param_data() + p.offset, v.data(), p.numel * sizeof(float));
+    used.insert(p.name);
+  }
+  for (const auto& [name, t] : by_name)
+    if (!used.count(name)) fail(path, ": key ", name, " is not a parameter of the model its meta describes");
+}
+
+Tokenizer import_tokenizer(const std::string& dir, int64_t vocab) {
+  const std::string pkl = dir + "/tokenizer.pkl";
+  Tokenizer tok = tokenizer_from_tiktoken_pickle(read_file(pkl), pkl);
+  if (tok.vocab_size() != vocab)
+    fail(pkl, " has ", tok.vocab_size(), " tokens but the checkpoint's model_config has vocab_size ", vocab);
+  const std::string tbp = dir + "/token_bytes.pt";
+  if (fs::exists(tbp)) {
+    const StTensor t = load_torch_tensor(tbp);
+    const std::vector<int32_t> want = tok.token_bytes();
+    if (t.dtype != "I32" || t.shape != std::vector<int64_t>{static_cast<int64_t>(want.size())} ||
+        std::memcmp(t.bytes.data(), want.data(), want.size() * 4) != 0)
+      fail(tbp, " does not match the tokens of ", pkl, "; the tokenizer folder is inconsistent");
+  }
+  // Never replace a different tokenizer: models trained with it would read wrong ids.
+  const std::string dest = tokenizer_dir();
+  if (fs::exists(dest + "/tokenizer.json")) {
+    if (Tokenizer::load(dest).hash() != tok.hash())
+      fail(dest, " already holds a different tokenizer; move it away or set NANOCHAT_BASE_DIR to another folder");
+  } else {
+    tok.save(dest);
+  }
+  return tok;
+}
+
+// What the import takes from nanochat's meta: the model and the loop state, and our run meta
+// (world size 1, no loader position). Throws nanochat::Error naming the file for a bad field.
+struct ImportedMeta {
+  ModelConfig cfg;
+  LoopState st;
+  json run_meta;
+};
+
+ImportedMeta read_meta(const std::string& meta_path, int64_t step) {
+  const json meta = parse_python_json(read_file(meta_path), meta_path);
+  try {
+    if (!meta.is_object() || !meta.contains("model_config")) fail("it has no model_config");
+    ImportedMeta m;
+    m.cfg = ModelConfig::from_json(meta.at("model_config"));
+    m.st.step = step;
+    if (meta.contains("loop_state")) m.st = LoopState::from_json(meta);
+    if (m.st.step != step) fail("its step is ", m.st.step, ", not ", step);
+    m.st.loader_state = nullptr;  // nanochat's loader position does not map onto this product's loader
+    auto int_or = [&](const char* k, int64_t d) { return meta.contains(k) && !meta[k].is_null() ? meta[k].get<int64_t>() : d; };
+    m.run_meta = json{{"model_config", m.cfg.to_json()},
+                      {"user_config", meta.value("user_config", json::object())},
+                      {"device_batch_size", int_or("device_batch_size", 0)},
+                      {"max_seq_len", int_or("max_seq_len", m.cfg.sequence_len)},
+                      {"total_batch_size", int_or("total_batch_size", 0)},
+                      {"world_size", 1},
+                      {"imported_from", meta_path}};
+    return m;
+  } catch (const std::exception& e) {  // nanochat::Error or a JSON field of the wrong type
+    fail(meta_path, ": ", e.what());
+  }
+}
+
+}  // namespace
+
+ImportResult import_from_nanochat(const ImportOptions& opts) {
+  if (opts.from.empty()) fail("import needs the nanochat base folder (it holds base_checkpoints/ and tokenizer/)");
+  const std::string root = opts.from + "/base_checkpoints";
+  ImportResult r;
+  r.tag = opts.tag.empty() ? pick_tag(root) : opts.tag;
+  const std::string src = root + "/" + r.tag;
+  r.step = opts.step >= 0 ? opts.step : pick_step(src);
+  ImportedMeta m = read_meta(src + "/meta_" + step6(r.step) + ".json", r.step);
+  GPT model(m.cfg);
+  load_weights(src + "/model_" + step6(r.step) + ".pt", model);
+  const std::string dest = base_dir() + "/base_checkpoints/" + r.tag;
+  const CheckpointPaths cp{dest, r.step};
+  if (fs::exists(cp.marker())) fail(dest, " already holds step ", r.step, "; remove it or import with -g another tag");
+  const Tokenizer tok = import_tokenizer(opts.from + "/tokenizer", m.cfg.vocab_size);
+  m.run_meta["tokenizer_hash"] = std::to_string(tok.hash());
+  std::vector<OptParam> ops;
+  for (const auto& p : model.params())
+    ops.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
+  MuonAdamW opt(ops, OptimConfig{});  // fresh state: nanochat's optimizer files are not read
+  LocalCommunicator comm;
+  save_checkpoint(comm, dest, model, opt, m.run_meta, m.st);
+  r.model_file = cp.model();
+  return r;
+}
+
+}  // namespace nanochat
