@@ -6,9 +6,11 @@
 #include "nanochat/cli/commands.h"
 #include "nanochat/cli/suggest.h"
 #include "nanochat/core/error.h"
+#include "nanochat/core/threads.h"
 #include "nanochat/core/version.h"
 
 int main(int argc, char** argv) {
+  nanochat::use_default_wait_policy(argv);  // may re-execute this program (core/threads.h)
   CLI::App app{"nanochat.cpp: train nanochat-style GPT models on CPUs"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("nanochat.cpp ") + nanochat::build_id());

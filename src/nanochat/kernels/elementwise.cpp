@@ -9,7 +9,7 @@ constexpr int64_t kBlock = 1024;   // inner float sums over blocks, outer sum in
 
 template <typename T>
 void relu2_forward(const T* f, T* a, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > kPar)
+#pragma omp parallel for simd schedule(simd : guided) if (n > kPar)
   for (int64_t i = 0; i < n; ++i) {
     const T r = f[i] > T(0) ? f[i] : T(0);
     a[i] = r * r;
@@ -18,7 +18,7 @@ void relu2_forward(const T* f, T* a, int64_t n) {
 
 template <typename T>
 void relu2_backward(const T* f, const T* da, T* df, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > kPar)
+#pragma omp parallel for simd schedule(simd : guided) if (n > kPar)
   for (int64_t i = 0; i < n; ++i) {
     const T r = f[i] > T(0) ? f[i] : T(0);
     df[i] = da[i] * T(2) * r;
@@ -27,7 +27,7 @@ void relu2_backward(const T* f, const T* da, T* df, int64_t n) {
 
 template <typename T>
 void lambda_mix_forward(const T* h, const T* x0, T r, T a, T* out, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > kPar)
+#pragma omp parallel for simd schedule(simd : guided) if (n > kPar)
   for (int64_t i = 0; i < n; ++i) out[i] = r * h[i] + a * x0[i];
 }
 
@@ -56,13 +56,13 @@ void lambda_mix_backward(const T* h, const T* x0, T r, T a, T* dout, T* dx0, dou
 
 template <typename T>
 void axpy(T alpha, const T* x, T* y, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > kPar)
+#pragma omp parallel for simd schedule(simd : guided) if (n > kPar)
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
 template <typename T>
 void add_scaled(const T* x, T alpha, const T* y, T* out, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > kPar)
+#pragma omp parallel for simd schedule(simd : guided) if (n > kPar)
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] + alpha * y[i];
 }
 

@@ -9,7 +9,7 @@ namespace nanochat {
 
 template <typename T>
 void embedding_forward(const int32_t* idx, const T* table, T* out, int64_t N, int64_t C) {
-#pragma omp parallel for schedule(static) if (N * C > 65536)
+#pragma omp parallel for schedule(guided) if (N * C > 65536)
   for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * C, table + static_cast<int64_t>(idx[n]) * C, sizeof(T) * C);
 }
 

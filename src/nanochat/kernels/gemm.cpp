@@ -20,7 +20,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 void add_transposed(const float* src, float* dst, int64_t rows, int64_t cols) {
   constexpr int64_t kTile = 32;
   const int64_t row_tiles = (rows + kTile - 1) / kTile;
-#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+#pragma omp parallel for schedule(guided) if (rows * cols > 65536)
   for (int64_t rt = 0; rt < row_tiles; ++rt) {
     const int64_t r0 = rt * kTile, r1 = std::min(rows, r0 + kTile);
     for (int64_t c0 = 0; c0 < cols; c0 += kTile) {

@@ -122,7 +122,7 @@ void softcap_inplace(float* z, int64_t n, float cap) {
   const float inv_cap = 1.f / cap;
   constexpr int64_t kBlock = 4096;
   const int64_t nblocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(guided) if (n > 65536)
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     const int64_t i0 = blk * kBlock, i1 = std::min(n, i0 + kBlock);
     int64_t i = i0;
@@ -207,7 +207,7 @@ double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets
     for (int64_t j0 = 0; j0 < V; j0 += kVocabBlock) {
       const int64_t nb = std::min(kVocabBlock, V - j0);
       sgemm(false, true, m, nb, C, 1.f, xr, C, W + j0 * C, C, 0.f, q + j0, V);
-#pragma omp parallel for schedule(static) if (m * nb > 32768)
+#pragma omp parallel for schedule(guided) if (m * nb > 32768)
       for (int64_t i = 0; i < m; ++i) {
         float* seg = q + i * V + j0;
         const int32_t y = tr[i];
@@ -241,7 +241,7 @@ double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets
     // dx = diag(scale) (q W); dW += q^T diag(scale) x
     float* dxr = dx + r0 * C;
     linear_bwd_x(q, W, dxr, m, C, V, 0.f);
-#pragma omp parallel for schedule(static) if (m * C > 32768)
+#pragma omp parallel for schedule(guided) if (m * C > 32768)
     for (int64_t i = 0; i < m; ++i)
       for (int64_t c = 0; c < C; ++c) dxr[i * C + c] *= scale[i];
     if (dWt)  // dWt (C, V) (+)= xs^T (C, m) * q (m, V)

@@ -37,7 +37,7 @@ void rotary_table(T* cos, T* sin, int64_t rows, int64_t D, double base) {
   const int64_t half = D / 2;
   if constexpr (std::is_same_v<T, float>) {
     // nanochat: inv_freq = 1 / base ** (arange(0, D, 2, fp32) / D); freqs = outer(arange(T), inv_freq)
-#pragma omp parallel for schedule(static) if (rows * half > 65536)
+#pragma omp parallel for schedule(guided) if (rows * half > 65536)
     for (int64_t t = 0; t < rows; ++t)
       for (int64_t j = 0; j < half; ++j) {
         const float expo = static_cast<float>(2 * j) / static_cast<float>(D);
@@ -47,7 +47,7 @@ void rotary_table(T* cos, T* sin, int64_t rows, int64_t D, double base) {
         sin[t * half + j] = std::sin(ang);
       }
   } else {
-#pragma omp parallel for schedule(static) if (rows * half > 65536)
+#pragma omp parallel for schedule(guided) if (rows * half > 65536)
     for (int64_t t = 0; t < rows; ++t)
       for (int64_t j = 0; j < half; ++j) {
         const double inv_freq = 1.0 / std::pow(base, static_cast<double>(2 * j) / D);
@@ -66,7 +66,7 @@ template <typename T, typename RowOp>
 void for_each_rotary_row(T* x, const T* cos, const T* sin, int64_t B, int64_t T_, int64_t H, int64_t D, int64_t pos0,
                          RowOp row_op) {
   const int64_t half = D / 2;
-#pragma omp parallel for collapse(2) schedule(static) if (B * T_ * H * D > 32768)
+#pragma omp parallel for collapse(2) schedule(guided) if (B * T_ * H * D > 32768)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T_; ++t) {
       const T* c = cos + (pos0 + t) * half;
@@ -96,7 +96,7 @@ template <typename T>
 void rope_qknorm_forward(const T* x, int64_t ld_x, T* y, T* rstd, const T* cos, const T* sin, int64_t B, int64_t T_,
                          int64_t nh, int64_t D, int64_t pos0, T eps, T scale) {
   const int64_t half = D / 2;
-#pragma omp parallel for collapse(2) schedule(static) if (B * T_ * nh * D > 32768)
+#pragma omp parallel for collapse(2) schedule(guided) if (B * T_ * nh * D > 32768)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T_; ++t) {
       const int64_t n = b * T_ + t;
@@ -114,7 +114,7 @@ template <typename T>
 void rope_qknorm_backward(const T* y, const T* rstd, const T* dy, T* dx, int64_t ld_dx, const T* cos, const T* sin,
                           int64_t B, int64_t T_, int64_t nh, int64_t D, int64_t pos0, T scale) {
   const int64_t half = D / 2;
-#pragma omp parallel for collapse(2) schedule(static) if (B * T_ * nh * D > 32768)
+#pragma omp parallel for collapse(2) schedule(guided) if (B * T_ * nh * D > 32768)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T_; ++t) {
       const int64_t n = b * T_ + t;

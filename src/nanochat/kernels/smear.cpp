@@ -19,7 +19,7 @@ inline T gate_dot(const T* w, const T* e) {
 
 template <typename T>
 void smear_forward(const T* e, const T* w, T lambda, T* s, T* sig, int64_t B, int64_t T_, int64_t C) {
-#pragma omp parallel for collapse(2) schedule(static) if (B * T_ * C > 65536)
+#pragma omp parallel for collapse(2) schedule(guided) if (B * T_ * C > 65536)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T_; ++t) {
       const int64_t n = b * T_ + t;

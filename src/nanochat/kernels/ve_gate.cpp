@@ -12,7 +12,7 @@ template <typename T>
 void ve_gate_forward(const T* n1, int64_t C, const T* Wg, const T* table, const int32_t* idx, const T* v_in,
                      int64_t ld_v, T* v_out, T* gamma, int64_t N, int64_t Hkv, int64_t D) {
   const int64_t W = Hkv * D;
-#pragma omp parallel for schedule(static) if (N * W > 32768)
+#pragma omp parallel for schedule(guided) if (N * W > 32768)
   for (int64_t n = 0; n < N; ++n) {
     const T* vi = v_in + n * ld_v;
     T* vo = v_out + n * W;
@@ -39,7 +39,7 @@ void ve_gate_backward(const T* n1, int64_t C, const T* Wg, const T* table, const
   const int64_t W = Hkv * D;
   // dgamma = dv . ve; dz = dgamma * 3 sig (1 - sig) = dgamma * gamma * (1 - gamma/3);
   // dn1[:12] += dz . Wg
-#pragma omp parallel for schedule(static) if (N * W > 32768)
+#pragma omp parallel for schedule(guided) if (N * W > 32768)
   for (int64_t n = 0; n < N; ++n) {
     const T* ve = table + static_cast<int64_t>(idx[n]) * W;
     const T* dvn = dv + n * W;
@@ -56,7 +56,7 @@ void ve_gate_backward(const T* n1, int64_t C, const T* Wg, const T* table, const
   }
   // dWg[h, j] += sum_n dz[n, h] * n1[n, j]
   const int64_t nw = Hkv * kVeGateChannels;
-#pragma omp parallel for schedule(static) if (N * nw > 32768)
+#pragma omp parallel for schedule(guided) if (N * nw > 32768)
   for (int64_t hj = 0; hj < nw; ++hj) {
     const int64_t h = hj / kVeGateChannels, j = hj % kVeGateChannels;
     double s = 0;

@@ -523,7 +523,7 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T, const std::function<v
       Prof ps(Op::Elementwise);
       const int64_t row = Hkv * D;
       float* dst = A.qkv + (H + Hkv) * D;
-#pragma omp parallel for schedule(static) if (N * row > 65536)
+#pragma omp parallel for schedule(guided) if (N * row > 65536)
       for (int64_t n = 0; n < N; ++n) std::memcpy(dst + n * QKV, A.dv + n * row, sizeof(float) * row);
     }
     {

@@ -37,7 +37,7 @@ double sum_sq(const float* x, int64_t n) {
 
 // out[i] = sum_j x[i, j]^2 for the rows of a row-major (m, n) matrix.
 void row_sumsq(const float* x, int64_t m, int64_t n, double* out) {
-#pragma omp parallel for schedule(static) if (m * n >= kParElems)
+#pragma omp parallel for schedule(guided) if (m * n >= kParElems)
   for (int64_t i = 0; i < m; ++i) {
     const float* r = x + i * n;
     double s = 0;
@@ -52,7 +52,7 @@ void row_sumsq(const float* x, int64_t m, int64_t n, double* out) {
 void col_sumsq(const float* x, int64_t m, int64_t n, double* out) {
   constexpr int64_t kCols = 512;
   const int64_t blocks = (n + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static) if (m * n >= kParElems)
+#pragma omp parallel for schedule(guided) if (m * n >= kParElems)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t j0 = b * kCols, j1 = std::min(n, j0 + kCols);
     double* o = out + j0;
@@ -77,7 +77,7 @@ void adamw_update(float* p, const float* grad, float* m, float* v, size_t n, flo
   const float bc2f = static_cast<float>(bc2);
   const float eps = static_cast<float>(hp.eps);
   const int64_t N = static_cast<int64_t>(n);
-#pragma omp parallel for schedule(static) if (N >= kParElems)
+#pragma omp parallel for schedule(guided) if (N >= kParElems)
   for (int64_t i = 0; i < N; ++i) {
     const float g = grad[i] * grad_scale;
     const float pi = p[i] * decay;
@@ -115,7 +115,7 @@ void gram(const float* X, int64_t k, int64_t len, bool tall, float* G) {
   sgemm(ta, tb, h, h, len, 1.f, X, ld, X, ld, 0.f, G, k);                  // G11
   sgemm(ta, tb, h, h2, len, 1.f, X, ld, X2, ld, 0.f, G + h, k);            // G12
   sgemm(ta, tb, h2, h2, len, 1.f, X2, ld, X2, ld, 0.f, G + h * k + h, k);  // G22
-#pragma omp parallel for schedule(static) if (h * h2 >= kParElems)
+#pragma omp parallel for schedule(guided) if (h * h2 >= kParElems)
   for (int64_t i = 0; i < h2; ++i)  // G21 = G12^T
     for (int64_t j = 0; j < h; ++j) G[(h + i) * k + j] = G[j * k + h + i];
 }
@@ -138,7 +138,7 @@ float* polar_express(float* x, int64_t m, int64_t n, const MuonScratch& s, int s
     // B = b A + c A A, with A A = A A^T (A is symmetric)
     gram(s.a, k, k, false, s.b);
     const int64_t kk = k * k;
-#pragma omp parallel for schedule(static) if (kk >= kParElems)
+#pragma omp parallel for schedule(guided) if (kk >= kParElems)
     for (int64_t i = 0; i < kk; ++i) s.b[i] = b * s.a[i] + c * s.b[i];
     // X' = a X + X B (tall) or a X + B X (wide/square)
     std::memcpy(nxt, cur, sizeof(float) * mn);
@@ -160,7 +160,7 @@ void muon_update(float* p, const float* grad, float* momentum, float* second_mom
   // 1. Nesterov momentum via two lerps: M <- lerp(M, G, 1 - mu); X <- lerp(G, M, mu).
   const float mu = static_cast<float>(hp.momentum);
   const float one_minus_mu = static_cast<float>(1.0 - hp.momentum);
-#pragma omp parallel for schedule(static) if (mn >= kParElems)
+#pragma omp parallel for schedule(guided) if (mn >= kParElems)
   for (int64_t i = 0; i < mn; ++i) {
     const float g = grad[i] * grad_scale;
     const float mi = lerp(momentum[i], g, one_minus_mu);
@@ -173,7 +173,7 @@ void muon_update(float* p, const float* grad, float* momentum, float* second_mom
   double fro2 = 0;
   for (int64_t i = 0; i < m; ++i) fro2 += acc[i];
   const double target = std::sqrt(fro2) / std::sqrt(static_cast<double>(m));
-#pragma omp parallel for schedule(static) if (mn >= kParElems)
+#pragma omp parallel for schedule(guided) if (mn >= kParElems)
   for (int64_t i = 0; i < m; ++i) {
     const float f = static_cast<float>(target / std::max(std::sqrt(acc[i]), 1e-6));
     float* r = x + i * n;
@@ -183,7 +183,7 @@ void muon_update(float* p, const float* grad, float* momentum, float* second_mom
   // 4. Pre-scale: X / (||X||_F * 1.01 + 1e-6).
   {
     const float d = static_cast<float>(std::sqrt(sum_sq(x, mn)) * 1.01 + 1e-6);
-#pragma omp parallel for schedule(static) if (mn >= kParElems)
+#pragma omp parallel for schedule(guided) if (mn >= kParElems)
     for (int64_t i = 0; i < mn; ++i) x[i] /= d;
   }
 
@@ -194,7 +194,7 @@ void muon_update(float* p, const float* grad, float* momentum, float* second_mom
   {
     const double f = std::sqrt(static_cast<double>(std::min(m, n))) / std::max(std::sqrt(sum_sq(y, mn)), 1e-6);
     const float ff = static_cast<float>(f);
-#pragma omp parallel for schedule(static) if (mn >= kParElems)
+#pragma omp parallel for schedule(guided) if (mn >= kParElems)
     for (int64_t i = 0; i < mn; ++i) y[i] *= ff;
   }
 
@@ -222,7 +222,7 @@ void muon_update(float* p, const float* grad, float* momentum, float* second_mom
   const double lr_eff = hp.lr * std::sqrt(std::max(1.0, static_cast<double>(m) / n));
   const float lr = static_cast<float>(lr_eff);
   const float lrwd = static_cast<float>(lr_eff * hp.weight_decay);
-#pragma omp parallel for schedule(static) if (mn >= kParElems)
+#pragma omp parallel for schedule(guided) if (mn >= kParElems)
   for (int64_t i = 0; i < m; ++i) {
     const float* yr = y + i * n;
     float* pr = p + i * n;
