@@ -35,6 +35,7 @@
 #include "nanochat/core/rng.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
+#include "nanochat/kernels/gemm.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/train/plan.h"
@@ -230,7 +231,7 @@ int main(int argc, char** argv) {
 
   if (!json)
     std::printf("%-6s %3s %3s %5s | %9s %9s | %10s %8s | %9s | %s\n", "cfg", "thr", "B", "T", "step_ms", "tok/s",
-                "GFLOP/s", "MFU", "peak RSS", "peak GFLOP/s (measured FMA, ISA)");
+                "GFLOP/s", "MFU", "peak RSS", "peak GFLOP/s (measured FMA, ISA; oneDNN's ISA)");
   bool first_row = true;
   for (int nt : threads) {
     set_num_threads(nt);
@@ -302,12 +303,12 @@ int main(int argc, char** argv) {
             "\"T\":%d,\"B\":%d,\"window\":\"%s\",\"vocab\":%d,\"threads\":%d,\"steps\":%d,"
             "\"warmup\":%d,\"num_params\":%zu,\"flops_per_token\":%lld,\"step_s\":%.6f,"
             "\"fwdbwd_s\":%.6f,\"opt_s\":%.6f,\"tok_s\":%.3f,\"gflops\":%.3f,"
-            "\"peak_gflops\":%.3f,\"peak_isa\":\"%s\",\"mfu\":%.5f,\"peak_rss_bytes\":%ld,"
+            "\"peak_gflops\":%.3f,\"peak_isa\":\"%s\",\"gemm_isa\":\"%s\",\"mfu\":%.5f,\"peak_rss_bytes\":%ld,"
             "\"step_cpu_s\":%.6f,\"page_faults_per_step\":%.0f,\"activation_bytes\":%zu,"
             "\"optimizer_state_bytes\":%zu,\"loss\":%.5f,\"step_times\":",
             bc.name, bc.depth, bc.head_dim, static_cast<long long>(cfg.n_embd), bc.T, bc.B, bc.pattern, kVocab, nt,
             steps, warmup, model.num_params(), static_cast<long long>(model.num_flops_per_token()), med,
-            median(fb_times), median(opt_times), tps, gflops, peak, fma_peak_isa(), gflops / peak, rss,
+            median(fb_times), median(opt_times), tps, gflops, peak, fma_peak_isa(), gemm_isa(), gflops / peak, rss,
             median(cpu_times), median(faults), model.activation_bytes(), 4 * opt.state_floats(), loss);
         print_list(times);
         std::printf(",\"warmup_times\":");
@@ -318,8 +319,9 @@ int main(int argc, char** argv) {
                       prof::seconds(static_cast<prof::Op>(k)) / steps);
         std::printf("}}\n");
       } else {
-        std::printf("%-6s %3d %3d %5d | %9.1f %9.0f | %10.1f %7.1f%% | %6.2f GB | %.1f (%s)\n", bc.name, nt, bc.B, bc.T,
-                    med * 1e3, tps, gflops, 100.0 * gflops / peak, rss / 1e9, peak, fma_peak_isa());
+        std::printf("%-6s %3d %3d %5d | %9.1f %9.0f | %10.1f %7.1f%% | %6.2f GB | %.1f (%s; oneDNN %s)\n", bc.name, nt,
+                    bc.B, bc.T, med * 1e3, tps, gflops, 100.0 * gflops / peak, rss / 1e9, peak, fma_peak_isa(),
+                    gemm_isa());
         print_profile(sum_times, steps);
         std::printf("    page faults per step (median): %.0f\n", median(faults));
         // where the peak RSS goes: the big buffers the program holds (GB = 1e9 bytes)

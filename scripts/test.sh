@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README): installs packages, builds the Release and the ASan/UBSan builds,
-# runs the whole suite in each, and ends with one summary line "N passed, N failed".
+# runs the whole suite in each, then the kernels, model, optim and train suites in an AVX2 build
+# (what a machine without AVX-512 runs), and ends with one summary line "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 echo "== packages"
@@ -9,6 +10,8 @@ echo "== build (release)"
 bash scripts/build.sh release || exit 1
 echo "== build (asan+ubsan)"
 bash scripts/build.sh asan || exit 1
+echo "== build (avx2: x86-64-v3, no AVX-512)"
+bash scripts/build.sh avx2 nanochat test_kernels test_model test_optim test_train || exit 1
 total_pass=0; total_fail=0; rc=0
 run_suite() {  # run_suite DIR LABEL [ctest args...]
   local dir="$1" label="$2"; shift 2
@@ -30,5 +33,8 @@ run_suite build release
 # The sanitizer pass runs every suite too, the end-to-end trainer ones included (the CLI under
 # ASan/UBSan; they take ~20 s there).
 run_suite build-asan asan+ubsan
+# The AVX2 build: our kernels' AVX2 paths and oneDNN's AVX2 kernels (isa_avx2_no_avx512 checks
+# that nothing else runs) against the same fixtures and finite differences.
+run_suite build-avx2 avx2 -L '^(kernels|model|optim|train)$'
 echo "${total_pass} passed, ${total_fail} failed"
 exit $rc

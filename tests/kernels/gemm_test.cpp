@@ -1,10 +1,12 @@
 // Tests for kernels/gemm: sgemm against a naive double loop (every transpose case), the tiled
-// transposed add, and the accumulating weight gradient in both orientations.
+// transposed add, the accumulating weight gradient in both orientations, and the ISA oneDNN may use.
 #include "nanochat/kernels/gemm.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -64,4 +66,22 @@ TEST(Gemm, LinearBwdWAccBothOrientations) {
     linear_bwd_w_acc(dy.data(), x.data(), dW.data(), M, K, N, scratch.data());
     for (int64_t i = 0; i < N * K; ++i) EXPECT_NEAR(dW[i], want[i], 1e-5) << "K=" << K << " N=" << N;
   }
+}
+
+// The instruction set oneDNN may use: an AVX2 build (CMake NANOCHAT_ISA=avx2) caps it at AVX2
+// (on a machine with AVX-512 too); a native build leaves it at the machine's. The product is a
+// 256^3 sgemm, large enough for oneDNN's JIT kernels: cmake/check_isa.cmake runs this test with
+// ONEDNN_JIT_DUMP=1 and checks the kernels it wrote hold no AVX-512 instruction.
+TEST(Gemm, IsaOfTheBuild) {
+  const int n = 256;
+  std::vector<float> A(n * n, 0.5f), B(n * n, 0.25f), C(n * n, 0.f);
+  sgemm(false, false, n, n, n, 1.f, A.data(), n, B.data(), n, 0.f, C.data(), n);
+  EXPECT_FLOAT_EQ(C[0], 0.5f * 0.25f * n);
+  const std::string isa = gemm_isa();
+#if defined(NANOCHAT_ISA_AVX2)
+  EXPECT_EQ(isa, "avx2");
+#else
+  EXPECT_NE(isa, "other");
+#endif
+  std::printf("oneDNN ISA: %s\n", isa.c_str());
 }

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <vector>
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 // GCC 12's AVX-512 headers pass an uninitialised pass-through operand to the unmasked forms of
 // max/roundscale/scalef and trip -Wmaybe-uninitialized under -O3; the operand is never read.
 #pragma GCC diagnostic push
@@ -543,7 +543,7 @@ void weighted_rows(const float* p, int64_t n, const float* V, int64_t ldv, int D
   }
 }
 
-#else  // portable fallback (plain loops; -O3 vectorises them for the build's ISA)
+#else  // AVX2 kernels where they pay, plain loops (-O3 vectorises them) for the rest
 
 // Xt[d * BQ + r] = mul * X[r * ldx + d] for r < n; lanes n .. ncols-1 are zeroed.
 void pack_transposed(const float* X, int64_t ldx, int n, int ncols, int D, float mul, float* Xt) {
@@ -555,6 +555,9 @@ void pack_transposed(const float* X, int64_t ldx, int n, int ncols, int D, float
     for (int r = n; r < ncols; ++r) Xt[size_t(d) * BQ + r] = 0.f;
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include "nanochat/kernels/attention_avx2.inc"
+#else
 // The portable kernels ignore the band (computing masked entries is harmless: they are -inf
 // scores or zero probabilities).
 void abt(const float* A, int64_t lda, int M, const float* Bt, int K, int nv, float* C, Band) {
@@ -631,6 +634,7 @@ float exp2_sum_inplace(float* x, int64_t n, float sub) {
   for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp2(x[i] - sub));
   return sum;
 }
+#endif
 
 float dot(const float* a, const float* b, int D) {
   float acc = 0.f;

@@ -1,5 +1,11 @@
 #include "nanochat/kernels/elementwise.h"
 
+#include <algorithm>
+#include <type_traits>
+#if !defined(__AVX512F__) && defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 namespace nanochat {
 
 namespace {
@@ -7,8 +13,35 @@ constexpr int64_t kPar = 1 << 16;  // below this many elements, stay on one thre
 constexpr int64_t kBlock = 1024;   // inner float sums over blocks, outer sum in double
 }  // namespace
 
+#if !defined(__AVX512F__) && defined(__AVX2__)
+// relu2_forward in AVX2: GCC 12 keeps the plain loop below scalar and branchy without AVX-512
+// masking (it will not if-convert r * r, a multiply done on one branch only; measured 30x slower
+// than relu2_backward). max_ps(f, 0) returns 0 for NaN and +0 for -0, as f > 0 ? f : 0 does.
+namespace {
+void relu2_forward_avx2(const float* f, float* a, int64_t n) {
+  const int64_t nblocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(guided) if (n > kPar)
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const int64_t i1 = std::min(n, (blk + 1) * kBlock);
+    int64_t i = blk * kBlock;
+    for (; i + 8 <= i1; i += 8) {
+      const __m256 r = _mm256_max_ps(_mm256_loadu_ps(f + i), _mm256_setzero_ps());
+      _mm256_storeu_ps(a + i, _mm256_mul_ps(r, r));
+    }
+    for (; i < i1; ++i) {
+      const float r = f[i] > 0.f ? f[i] : 0.f;
+      a[i] = r * r;
+    }
+  }
+}
+}  // namespace
+#endif
+
 template <typename T>
 void relu2_forward(const T* f, T* a, int64_t n) {
+#if !defined(__AVX512F__) && defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) return relu2_forward_avx2(f, a, n);
+#endif
 #pragma omp parallel for simd schedule(simd : guided) if (n > kPar)
   for (int64_t i = 0; i < n; ++i) {
     const T r = f[i] > T(0) ? f[i] : T(0);

@@ -2,11 +2,18 @@
 // Single-precision GEMM through oneDNN's dnnl_sgemm (row-major). Chosen by measurement:
 // on the development machines dnnl_sgemm was the fastest library at 2 threads on every training
 // shape and within 3% of the best at 1 thread.
-// oneDNN picks its AVX-512 kernels by itself, independent of OPENBLAS_CORETYPE. It runs on the
-// OpenMP threads set by set_num_threads (core/threads.h).
+// oneDNN picks its AVX-512 kernels by itself, independent of OPENBLAS_CORETYPE; an AVX2 build
+// (CMake -DNANOCHAT_ISA=avx2) caps it at AVX2 before its first call (dnnl_set_max_cpu_isa), so
+// it runs the kernels an AVX2 + FMA machine without AVX-512 runs. It runs on the OpenMP threads
+// set by set_num_threads (core/threads.h).
 #include <cstdint>
 
 namespace nanochat {
+
+/// The highest instruction set oneDNN's sgemm may use in this process ("avx2", "avx512_core",
+/// "avx512_core_bf16", ...: dnnl_get_effective_cpu_isa, after the build's cap). Throws
+/// nanochat::Error in an AVX2 build if oneDNN could not be capped (it was called before us).
+const char* gemm_isa();
 
 /// C(M,N) = alpha * op(A) * op(B) + beta * C, all row-major.
 /// op(A) is (M,K): A is (M,K) with lda >= K, or (K,M) with lda >= M when trans_a.

@@ -16,7 +16,37 @@ namespace nanochat {
 
 namespace {
 
-// float row kernel: vectorised (AVX-512 when available, the same algorithm in scalar otherwise).
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+// The AVX2 pass over row[0, n) in whole 8-lane vectors (j is left at the first value it did not
+// process): returns the sum of e = exp(cap*t - cap), t = tanh(l/cap), and overwrites the row with
+// q = e * (1 - t^2) (Store::kQ), z = cap*t (Store::kZ) or nothing (Store::kNone). Two vectors per step,
+// two accumulators.
+enum class Store { kNone, kQ, kZ };
+float softcap_ce_avx2(float* row, int64_t n, float cap, Store store, int64_t& j) {
+  const __m256 vcap = _mm256_set1_ps(cap), vinv = _mm256_set1_ps(1.f / cap), one = _mm256_set1_ps(1.f);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  auto step = [&](float* p, __m256& acc) {
+    const __m256 t = vecmath::tanh8(_mm256_mul_ps(_mm256_loadu_ps(p), vinv));
+    const __m256 e = vecmath::exp8(_mm256_fmsub_ps(vcap, t, vcap));  // exp(cap*t - cap)
+    acc = _mm256_add_ps(acc, e);
+    if (store == Store::kQ) _mm256_storeu_ps(p, _mm256_mul_ps(e, _mm256_fnmadd_ps(t, t, one)));
+    if (store == Store::kZ) _mm256_storeu_ps(p, _mm256_mul_ps(vcap, t));
+  };
+  for (; j + 16 <= n; j += 16) {
+    step(row + j, acc0);
+    step(row + j + 8, acc1);
+  }
+  for (; j + 8 <= n; j += 8) step(row + j, acc0);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_add_ps(acc0, acc1));
+  float total = 0.f;
+  for (float v : lanes) total += v;
+  return total;
+}
+#endif
+
+// float row kernel: vectorised (AVX-512 or AVX2 when available, the same algorithm in scalar
+// otherwise).
 // Pass 1 computes t = tanh(l/cap), z = cap*t and e = exp(z - cap) (z <= cap: no overflow) and
 // sums e; with a gradient it stores q = e * (1 - t^2) in place, so that pass 2 is a scaling:
 // dlogits = s * q / sum(e) (= s * softmax(z) * (1 - t^2)), minus s * (1 - t_y^2) at the target.
@@ -55,6 +85,9 @@ double softcap_ce_row_f32(float* row, int64_t V, int32_t target, float cap, floa
 #else
   {
     float acc = 0.f;
+#if defined(__AVX2__) && defined(__FMA__)
+    acc = softcap_ce_avx2(row, V, cap, want_grad ? Store::kQ : Store::kZ, j);
+#endif
     for (; j < V; ++j) {
       const float t = vecmath::tanh_scalar(row[j] * inv_cap);
       const float e = vecmath::exp_scalar(cap * t - cap);
@@ -78,6 +111,11 @@ double softcap_ce_row_f32(float* row, int64_t V, int32_t target, float cap, floa
   {
     const __m512 vf = _mm512_set1_ps(f);
     for (; j + 16 <= V; j += 16) _mm512_storeu_ps(row + j, _mm512_mul_ps(vf, _mm512_loadu_ps(row + j)));
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  {
+    const __m256 vf = _mm256_set1_ps(f);
+    for (; j + 8 <= V; j += 8) _mm256_storeu_ps(row + j, _mm256_mul_ps(vf, _mm256_loadu_ps(row + j)));
   }
 #endif
   for (; j < V; ++j) row[j] *= f;
@@ -130,6 +168,10 @@ void softcap_inplace(float* z, int64_t n, float cap) {
     const __m512 vcap = _mm512_set1_ps(cap), vinv = _mm512_set1_ps(inv_cap);
     for (; i + 16 <= i1; i += 16)
       _mm512_storeu_ps(z + i, _mm512_mul_ps(vcap, vecmath::tanh16(_mm512_mul_ps(_mm512_loadu_ps(z + i), vinv))));
+#elif defined(__AVX2__) && defined(__FMA__)
+    const __m256 vcap = _mm256_set1_ps(cap), vinv = _mm256_set1_ps(inv_cap);
+    for (; i + 8 <= i1; i += 8)
+      _mm256_storeu_ps(z + i, _mm256_mul_ps(vcap, vecmath::tanh8(_mm256_mul_ps(_mm256_loadu_ps(z + i), vinv))));
 #endif
     for (; i < i1; ++i) z[i] = cap * vecmath::tanh_scalar(z[i] * inv_cap);
   }
@@ -167,6 +209,9 @@ float softcap_segment(float* seg, int64_t n, float cap, bool store_q) {
   }
   total = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 #else
+#if defined(__AVX2__) && defined(__FMA__)
+  total = softcap_ce_avx2(seg, n, cap, store_q ? Store::kQ : Store::kNone, j);
+#endif
   for (; j < n; ++j) {
     const float t = vecmath::tanh_scalar(seg[j] * inv_cap);
     const float e = vecmath::exp_scalar(cap * t - cap);

@@ -15,6 +15,8 @@ void exp_array(const float* x, float* y, int64_t n) {
     _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
     i = n;
   }
+#elif defined(__AVX2__) && defined(__FMA__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
 #endif
   for (; i < n; ++i) y[i] = exp_scalar(x[i]);
 }
@@ -28,6 +30,8 @@ void tanh_array(const float* x, float* y, int64_t n) {
     _mm512_mask_storeu_ps(y + i, m, tanh16(_mm512_maskz_loadu_ps(m, x + i)));
     i = n;
   }
+#elif defined(__AVX2__) && defined(__FMA__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, tanh8(_mm256_loadu_ps(x + i)));
 #endif
   for (; i < n; ++i) y[i] = tanh_scalar(x[i]);
 }
