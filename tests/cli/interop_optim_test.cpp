@@ -3,13 +3,16 @@
 // optim_<S>_rank0.pt (an ordinary pickle Python's stdlib reads) and comes back bit for bit;
 // the optimizer state nanochat's own MuonAdamW wrote under real PyTorch (one rank, and the same
 // state as 2 ranks hold it) imports to the same moments and training resumes from it; an
-// optimizer file that does not fit stops with a message naming the file and the key.
+// optimizer file that does not fit stops with a message naming the file and the key, and corrupted
+// copies of the real file only ever end in success or nanochat::Error naming it.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "nanochat/core/error.h"
 #include "nanochat/core/safetensors.h"
 #include "nanochat/core/torch_file.h"
 #include "nanochat/model/gpt.h"
@@ -185,4 +188,30 @@ TEST(InteropOptim, AnOptimizerFileThatDoesNotFitNamesTheFileAndKey) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find(ck + "/optim_000003_rank0.pt"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(d.dir + "/b3/base_checkpoints/d1/complete_000003")) << "nothing written";
+}
+
+TEST(InteropOptim, CorruptedOptimizerFilesEndInAnErrorNamingTheFile) {
+  const std::string fix_pt = fixtures() + "/nanochat/base_checkpoints/d1/optim_000003_rank0.pt";
+  const std::string good = slurp(fix_pt);
+  Opt o(fixtures() + "/nanochat/base_checkpoints/d1/meta_000003.json");
+  TmpDir d("nc_iopt_fuzz");
+  const std::string path = d.dir + "/optim_000003_rank0.pt";
+  std::mt19937 rng(7);
+  int errors = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string bytes = good;
+    if (i % 3 == 0) {
+      bytes.resize(rng() % bytes.size());
+    } else {
+      for (int k = 0; k < 1 + i % 4; ++k) bytes[rng() % bytes.size()] = static_cast<char>(rng());
+    }
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    try {
+      (void)load_nanochat_optimizer({path}, o.opt);
+    } catch (const nanochat::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+      ++errors;
+    }
+  }
+  EXPECT_GT(errors, 150);
 }
