@@ -163,6 +163,11 @@ TEST(InteropOptim, ImportsTheStateNanochatsMuonAdamWWroteOnOneOrTwoRanksAndResum
                " --core-metric-every -1 --threads 1 --model-tag d1 --num-iterations 4 --resume-from-step 3");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("Resumed from step 3"), std::string::npos) << r.out;
+  // the AdamW step counts continue from nanochat's (1 step there, 1 here)
+  int64_t step = 0;
+  const StFile resumed = load_safetensors(ck + "/optim_000004_rank0.safetensors");
+  std::memcpy(&step, resumed.at("adamw.lm_head.weight.step").bytes.data(), sizeof step);
+  EXPECT_EQ(step, 2);
 }
 
 TEST(InteropOptim, AnOptimizerFileThatDoesNotFitNamesTheFileAndKey) {
