@@ -69,6 +69,7 @@ TEST(Interop, ExportThenImportGivesTheSameWeightsAndTokenizerAndResumes) {
   fs::remove_all(dst.dir + "/tokenizer");
   r = run(dst, " import --from nanochat " + out);
   ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("optimizer state starts fresh"), std::string::npos) << r.out;  // exported without it
   expect_same_tensors(src.ckpt() + "/model_000002.safetensors", dst.ckpt() + "/model_000002.safetensors");
   const Tokenizer a = Tokenizer::load(src.dir + "/tokenizer"), b = Tokenizer::load(dst.dir + "/tokenizer");
   EXPECT_EQ(a.encode(kSample), b.encode(kSample));

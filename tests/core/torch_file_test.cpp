@@ -1,6 +1,7 @@
 // The torch zip checkpoint codec (core/torch_file.h, core/zip_store.h, core/pickle.h): files real
 // PyTorch wrote are read exactly (fp32, bf16 widened, int32/int64, a view at a storage offset);
-// what we write is read back by us and by Python's own zipfile + pickle; the unpickler refuses
+// what we write (state dicts, single tensors, nested objects like an optimizer state_dict) is read
+// back by us and by Python's own zipfile + pickle; the unpickler refuses
 // globals outside its allow-list; and thousands of corrupted copies of a real file only ever end
 // in success or nanochat::Error (run in the ASan build too).
 #include <gtest/gtest.h>
@@ -220,4 +221,67 @@ TEST(TorchFile, SurvivesCorruptedFiles) {
     }
   }
   SUCCEED() << ok << " corrupted copies still read, " << errors << " refused";
+}
+
+TEST(TorchFile, ANestedObjectWithFloatsListsAndTensorsReadsBackHereAndInPython) {
+  // the shape of an optimizer state_dict: {"state": {0: {"step": 7, "exp_avg": T}},
+  // "param_groups": [{"kind": "adamw", "betas": (0.8, 0.96), "eps": 1e-10, "params": [0]}]}
+  const float v[3] = {1.5f, -2.25f, 3.0f};
+  const std::string path = tmp_path("nested") + ".pt";
+  TorchObjectWriter tw;
+  PickleWriter& w = tw.pickle();
+  w.empty_dict();
+  w.mark();
+  w.str("state");
+  w.empty_dict();
+  w.mark();
+  w.integer(0);
+  w.empty_dict();
+  w.mark();
+  w.str("step");
+  w.integer(7);
+  w.str("exp_avg");
+  tw.tensor({"m", "F32", {3}, v});
+  w.setitems();
+  w.setitems();
+  w.str("param_groups");
+  w.empty_list();
+  w.mark();
+  w.empty_dict();
+  w.mark();
+  w.str("kind");
+  w.str("adamw");
+  w.str("betas");
+  w.mark();
+  w.floating(0.8);
+  w.floating(0.96);
+  w.tuple_from_mark();
+  w.str("eps");
+  w.floating(1e-10);
+  w.str("params");
+  w.empty_list();
+  w.mark();
+  w.integer(0);
+  w.appends();
+  w.setitems();
+  w.appends();
+  w.setitems();
+  tw.save(path);
+
+  const TorchObject o = load_torch_object(path);
+  const PickleTree& t = o.tree;
+  const int group = t.at(t.dict_get(t.root, "param_groups")).items.at(0);
+  EXPECT_EQ(t.at(t.at(t.dict_get(group, "betas")).items.at(1)).f, 0.96);
+  EXPECT_EQ(t.at(t.dict_get(group, "eps")).f, 1e-10);
+  const auto& entry = t.at(t.dict_get(t.root, "state")).dict.at(0);
+  EXPECT_EQ(t.at(entry.first).i, 0);
+  const StTensor m = o.tensor(t.dict_get(entry.second, "exp_avg"), "exp_avg");
+  EXPECT_EQ(tensor_to_f32(m, "m"), std::vector<float>(v, v + 3));
+
+  const json py = read_with_python("optimizer", path);
+  EXPECT_EQ(py["param_groups"][0]["betas"], json::array({0.8, 0.96}));
+  EXPECT_EQ(py["param_groups"][0]["eps"], 1e-10);
+  EXPECT_EQ(py["state"]["0"]["step"], 7);
+  EXPECT_EQ(py["state"]["0"]["exp_avg"]["values"], json::array({1.5, -2.25, 3.0}));
+  fs::remove(path);
 }

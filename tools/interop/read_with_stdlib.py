@@ -3,6 +3,8 @@
     python3 tools/interop/read_with_stdlib.py state-dict FILE.pt   -> JSON {key: {dtype, shape, values}}
     python3 tools/interop/read_with_stdlib.py tensor FILE.pt       -> JSON {dtype, shape, values}
     python3 tools/interop/read_with_stdlib.py tokenizer FILE.pkl   -> JSON {name, pat_str, ranks, specials}
+    python3 tools/interop/read_with_stdlib.py optimizer FILE.pt    -> JSON {state: {index: {key: tensor desc
+                                                                     or int}}, param_groups: [...]}
 
 The torch zip is opened with zipfile and data.pkl unpickled by pickle.Unpickler, with stand-ins for
 the only callables torch.load would call (collections.OrderedDict is the real one): this proves
@@ -99,6 +101,17 @@ def main():
         sd = load_torch(path)
         assert isinstance(sd, collections.OrderedDict), type(sd)
         print(json.dumps({k: v.desc for k, v in sd.items()}))
+    elif mode == "optimizer":  # torch.optim state_dict: plain dicts, int keys, tuples of floats
+        sd = load_torch(path)
+        assert type(sd) is dict and list(sd) == ["state", "param_groups"], sd.keys()
+        state = {}
+        for i, st in sd["state"].items():
+            assert type(i) is int and type(st) is dict, (i, st)
+            state[str(i)] = {k: (v.desc if isinstance(v, Tensor) else v) for k, v in st.items()}
+        for g in sd["param_groups"]:
+            assert type(g) is dict and all(type(p) is int for p in g["params"]), g
+            assert g["kind"] != "adamw" or (type(g["betas"]) is tuple and type(g["eps"]) is float), g
+        print(json.dumps({"state": state, "param_groups": sd["param_groups"]}))
     elif mode == "tensor":
         print(json.dumps(load_torch(path).desc))
     elif mode == "tokenizer":

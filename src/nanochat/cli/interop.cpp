@@ -16,6 +16,7 @@ struct InteropArgs {
   CheckpointChoice ckpt;
   std::string format = "nanochat";
   std::string dir;
+  bool with_optimizer = false;
 };
 
 void check_format(const std::string& format, const char* flag) {
@@ -31,11 +32,14 @@ void register_interop(CLI::App& app) {
   e->add_option("--out", ex->dir, "nanochat base folder to write (base_checkpoints/<tag>/model_<step>.pt, "
                                   "meta_<step>.json, tokenizer/tokenizer.pkl, tokenizer/token_bytes.pt)")
       ->required();
+  e->add_flag("--with-optimizer", ex->with_optimizer,
+              "also write the optimizer state (every rank's shard) as nanochat's optim_<step>_rank0.pt");
   e->callback([ex] {
     check_format(ex->format, "--to");
-    const std::string model = export_to_nanochat({ex->ckpt.model_tag, ex->ckpt.step, ex->dir});
-    std::printf("Exported %s (with its meta and the tokenizer under %s/tokenizer); nanochat's optimizer state is not "
-                "written\n", model.c_str(), ex->dir.c_str());
+    const std::string model = export_to_nanochat({ex->ckpt.model_tag, ex->ckpt.step, ex->dir, ex->with_optimizer});
+    std::printf("Exported %s (with its meta and the tokenizer under %s/tokenizer); %s\n", model.c_str(), ex->dir.c_str(),
+                ex->with_optimizer ? "the optimizer state is in optim_<step>_rank0.pt next to it"
+                                   : "the optimizer state is not written (add --with-optimizer)");
   });
 
   auto im = std::make_shared<InteropArgs>();
@@ -46,9 +50,13 @@ void register_interop(CLI::App& app) {
   i->callback([im] {
     check_format(im->format, "--from");
     const ImportResult r = import_from_nanochat({im->dir, im->ckpt.model_tag, im->ckpt.step});
-    std::printf("Imported %s step %lld into %s. The optimizer state starts fresh and the data loader at the start of "
-                "the data; resume with base-train --model-tag %s --resume-from-step %lld\n",
-                r.tag.c_str(), static_cast<long long>(r.step), r.model_file.c_str(), r.tag.c_str(),
+    const std::string optim = r.optimizer_ranks > 0
+                                  ? "The optimizer state comes from nanochat's " + std::to_string(r.optimizer_ranks) +
+                                        "-rank optimizer files"
+                                  : "The optimizer state starts fresh (no optim_<step>_rank<r>.pt)";
+    std::printf("Imported %s step %lld into %s. %s and the data loader starts at the start of the data; resume with "
+                "base-train --model-tag %s --resume-from-step %lld\n",
+                r.tag.c_str(), static_cast<long long>(r.step), r.model_file.c_str(), optim.c_str(), r.tag.c_str(),
                 static_cast<long long>(r.step));
   });
 }

@@ -311,6 +311,14 @@ void PickleWriter::global(const std::string& module, const std::string& name) {
 }
 void PickleWriter::empty_tuple() { out_.push_back(')'); }
 void PickleWriter::tuple_from_mark() { out_.push_back('t'); }
+void PickleWriter::floating(double v) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  out_.push_back('G');
+  for (int k = 7; k >= 0; --k) out_.push_back(static_cast<char>((bits >> (8 * k)) & 0xff));  // big-endian
+}
+void PickleWriter::empty_list() { out_.push_back(']'); }
+void PickleWriter::appends() { out_.push_back('e'); }
 void PickleWriter::empty_dict() { out_.push_back('}'); }
 void PickleWriter::setitems() { out_.push_back('u'); }
 void PickleWriter::reduce() { out_.push_back('R'); }

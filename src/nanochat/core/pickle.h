@@ -67,11 +67,14 @@ class PickleWriter {
   void none();
   void boolean(bool v);
   void integer(int64_t v);
+  void floating(double v);  ///< BINFLOAT (a Python float)
   void str(std::string_view s);
   void bytes(std::string_view b);
   void global(const std::string& module, const std::string& name);
   void empty_tuple();
   void tuple_from_mark();  ///< TUPLE: the items since the last mark()
+  void empty_list();
+  void appends();  ///< APPENDS: the items since the last mark() onto the list below the mark
   void empty_dict();
   void setitems();  ///< SETITEMS: the key/value pairs since the last mark()
   void reduce();    ///< REDUCE: callable, args tuple -> result

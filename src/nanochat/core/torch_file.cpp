@@ -228,6 +228,20 @@ StTensor load_torch_tensor(const std::string& path) {
   return read_tensor(o.tree, o.tree.root, o.zip, o.prefix, "the tensor");
 }
 
+void TorchObjectWriter::tensor(const StWriteEntry& e) {
+  pickle_tensor(w_, e, std::to_string(entries_.size()));
+  entries_.push_back(e);
+}
+
+void TorchObjectWriter::save(const std::string& path) { write_archive(path, w_.finish(), entries_); }
+
+StTensor TorchObject::tensor(int idx, const std::string& ctx) const { return read_tensor(tree, idx, zip, prefix, ctx); }
+
+TorchObject load_torch_object(const std::string& path) {
+  OpenedTorch o = open_torch(ZipReader(path), path);
+  return TorchObject{std::move(o.zip), std::move(o.prefix), std::move(o.tree)};
+}
+
 std::vector<float> tensor_to_f32(const StTensor& t, const std::string& what) {
   const size_t n = static_cast<size_t>(t.numel());
   std::vector<float> out(n);

@@ -19,7 +19,9 @@
 #include <utility>
 #include <vector>
 
+#include "nanochat/core/pickle.h"
 #include "nanochat/core/safetensors.h"
+#include "nanochat/core/zip_store.h"
 
 namespace nanochat {
 
@@ -43,6 +45,36 @@ TorchStateDict parse_torch_state_dict(std::string bytes, const std::string& what
 TorchStateDict load_torch_state_dict(const std::string& path);
 /// Reads a file holding one torch.save'd tensor.
 StTensor load_torch_tensor(const std::string& path);
+
+/// torch.save of any nested object of dicts, lists, tuples, numbers, strings and tensors (e.g. an
+/// optimizer's state_dict): the caller emits the object through pickle() and each tensor through
+/// tensor(), which gives it its own storage. The tensors' data must stay valid until save().
+class TorchObjectWriter {
+ public:
+  PickleWriter& pickle() { return w_; }
+  /// Pickles `e` (dtype F32, BF16, I32 or I64) here as a tensor. Throws nanochat::Error for another dtype.
+  void tensor(const StWriteEntry& e);
+  /// Finishes the pickle and writes the archive to `path` (callers rename for atomicity).
+  void save(const std::string& path);
+
+ private:
+  PickleWriter w_{2};
+  std::vector<StWriteEntry> entries_;
+};
+
+/// A torch.save'd object read with the restricted unpickler: the caller walks tree and reads each
+/// tensor node through tensor(). `what` in messages is the file.
+struct TorchObject {
+  ZipReader zip;
+  std::string prefix;  ///< "<archive>/"
+  PickleTree tree;
+  /// The tensor at node idx; throws nanochat::Error naming the file and `ctx` when it is not one
+  /// (see parse_torch_state_dict for what is checked).
+  StTensor tensor(int idx, const std::string& ctx) const;
+};
+/// Opens the torch file at `path`. Throws nanochat::Error naming the file when it is not a torch
+/// zip or its pickle is malformed or names a global outside the allow-list.
+TorchObject load_torch_object(const std::string& path);
 
 /// fp32 values of an F32 or BF16 tensor (bf16 widened exactly). Throws nanochat::Error naming
 /// `what` for other dtypes.

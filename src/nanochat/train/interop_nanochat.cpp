@@ -19,6 +19,7 @@
 #include "nanochat/tokenizer/tiktoken_pickle.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/checkpoint.h"
+#include "nanochat/train/interop_optim.h"
 #include "nanochat/train/loop_checkpoint.h"
 #include "nanochat/train/loop_state.h"
 #include "nanochat/train/model_io.h"
@@ -64,6 +65,14 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + ")";
+}
+
+// The optimizer's view of the model's parameters.
+std::vector<OptParam> opt_params(GPT& model) {
+  std::vector<OptParam> ops;
+  for (const auto& p : model.params())
+    ops.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
+  return ops;
 }
 
 // ---- export ----
@@ -122,6 +131,13 @@ std::string export_to_nanochat(const ExportOptions& opts) {
   write_then_rename(model_file, [&](const std::string& tmp) { save_torch_state_dict(tmp, entries); });
   write_text_atomic(dir + "/meta_" + step6(lm.step) + ".json", nanochat_meta_text(lm.meta));
   export_tokenizer(tok, opts.out + "/tokenizer");
+  if (opts.with_optimizer) {
+    GPT& model = *lm.model;
+    MuonAdamW opt(opt_params(model), optim_config_of_meta(lm.meta, model.config().n_embd));
+    const MuonAdamW::WholeState whole = read_checkpoint_optimizer(lm, opt);
+    write_then_rename(dir + "/optim_" + step6(lm.step) + "_rank0.pt",
+                      [&](const std::string& tmp) { save_nanochat_optimizer(tmp, opt, whole); });
+  }
   return model_file;
 }
 
@@ -193,6 +209,29 @@ int64_t pick_step(const std::string& dir) {
   }
   if (best < 0) fail("no model_<step>.pt in ", dir, ec ? ": " + ec.message() : std::string());
   return best;
+}
+
+// nanochat's optim_<S>_rank<r>.pt of step S, by rank; empty when there are none. Throws
+// nanochat::Error naming the folder when ranks are missing.
+std::vector<std::string> nanochat_optim_files(const std::string& dir, int64_t step) {
+  const std::string prefix = "optim_" + step6(step) + "_rank";
+  std::set<int64_t> ranks;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > prefix.size() + 3 && name.compare(name.size() - 3, 3, ".pt") == 0 && name.rfind(prefix, 0) == 0) {
+      const int64_t r = parse_suffix_number(name.substr(0, name.size() - 3), prefix);
+      if (r >= 0) ranks.insert(r);
+    }
+  }
+  std::vector<std::string> files;
+  for (int64_t r = 0; r < static_cast<int64_t>(ranks.size()); ++r) {
+    if (!ranks.count(r))
+      fail(dir, " has ", ranks.size(), " optimizer files of step ", step, " but no ", prefix, r,
+           ".pt; copy every rank's file (nanochat shards the optimizer state per rank)");
+    files.push_back(dir + "/" + prefix + std::to_string(r) + ".pt");
+  }
+  return files;
 }
 
 // The weights of model_<S>.pt into `model`, every key checked against the model_config.
@@ -291,10 +330,10 @@ ImportResult import_from_nanochat(const ImportOptions& opts) {
   if (fs::exists(cp.marker())) fail(dest, " already holds step ", r.step, "; remove it or import with -g another tag");
   const Tokenizer tok = import_tokenizer(opts.from + "/tokenizer", m.cfg.vocab_size);
   m.run_meta["tokenizer_hash"] = std::to_string(tok.hash());
-  std::vector<OptParam> ops;
-  for (const auto& p : model.params())
-    ops.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
-  MuonAdamW opt(ops, OptimConfig{});  // fresh state: nanochat's optimizer files are not read
+  MuonAdamW opt(opt_params(model), optim_config_of_meta(m.run_meta, m.cfg.n_embd));
+  const std::vector<std::string> optim_files = nanochat_optim_files(src, r.step);
+  if (!optim_files.empty()) opt.load_whole_state(load_nanochat_optimizer(optim_files, opt));
+  r.optimizer_ranks = static_cast<int>(optim_files.size());
   LocalCommunicator comm;
   save_checkpoint(comm, dest, model, opt, m.run_meta, m.st);
   r.model_file = cp.model();

@@ -10,11 +10,12 @@
 //   tokenizer/tokenizer.pkl                   pickled tiktoken Encoding (tokenizer/tiktoken_pickle.h)
 //   tokenizer/token_bytes.pt                  int32 (V,) raw byte length of each token
 // The state_dict keys and shapes are the ones this product already uses (docs/nanochat.md 1.2),
-// so weights move unchanged. The optimizer state does not move: nanochat's per-rank
-// optim_<S>_rank<r>.pt is neither written nor read. An import therefore gets a fresh (zero)
-// optimizer state, and its data loader starts at the beginning of the data (nanochat's loader
-// position is not ours); `base-train --resume-from-step S` continues from the imported weights
-// and loop state.
+// so weights move unchanged. The optimizer state moves too (train/interop_optim.h):
+//   base_checkpoints/<tag>/optim_<S:06d>_rank<r>.pt  torch.save of MuonAdamW.state_dict() per rank
+// export writes it for one rank (optional); import reads every rank's file when there are any and
+// otherwise starts a fresh (zero) optimizer state. The imported data loader starts at the
+// beginning of the data (nanochat's loader position is not ours); `base-train --resume-from-step
+// S` continues from the imported weights, optimizer state and loop state.
 #include <cstdint>
 #include <string>
 
@@ -24,12 +25,14 @@ struct ExportOptions {
   std::string tag;    ///< checkpoint tag under base_dir()/base_checkpoints ("" = the default)
   int64_t step = -1;  ///< -1 = the last complete step
   std::string out;    ///< the nanochat base folder to write into (created)
+  bool with_optimizer = false;  ///< also write optim_<S>_rank0.pt (the whole state of every shard)
 };
 
 /// Writes the checkpoint (and the tokenizer of base_dir()/tokenizer) in nanochat's layout under
 /// opts.out; every file is written under a temporary name and renamed. Returns the model file
 /// written. Throws nanochat::Error naming the file when the checkpoint or tokenizer cannot be
-/// read or their vocabularies differ, or when a file cannot be written.
+/// read or their vocabularies differ, when an optimizer shard is missing or corrupt, or when a
+/// file cannot be written.
 std::string export_to_nanochat(const ExportOptions& opts);
 
 struct ImportOptions {
@@ -43,12 +46,14 @@ struct ImportResult {
   std::string tag;
   int64_t step = 0;
   std::string model_file;  ///< the safetensors written under base_dir()
+  int optimizer_ranks = 0; ///< nanochat optimizer files read (0: none, the optimizer starts fresh)
 };
 
 /// Reads a nanochat checkpoint (fp32 or bf16 tensors; bf16 widened to fp32) and its tokenizer and
 /// writes them as a complete checkpoint of this product under base_dir()/base_checkpoints/<tag>/
 /// and base_dir()/tokenizer. Throws nanochat::Error naming the file (and the key) for anything
-/// unexpected: a missing file, a key missing from or unknown to the model, a shape that differs
+/// unexpected: a missing file, an optimizer file that does not fit the model (interop_optim.h), ranks
+/// missing from optim_<S>_rank<r>.pt, a key missing from or unknown to the model, a shape that differs
 /// from the meta's model_config, an unsupported dtype, a corrupt file, a tokenizer whose vocabulary
 /// or token_bytes.pt disagree, a different tokenizer already in base_dir()/tokenizer, or a step
 /// that already exists under the destination tag.
