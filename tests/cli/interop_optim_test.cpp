@@ -47,7 +47,8 @@ struct Opt {
   MuonAdamW opt;
   static std::vector<OptParam> views(GPT& m) {
     std::vector<OptParam> ops;
-    for (const auto& p : m.params()) ops.push_back({p.name, p.shape, m.param_data() + p.offset, m.grad_data() + p.offset});
+    for (const auto& p : m.params())
+      ops.push_back({p.name, p.shape, m.param_data() + p.offset, m.grad_data() + p.offset});
     return ops;
   }
   static ModelConfig config(const std::string& meta_path) {
@@ -64,7 +65,8 @@ MuonAdamW::WholeState whole_state(const std::string& dir, int step, int world) {
   std::snprintf(s, sizeof s, "%06d", step);
   Opt o(dir + "/meta_" + s + ".json");
   std::vector<StFile> shards;
-  for (int r = 0; r < world; ++r) shards.push_back(load_safetensors(dir + "/optim_" + s + "_rank" + std::to_string(r) + ".safetensors"));
+  for (int r = 0; r < world; ++r)
+    shards.push_back(load_safetensors(dir + "/optim_" + s + "_rank" + std::to_string(r) + ".safetensors"));
   return o.opt.assemble_whole_state(shards);
 }
 
@@ -78,7 +80,8 @@ void expect_same_state(const MuonAdamW::WholeState& a, const MuonAdamW::WholeSta
 
 TEST(InteropOptim, TwoRankStateExportsAndImportsBitExactAndResumes) {
   BaseDir src("nc_iopt_src");
-  const std::string launch = " run --nproc-per-node 2 --threads-per-rank 1 --master-port " + std::to_string(free_port());
+  const std::string launch =
+      " run --nproc-per-node 2 --threads-per-rank 1 --master-port " + std::to_string(free_port());
   auto r = run(src, launch + kTiny + " --num-iterations 2");
   ASSERT_EQ(r.code, 0) << r.out;
   const std::string out = src.dir + "/exported";
@@ -158,9 +161,10 @@ TEST(InteropOptim, ImportsTheStateNanochatsMuonAdamWWroteOnOneOrTwoRanksAndResum
   EXPECT_NE(r.out.find("from nanochat's 2-rank optimizer files"), std::string::npos) << r.out;
   expect_same_state(whole_state(ck, 3, 1), whole_state(two.dir + "/base/base_checkpoints/d1", 3, 1));
 
-  r = run(one, " base-train --depth 1 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --window-pattern L"
-               " --device-batch-size 2 --total-batch-size 256 --eval-every -1 --sample-every -1"
-               " --core-metric-every -1 --threads 1 --model-tag d1 --num-iterations 4 --resume-from-step 3");
+  r = run(one,
+          " base-train --depth 1 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --window-pattern L"
+          " --device-batch-size 2 --total-batch-size 256 --eval-every -1 --sample-every -1"
+          " --core-metric-every -1 --threads 1 --model-tag d1 --num-iterations 4 --resume-from-step 3");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("Resumed from step 3"), std::string::npos) << r.out;
   // the AdamW step counts continue from nanochat's (1 step there, 1 here)
@@ -180,7 +184,8 @@ TEST(InteropOptim, AnOptimizerFileThatDoesNotFitNamesTheFileAndKey) {
   auto r = run_in(d.dir + "/b1", " import --from nanochat " + src);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find(ck + "/optim_000003_rank0.pt: state[0]['exp_avg'] (lm_head.weight) has shape (160, 32)"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   // rank 1 without rank 0
   fs::rename(ck + "/optim_000003_rank0.pt", ck + "/optim_000003_rank1.pt");
   r = run_in(d.dir + "/b2", " import --from nanochat " + src);

@@ -17,7 +17,8 @@ using namespace nctest;
 
 namespace {
 
-const std::string kSample = "It is a truth universally acknowledged, that a single man in possession of a good fortune.";
+const std::string kSample =
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune.";
 
 std::string fixture_folder() { return std::string(NANOCHAT_TEST_DATA) + "/interop/nanochat"; }
 

@@ -75,9 +75,9 @@ std::vector<RankPart> rank_parts(const std::string& out, int step) {
 
 }  // namespace
 
-// Rank 1 five times slower: after the even first step it gets fewer rows (a re-plan mid-run),
-// settling at 5 units to 1 (any measured ratio between 3.5 and 7 gives that), and the parameters
-// equal the one-rank run's.
+// Rank 1 five times slower: after the even first step it gets fewer rows (a re-plan mid-run), a
+// sixth or so of the 12 (1-3 rows: the measured ratio moves with the load of the machine), and
+// the parameters equal the one-rank run's.
 TEST(UnequalRanks, ASlowRankGetsFewerRowsAndTheRunEqualsOneRank) {
   BaseDir b("nc_ur_slow");
   auto r = run(b, launch(2) + kTrain + " --device-batch-size 2", "NANOCHAT_TEST_FAULT=slow:1:5");
@@ -89,7 +89,8 @@ TEST(UnequalRanks, ASlowRankGetsFewerRowsAndTheRunEqualsOneRank) {
   ASSERT_EQ(p0.size(), 2u) << r.out;
   ASSERT_EQ(p4.size(), 2u) << r.out;
   EXPECT_EQ(p0[1].share, 50);
-  EXPECT_EQ(p4[1].share, 17);
+  EXPECT_GE(p4[1].share, 8) << r.out;  // 1 to 3 rows of 12
+  EXPECT_LE(p4[1].share, 25) << r.out;
   EXPECT_LE(max_rel_diff(one_rank_weights(), final_weights(b)), 1e-4);
 }
 

@@ -120,7 +120,11 @@ TEST(TorchFile, RefusesGlobalsOutsideTheAllowList) {
     EXPECT_NE(std::string(e.what()).find("evil.pkl"), std::string::npos) << e.what();
   }
   EXPECT_THROW(parse_pickle(std::string("\x80\x02\xff.", 4), "x", {}), Error);  // unknown opcode
-  EXPECT_THROW(parse_pickle(std::string("\x80\x02X\xff\xff\x00\x00" "ab", 9), "x", {}), Error);  // truncated
+  EXPECT_THROW(parse_pickle(std::string("\x80\x02X\xff\xff\x00\x00"
+                                        "ab",
+                                        9),
+                            "x", {}),
+               Error);  // truncated
 }
 
 namespace {
@@ -203,8 +207,9 @@ TEST(TorchFile, SurvivesCorruptedFiles) {
   // it see the damage; plus truncated pickles given to the unpickler alone.
   const ZipReader z = ZipReader::from_bytes(orig, "tensors.pt");
   const std::string pkl(z.get("tensors/data.pkl"));
-  const std::set<std::string> allowed{"collections.OrderedDict", "torch._utils._rebuild_tensor_v2", "torch.FloatStorage",
-                                      "torch.BFloat16Storage", "torch.IntStorage", "torch.LongStorage"};
+  const std::set<std::string> allowed{"collections.OrderedDict", "torch._utils._rebuild_tensor_v2",
+                                      "torch.FloatStorage",      "torch.BFloat16Storage",
+                                      "torch.IntStorage",        "torch.LongStorage"};
   for (int it = 0; it < 4000; ++it) {
     std::string p = pkl;
     const int flips = 1 + static_cast<int>(rng() % 4);

@@ -48,7 +48,8 @@ TEST(TiktokenPickle, ReadsWhatTiktokenWroteWithTheSameIds) {
 }
 
 TEST(TiktokenPickle, RoundTripsAndPythonsPickleReadsIt) {
-  const std::string text = "The quick brown fox jumps over the lazy dog. The dog sleeps; the fox runs! 12345 caf\xc3\xa9";
+  const std::string text =
+      "The quick brown fox jumps over the lazy dog. The dog sleeps; the fox runs! 12345 caf\xc3\xa9";
   const Tokenizer tok = Tokenizer::train({text, text + " again", "another document about the fox"}, 300);
   const std::string pkl = tiktoken_pickle(tok);
   const Tokenizer back = tokenizer_from_tiktoken_pickle(pkl, "ours.pkl");
@@ -75,7 +76,8 @@ TEST(TiktokenPickle, RoundTripsAndPythonsPickleReadsIt) {
 
 TEST(TiktokenPickle, RefusesAnEncodingPickledByName) {
   // What pickle.dump(tiktoken.get_encoding("gpt2")) writes: the state is just the name.
-  const std::string pkl = std::string("\x80\x04") + "ctiktoken.core\nEncoding\n" + ")\x81" + "X\x04\x00\x00\x00gpt2" + "b.";
+  const std::string pkl =
+      std::string("\x80\x04") + "ctiktoken.core\nEncoding\n" + ")\x81" + "X\x04\x00\x00\x00gpt2" + "b.";
   try {
     tokenizer_from_tiktoken_pickle(pkl, "gpt2.pkl");
     FAIL();

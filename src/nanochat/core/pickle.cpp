@@ -9,19 +9,32 @@ namespace nanochat {
 
 const char* py_kind_name(PyKind k) {
   switch (k) {
-    case PyKind::None: return "None";
-    case PyKind::Bool: return "bool";
-    case PyKind::Int: return "int";
-    case PyKind::Float: return "float";
-    case PyKind::Str: return "str";
-    case PyKind::Bytes: return "bytes";
-    case PyKind::Tuple: return "tuple";
-    case PyKind::List: return "list";
-    case PyKind::Dict: return "dict";
-    case PyKind::Set: return "set";
-    case PyKind::Global: return "global";
-    case PyKind::Call: return "object";
-    case PyKind::PersId: return "persistent id";
+    case PyKind::None:
+      return "None";
+    case PyKind::Bool:
+      return "bool";
+    case PyKind::Int:
+      return "int";
+    case PyKind::Float:
+      return "float";
+    case PyKind::Str:
+      return "str";
+    case PyKind::Bytes:
+      return "bytes";
+    case PyKind::Tuple:
+      return "tuple";
+    case PyKind::List:
+      return "list";
+    case PyKind::Dict:
+      return "dict";
+    case PyKind::Set:
+      return "set";
+    case PyKind::Global:
+      return "global";
+    case PyKind::Call:
+      return "object";
+    case PyKind::PersId:
+      return "persistent id";
   }
   return "?";
 }
@@ -44,8 +57,7 @@ namespace {
 
 class Parser {
  public:
-  Parser(std::string_view d, const std::string& what, const std::set<std::string>& allowed)
-      : d_(d), allowed_(allowed) {
+  Parser(std::string_view d, const std::string& what, const std::set<std::string>& allowed) : d_(d), allowed_(allowed) {
     t_.what = what;
   }
 
@@ -191,18 +203,42 @@ class Parser {
 
 void Parser::step(uint8_t op) {
   switch (op) {
-    case 0x80: if (const uint8_t p = u8(); p < 2 || p > 5) bad("unsupported pickle protocol " + std::to_string(p)); break;
-    case 0x95: le(8); break;  // FRAME: only a read-ahead hint
-    case '(': marks_.push_back(stack_.size()); break;
-    case '0': pop(); break;
-    case '1': pop_mark(); break;
-    case '2': push(top()); break;
-    case 'N': push_new(PyKind::None); break;
-    case 0x88: push_scalar(PyKind::Bool, 1); break;
-    case 0x89: push_scalar(PyKind::Bool, 0); break;
-    case 'J': push_scalar(PyKind::Int, static_cast<int32_t>(static_cast<uint32_t>(le(4)))); break;
-    case 'K': push_scalar(PyKind::Int, static_cast<int64_t>(le(1))); break;
-    case 'M': push_scalar(PyKind::Int, static_cast<int64_t>(le(2))); break;
+    case 0x80:
+      if (const uint8_t p = u8(); p < 2 || p > 5) bad("unsupported pickle protocol " + std::to_string(p));
+      break;
+    case 0x95:
+      le(8);
+      break;  // FRAME: only a read-ahead hint
+    case '(':
+      marks_.push_back(stack_.size());
+      break;
+    case '0':
+      pop();
+      break;
+    case '1':
+      pop_mark();
+      break;
+    case '2':
+      push(top());
+      break;
+    case 'N':
+      push_new(PyKind::None);
+      break;
+    case 0x88:
+      push_scalar(PyKind::Bool, 1);
+      break;
+    case 0x89:
+      push_scalar(PyKind::Bool, 0);
+      break;
+    case 'J':
+      push_scalar(PyKind::Int, static_cast<int32_t>(static_cast<uint32_t>(le(4))));
+      break;
+    case 'K':
+      push_scalar(PyKind::Int, static_cast<int64_t>(le(1)));
+      break;
+    case 'M':
+      push_scalar(PyKind::Int, static_cast<int64_t>(le(2)));
+      break;
     case 0x8a: {  // LONG1: little-endian two's complement of n bytes
       const uint8_t n = u8();
       if (n > 8) bad("an integer wider than 64 bits");
@@ -218,46 +254,122 @@ void Parser::step(uint8_t op) {
       std::memcpy(&node(n).f, &bits, sizeof bits);
       break;
     }
-    case 'X': push_text(PyKind::Str, take(le(4))); break;
-    case 0x8c: push_text(PyKind::Str, take(le(1))); break;
-    case 0x8d: push_text(PyKind::Str, take(le(8))); break;
-    case 'B': push_text(PyKind::Bytes, take(le(4))); break;
-    case 'C': push_text(PyKind::Bytes, take(le(1))); break;
-    case 0x8e: push_text(PyKind::Bytes, take(le(8))); break;
-    case ')': push_tuple({}); break;
-    case 't': push_tuple(pop_mark()); break;
-    case 0x85: { const int a = pop(); push_tuple({a}); break; }
-    case 0x86: { const int b = pop(), a = pop(); push_tuple({a, b}); break; }
-    case 0x87: { const int c = pop(), b = pop(), a = pop(); push_tuple({a, b, c}); break; }
-    case ']': push_new(PyKind::List); break;
-    case 'a': { const int v = pop(); add_items({v}, PyKind::List, "APPEND"); break; }
-    case 'e': add_items(pop_mark(), PyKind::List, "APPENDS"); break;
-    case '}': push_new(PyKind::Dict); break;
-    case 's': { const int v = pop(), k = pop(); set_items({k, v}); break; }
-    case 'u': set_items(pop_mark()); break;
-    case 0x8f: push_new(PyKind::Set); break;
-    case 0x90: add_items(pop_mark(), PyKind::Set, "ADDITEMS"); break;
-    case 0x91: { auto items = pop_mark(); const int n = push_new(PyKind::Set); node(n).items = std::move(items); break; }
-    case 'c': { std::string m = line(); push_global(m, line()); break; }
+    case 'X':
+      push_text(PyKind::Str, take(le(4)));
+      break;
+    case 0x8c:
+      push_text(PyKind::Str, take(le(1)));
+      break;
+    case 0x8d:
+      push_text(PyKind::Str, take(le(8)));
+      break;
+    case 'B':
+      push_text(PyKind::Bytes, take(le(4)));
+      break;
+    case 'C':
+      push_text(PyKind::Bytes, take(le(1)));
+      break;
+    case 0x8e:
+      push_text(PyKind::Bytes, take(le(8)));
+      break;
+    case ')':
+      push_tuple({});
+      break;
+    case 't':
+      push_tuple(pop_mark());
+      break;
+    case 0x85: {
+      const int a = pop();
+      push_tuple({a});
+      break;
+    }
+    case 0x86: {
+      const int b = pop(), a = pop();
+      push_tuple({a, b});
+      break;
+    }
+    case 0x87: {
+      const int c = pop(), b = pop(), a = pop();
+      push_tuple({a, b, c});
+      break;
+    }
+    case ']':
+      push_new(PyKind::List);
+      break;
+    case 'a': {
+      const int v = pop();
+      add_items({v}, PyKind::List, "APPEND");
+      break;
+    }
+    case 'e':
+      add_items(pop_mark(), PyKind::List, "APPENDS");
+      break;
+    case '}':
+      push_new(PyKind::Dict);
+      break;
+    case 's': {
+      const int v = pop(), k = pop();
+      set_items({k, v});
+      break;
+    }
+    case 'u':
+      set_items(pop_mark());
+      break;
+    case 0x8f:
+      push_new(PyKind::Set);
+      break;
+    case 0x90:
+      add_items(pop_mark(), PyKind::Set, "ADDITEMS");
+      break;
+    case 0x91: {
+      auto items = pop_mark();
+      const int n = push_new(PyKind::Set);
+      node(n).items = std::move(items);
+      break;
+    }
+    case 'c': {
+      std::string m = line();
+      push_global(m, line());
+      break;
+    }
     case 0x93: {
       const int name = pop(), module = pop();
       if (node(name).kind != PyKind::Str || node(module).kind != PyKind::Str) bad("STACK_GLOBAL of non-strings");
       push_global(node(module).s, node(name).s);
       break;
     }
-    case 'R': call(false); break;
-    case 0x81: call(true); break;
-    case 'b': build(); break;
-    case 'Q': persid(); break;
-    case 'q': memo_put(le(1)); break;
-    case 'r': memo_put(le(4)); break;
-    case 0x94: memo_put(memo_.size()); break;
-    case 'h': memo_get(le(1)); break;
-    case 'j': memo_get(le(4)); break;
-    default: bad("unsupported pickle opcode 0x" + [op] {
-               static const char* hex = "0123456789abcdef";
-               return std::string{hex[op >> 4], hex[op & 15]};
-             }());
+    case 'R':
+      call(false);
+      break;
+    case 0x81:
+      call(true);
+      break;
+    case 'b':
+      build();
+      break;
+    case 'Q':
+      persid();
+      break;
+    case 'q':
+      memo_put(le(1));
+      break;
+    case 'r':
+      memo_put(le(4));
+      break;
+    case 0x94:
+      memo_put(memo_.size());
+      break;
+    case 'h':
+      memo_get(le(1));
+      break;
+    case 'j':
+      memo_get(le(4));
+      break;
+    default:
+      bad("unsupported pickle opcode 0x" + [op] {
+        static const char* hex = "0123456789abcdef";
+        return std::string{hex[op >> 4], hex[op & 15]};
+      }());
   }
 }
 

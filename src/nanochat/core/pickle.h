@@ -29,14 +29,14 @@ enum class PyKind { None, Bool, Int, Float, Str, Bytes, Tuple, List, Dict, Set, 
 /// memo reference shared by several containers is one node.
 struct PyNode {
   PyKind kind = PyKind::None;
-  int64_t i = 0;        ///< Int, Bool
-  double f = 0;         ///< Float
-  std::string s;        ///< Str, Bytes; Global: "module.name"
-  std::vector<int> items;                   ///< Tuple, List, Set; Call: the argument tuple's items
-  std::vector<std::pair<int, int>> dict;    ///< Dict entries in insertion order
-  int callable = -1;    ///< Call: the Global node called (REDUCE) or instantiated (NEWOBJ)
-  int state = -1;       ///< Call: what BUILD set, or -1
-  int pid = -1;         ///< PersId: the persistent id object
+  int64_t i = 0;                          ///< Int, Bool
+  double f = 0;                           ///< Float
+  std::string s;                          ///< Str, Bytes; Global: "module.name"
+  std::vector<int> items;                 ///< Tuple, List, Set; Call: the argument tuple's items
+  std::vector<std::pair<int, int>> dict;  ///< Dict entries in insertion order
+  int callable = -1;                      ///< Call: the Global node called (REDUCE) or instantiated (NEWOBJ)
+  int state = -1;                         ///< Call: what BUILD set, or -1
+  int pid = -1;                           ///< PersId: the persistent id object
 };
 
 /// A parsed pickle: `root` is what STOP returned.
@@ -76,11 +76,11 @@ class PickleWriter {
   void empty_list();
   void appends();  ///< APPENDS: the items since the last mark() onto the list below the mark
   void empty_dict();
-  void setitems();  ///< SETITEMS: the key/value pairs since the last mark()
-  void reduce();    ///< REDUCE: callable, args tuple -> result
-  void newobj();    ///< NEWOBJ: class, args tuple -> instance
-  void build();     ///< BUILD: object, state -> object
-  void binpersid(); ///< BINPERSID: pid object -> persistent reference
+  void setitems();   ///< SETITEMS: the key/value pairs since the last mark()
+  void reduce();     ///< REDUCE: callable, args tuple -> result
+  void newobj();     ///< NEWOBJ: class, args tuple -> instance
+  void build();      ///< BUILD: object, state -> object
+  void binpersid();  ///< BINPERSID: pid object -> persistent reference
   /// STOP, and returns the whole pickle.
   std::string finish();
 

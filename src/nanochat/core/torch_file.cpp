@@ -20,10 +20,8 @@ struct DtypeInfo {
   const char* storage;  // torch.<storage>
   size_t size;
 };
-constexpr DtypeInfo kDtypes[] = {{"F32", "FloatStorage", 4},
-                                 {"BF16", "BFloat16Storage", 2},
-                                 {"I32", "IntStorage", 4},
-                                 {"I64", "LongStorage", 8}};
+constexpr DtypeInfo kDtypes[] = {
+    {"F32", "FloatStorage", 4}, {"BF16", "BFloat16Storage", 2}, {"I32", "IntStorage", 4}, {"I64", "LongStorage", 8}};
 
 const DtypeInfo* by_dtype(const std::string& d) {
   for (const auto& i : kDtypes)
@@ -88,7 +86,8 @@ void write_archive(const std::string& path, const std::string& pickle, const std
   z.add(archive + "/byteorder", "little", 6);
   for (size_t i = 0; i < entries.size(); ++i) {
     const auto& e = entries[i];
-    z.add(archive + "/data/" + std::to_string(i), e.data, static_cast<size_t>(numel_of(e.shape)) * by_dtype(e.dtype)->size);
+    z.add(archive + "/data/" + std::to_string(i), e.data,
+          static_cast<size_t>(numel_of(e.shape)) * by_dtype(e.dtype)->size);
   }
   z.add(archive + "/version", "3\n", 2);
   z.finish();
@@ -96,8 +95,8 @@ void write_archive(const std::string& path, const std::string& pickle, const std
 
 // Storage types torch writes for dtypes we do not read: accepted by the unpickler so that the
 // error names the tensor and its dtype instead of an unknown global.
-constexpr const char* kOtherStorages[] = {"HalfStorage", "DoubleStorage", "ByteStorage", "CharStorage",
-                                          "ShortStorage", "BoolStorage", "ComplexFloatStorage"};
+constexpr const char* kOtherStorages[] = {"HalfStorage",  "DoubleStorage", "ByteStorage",        "CharStorage",
+                                          "ShortStorage", "BoolStorage",   "ComplexFloatStorage"};
 
 const std::set<std::string>& allowed_globals() {
   static const std::set<std::string> g = [] {
@@ -125,7 +124,9 @@ StTensor read_tensor(const PickleTree& t, int idx, const ZipReader& z, const std
   if (pid.items.size() != 5 || t.expect(pid.items[0], PyKind::Str, ctx).s != "storage")
     fail(t.what, ": ", ctx, " has a storage reference torch does not write");
   const DtypeInfo* d = by_storage(t.expect(pid.items[1], PyKind::Global, ctx + " storage type").s);
-  if (!d) fail(t.what, ": ", ctx, " has storage type ", t.at(pid.items[1]).s, ", which is not supported (F32, BF16, I32, I64)");
+  if (!d)
+    fail(t.what, ": ", ctx, " has storage type ", t.at(pid.items[1]).s,
+         ", which is not supported (F32, BF16, I32, I64)");
   const std::string key = t.expect(pid.items[2], PyKind::Str, ctx + " storage key").s;
   const int64_t storage_numel = t.expect(pid.items[4], PyKind::Int, ctx + " storage size").i;
   const int64_t offset = t.expect(call.items[1], PyKind::Int, ctx + " offset").i;
@@ -133,19 +134,22 @@ StTensor read_tensor(const PickleTree& t, int idx, const ZipReader& z, const std
   out.dtype = d->dtype;
   out.shape = int_tuple(t, call.items[2], ctx + " size");
   const std::vector<int64_t> stride = int_tuple(t, call.items[3], ctx + " stride");
-  if (stride.size() != out.shape.size()) fail(t.what, ": ", ctx, " has ", stride.size(), " strides for ", out.shape.size(), " dimensions");
+  if (stride.size() != out.shape.size())
+    fail(t.what, ": ", ctx, " has ", stride.size(), " strides for ", out.shape.size(), " dimensions");
   int64_t numel = 1, expect_stride = 1;
   for (size_t i = out.shape.size(); i-- > 0;) {
     const int64_t s = out.shape[i];
     if (s < 0 || (s > 0 && numel > std::numeric_limits<int32_t>::max() * int64_t{16} / s))
       fail(t.what, ": ", ctx, " has an impossible size");
-    if (s > 1 && stride[i] != expect_stride) fail(t.what, ": ", ctx, " is not contiguous, which torch.save of a state dict never writes");
+    if (s > 1 && stride[i] != expect_stride)
+      fail(t.what, ": ", ctx, " is not contiguous, which torch.save of a state dict never writes");
     expect_stride *= s;
     numel *= s;
   }
   const std::string_view data = z.get(prefix + "data/" + key);
   if (storage_numel < 0 || static_cast<uint64_t>(storage_numel) * d->size != data.size())
-    fail(t.what, ": ", ctx, " storage ", key, " holds ", data.size(), " bytes, not ", storage_numel, " elements of ", d->dtype);
+    fail(t.what, ": ", ctx, " storage ", key, " holds ", data.size(), " bytes, not ", storage_numel, " elements of ",
+         d->dtype);
   if (offset < 0 || offset > storage_numel || numel > storage_numel - offset)
     fail(t.what, ": ", ctx, " runs past the end of its storage ", key);
   const auto* p = reinterpret_cast<const uint8_t*>(data.data()) + static_cast<size_t>(offset) * d->size;
@@ -249,7 +253,8 @@ std::vector<float> tensor_to_f32(const StTensor& t, const std::string& what) {
     std::memcpy(out.data(), t.bytes.data(), n * 4);
   } else if (t.dtype == "BF16" && t.bytes.size() == n * 2) {
     for (size_t i = 0; i < n; ++i) {
-      const uint32_t bits = (static_cast<uint32_t>(t.bytes[2 * i + 1]) << 24) | (static_cast<uint32_t>(t.bytes[2 * i]) << 16);
+      const uint32_t bits =
+          (static_cast<uint32_t>(t.bytes[2 * i + 1]) << 24) | (static_cast<uint32_t>(t.bytes[2 * i]) << 16);
       std::memcpy(&out[i], &bits, 4);
     }
   } else {

@@ -84,16 +84,15 @@ void ZipWriter::add(const std::string& name, const void* data, size_t n) {
   // The extra field is an 'FB' block of padding that puts the data on an aligned offset.
   const uint64_t start = pos_ + kLocalHeader + name.size() + 4;
   const uint64_t pad = (align_ - start % align_) % align_;
-  if (pos_ + kLocalHeader + name.size() + 4 + pad + n >= std::numeric_limits<uint32_t>::max() ||
-      name.size() > 0xffff)
+  if (pos_ + kLocalHeader + name.size() + 4 + pad + n >= std::numeric_limits<uint32_t>::max() || name.size() > 0xffff)
     fail("cannot write ", path_, ": the archive would pass 4 GiB, which this writer does not support");
   const uint32_t crc = zip_crc32(0, data, n);
   std::string h;
   le32(h, kLocalSig);
-  le16(h, 20);  // version needed
-  le16(h, 0);   // flags
-  le16(h, 0);   // stored
-  le16(h, 0);   // time
+  le16(h, 20);    // version needed
+  le16(h, 0);     // flags
+  le16(h, 0);     // stored
+  le16(h, 0);     // time
   le16(h, 0x21);  // date: 1980-01-01
   le32(h, crc);
   le32(h, static_cast<uint32_t>(n));
@@ -223,7 +222,8 @@ void ZipReader::parse_central_directory() {
     }
     c.skip(extra_len + comment_len);
     if ((flags & 1) != 0 || method != 0 || csize != usize)
-      fail("zip archive ", path_, ": record '", name, "' is compressed or encrypted; torch checkpoints store records "
+      fail("zip archive ", path_, ": record '", name,
+           "' is compressed or encrypted; torch checkpoints store records "
            "uncompressed, so this file was not written by torch.save");
     Cursor l{b, path_, local};
     if (l.get(4) != kLocalSig) fail("zip archive ", path_, " is corrupt: bad local header of record '", name, "'");

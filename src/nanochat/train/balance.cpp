@@ -12,15 +12,9 @@ namespace nanochat {
 StepBalancer::StepBalancer(std::vector<int> device_batch, int64_t step_rows, Options opt)
     : B_(std::move(device_batch)), step_rows_(step_rows), opt_(opt) {
   if (B_.empty()) fail("the step balancer needs at least one rank");
-  int64_t u = 0;
-  for (size_t r = 0; r < B_.size(); ++r) {
+  if (step_rows_ < 1) fail("a step needs at least one row (got ", step_rows_, ")");
+  for (size_t r = 0; r < B_.size(); ++r)
     if (B_[r] < 1) fail("rank ", r, " has --device-batch-size ", B_[r], "; it must be >= 1");
-    if (step_rows_ < 1 || step_rows_ % B_[r] != 0)
-      fail("a step of ", step_rows_, " rows (--total-batch-size / --max-seq-len) cannot be cut into micro-batches of ",
-           "rank ", r, "'s --device-batch-size ", B_[r], "; use a device batch size that divides ", step_rows_);
-    u = std::gcd(u, static_cast<int64_t>(B_[r]));
-  }
-  unit_ = u;
   speed_.assign(B_.size(), 0.0);
   idle_steps_.assign(B_.size(), 0);
   rows_ = even_split();
@@ -47,9 +41,9 @@ std::vector<int> StepBalancer::micro_batch_counts() const {
 }
 
 std::vector<int64_t> StepBalancer::even_split() const {
-  const int64_t units = step_rows_ / unit_, W = static_cast<int64_t>(B_.size());
+  const int64_t R = step_rows_, W = static_cast<int64_t>(B_.size());
   std::vector<int64_t> rows;
-  for (int64_t r = 0; r < W; ++r) rows.push_back((units / W + (r < units % W ? 1 : 0)) * unit_);
+  for (int64_t r = 0; r < W; ++r) rows.push_back(R / W + (r < R % W ? 1 : 0));
   return rows;
 }
 
@@ -65,7 +59,7 @@ std::vector<int64_t> StepBalancer::proportional_split() const {
   for (double& v : s)
     if (v <= 0) v = known / n_known;
   const double total_speed = std::accumulate(s.begin(), s.end(), 0.0);
-  const int64_t units = step_rows_ / unit_;
+  const int64_t units = step_rows_;
   std::vector<int64_t> n(W);
   std::vector<std::pair<double, size_t>> rest;  // (-remainder, rank): largest remainder first, low rank on ties
   int64_t dealt = 0;
@@ -77,7 +71,6 @@ std::vector<int64_t> StepBalancer::proportional_split() const {
   }
   std::sort(rest.begin(), rest.end());
   for (size_t i = 0; dealt < units; i = (i + 1) % W, ++dealt) ++n[rest[i].second];
-  for (int64_t& v : n) v *= unit_;
   return n;
 }
 
@@ -103,10 +96,10 @@ bool StepBalancer::observe(const std::vector<RankStepTimes>& times) {
   std::vector<int64_t> next = proportional_split();
   bool probed = false;
   for (size_t r = 0; r < next.size(); ++r)
-    if (next[r] == 0 && idle_steps_[r] >= opt_.probe_every) {  // measure it again: one unit from the busiest
+    if (next[r] == 0 && idle_steps_[r] >= opt_.probe_every) {  // measure it again: one row from the busiest
       auto donor = std::max_element(next.begin(), next.end());
-      *donor -= unit_;
-      next[r] += unit_;
+      *donor -= 1;
+      next[r] += 1;
       idle_steps_[r] = 0;
       probed = true;
     }

@@ -5,19 +5,20 @@
 //
 // A step is R = total batch / T rows of the one-rank data stream. Rank r receives a contiguous
 // range of them, rank 0 first, and runs it in micro-batches of its --device-batch-size B_r (the
-// last one may be shorter). Rows are dealt in units of u = gcd(B_0, ..., B_{W-1}) rows, so with
-// the same B on every rank every micro-batch is one the one-rank run also has, and the result
-// (train/ordered_grad_sum.h, grad_accum.h) does not depend on the split.
+// last one may be shorter). Rows are dealt one by one (not in whole micro-batches): at small
+// batches a coarser unit left the fast rank waiting for a rounding. The result does not depend on
+// the split beyond rounding (train/ordered_grad_sum.h, grad_accum.h): the tests hold every split
+// to the tolerance of the world-size tests.
 //
 // Every rank holds an identical StepBalancer and feeds it the same gathered per-rank timings after
 // each step, so all ranks derive the same split with no message of its own. Policy:
 //  * the first step splits evenly (nothing is measured yet); so does Mode::Even always;
 //  * speed of a rank = rows / forward-backward seconds, smoothed (EMA) over the steps it ran;
-//  * units are dealt in proportion to speed (largest remainders, ties to the lower rank);
+//  * rows are dealt in proportion to speed (largest remainders, ties to the lower rank);
 //  * hysteresis: the split changes only when the new one's predicted compute time (the slowest
 //    rank's rows / speed) is at least `replan_gain` shorter than the current one's; a rank that
 //    slows sharply (a laptop on battery, a busy browser) makes that so at once;
-//  * a rank dealt zero rows for `probe_every` steps gets one unit, to measure it again.
+//  * a rank dealt zero rows for `probe_every` steps gets one row, to measure it again.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,11 +41,11 @@ class StepBalancer {
     int probe_every = 10;       ///< steps with zero rows before a rank is measured again
   };
 
-  /// device_batch: each rank's --device-batch-size (>= 1); step_rows: rows of one step (R), a
-  /// multiple of every device batch. Throws nanochat::Error otherwise (naming the rank and sizes).
+  /// device_batch: each rank's --device-batch-size (>= 1); step_rows: rows of one step (R >= 1).
+  /// Throws nanochat::Error otherwise (naming the rank).
   StepBalancer(std::vector<int> device_batch, int64_t step_rows, Options opt);
 
-  /// Rows of the next step per rank (multiples of unit(); sum = step_rows).
+  /// Rows of the next step per rank (sum = step_rows).
   const std::vector<int64_t>& rows() const { return rows_; }
   /// First row of `rank`'s range in the step.
   int64_t first_row(int rank) const;
@@ -53,9 +54,8 @@ class StepBalancer {
   std::vector<int> micro_batches(int rank) const;
   /// Number of micro-batches per rank in the next step.
   std::vector<int> micro_batch_counts() const;
-  /// The most micro-batches one step can have, all ranks together (every rank at one unit).
-  int64_t max_micro_batches() const { return step_rows_ / unit_; }
-  int64_t unit() const { return unit_; }
+  /// The most micro-batches one step can have, all ranks together (one row each).
+  int64_t max_micro_batches() const { return step_rows_; }
   /// Current speed estimates in rows/s per rank (0 = not measured yet).
   const std::vector<double>& speeds() const { return speed_; }
 
@@ -74,7 +74,6 @@ class StepBalancer {
   std::vector<int> B_;
   int64_t step_rows_;
   Options opt_;
-  int64_t unit_ = 1;
   std::vector<int64_t> rows_;
   std::vector<double> speed_;
   std::vector<int> idle_steps_;

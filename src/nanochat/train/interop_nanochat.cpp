@@ -154,8 +154,10 @@ json parse_python_json(const std::string& text, const std::string& path) {
     const char c = text[i];
     if (in_str) {
       out.push_back(c);
-      if (c == '\\' && i + 1 < text.size()) out.push_back(text[++i]);
-      else if (c == '"') in_str = false;
+      if (c == '\\' && i + 1 < text.size())
+        out.push_back(text[++i]);
+      else if (c == '"')
+        in_str = false;
       continue;
     }
     if (c == '"') in_str = true;
@@ -181,7 +183,8 @@ json parse_python_json(const std::string& text, const std::string& path) {
 // nanochat find_largest_model: the d<N> folder with the largest N, else the newest folder.
 std::string pick_tag(const std::string& root) {
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) fail(root, " does not exist; pass the nanochat base folder (it holds base_checkpoints/)");
+  if (!fs::is_directory(root, ec))
+    fail(root, " does not exist; pass the nanochat base folder (it holds base_checkpoints/)");
   std::string best, newest;
   int64_t best_n = -1;
   fs::file_time_type newest_t{};
@@ -299,7 +302,9 @@ ImportedMeta read_meta(const std::string& meta_path, int64_t step) {
     if (meta.contains("loop_state")) m.st = LoopState::from_json(meta);
     if (m.st.step != step) fail("its step is ", m.st.step, ", not ", step);
     m.st.loader_state = nullptr;  // nanochat's loader position does not map onto this product's loader
-    auto int_or = [&](const char* k, int64_t d) { return meta.contains(k) && !meta[k].is_null() ? meta[k].get<int64_t>() : d; };
+    auto int_or = [&](const char* k, int64_t d) {
+      return meta.contains(k) && !meta[k].is_null() ? meta[k].get<int64_t>() : d;
+    };
     m.run_meta = json{{"model_config", m.cfg.to_json()},
                       {"user_config", meta.value("user_config", json::object())},
                       {"device_batch_size", int_or("device_batch_size", 0)},

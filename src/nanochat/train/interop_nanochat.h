@@ -22,9 +22,9 @@
 namespace nanochat {
 
 struct ExportOptions {
-  std::string tag;    ///< checkpoint tag under base_dir()/base_checkpoints ("" = the default)
-  int64_t step = -1;  ///< -1 = the last complete step
-  std::string out;    ///< the nanochat base folder to write into (created)
+  std::string tag;              ///< checkpoint tag under base_dir()/base_checkpoints ("" = the default)
+  int64_t step = -1;            ///< -1 = the last complete step
+  std::string out;              ///< the nanochat base folder to write into (created)
   bool with_optimizer = false;  ///< also write optim_<S>_rank0.pt (the whole state of every shard)
 };
 
@@ -45,8 +45,8 @@ struct ImportOptions {
 struct ImportResult {
   std::string tag;
   int64_t step = 0;
-  std::string model_file;  ///< the safetensors written under base_dir()
-  int optimizer_ranks = 0; ///< nanochat optimizer files read (0: none, the optimizer starts fresh)
+  std::string model_file;   ///< the safetensors written under base_dir()
+  int optimizer_ranks = 0;  ///< nanochat optimizer files read (0: none, the optimizer starts fresh)
 };
 
 /// Reads a nanochat checkpoint (fp32 or bf16 tensors; bf16 widened to fp32) and its tokenizer and

@@ -220,7 +220,8 @@ void check_groups(const RankFile& f, int groups, const MuonAdamW& opt) {
 RankFile open_rank(const std::string& path, const MuonAdamW& opt) {
   RankFile f{path, load_torch_object(path), {}};
   const PickleTree& t = f.obj.tree;
-  if (t.at(t.root).kind != PyKind::Dict) fail(path, " holds a ", py_kind_name(t.at(t.root).kind), ", not an optimizer state_dict");
+  if (t.at(t.root).kind != PyKind::Dict)
+    fail(path, " holds a ", py_kind_name(t.at(t.root).kind), ", not an optimizer state_dict");
   check_groups(f, need(f, t.root, "param_groups", "the state_dict"), opt);
   const PyNode& st = t.expect(need(f, t.root, "state", "the state_dict"), PyKind::Dict, "'state'");
   for (const auto& [k, v] : st.dict) {
@@ -232,15 +233,15 @@ RankFile open_rank(const std::string& path, const MuonAdamW& opt) {
 }
 
 // state[idx][key] as floats, checked to have `shape`.
-std::vector<float> state_tensor(const RankFile& f, int64_t idx, const std::string& key, const std::vector<int64_t>& shape,
-                                const std::string& param) {
+std::vector<float> state_tensor(const RankFile& f, int64_t idx, const std::string& key,
+                                const std::vector<int64_t>& shape, const std::string& param) {
   const std::string ctx = "state[" + std::to_string(idx) + "]['" + key + "'] (" + param + ")";
   auto it = f.state.find(idx);
   if (it == f.state.end()) fail(f.path, ": state[", idx, "] (", param, ") is missing");
   const StTensor t = f.obj.tensor(need(f, it->second, key, "state[" + std::to_string(idx) + "]"), ctx);
   if (t.shape != shape)
-    fail(f.path, ": ", ctx, " has shape ", shape_text(t.shape), " but nanochat's optimizer on ", "this rank count holds ",
-         shape_text(shape));
+    fail(f.path, ": ", ctx, " has shape ", shape_text(t.shape), " but nanochat's optimizer on ",
+         "this rank count holds ", shape_text(shape));
   return tensor_to_f32(t, f.path + ": " + ctx);
 }
 
@@ -256,7 +257,8 @@ int64_t read_adamw(const std::vector<RankFile>& files, int64_t idx, const OptPar
   const int64_t part = numel_of(shape);
   for (int k = 0; k < 2; ++k) {
     for (int r = 0; r < (sharded ? W0 : 1); ++r) {
-      const std::vector<float> v = state_tensor(files[static_cast<size_t>(r)], idx, k ? "exp_avg_sq" : "exp_avg", shape, p.name);
+      const std::vector<float> v =
+          state_tensor(files[static_cast<size_t>(r)], idx, k ? "exp_avg_sq" : "exp_avg", shape, p.name);
       std::memcpy(dst + k * numel + r * part, v.data(), v.size() * sizeof(float));
     }
   }
@@ -277,8 +279,9 @@ void read_muon(const std::vector<RankFile>& files, int64_t idx, const OptGroup& 
     const std::vector<int64_t> shape = k == 0 ? std::vector<int64_t>{c, m, n} : second_shape(c, m, n);
     for (int64_t r = 0; r < W0; ++r) {
       const int64_t owned = std::min(c, std::max<int64_t>(0, K - r * c));
-      const std::vector<float> v = state_tensor(files[static_cast<size_t>(r)], idx,
-                                                k == 0 ? "momentum_buffer" : "second_momentum_buffer", shape, g.names.front());
+      const std::vector<float> v =
+          state_tensor(files[static_cast<size_t>(r)], idx, k == 0 ? "momentum_buffer" : "second_momentum_buffer", shape,
+                       g.names.front());
       if (owned > 0) std::memcpy(dst + r * c * per[k], v.data(), static_cast<size_t>(owned * per[k]) * sizeof(float));
     }
     dst += K * per[k];
@@ -321,12 +324,15 @@ OptimConfig optim_config_of_meta(const nlohmann::json& meta, int64_t model_dim) 
   const int64_t total = meta.value("total_batch_size", int64_t{0});
   const double scale = total > 0 ? std::sqrt(static_cast<double>(total) / 524288.0) : 1.0;
   OptimConfig c;
-  auto lr = [&](const char* k, float d) { return static_cast<float>((uc.is_object() ? uc.value(k, static_cast<double>(d)) : d) * scale); };
+  auto lr = [&](const char* k, float d) {
+    return static_cast<float>((uc.is_object() ? uc.value(k, static_cast<double>(d)) : d) * scale);
+  };
   c.unembedding_lr = lr("unembedding_lr", c.unembedding_lr);
   c.embedding_lr = lr("embedding_lr", c.embedding_lr);
   c.matrix_lr = lr("matrix_lr", c.matrix_lr);
   c.scalar_lr = lr("scalar_lr", c.scalar_lr);
-  if (uc.is_object()) c.weight_decay = static_cast<float>(uc.value("weight_decay", static_cast<double>(c.weight_decay)));
+  if (uc.is_object())
+    c.weight_decay = static_cast<float>(uc.value("weight_decay", static_cast<double>(c.weight_decay)));
   c.model_dim = model_dim;
   return c;
 }
@@ -339,7 +345,8 @@ MuonAdamW::WholeState read_checkpoint_optimizer(const LoadedModel& lm, const Muo
   for (int r = 0; r < W0; ++r) {
     if (!std::filesystem::exists(cp.optim(r)))
       fail("the optimizer state of ", cp.meta(), " (", W0, " ranks) needs ", cp.optim(r),
-           ", which is missing; copy every rank's optim_*_rank<r> file into ", cp.dir, " or export without --with-optimizer");
+           ", which is missing; copy every rank's optim_*_rank<r> file into ", cp.dir,
+           " or export without --with-optimizer");
     const std::string bad = check_checkpoint_file(marker, cp.optim(r));
     if (!bad.empty()) fail(bad);
     shards.push_back(load_safetensors(cp.optim(r)));

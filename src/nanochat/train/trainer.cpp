@@ -105,17 +105,17 @@ std::vector<OptParam> optimizer_params(GPT& model) {
   return ops;
 }
 
-// The train loader: every rank reads the one-rank stream (rank 0 of 1) in units of `unit` rows and
-// keeps the rows the step's split gives it (train/balance.h), so the rows of a step and their order
-// do not depend on the world size or the split, and a resume is exact at any world size.
-data::LoaderOptions train_loader_options(const TrainPlan& plan, int64_t unit) {
+// The train loader: every rank reads the one-rank stream (rank 0 of 1) row by row and keeps the
+// rows the step's split gives it (train/balance.h), so the rows of a step and their order do not
+// depend on the world size or the split, and a resume is exact at any world size.
+data::LoaderOptions train_loader_options(const TrainPlan& plan) {
   data::LoaderOptions lo;
-  lo.B = static_cast<int>(unit);
+  lo.B = 1;
   lo.T = plan.T;
   lo.split = "train";
   lo.data_dir = data_dir();
-  // a step reads every unit of the step (most of them only to pass them by): keep a step's worth ready
-  lo.prefetch_depth = static_cast<int>(std::clamp<int64_t>(plan.total_batch_size / plan.T / unit, 3, 64));
+  // a step reads every row of the step (most of them only to pass them by): keep many ready
+  lo.prefetch_depth = static_cast<int>(std::clamp<int64_t>(plan.total_batch_size / plan.T, 3, 64));
   return lo;
 }
 
@@ -280,8 +280,7 @@ class TrainLoop {
   // Reads the next `rows` rows of the step's stream into x_/y_, or past them when !keep.
   void read_rows(int64_t rows, bool keep) {
     prof::Scope data_scope(prof::Op::Data);
-    const int64_t u = balancer_.unit();
-    for (int64_t i = 0; i < rows; i += u) {
+    for (int64_t i = 0; i < rows; ++i) {
       const size_t off = static_cast<size_t>(i) * static_cast<size_t>(plan_.T);
       loader_.next(keep ? x_.data() + off : nullptr, keep ? y_.data() + off : nullptr);
     }
@@ -462,7 +461,8 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
   auto print0 = [master](const std::string& s) { print_if(master, s); };
   print0("nanochat.cpp base-train");
   print0(str_cat("Device: cpu, dtype float32, ", num_threads(), " threads per rank, world size ", plan.world_size));
-  print0(str_cat("Threads: ", num_threads(), " on CPUs ", cpu_affinity_list(), "; wait policy ", wait_policy_summary()));
+  print0(
+      str_cat("Threads: ", num_threads(), " on CPUs ", cpu_affinity_list(), "; wait policy ", wait_policy_summary()));
   print0("Vocab size: " + with_commas(tok.vocab_size()));
   print0("Model config: " + plan.model.to_json().dump());
   for (auto& l : plan.log) print0(l);
@@ -541,7 +541,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
   LoopState st;  // docs/nanochat.md 3.9 loop_state
   if (a.resume_from_step >= 0) st = resume(comm, plan, a.resume_from_step, model, opt);
 
-  data::DataLoader train_loader(tok, train_loader_options(plan, balancer.unit()),
+  data::DataLoader train_loader(tok, train_loader_options(plan),
                                 st.loader_state.is_null() ? nullptr : &st.loader_state);
   if (W > 1) agree_on_the_job(comm, a, tok, plan);
   // Every rank can write its checkpoint folder (nodes need not share one), else all stop now.
@@ -549,9 +549,8 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
   MetricsLog metrics(plan.checkpoint_dir + "/metrics.jsonl", master, a.resume_from_step >= 0 ? st.step : -1);
   if (W > 1)
     print0(str_cat("Rows per step: ", plan.total_batch_size / plan.T, ", dealt ",
-                   a.balance == "even" ? "evenly" : "by measured speed", " in units of ", balancer.unit(),
-                   " rows; device batch per rank: ", json(device_batches).dump(), "; first split ",
-                   split_percentages(balancer.rows())));
+                   a.balance == "even" ? "evenly" : "by measured speed", "; device batch per rank: ",
+                   json(device_batches).dump(), "; first split ", split_percentages(balancer.rows())));
 
   const int eval_B = *std::min_element(device_batches.begin(), device_batches.end());
   TrainLoop loop(a, hooks, comm, tok, plan, model, opt, accum, balancer, train_loader, metrics, st, peak_gflops,
