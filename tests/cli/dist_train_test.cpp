@@ -11,6 +11,7 @@
 
 #include "nanochat/core/safetensors.h"
 #include "support/cli_util.h"
+#include "support/weights_compare.h"
 
 using namespace nctest;
 
@@ -32,26 +33,6 @@ const char* kDist =
 
 StFile final_weights(const BaseDir& b) { return load_safetensors(b.ckpt() + "/model_000005.safetensors"); }
 
-// max |a - b| / max |a| over every tensor. The scalars whose gradient is exactly zero at init
-// (resid/x0/backout lambdas: rounding noise that AdamW turns into +-lr steps) are included: the
-// trainer sums their gradients in one fixed order (train/ordered_grad_sum.h), so they agree too.
-double max_rel_diff(const StFile& a, const StFile& b) {
-  double worst = 0;
-  for (const auto& [name, t] : a.tensors) {
-    auto x = t.to_f32(), y = b.at(name).to_f32();
-    double mx = 0, d = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      mx = std::max(mx, std::fabs(static_cast<double>(x[i])));
-      d = std::max(d, std::fabs(static_cast<double>(x[i]) - y[i]));
-    }
-    if (mx > 0 && d / mx > worst) {
-      worst = d / mx;
-      std::printf("  %s: max |diff| %.3g, max |p| %.3g\n", name.c_str(), d, mx);
-    }
-  }
-  return worst;
-}
-
 }  // namespace
 
 TEST(DistTrain, OneTwoAndThreeRanksReachTheSameParameters) {
@@ -67,7 +48,7 @@ TEST(DistTrain, OneTwoAndThreeRanksReachTheSameParameters) {
       run(b3, " run --nproc-per-node 3 --threads-per-rank 1 --master-port " + std::to_string(free_port()) + kDist);
   ASSERT_EQ(r3.code, 0) << r3.out;
   const StFile w1 = final_weights(b1), w2 = final_weights(b2), w3 = final_weights(b3);
-  const double d12 = max_rel_diff(w1, w2), d13 = max_rel_diff(w1, w3);
+  const double d12 = max_rel_diff(w1, w2, true), d13 = max_rel_diff(w1, w3, true);
   EXPECT_LE(d12, 1e-4) << "W=1 vs W=2";
   EXPECT_LE(d13, 1e-4) << "W=1 vs W=3 (uneven row shards of every AdamW matrix)";
   // every rank wrote its optimizer shard, and the run moved the weights

@@ -11,6 +11,7 @@
 
 #include "nanochat/core/safetensors.h"
 #include "support/cli_util.h"
+#include "support/weights_compare.h"
 
 using namespace nctest;
 
@@ -28,21 +29,6 @@ std::string launch(int W) {
 }
 
 StFile final_weights(const BaseDir& b) { return load_safetensors(b.ckpt() + "/model_000005.safetensors"); }
-
-// max |a - b| / max |a| over every tensor.
-double max_rel_diff(const StFile& a, const StFile& b) {
-  double worst = 0;
-  for (const auto& [name, t] : a.tensors) {
-    auto x = t.to_f32(), y = b.at(name).to_f32();
-    double mx = 0, d = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      mx = std::max(mx, std::fabs(static_cast<double>(x[i])));
-      d = std::max(d, std::fabs(static_cast<double>(x[i]) - y[i]));
-    }
-    if (mx > 0) worst = std::max(worst, d / mx);
-  }
-  return worst;
-}
 
 // The one-rank run every test compares with (device batch 2).
 const StFile& one_rank_weights() {

@@ -280,9 +280,10 @@ class DirLock {
   int fd_ = -1;
 };
 
-// The manifest's "files" object ({} when absent or unreadable: everything is checked again).
-json load_manifest(const std::string& dir) {
-  std::ifstream in(verified_manifest_path(dir));
+// The "files" object of a cache file next to the shards ({} when absent or unreadable: everything
+// is checked again).
+json load_cache_files(const std::string& path) {
+  std::ifstream in(path);
   if (!in) return json::object();
   try {
     json m = json::parse(in);
@@ -292,23 +293,27 @@ json load_manifest(const std::string& dir) {
   return json::object();
 }
 
-bool save_manifest(const std::string& dir, const json& files) {
-  const std::string path = verified_manifest_path(dir), tmp = path + ".tmp";
+// Writes a cache file atomically (temp file + rename); false when it cannot (a read-only folder).
+bool save_cache_files(const std::string& path, const std::string& about, const json& files) {
+  const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) return false;
-    out << json{{"version", 1},
-                {"about",
-                 "shards checked by nanochat (data check): a shard whose size, mtime_ns and fingerprint match "
-                 "is not checked again; delete this file to check everything again"},
-                {"files", files}}
-               .dump(1)
-        << "\n";
+    out << json{{"version", 1}, {"about", about}, {"files", files}}.dump(1) << "\n";
     if (!out.good()) return false;
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
   return !ec;
+}
+
+json load_manifest(const std::string& dir) { return load_cache_files(verified_manifest_path(dir)); }
+
+bool save_manifest(const std::string& dir, const json& files) {
+  return save_cache_files(verified_manifest_path(dir),
+                          "shards checked by nanochat (data check): a shard whose size, mtime_ns and fingerprint "
+                          "match is not checked again; delete this file to check everything again",
+                          files);
 }
 
 std::string utc_now() {
@@ -474,35 +479,14 @@ uint32_t whole_file_crc32(const std::string& path) {
   return static_cast<uint32_t>(crc);
 }
 
-// The content cache's "files" object ({} when absent or unreadable: everything is hashed again).
-json load_content_cache(const std::string& dir) {
-  std::ifstream in(content_cache_path(dir));
-  if (!in) return json::object();
-  try {
-    json m = json::parse(in);
-    if (m.is_object() && m.value("version", 0) == 1 && m.contains("files") && m["files"].is_object()) return m["files"];
-  } catch (const std::exception&) {
-  }
-  return json::object();
-}
+json load_content_cache(const std::string& dir) { return load_cache_files(content_cache_path(dir)); }
 
 bool save_content_cache(const std::string& dir, const json& files) {
-  const std::string path = content_cache_path(dir), tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return false;
-    out << json{{"version", 1},
-                {"about",
-                 "CRC-32 of every byte of each shard, for the start-up agreement of a multi-rank job; a shard whose "
-                 "size, mtime_ns and fingerprint match is not read again; delete this file to hash everything again"},
-                {"files", files}}
-               .dump(1)
-        << "\n";
-    if (!out.good()) return false;
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  return !ec;
+  return save_cache_files(content_cache_path(dir),
+                          "CRC-32 of every byte of each shard, for the start-up agreement of a multi-rank job; a "
+                          "shard whose size, mtime_ns and fingerprint match is not read again; delete this file to "
+                          "hash everything again",
+                          files);
 }
 
 }  // namespace
