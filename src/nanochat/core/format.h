@@ -24,6 +24,13 @@ inline std::string fixed(double v, int decimals) {
   return b;
 }
 
+/// A step number as checkpoint file names spell it: six digits, zero-padded (nanochat's f"{step:06d}").
+inline std::string step6(int64_t step) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%06lld", static_cast<long long>(step));
+  return b;
+}
+
 /// If `name` is `prefix` followed by one or more decimal digits (nothing else), returns that
 /// number; otherwise -1. E.g. parse_suffix_number("complete_000042", "complete_") == 42.
 inline int64_t parse_suffix_number(const std::string& name, const std::string& prefix) {

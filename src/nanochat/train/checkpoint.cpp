@@ -22,11 +22,6 @@ namespace fs = std::filesystem;
 namespace nanochat {
 
 namespace {
-std::string step6(int64_t s) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%06lld", static_cast<long long>(s));
-  return b;
-}
 // Unique per process and per call: ranks that are threads of one process (tests) may write the
 // same file of a shared folder at once.
 std::string tmp_name(const std::string& path) {

@@ -31,12 +31,6 @@ namespace nanochat {
 
 namespace {
 
-std::string step6(int64_t s) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%06lld", static_cast<long long>(s));
-  return b;
-}
-
 void make_dirs(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
