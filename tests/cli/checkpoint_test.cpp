@@ -1,7 +1,8 @@
 // Checkpoints of data-parallel jobs through the binary (tiny model, 1-2 ranks, loopback):
 // the last step is saved before the final evaluation (a rank killed during it loses nothing),
-// nodes without a shared filesystem each write their own folder and a node that cannot write is
-// named by every node, a corrupt checkpoint file is named with the newest intact step by every
+// node 0 writes the whole checkpoint (workers nothing) and its folder alone resumes at any world
+// size, a node 0 that cannot write is named by every node, a kill of node 0 in the middle of a save
+// leaves the previous step resumable, a corrupt checkpoint file is named with the newest intact step by every
 // rank, and ranks whose replicas of the model differ stop the job naming the tensor and rank.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -18,8 +19,10 @@
 #include <thread>
 #include <vector>
 
+#include "nanochat/core/safetensors.h"
 #include "nanochat/train/checkpoint.h"
 #include "support/cli_util.h"
+#include "support/weights_compare.h"
 
 using namespace nctest;
 using Clock = std::chrono::steady_clock;
@@ -222,54 +225,118 @@ TEST(Checkpoint, FinalValBpbIsRecordedAfterTheSave) {
   EXPECT_EQ(check_checkpoint_file(marker, cp.model()), "");
 }
 
-// Two nodes on loopback, each with its own NANOCHAT_BASE_DIR (no shared filesystem). Node 1 has a
-// regular file where its base_checkpoints folder must go: both nodes stop naming rank 1, its host
-// and the path, never a network error. With a normal folder both nodes save their own files.
-TEST(Checkpoint, NodeThatCannotWriteIsNamedByEveryNode) {
+namespace {
+
+// Runs `flags` as two nodes of one rank each, node 0 in n0 and node 1 in n1 (no shared files).
+std::pair<Result, Result> two_nodes(const std::string& n0, const std::string& n1, const std::string& flags,
+                                    const std::string& fault) {
+  const std::string common =
+      " run --nnodes 2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
+      " --master-port " +
+      std::to_string(test_port());
+  const std::string env = "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_COLLECTIVE_TIMEOUT=60 " + fault;
+  Result r0, r1;
+  std::thread t0([&] { r0 = run_at(n0, common + " --node-rank 0" + flags, env); });
+  std::thread t1([&] { r1 = run_at(n1, common + " --node-rank 1" + flags, env); });
+  t0.join();
+  t1.join();
+  return {r0, r1};
+}
+
+// The settings of dist_train_test.cpp whose runs at any world size agree to 1e-4 (depth 3, no
+// weight decay, 12 rows per step).
+const char* kEq =
+    " base-train --depth 3 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --window-pattern SL"
+    " --device-batch-size 2 --total-batch-size 768 --eval-every -1 --sample-every -1 --core-metric-every -1"
+    " --threads 1 --model-tag t --num-iterations 5 --warmup-steps 1 --weight-decay 0";
+
+}  // namespace
+
+// Node 0 writes the whole checkpoint; the worker, whose base dir cannot even hold a checkpoint
+// folder, writes nothing. Node 0's folder alone resumes the run with 1 and with 3 ranks, and both
+// end where the uninterrupted one-rank run ends.
+TEST(Checkpoint, NodeZeroWritesTheWholeCheckpointThatAloneResumesAtAnyWorldSize) {
+  BaseDir n0("nc_ck_whole0"), u("nc_ck_whole_u");
+  NodeDir n1(n0, "nc_ck_whole1");
+  std::ofstream(n1.dir + "/base_checkpoints") << "not a folder\n";
+  auto ur = run(u, kEq);
+  ASSERT_EQ(ur.code, 0) << ur.out;
+  const StFile uninterrupted = load_safetensors(u.ckpt() + "/model_000005.safetensors");
+  auto [a0, a1] = two_nodes(n0.dir, n1.dir, std::string(kEq) + " --save-every 3", "NANOCHAT_TEST_FAULT=slow:1:3");
+  ASSERT_EQ(a0.code, 0) << a0.out << "\n--- node 1:\n" << a1.out;
+  ASSERT_EQ(a1.code, 0) << a1.out;
+  EXPECT_TRUE(fs::is_regular_file(n1.dir + "/base_checkpoints"));  // the worker wrote nothing
+  EXPECT_EQ(complete_checkpoint_steps(n0.ckpt()), (std::vector<int64_t>{3, 5}));
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(fs::exists(CheckpointPaths{n0.ckpt(), 3}.optim(r)));
+  for (int W : {1, 3}) {
+    SCOPED_TRACE("resumed by " + std::to_string(W) + " ranks");
+    const std::string launch =
+        W == 1 ? std::string()
+               : " run --nproc-per-node 3 --threads-per-rank 1 --master-port " + std::to_string(test_port());
+    auto r = run(n0, launch + kEq + " --resume-from-step 3 --balance even");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("Resumed from step 3"), std::string::npos) << r.out;
+    EXPECT_LE(max_rel_diff(uninterrupted, load_safetensors(n0.ckpt() + "/model_000005.safetensors")), 1e-4);
+  }
+  // the same two nodes resume too (node 0 deals the state; the worker still needs no folder)
+  auto [b0, b1] = two_nodes(n0.dir, n1.dir, std::string(kEq) + " --resume-from-step 3", "");
+  EXPECT_EQ(b0.code, 0) << b0.out << "\n--- node 1:\n" << b1.out;
+  EXPECT_NE(b0.out.find("Read the optimizer state of all 2 ranks"), std::string::npos) << b0.out;
+  EXPECT_LE(max_rel_diff(uninterrupted, load_safetensors(n0.ckpt() + "/model_000005.safetensors")), 1e-4);
+}
+
+// Node 0 cannot write: before the first step (its folder) and in the middle of a save (test-only
+// fault), both nodes name rank 0, its host and the file.
+TEST(Checkpoint, NodeZeroThatCannotWriteIsNamedByEveryNode) {
   BaseDir n0("nc_ck_node0");
   NodeDir n1(n0, "nc_ck_node1");
-  std::ofstream(n1.dir + "/base_checkpoints") << "not a folder\n";
-  auto two_nodes = [&](const std::string& flags, const std::string& fault) {
-    const std::string common =
-        " run --nnodes 2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
-        " --master-port " +
-        std::to_string(test_port());
-    const std::string env = "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_COLLECTIVE_TIMEOUT=60 " + fault;
-    Result r0, r1;
-    std::thread t0([&] { r0 = run_at(n0.dir, common + " --node-rank 0" + flags, env); });
-    std::thread t1([&] { r1 = run_at(n1.dir, common + " --node-rank 1" + flags, env); });
-    t0.join();
-    t1.join();
-    return std::make_pair(r0, r1);
-  };
-  auto both_name_rank1_and = [](const Result& r0, const Result& r1, const std::string& path) {
+  auto both_name_rank0_and = [](const Result& r0, const Result& r1, const std::string& path) {
     show_errors(r0.out + r1.out);
     for (const Result* r : {&r0, &r1}) {
       EXPECT_NE(r->code, 0) << r->out;
-      EXPECT_NE(r->out.find("rank 1 (host "), std::string::npos) << r->out;
+      EXPECT_NE(r->out.find("rank 0 (host "), std::string::npos) << r->out;
       EXPECT_NE(r->out.find(") could not write " + path), std::string::npos) << path << "\n" << r->out;
       EXPECT_EQ(r->out.find("connection"), std::string::npos) << r->out;
     }
   };
   const std::string flags = std::string(kCk) + " --num-iterations 2 --eval-every -1";
-  auto [bad0, bad1] = two_nodes(flags, "");
-  both_name_rank1_and(bad0, bad1, n1.dir + "/base_checkpoints");
-  fs::remove(n1.dir + "/base_checkpoints");
-  auto [ok0, ok1] = two_nodes(flags, "");
-  ASSERT_EQ(ok0.code, 0) << ok0.out << "\n--- node 1:\n" << ok1.out;
-  ASSERT_EQ(ok1.code, 0) << ok1.out;
-  const std::string ck1 = n1.dir + "/base_checkpoints/t";
-  EXPECT_EQ(complete_checkpoint_steps(n0.ckpt()), std::vector<int64_t>{2});
-  EXPECT_EQ(complete_checkpoint_steps(ck1), std::vector<int64_t>{2});
-  EXPECT_TRUE(fs::exists(n0.ckpt() + "/optim_000002_rank0.safetensors"));
-  EXPECT_TRUE(fs::exists(ck1 + "/optim_000002_rank1.safetensors"));
-  // each node resumes from its own folder
-  auto [re0, re1] = two_nodes(std::string(kCk) + " --num-iterations 3 --eval-every -1 --resume-from-step 2", "");
-  EXPECT_EQ(re0.code, 0) << re0.out << "\n--- node 1:\n" << re1.out;
-  EXPECT_EQ(re1.code, 0) << re1.out;
-  // a write that fails in the middle of a save (test-only fault) is named by both nodes too
-  auto [w0, w1] = two_nodes(flags, "NANOCHAT_TEST_FAULT=write-fail:1");
-  both_name_rank1_and(w0, w1, ck1 + "/optim_000002_rank1.safetensors");
+  std::ofstream(n0.dir + "/base_checkpoints") << "not a folder\n";
+  auto [bad0, bad1] = two_nodes(n0.dir, n1.dir, flags, "");
+  both_name_rank0_and(bad0, bad1, n0.dir + "/base_checkpoints");
+  fs::remove(n0.dir + "/base_checkpoints");
+  auto [w0, w1] = two_nodes(n0.dir, n1.dir, flags, "NANOCHAT_TEST_FAULT=write-fail:0");
+  both_name_rank0_and(w0, w1, n0.ckpt() + "/optim_000002_rank0.safetensors");
+  EXPECT_TRUE(complete_checkpoint_steps(n0.ckpt()).empty());
+}
+
+// Node 0 is killed (SIGKILL) in the middle of writing step 4 (test-only fault: it stops after the
+// step's first file): step 2 stays complete and resumes; step 4 never counts.
+TEST(Checkpoint, AKillOfNodeZeroDuringASaveLeavesThePreviousCheckpointResumable) {
+  BaseDir b("nc_ck_kill");
+  const std::string log = b.dir + "/log.txt";
+  const std::string flags = std::string(kCk) + " --num-iterations 6 --save-every 2 --eval-every -1";
+  {
+    BgJob job(b, launch2() + flags, log, "NANOCHAT_COLLECTIVE_TIMEOUT=120 NANOCHAT_TEST_FAULT=save-stall:4");
+    const auto deadline = Clock::now() + std::chrono::seconds(180);
+    while (slurp(log).find("stalled in the middle of a save") == std::string::npos) {
+      ASSERT_FALSE(job.wait_until(Clock::now())) << "the job ended early:\n" << slurp(log);
+      ASSERT_LT(Clock::now(), deadline) << slurp(log);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(fs::exists(CheckpointPaths{b.ckpt(), 4}.optim(0)));  // the save was under way
+    const pid_t rank0 = child_with_rank(job.pid, 0);
+    ASSERT_GT(rank0, 0) << slurp(log);
+    ASSERT_EQ(::kill(rank0, SIGKILL), 0);
+    ASSERT_TRUE(job.wait_until(Clock::now() + std::chrono::seconds(150))) << slurp(log);
+    EXPECT_NE(job.code(), 0) << slurp(log);
+  }
+  ASSERT_EQ(complete_checkpoint_steps(b.ckpt()), std::vector<int64_t>{2}) << slurp(log);
+  for (int W : {1, 2}) {
+    const std::string launch = W == 1 ? std::string() : launch2();
+    auto r = run(b, launch + flags + " --resume-from-step 2");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("Resumed from step 2"), std::string::npos) << r.out;
+  }
 }
 
 // A byte flipped in a saved file: the resume names the file and the newest intact step; with two

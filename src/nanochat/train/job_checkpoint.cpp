@@ -1,7 +1,12 @@
 #include "nanochat/train/job_checkpoint.h"
 
+#include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
+#include <thread>
 
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
@@ -24,8 +29,63 @@ std::string could_not_write(const std::string& path, const std::string& why) {
 }
 
 const char* const kFolderHint =
-    "Every node needs a writable checkpoint folder $NANOCHAT_BASE_DIR/base_checkpoints/<tag> of its own "
-    "(check free space, permissions, and that no file sits where a folder must go)";
+    "Node 0 (rank 0) writes the whole checkpoint into its folder $NANOCHAT_BASE_DIR/base_checkpoints/<tag>: it must "
+    "be writable (check free space, permissions, and that no file sits where a folder must go)";
+
+// One rank's optimizer shard as bytes, to send it to rank 0: an 8-byte header length, a JSON
+// header {"metadata": {...}, "tensors": [{"name", "dtype", "shape", "bytes"}]}, then the tensors'
+// bytes in order.
+std::string pack_shard(const std::vector<StWriteEntry>& entries, const std::map<std::string, std::string>& metadata) {
+  json tensors = json::array();
+  size_t total = 0;
+  for (const auto& e : entries) {
+    size_t n = st_dtype_size(e.dtype);
+    for (int64_t d : e.shape) n *= static_cast<size_t>(d);
+    tensors.push_back({{"name", e.name}, {"dtype", e.dtype}, {"shape", e.shape}, {"bytes", n}});
+    total += n;
+  }
+  const std::string header = json{{"metadata", metadata}, {"tensors", tensors}}.dump();
+  const uint64_t hn = header.size();
+  std::string out(sizeof hn + header.size() + total, '\0');
+  std::memcpy(out.data(), &hn, sizeof hn);
+  std::memcpy(out.data() + sizeof hn, header.data(), header.size());
+  size_t at = sizeof hn + header.size();
+  for (size_t k = 0; k < entries.size(); ++k) {
+    const size_t n = tensors[k]["bytes"].get<size_t>();
+    if (n) std::memcpy(out.data() + at, entries[k].data, n);
+    at += n;
+  }
+  return out;
+}
+
+// Writes a packed shard (pack_shard) to `path` atomically. Throws nanochat::Error on a malformed
+// pack (naming `from`) or a write failure.
+void write_packed_shard(const std::string& path, const std::string& packed, const std::string& from) {
+  uint64_t hn = 0;
+  if (packed.size() < sizeof hn) fail("the optimizer shard sent by ", from, " is truncated");
+  std::memcpy(&hn, packed.data(), sizeof hn);
+  if (packed.size() < sizeof hn + hn) fail("the optimizer shard sent by ", from, " is truncated");
+  const json header = json::parse(packed.substr(sizeof hn, hn));
+  std::vector<StWriteEntry> entries;
+  size_t at = sizeof hn + hn;
+  for (const auto& t : header.at("tensors")) {
+    const size_t n = t.at("bytes").get<size_t>();
+    if (at + n > packed.size()) fail("the optimizer shard sent by ", from, " is truncated");
+    entries.push_back({t.at("name").get<std::string>(), t.at("dtype").get<std::string>(),
+                       t.at("shape").get<std::vector<int64_t>>(), packed.data() + at});
+    at += n;
+  }
+  write_safetensors_atomic(path, entries, header.at("metadata").get<std::map<std::string, std::string>>());
+}
+
+// NANOCHAT_TEST_FAULT=save-stall:<step>: rank 0 stops in the middle of writing that step (after
+// its first file) until the test kills it.
+void stall_for_a_kill(const std::string& written) {
+  std::fprintf(stderr, "NANOCHAT_TEST_FAULT: stalled in the middle of a save after writing %s\n", written.c_str());
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::minutes(10));
+  fail("NANOCHAT_TEST_FAULT: a stalled save was not killed");
+}
 
 // "" when `dir` exists or was created, else the reason in could_not_write form.
 std::string create_dir(const std::string& dir) {
@@ -37,10 +97,13 @@ std::string create_dir(const std::string& dir) {
 // True when this rank's files of step `step` in `dir` (files_read_by_rank) match their marker.
 bool intact_here(const std::string& dir, int64_t step, int rank, int world_size) {
   const CheckpointPaths cp{dir, step};
+  // a worker reads nothing of a checkpoint node 0 holds whole (and may have no marker at all)
+  if (rank != 0 && !std::filesystem::exists(cp.optim(rank))) return true;
   try {
     const json marker = read_checkpoint_marker(cp);
     const int saved_w = marker.value("world_size", world_size);
-    for (const auto& f : files_read_by_rank(cp, rank, world_size, saved_w))
+    const auto files = files_read_by_rank(cp, rank, world_size, saved_w);
+    for (const auto& f : files)
       if (!check_checkpoint_file(marker, f).empty()) return false;
     return true;
   } catch (const std::exception&) {  // unreadable or malformed marker
@@ -51,52 +114,61 @@ bool intact_here(const std::string& dir, int64_t step, int rank, int world_size)
 }  // namespace
 
 void prepare_checkpoint_dirs(Communicator& comm, const std::string& dir) {
-  dist::throw_if_any_rank_failed(comm, create_dir(dir), str_cat("Nothing was trained. ", kFolderHint));
+  const std::string err = comm.rank() == 0 ? create_dir(dir) : std::string();
+  dist::throw_if_any_rank_failed(comm, err, str_cat("Nothing was trained. ", kFolderHint));
 }
 
 void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GPT& model, const MuonAdamW& opt,
-                         const std::map<std::string, std::string>& optim_metadata, const json& meta, bool fail_write) {
+                         const std::map<std::string, std::string>& optim_metadata, const json& meta, bool fail_write,
+                         bool stall_mid_write) {
   const int rank = comm.rank(), W = comm.world_size();
   const std::string hint =
       str_cat("Step ", cp.step, " was not saved. ", kFolderHint, "; then resume from the last complete checkpoint");
-  // 1. Every rank: its directory exists and the step's old marker is gone.
-  std::string err = create_dir(cp.dir);
-  if (err.empty()) try {
+  // 1. Rank 0: its directory exists and the step's old marker is gone.
+  std::string err = rank == 0 ? create_dir(cp.dir) : std::string();
+  if (rank == 0 && err.empty()) try {
       begin_checkpoint(cp);
     } catch (const Error& e) {
       err = could_not_write(cp.marker(), e.what());
     }
   dist::throw_if_any_rank_failed(comm, err, hint);
 
-  // 2. Every rank its optimizer shard (with its exact loader state); rank 0 the weights and meta.
+  // 2. Rank 0 writes every rank's optimizer shard (each sent to it in turn, with its loader
+  // state), the weights and the meta, then the marker with every file's CRC32. A failure stops
+  // rank 0's writing but not the exchange, so that no rank is left waiting.
   json crcs = json::object();
-  std::string path = cp.optim(rank);
-  try {
-    if (fail_write) fail("fault injected by NANOCHAT_TEST_FAULT");
-    write_safetensors_atomic(path, opt.state_entries(), optim_metadata);
-    crcs[file_name(path)] = file_crc32(path);
-    if (rank == 0) {
+  std::string path;
+  auto write = [&](const std::string& p, const std::function<void()>& body) {
+    if (!err.empty()) return;
+    path = p;
+    try {
+      if (fail_write) fail("fault injected by NANOCHAT_TEST_FAULT");
+      body();
+      crcs[file_name(p)] = file_crc32(p);
+      if (stall_mid_write) stall_for_a_kill(p);
+    } catch (const Error& e) {
+      err = could_not_write(path, e.what());
+    }
+  };
+  if (rank == 0)
+    write(cp.optim(0), [&] { write_safetensors_atomic(cp.optim(0), opt.state_entries(), optim_metadata); });
+  for (int r = 1; r < W; ++r) {
+    std::string packed = rank == r ? pack_shard(opt.state_entries(), optim_metadata) : std::string();
+    dist::broadcast_string(comm, packed, r);
+    if (rank == 0) write(cp.optim(r), [&] { write_packed_shard(cp.optim(r), packed, str_cat("rank ", r)); });
+  }
+  if (rank == 0) {
+    write(cp.model(), [&] {
       std::vector<StWriteEntry> entries;
       for (const auto& p : model.params()) entries.push_back({p.name, "F32", p.shape, model.param_data() + p.offset});
-      path = cp.model();
-      write_safetensors_atomic(path, entries, {{"format", "nanochat.cpp"}});
-      crcs[file_name(path)] = file_crc32(path);
-      path = cp.meta();
-      write_text_atomic(path, meta.dump(2));
-      crcs[file_name(path)] = file_crc32(path);
-    }
-  } catch (const Error& e) {
-    err = could_not_write(path, e.what());
-  }
-  dist::throw_if_any_rank_failed(comm, err, hint);
-
-  // 3. Every rank: the marker with every file's CRC32, in its own directory.
-  json all = json::object();
-  for (const auto& s : dist::all_gather_strings(comm, crcs.dump())) all.update(json::parse(s));
-  try {
-    finish_checkpoint(cp, all, W);
-  } catch (const Error& e) {
-    err = could_not_write(cp.marker(), e.what());
+      write_safetensors_atomic(cp.model(), entries, {{"format", "nanochat.cpp"}});
+    });
+    write(cp.meta(), [&] { write_text_atomic(cp.meta(), meta.dump(2)); });
+    if (err.empty()) try {
+        finish_checkpoint(cp, crcs, W);
+      } catch (const Error& e) {
+        err = could_not_write(cp.marker(), e.what());
+      }
   }
   dist::throw_if_any_rank_failed(comm, err, hint);
 }
@@ -124,11 +196,17 @@ void rewrite_checkpoint_meta(const CheckpointPaths& cp, const json& meta) {
 
 std::vector<std::string> files_read_by_rank(const CheckpointPaths& cp, int rank, int world_size, int saved_world_size) {
   std::vector<std::string> files;
-  if (rank == 0) files = {cp.model(), cp.meta()};
-  if (saved_world_size == world_size)
-    files.push_back(cp.optim(rank));
-  else if (rank == 0)
-    for (int r = 0; r < saved_world_size; ++r) files.push_back(cp.optim(r));
+  if (rank == 0) {
+    files = {cp.model(), cp.meta()};
+    bool all_here = true;
+    for (int r = 0; r < saved_world_size; ++r) all_here = all_here && fs::exists(cp.optim(r));
+    if (all_here || saved_world_size != world_size)
+      for (int r = 0; r < saved_world_size; ++r) files.push_back(cp.optim(r));
+    else
+      files.push_back(cp.optim(0));
+  } else if (saved_world_size == world_size && fs::exists(cp.optim(rank))) {
+    files.push_back(cp.optim(rank));  // a checkpoint of an earlier version: each node its own shard
+  }
   return files;
 }
 

@@ -1,9 +1,11 @@
 #pragma once
-// Checkpoints of a whole data-parallel job (the files of checkpoint.h, written and read by every
-// rank together). Every rank writes into its own checkpoint directory (nodes need not share a
-// filesystem), and every failure to write or read, or a file whose CRC32 no longer matches, is
-// reported by EVERY rank with the same message naming the rank, its host and the file, so that
-// no rank is left waiting in a collective and blaming the network.
+// Checkpoints of a whole data-parallel job (the files of checkpoint.h). Node 0 (rank 0) writes the
+// whole checkpoint into its own checkpoint directory: every rank sends it its optimizer shard, so
+// workers write nothing and a job resumes from node 0's folder alone, on any set of nodes and at
+// any world size (a laptop that leaves takes nothing with it). Every failure to write or read, or
+// a file whose CRC32 no longer matches, is reported by EVERY rank with the same message naming the
+// rank, its host and the file, so that no rank is left waiting in a collective and blaming the
+// network.
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -18,28 +20,33 @@ class Communicator;
 class GPT;
 class MuonAdamW;
 
-/// Before training: every rank creates its checkpoint directory `dir`; one that cannot makes every
-/// rank throw the same nanochat::Error "rank R (host H) could not write <dir>: <reason>" (a job
-/// that could never save stops before its first step). All ranks must call it together.
+/// Before training: rank 0 creates its checkpoint directory `dir`; when it cannot, every rank throws
+/// the same nanochat::Error "rank 0 (host H) could not write <dir>: <reason>" (a job that could
+/// never save stops before its first step). Workers create nothing. All ranks must call it together.
 void prepare_checkpoint_dirs(Communicator& comm, const std::string& dir);
 
-/// Saves step cp.step: every rank creates its directory and drops the step's old marker, writes
-/// its optimizer shard (with `optim_metadata`), rank 0 also the weights and `meta`; then every
-/// rank writes the completion marker holding every file's CRC32. Collectives between the phases
-/// share each rank's outcome: a rank that cannot write makes every rank throw the same
-/// nanochat::Error "rank R (host H) could not write <path>: <reason>". `fail_write` makes this
-/// rank's write fail (test-only fault injection). All ranks must call it together.
+/// Saves step cp.step into rank 0's directory: rank 0 creates it and drops the step's old marker;
+/// each rank r >= 1 in turn sends rank 0 its optimizer shard (with `optim_metadata`), which rank 0
+/// writes as optim_<S>_rank<r>; rank 0 writes its own shard, the weights and `meta`, each atomically,
+/// and last the completion marker holding every file's CRC32 (a kill at any moment leaves the
+/// earlier steps complete). A rank 0 that cannot write makes every rank throw the same
+/// nanochat::Error "rank 0 (host H) could not write <path>: <reason>". Test-only faults:
+/// `fail_write` makes rank 0's writes fail; `stall_mid_write` stops rank 0 after its first file
+/// of the step (NANOCHAT_TEST_FAULT=save-stall, for a kill in the middle of a save). All ranks
+/// must call it together. Peak extra memory: one rank's packed shard at a time.
 void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GPT& model, const MuonAdamW& opt,
                          const std::map<std::string, std::string>& optim_metadata, const nlohmann::json& meta,
-                         bool fail_write = false);
+                         bool fail_write = false, bool stall_mid_write = false);
 
 /// Rank 0 only: replaces meta_<S>.json of a complete step with `meta` without ever leaving a
 /// marker whose checksum the meta file fails (the marker first accepts both versions).
 void rewrite_checkpoint_meta(const CheckpointPaths& cp, const nlohmann::json& meta);
 
 /// The files of step `cp` that `rank` reads when a job of `world_size` ranks resumes from a
-/// checkpoint written by `saved_world_size` ranks: rank 0 the weights and meta, each rank its own
-/// optimizer shard, or rank 0 every old shard when the world sizes differ.
+/// checkpoint written by `saved_world_size` ranks: rank 0 the weights, the meta and every shard
+/// (all of them are in its folder, or the world sizes differ); at the saved world size, a
+/// checkpoint of an earlier version that left each node its own shard: rank 0 its shard and
+/// each rank whose folder holds its shard that shard.
 std::vector<std::string> files_read_by_rank(const CheckpointPaths& cp, int rank, int world_size, int saved_world_size);
 
 /// Every rank passes the outcome of reading its part of checkpoint `cp`: `corrupt` (a

@@ -111,6 +111,10 @@ void read_old_shards(const CheckpointPaths& cp, const json& marker, int W0, int 
   // The one-rank stream's position after a step is the same at any world size: it carries over. A
   // run of an earlier version whose ranks read rank-strided streams continues as one stream after
   // the furthest row group any of them read (data::reshard_loader_states, approximate).
+  if (W0 == W && one_rank_stream) {  // each rank its own saved state (all equal in a one-rank stream)
+    states_text = json(old_states).dump();
+    return;
+  }
   const json state = one_rank_stream ? old_states.front() : data::reshard_loader_states(old_states, 1).front();
   states_text = json(std::vector<json>(static_cast<size_t>(W), state)).dump();
 }
@@ -137,10 +141,13 @@ json reshard(Communicator& comm, const CheckpointPaths& cp, const json& marker, 
   comm.broadcast(whole.values.data(), whole.values.size() * sizeof(float), 0)->wait();
   dist::broadcast_string(comm, states_text, 0);
   opt.load_whole_state(whole);
-  print0(comm, str_cat("Re-sharded the optimizer state of ", W0, " ranks for ", W, " ranks; ",
-                       one_rank_stream ? "the data stream resumes exactly"
-                                       : "the checkpoint's ranks read separate data streams: the data resumes as one "
-                                         "stream after the furthest row group they read (approximate)"));
+  if (W0 == W && one_rank_stream)
+    print0(comm, str_cat("Read the optimizer state of all ", W0, " ranks from ", cp.dir, " on rank 0"));
+  else
+    print0(comm, str_cat("Re-sharded the optimizer state of ", W0, " ranks for ", W, " ranks; ",
+                         one_rank_stream ? "the data stream resumes exactly"
+                                         : "the checkpoint's ranks read separate data streams: the data resumes as "
+                                           "one stream after the furthest row group they read (approximate)"));
   return json::parse(states_text).at(static_cast<size_t>(comm.rank()));
 }
 
@@ -153,11 +160,11 @@ json checkpoint_meta(const json& run_meta, const LoopState& state) {
 }
 
 CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, const GPT& model, const MuonAdamW& opt,
-                                const json& run_meta, const LoopState& state, bool fail_write) {
+                                const json& run_meta, const LoopState& state, bool fail_write, bool stall_mid_write) {
   CheckpointPaths cp{dir, state.step};
   auto optim_meta = opt.state_metadata();
   optim_meta["loader_state"] = state.loader_state.dump();
-  save_job_checkpoint(comm, cp, model, opt, optim_meta, checkpoint_meta(run_meta, state), fail_write);
+  save_job_checkpoint(comm, cp, model, opt, optim_meta, checkpoint_meta(run_meta, state), fail_write, stall_mid_write);
   print0(comm, "Saved checkpoint " + cp.model());
   return cp;
 }
@@ -171,8 +178,17 @@ LoopState resume(Communicator& comm, const TrainPlan& plan, int64_t step, GPT& m
   LoopState state = LoopState::from_json(meta);
   // every rank of the run read the one-rank stream (meta "data_stream"; one rank always does)
   const bool one_rank_stream = W0 == 1 || meta.value("data_stream", std::string()) == "one-rank";
-  state.loader_state = W0 == comm.world_size() && one_rank_stream ? load_own_shard(comm, cp, marker, opt)
-                                                                  : reshard(comm, cp, marker, W0, one_rank_stream, opt);
+  // Node 0 holds every shard (checkpoints written by node 0 alone, or a shared folder): it reads them
+  // all and deals the state at any world size. A checkpoint of an earlier version left each node
+  // its own shard: at the saved world size each rank reads its own.
+  std::string all_on_rank0 = "1";
+  if (comm.rank() == 0)
+    for (int r = 0; r < W0; ++r)
+      if (!fs::exists(cp.optim(r))) all_on_rank0 = "0";
+  dist::broadcast_string(comm, all_on_rank0, 0);
+  const bool own_shards = all_on_rank0 == "0" && W0 == comm.world_size() && one_rank_stream;
+  state.loader_state =
+      own_shards ? load_own_shard(comm, cp, marker, opt) : reshard(comm, cp, marker, W0, one_rank_stream, opt);
   print0(comm, str_cat("Resumed from step ", state.step, " (", cp.model(), ")"));
   return state;
 }

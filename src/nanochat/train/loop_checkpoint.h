@@ -19,23 +19,24 @@ struct TrainPlan;
 /// batch settings, world size, tokenizer hash) with the fields of state.to_json() added.
 nlohmann::json checkpoint_meta(const nlohmann::json& run_meta, const LoopState& state);
 
-/// Saves step state.step into `dir` (CheckpointPaths{dir, state.step}): the weights and the meta
-/// (rank 0), this rank's optimizer shard carrying state.loader_state (so a resume on any node
-/// finds both in its own file), then the marker; rank 0 prints "Saved checkpoint <model file>".
-/// `fail_write` makes this rank's writes fail (tests). Throws on every rank the same
-/// nanochat::Error when any rank cannot write (save_job_checkpoint). All ranks call it together.
-/// Returns the paths of the step.
+/// Saves step state.step into rank 0's `dir` (CheckpointPaths{dir, state.step}): the weights, the
+/// meta and every rank's optimizer shard carrying state.loader_state, then the marker, all written
+/// by rank 0 (save_job_checkpoint); rank 0 prints "Saved checkpoint <model file>".
+/// `fail_write` / `stall_mid_write`: test-only faults of rank 0's writes (save_job_checkpoint). Throws on every rank
+/// the same nanochat::Error when any rank cannot write (save_job_checkpoint). All ranks call it together. Returns the
+/// paths of the step.
 CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, const GPT& model, const MuonAdamW& opt,
-                                const nlohmann::json& run_meta, const LoopState& state, bool fail_write = false);
+                                const nlohmann::json& run_meta, const LoopState& state, bool fail_write = false,
+                                bool stall_mid_write = false);
 
 /// Resumes step `step` from plan.checkpoint_dir into `model` and `opt` and returns the loop state,
-/// with this rank's loader state. Rank 0 reads the weights and the meta and broadcasts them (nodes
-/// without a shared filesystem only need their own ranks' optimizer shards); the meta must match
-/// the plan (TrainPlan::check_resume). At the saved world size each rank reads its own shard; at
-/// another one rank 0 reads every old shard, reassembles the whole optimizer state and broadcasts
-/// it. Every rank reads the one-rank data stream, whose state after a step does not depend on the
-/// world size or the split, so the data resumes exactly at any world size (a checkpoint of an
-/// earlier version whose ranks read rank-strided streams, meta without "data_stream", continues
+/// with this rank's loader state. Rank 0 reads the weights and the meta and broadcasts them; the
+/// meta must match the plan (TrainPlan::check_resume). Rank 0 reads every optimizer shard of its
+/// folder, reassembles the whole optimizer state and broadcasts it, so node 0's folder alone
+/// resumes at any world size; a checkpoint of an earlier version that left each node its own
+/// shard resumes at its world size with each rank reading its own. Every rank reads the one-rank data stream, whose
+/// state after a step does not depend on the world size or the split, so the data resumes exactly at any world size (a
+/// checkpoint of an earlier version whose ranks read rank-strided streams, meta without "data_stream", continues
 /// approximately: data::reshard_loader_states). Every file read is checked
 /// against its marker's CRC32; a failure on any rank makes every rank throw the same
 /// nanochat::Error (agree_on_checkpoint_load) naming the file, rank and host. All ranks call it

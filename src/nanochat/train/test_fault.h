@@ -4,7 +4,9 @@
 //   "flip-bit:<rank>:<step>:<tensor>"  that rank flips the lowest bit of the tensor's first
 //                                      element right after that step's optimizer update
 //                                      (a replica that silently diverges);
-//   "write-fail:<rank>"                that rank's checkpoint writes fail;
+//   "write-fail:<rank>"                that rank's checkpoint writes fail (only rank 0 writes);
+//   "save-stall:<step>"                rank 0 stops after the first file of that step's save
+//                                      (the test then kills it: a kill in the middle of a save);
 //   "slow:<rank>:<factor>"             that rank's forward+backward takes <factor> times as long
 //                                      (it sleeps after each micro-batch: a slower machine).
 #include <cstdint>
@@ -16,7 +18,7 @@ class GPT;
 
 /// The fault NANOCHAT_TEST_FAULT asks for; kind "" when it is unset or empty.
 struct TestFault {
-  std::string kind;  ///< "", "flip-bit", "write-fail" or "slow"
+  std::string kind;  ///< "", "flip-bit", "write-fail", "save-stall" or "slow"
   int rank = -1;
   int64_t step = -1;
   std::string tensor;

@@ -229,7 +229,7 @@ class TrainLoop {
     st_.loader_state = loader_.state();
     const TestFault& f = hooks_.fault;
     save_checkpoint(comm_, plan_.checkpoint_dir, model_, opt_, run_meta_, st_,
-                    f.kind == "write-fail" && f.rank == comm_.rank());
+                    f.kind == "write-fail" && f.rank == comm_.rank(), f.kind == "save-stall" && f.step == st_.step);
   }
 
   // The last step is saved BEFORE the final evaluation: a failure there (or a rank lost during
@@ -544,7 +544,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
   data::DataLoader train_loader(tok, train_loader_options(plan),
                                 st.loader_state.is_null() ? nullptr : &st.loader_state);
   if (W > 1) agree_on_the_job(comm, a, tok, plan);
-  // Every rank can write its checkpoint folder (nodes need not share one), else all stop now.
+  // Node 0 can write its checkpoint folder (it writes whole checkpoints), else all stop now.
   prepare_checkpoint_dirs(comm, plan.checkpoint_dir);
   MetricsLog metrics(plan.checkpoint_dir + "/metrics.jsonl", master, a.resume_from_step >= 0 ? st.step : -1);
   if (W > 1)
