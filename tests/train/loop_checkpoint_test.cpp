@@ -190,3 +190,35 @@ TEST(LoopCheckpoint, ResumeRejectsAnotherBatch) {
   }
   fs::remove_all(test_base());
 }
+
+// A checkpoint of an earlier version, whose nodes each kept their own folder (rank 0: weights,
+// meta, its shard, the marker; rank 1: its shard, the marker), still resumes at its world size:
+// each rank reads its own shard and loader state, and the whole optimizer state comes back.
+TEST(LoopCheckpoint, AnEarlierPerNodeCheckpointStillResumesAtItsWorldSize) {
+  fs::remove_all(test_base());
+  const TrainPlan plan = plan_for(2, "pernode");
+  const std::vector<float> weights = train_and_save(plan, 2);
+  const auto whole0 = whole_state(plan, plan.checkpoint_dir, 2);
+  const CheckpointPaths cp{plan.checkpoint_dir, 2};
+  const std::string node1 = test_base() + "/node1";
+  fs::create_directories(node1);
+  const CheckpointPaths cp1{node1, 2};
+  fs::rename(cp.optim(1), cp1.optim(1));
+  fs::copy_file(cp.marker(), cp1.marker());
+  const std::string again = test_base() + "/again";
+  on_ranks(2, [&](Communicator& comm, int r) {
+    TrainPlan mine = plan;
+    if (r == 1) mine.checkpoint_dir = node1;
+    GPT m(mine.model);
+    m.init_weights(99);
+    MuonAdamW opt(opt_params(m), mine.optim, &comm);
+    const LoopState st = resume(comm, mine, 2, m, opt);
+    EXPECT_EQ(st.loader_state, sample_state(r).loader_state) << "rank " << r;
+    EXPECT_EQ(std::vector<float>(m.param_data(), m.param_data() + m.num_params()), weights) << "rank " << r;
+    save_checkpoint(comm, again, m, opt, json{{"model_config", mine.model.to_json()}, {"world_size", 2}}, st);
+  });
+  const auto whole1 = whole_state(plan, again, 2);
+  EXPECT_EQ(whole1.values, whole0.values);
+  EXPECT_EQ(whole1.steps, whole0.steps);
+  fs::remove_all(test_base());
+}
