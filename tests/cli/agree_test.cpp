@@ -93,7 +93,8 @@ TEST(StartupAgreement, IdenticalShardsUnderDifferentPathsAgree) {
   ASSERT_EQ(r1.code, 0) << r1.out;
   EXPECT_NE(r0.out.find("All 2 ranks agree"), std::string::npos) << r0.out;
   EXPECT_TRUE(fs::exists(a.ckpt() + "/model_000001.safetensors"));
-  EXPECT_TRUE(fs::exists(b.ckpt() + "/optim_000001_rank1.safetensors"));
+  EXPECT_TRUE(fs::exists(a.ckpt() + "/optim_000001_rank1.safetensors"));  // node 0 holds every shard
+  EXPECT_FALSE(fs::exists(b.ckpt())) << "the worker writes no checkpoint";
 }
 
 // A shard of the same name and size with other bytes (one letter of one document changed) is

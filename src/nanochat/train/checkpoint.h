@@ -3,15 +3,15 @@
 // safetensors instead of torch pickles):
 //   <dir>/model_<S:06d>.safetensors        weights, nanochat state_dict keys (rank 0)
 //   <dir>/meta_<S:06d>.json                nanochat's meta fields + the loop state (rank 0)
-//   <dir>/optim_<S:06d>_rank<r>.safetensors  each rank's optimizer shard
+//   <dir>/optim_<S:06d>_rank<r>.safetensors  rank r's optimizer shard (written by rank 0)
 //   <dir>/complete_<S:06d>                 written last; a step without it is ignored
 // Every file is written under a temporary name, fsynced and renamed; the directory is fsynced.
 // A kill at any moment therefore leaves every earlier complete checkpoint usable.
 // The completion marker is JSON {"step", "world_size", "crc32": {file name: CRC32}} recording
 // the zlib CRC32 of every file of the step when it was written; readers check the files they
-// read against it (a marker holding only "ok", from before checksums, checks nothing). Every rank
-// writes the marker into its own directory, so nodes without a shared filesystem can check their
-// own optimizer shards.
+// read against it (a marker holding only "ok", from before checksums, checks nothing). Rank 0 writes
+// every file of a step, every rank's optimizer shard included (train/job_checkpoint.h); checkpoints
+// of earlier versions had each rank write its shard and the marker into its own directory.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -41,7 +41,7 @@ void write_safetensors_atomic(const std::string& path, const std::vector<StWrite
 void write_text_atomic(const std::string& path, const std::string& text);
 
 /// Creates the checkpoint directory and invalidates step S (removes its marker) before its files
-/// are rewritten. Every rank, in its own directory (the same one on a shared filesystem).
+/// are rewritten (rank 0, train/job_checkpoint.h).
 /// Throws nanochat::Error naming the directory when it cannot be created or the marker removed.
 void begin_checkpoint(const CheckpointPaths& p);
 /// Marks step S complete after every rank has written its files: writes the marker with `crcs`

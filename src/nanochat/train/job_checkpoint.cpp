@@ -146,7 +146,7 @@ void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GP
       body();
       crcs[file_name(p)] = file_crc32(p);
       if (stall_mid_write) stall_for_a_kill(p);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // also a malformed shard's JSON
       err = could_not_write(path, e.what());
     }
   };
