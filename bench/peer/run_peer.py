@@ -286,6 +286,9 @@ def parse_args(argv):
     ap.add_argument("--no-omp-blas", dest="omp_blas", action="store_false",
                     help="tuned variant keeps the pthread OpenBLAS at >1 thread")
     ap.add_argument("--jemalloc", default=JEMALLOC, help="path of libjemalloc.so.2")
+    ap.add_argument("--render", default=None, metavar="RAW_JSONL",
+                    help="run nothing: print the tables of an earlier (or stopped) invocation "
+                         "from its raw.jsonl")
     ap.add_argument("--out", default=None,
                     help="results folder (default: bench/peer/results/<date-time>)")
     a = ap.parse_args(argv)
@@ -339,6 +342,8 @@ def fmt_ratio(a, b):
 
 def main(argv):
     a = parse_args(argv)
+    if a.render:
+        return render_raw(a)
     ours_bin = a.ours_bin or os.path.join(a.build_dir, "bench", "bench_train_step")
     if a.build:
         subprocess.run(["cmake", "--build", a.build_dir, "-j2", "--target", "bench_train_step"],
@@ -388,6 +393,7 @@ def main(argv):
             record(d)
 
     start = dict(time=datetime.datetime.now().isoformat(timespec="seconds"), load=loadavg())
+    record(dict(meta="start", **start))
     rows = []  # one per run
     for n in a.thread_list:
         for cname in a.config_list:
@@ -452,6 +458,7 @@ def main(argv):
                     f"peak RSS {fmt_gb(r['maxrss'])} GB, other load {r['other']:.2f} cores "
                     f"{row['note']}")
     end = dict(time=datetime.datetime.now().isoformat(timespec="seconds"), load=loadavg())
+    record(dict(meta="end", **end))
     raw.close()
 
     md = render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin)
@@ -461,6 +468,49 @@ def main(argv):
     log(f"results: {md_path} (raw: {raw_path}, logs: {os.path.join(out_dir, 'logs')})")
     bad = [r for r in rows if r["side"] == "ours" and r["status"] != "ok"]
     return 1 if bad else 0
+
+
+def render_raw(a):
+    """--render: the tables of the runs in a raw.jsonl (configs, threads, variants and rounds as
+    found there; a stopped invocation gives the rows it finished)."""
+    peaks, peak_isa, rows = {}, "?", []
+    start = end = None
+    with open(a.render) as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    for d in recs:
+        if d.get("meta") == "start":
+            start = d
+        elif d.get("meta") == "end":
+            end = d
+        elif d.get("side") in ("ours", "torch"):
+            rows.append(d)
+            if d["side"] == "ours" and d.get("res"):
+                peaks[d["threads"]] = max(peaks.get(d["threads"], 0.0), d["res"]["peak_gflops"])
+                peak_isa = d["res"]["peak_isa"]
+        elif "peak_gflops" in d:
+            peaks[d["threads"]] = max(peaks.get(d["threads"], 0.0), d["peak_gflops"])
+            peak_isa = d.get("peak_isa", peak_isa)
+    if not rows:
+        sys.exit(f"run_peer: no runs in {a.render}")
+    mtime = datetime.datetime.fromtimestamp(os.path.getmtime(a.render)).isoformat(timespec="seconds")
+    nan = [float("nan")] * 3
+    start = start or dict(time=f"? (file written {mtime})", load=nan)
+    end = end or dict(time=mtime, load=nan)
+    uniq = lambda xs: list(dict.fromkeys(xs))  # noqa: E731
+    a.config_list = uniq(r["config"] for r in rows)
+    a.thread_list = uniq(r["threads"] for r in rows)
+    a.variant_list = uniq(r["variant"] for r in rows if r["side"] == "torch")
+    a.rounds = max(r.get("round", 1) for r in rows)
+    for r in rows:
+        r.setdefault("round", 1)
+    ours_bin = a.ours_bin or os.path.join(a.build_dir, "bench", "bench_train_step")
+    lc = subprocess.run([ours_bin, "--list-configs", "--json", "--config", ",".join(a.config_list)],
+                        capture_output=True, text=True)
+    if lc.returncode != 0:
+        sys.exit(f"run_peer: {ours_bin} --list-configs failed: {lc.stderr.strip()}")
+    configs = {c["config"]: c for c in (json.loads(l) for l in lc.stdout.splitlines() if l.strip())}
+    print(render(a, configs, rows, peaks, peak_isa, False, start, end, ours_bin))
+    return 0
 
 
 def cell(row, a):
