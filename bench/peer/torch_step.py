@@ -2,7 +2,8 @@
 """PyTorch peer of bench_train_step: times nanochat training steps (forward + backward +
 optimizer) of tools/reference/nanochat_ref.py on random tokens, in float32.
 
-Dev-time only (Debian's python3-torch 1.13 at /usr/bin/python3). Normally started by
+Dev-time only: Debian's python3-torch 1.13 at /usr/bin/python3, or torch 2.x from PyPI in the
+venv of bench/peer/setup_torch2.sh (--attention sdpa, --compile). Normally started by
 bench/peer/run_peer.py once per (config, threads, variant), with the variant's environment
 (allocator, BLAS library and kernels, thread settings) already set; this script only reports
 what it finds loaded. Prints one JSON object on stdout (or a readable line without --json).
@@ -12,7 +13,8 @@ what it finds loaded. Prints one JSON object on stdout (or a readable line witho
 
 Model: nanochat_ref.forward (nanochat's GPT, docs/nanochat.md 1: rotary, QK-norm, relu^2 MLP,
 value embeddings, smear, backout, softcap 15, sliding windows; attention as an explicit masked
-softmax because torch 1.13 has no flash/SDPA with windows). Weights: nanochat_ref.init_params.
+softmax on torch 1.13, which has no SDPA with windows; F.scaled_dot_product_attention on torch
+>= 2.5, as nanochat runs on CPU). Weights: nanochat_ref.init_params.
 Optimizer (--optim): 'muon' (default) = nanochat_ref.MuonAdamW, nanochat's MuonAdamW math
 (docs/nanochat.md 2) written with plain torch ops; 'adamw' = torch.optim.AdamW over all parameters
 (lr 1e-3, betas (0.8, 0.95)), the stand-in the perf-baseline study used.
