@@ -33,7 +33,11 @@ TUNING_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OPENBLAS_VERBOSE", 
                "MKL_NUM_THREADS", "GOTO_NUM_THREADS", "ATEN_CPU_CAPABILITY", "LD_PRELOAD",
                "LD_LIBRARY_PATH", "MALLOC_CONF", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_SPINCOUNT",
                "OMP_WAIT_POLICY", "KMP_AFFINITY", "BLIS_ARCH_TYPE")
-VARIANTS = ("installed", "jemalloc", "tuned")
+VARIANTS = ("installed", "jemalloc", "tuned", "torch2-eager", "torch2-compile")
+TORCH2_VARIANTS = ("torch2-eager", "torch2-compile")
+# the torch 2.x virtual environment made by bench/peer/setup_torch2.sh (outside the repository)
+TORCH2_PYTHON = os.environ.get("NANOCHAT_PEER_TORCH2_PYTHON") or os.path.join(
+    os.path.expanduser("~"), ".cache", "nanochat-peer", "torch-2.9.1", "bin", "python")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -200,7 +204,7 @@ def variant_env(variant, n, args):
     """Environment of a PyTorch variant at n threads, and a list of what was set and why."""
     env = thread_env(base_env(), n)
     notes = []
-    if variant in ("jemalloc", "tuned"):
+    if variant in ("jemalloc", "tuned") or (variant in TORCH2_VARIANTS and args.torch2_malloc == "jemalloc"):
         if os.path.exists(args.jemalloc):
             env["LD_PRELOAD"] = args.jemalloc
             env["MALLOC_CONF"] = JEMALLOC_CONF
@@ -234,9 +238,13 @@ def parse_args(argv):
     ap.add_argument("--threads", default="1,2", help="comma list (default: %(default)s)")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per run (median reported)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps first (page faults, JIT)")
-    ap.add_argument("--variants", default="installed,tuned",
+    ap.add_argument("--variants", default=None,
                     help=f"PyTorch variants, comma list of {', '.join(VARIANTS)}, or 'none' "
-                         "(default: %(default)s)")
+                         "(default: installed,tuned, plus torch2-eager,torch2-compile when the "
+                         "torch 2.x interpreter exists)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the sequence ours, variant 1, variant 2, ... this many times per "
+                         "(config, threads), interleaved; the summary gives the mean of the rounds")
     ap.add_argument("--no-ours", action="store_true", help="skip our side (PyTorch rows only)")
     ap.add_argument("--torch-optim", choices=["muon", "adamw"], default="muon",
                     help="PyTorch optimizer: nanochat_ref's MuonAdamW (default) or torch AdamW")
@@ -246,6 +254,15 @@ def parse_args(argv):
     ap.add_argument("--build", action="store_true",
                     help="cmake --build BUILD_DIR --target bench_train_step first")
     ap.add_argument("--python", default="/usr/bin/python3", help="interpreter with torch 1.13")
+    ap.add_argument("--torch2-python", default=TORCH2_PYTHON,
+                    help="interpreter with torch 2.x for the torch2-* variants, made by "
+                         "bench/peer/setup_torch2.sh (default: $NANOCHAT_PEER_TORCH2_PYTHON or "
+                         "%(default)s)")
+    ap.add_argument("--torch2-malloc", choices=["jemalloc", "glibc"], default="jemalloc",
+                    help="allocator of the torch2-* variants (default: %(default)s, as tuned)")
+    ap.add_argument("--compile-warmup", type=int, default=2,
+                    help="untimed steps of torch2-compile at least (the first one compiles; "
+                         "default: %(default)s)")
     ap.add_argument("--mem-limit-gb", type=float, default=16.0,
                     help="kill a run whose RSS passes this many GB (1e9 bytes; default: %(default)s)")
     ap.add_argument("--min-avail-gb", type=float, default=1.0,
@@ -258,27 +275,45 @@ def parse_args(argv):
                          "use < 0.1 cores (default 0: don't wait)")
     ap.add_argument("--peak-gflops", default=None,
                     help="use these FMA peaks instead of measuring, e.g. '1:217,2:435'")
-    ap.add_argument("--coretype", default="SkylakeX",
-                    help="OPENBLAS_CORETYPE of the tuned variant ('' = auto-detect)")
+    ap.add_argument("--coretype", default=None,
+                    help="OPENBLAS_CORETYPE of the tuned variant ('' = auto-detect; default: "
+                         "SkylakeX on a CPU with AVX-512F, where OpenBLAS 0.3.21 may detect Zen 4 "
+                         "as Haswell; else auto-detect, since SkylakeX kernels die with SIGILL "
+                         "without AVX-512)")
     ap.add_argument("--aten-capability", default=None,
                     help="ATEN_CPU_CAPABILITY of the tuned variant (default: avx512 if the CPU "
                          "has AVX-512F, else avx2)")
     ap.add_argument("--no-omp-blas", dest="omp_blas", action="store_false",
                     help="tuned variant keeps the pthread OpenBLAS at >1 thread")
     ap.add_argument("--jemalloc", default=JEMALLOC, help="path of libjemalloc.so.2")
+    ap.add_argument("--render", default=None, metavar="RAW_JSONL",
+                    help="run nothing: print the tables of an earlier (or stopped) invocation "
+                         "from its raw.jsonl")
     ap.add_argument("--out", default=None,
                     help="results folder (default: bench/peer/results/<date-time>)")
     a = ap.parse_args(argv)
+    if a.coretype is None:
+        a.coretype = "SkylakeX" if cpu_has("avx512f") else ""
     if a.quick:
         a.configs, a.threads, a.steps = "d4", "1", 3
     a.config_list = [c for c in a.configs.split(",") if c]
     a.thread_list = [int(t) for t in a.threads.split(",") if t]
+    have_torch2 = os.access(a.torch2_python, os.X_OK)
+    if a.variants is None:
+        a.variants = "installed,tuned" + (",torch2-eager,torch2-compile" if have_torch2 else "")
+        if not have_torch2:
+            print(f"run_peer: no torch 2.x at {a.torch2_python}: torch2-eager/torch2-compile "
+                  "left out (bench/peer/setup_torch2.sh installs it)", file=sys.stderr)
     a.variant_list = [] if a.variants == "none" else [v for v in a.variants.split(",") if v]
     for v in a.variant_list:
         if v not in VARIANTS:
             ap.error(f"unknown variant '{v}' (known: {', '.join(VARIANTS)}, none)")
-    if a.steps < 1 or a.warmup < 0 or not a.thread_list or not a.config_list:
-        ap.error("need --steps >= 1, --warmup >= 0, at least one config and one thread count")
+        if v in TORCH2_VARIANTS and not have_torch2:
+            ap.error(f"variant {v} needs torch 2.x at {a.torch2_python} (not found): run "
+                     "bench/peer/setup_torch2.sh, or pass --torch2-python")
+    if a.steps < 1 or a.warmup < 0 or a.rounds < 1 or not a.thread_list or not a.config_list:
+        ap.error("need --steps >= 1, --warmup >= 0, --rounds >= 1, at least one config and one "
+                 "thread count")
     return a
 
 
@@ -307,6 +342,8 @@ def fmt_ratio(a, b):
 
 def main(argv):
     a = parse_args(argv)
+    if a.render:
+        return render_raw(a)
     ours_bin = a.ours_bin or os.path.join(a.build_dir, "bench", "bench_train_step")
     if a.build:
         subprocess.run(["cmake", "--build", a.build_dir, "-j2", "--target", "bench_train_step"],
@@ -356,14 +393,15 @@ def main(argv):
             record(d)
 
     start = dict(time=datetime.datetime.now().isoformat(timespec="seconds"), load=loadavg())
+    record(dict(meta="start", **start))
     rows = []  # one per run
     for n in a.thread_list:
         for cname in a.config_list:
             c = configs[cname]
             sides = ([] if a.no_ours else [("ours", None)]) + [("torch", v) for v in a.variant_list]
-            for side, variant in sides:
+            for rnd, (side, variant) in ((r, sv) for r in range(a.rounds) for sv in sides):
                 label = "ours" if side == "ours" else f"torch {variant}"
-                tag = f"{cname}_t{n}_{'ours' if side == 'ours' else variant}"
+                tag = f"{cname}_t{n}_{'ours' if side == 'ours' else variant}_r{rnd + 1}"
                 notes = []
                 if side == "ours":
                     env = thread_env(base_env(), n)
@@ -371,28 +409,36 @@ def main(argv):
                            str(a.steps), "--warmup", str(a.warmup)]
                 else:
                     env, notes = variant_env(variant, n, a)
-                    cmd = [a.python, os.path.join(HERE, "torch_step.py"), "--json",
+                    warmup = max(a.warmup, a.compile_warmup) if variant == "torch2-compile" else a.warmup
+                    python = a.torch2_python if variant in TORCH2_VARIANTS else a.python
+                    cmd = [python, os.path.join(HERE, "torch_step.py"), "--json",
                            "--depth", str(c["depth"]), "--head-dim", str(c["head_dim"]),
                            "--seq", str(c["T"]), "--batch", str(c["B"]), "--window", c["window"],
                            "--vocab", str(c["vocab"]), "--threads", str(n), "--steps", str(a.steps),
-                           "--warmup", str(a.warmup), "--optim", a.torch_optim,
+                           "--warmup", str(warmup), "--optim", a.torch_optim,
                            "--config-name", cname, "--variant", variant]
+                    if variant == "torch2-compile":
+                        cmd.append("--compile")
                 if a.quiet_wait > 0:
                     waited, used = wait_quiet(a.quiet_wait)
                     if used >= 0.1:
                         log(f"    (not quiet after {waited:.0f} s: other processes use {used:.2f} "
                             "cores; running anyway)")
                 log(f"[{datetime.datetime.now():%H:%M:%S}] {cname} threads {n} {label} "
+                    f"(round {rnd + 1}/{a.rounds}) "
                     f"(load {loadavg()[0]:.1f}) ...")
                 r = run_watched(cmd, env, os.path.join(out_dir, "logs", tag), a.timeout,
                                 a.mem_limit_gb, a.min_avail_gb)
                 res = last_json(r["stdout"]) if r["status"] == "ok" else None
-                row = dict(config=cname, threads=n, side=side, variant=variant, label=label,
+                row = dict(config=cname, threads=n, side=side, variant=variant, label=label, round=rnd + 1,
                            status=r["status"], note=r["note"], wall=r["wall"], cpu=r["cpu"],
                            maxrss=r["maxrss"], other=r["other"], load1=r["load1"], notes=notes,
                            tok_s=None, tok_s_cpu=None, res=res, env={k: env.get(k) for k in TUNING_VARS if k in env})
                 if res:
                     row["tok_s"] = res["tok_s"]
+                    # torch_step resets its VmHWM after the warm-up (to report the timed steps'
+                    # own peak too), so wait4's ru_maxrss may miss the warm-up: take its figure
+                    row["maxrss"] = max(row["maxrss"], res.get("peak_rss_bytes") or 0)
                     if res.get("step_cpu_s"):
                         row["tok_s_cpu"] = c["B"] * c["T"] * n / res["step_cpu_s"]
                     if side == "ours" and not peak_fixed:
@@ -412,6 +458,7 @@ def main(argv):
                     f"peak RSS {fmt_gb(r['maxrss'])} GB, other load {r['other']:.2f} cores "
                     f"{row['note']}")
     end = dict(time=datetime.datetime.now().isoformat(timespec="seconds"), load=loadavg())
+    record(dict(meta="end", **end))
     raw.close()
 
     md = render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin)
@@ -423,11 +470,57 @@ def main(argv):
     return 1 if bad else 0
 
 
+def render_raw(a):
+    """--render: the tables of the runs in a raw.jsonl (configs, threads, variants and rounds as
+    found there; a stopped invocation gives the rows it finished)."""
+    peaks, peak_isa, rows = {}, "?", []
+    start = end = None
+    with open(a.render) as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    for d in recs:
+        if d.get("meta") == "start":
+            start = d
+        elif d.get("meta") == "end":
+            end = d
+        elif d.get("side") in ("ours", "torch"):
+            rows.append(d)
+            if d["side"] == "ours" and d.get("res"):
+                peaks[d["threads"]] = max(peaks.get(d["threads"], 0.0), d["res"]["peak_gflops"])
+                peak_isa = d["res"]["peak_isa"]
+        elif "peak_gflops" in d:
+            peaks[d["threads"]] = max(peaks.get(d["threads"], 0.0), d["peak_gflops"])
+            peak_isa = d.get("peak_isa", peak_isa)
+    if not rows:
+        sys.exit(f"run_peer: no runs in {a.render}")
+    mtime = datetime.datetime.fromtimestamp(os.path.getmtime(a.render)).isoformat(timespec="seconds")
+    nan = [float("nan")] * 3
+    start = start or dict(time=f"? (file written {mtime})", load=nan)
+    end = end or dict(time=mtime, load=nan)
+    uniq = lambda xs: list(dict.fromkeys(xs))  # noqa: E731
+    a.config_list = uniq(r["config"] for r in rows)
+    a.thread_list = uniq(r["threads"] for r in rows)
+    a.variant_list = uniq(r["variant"] for r in rows if r["side"] == "torch")
+    a.rounds = max(r.get("round", 1) for r in rows)
+    for r in rows:
+        r.setdefault("round", 1)
+    ours_bin = a.ours_bin or os.path.join(a.build_dir, "bench", "bench_train_step")
+    lc = subprocess.run([ours_bin, "--list-configs", "--json", "--config", ",".join(a.config_list)],
+                        capture_output=True, text=True)
+    if lc.returncode != 0:
+        sys.exit(f"run_peer: {ours_bin} --list-configs failed: {lc.stderr.strip()}")
+    configs = {c["config"]: c for c in (json.loads(l) for l in lc.stdout.splitlines() if l.strip())}
+    print(render(a, configs, rows, peaks, peak_isa, False, start, end, ours_bin))
+    return 0
+
+
 def cell(row, a):
     """tok/s cell text: the number, or why there is none."""
     if row is None:
         return "-"
     if row["status"] == "ok":
+        rounds = row.get("rounds_tok_s") or []
+        if len(rounds) > 1:  # a merged row: the mean, then each round
+            return fmt_rate(row["tok_s"]) + " (" + ", ".join(fmt_rate(x) for x in rounds) + ")"
         return fmt_rate(row["tok_s"])
     if row["status"] in ("oom", "lowmem"):
         lim = (f"> {a.mem_limit_gb:g} GB" if row["status"] == "oom"
@@ -437,6 +530,30 @@ def cell(row, a):
         part = f", {fmt_rate(row['tok_s'])} partial" if row["tok_s"] else ""
         return f"timeout (> {a.timeout:g} s{part})"
     return "failed"
+
+
+def merge_rounds(rows):
+    """One row per (config, threads, side, variant) from its rounds: the mean tok/s of the rounds
+    that finished ('rounds_tok_s' lists each), the highest peak RSS and other load; a round that
+    failed leaves the others standing, and all failing gives the first failure."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["config"], r["threads"], r["side"], r["variant"]), []).append(r)
+    out = {}
+    for key, rs in groups.items():
+        ok = [r for r in rs if r["status"] == "ok"]
+        if not ok:
+            out[key] = dict(rs[0], rounds_tok_s=[])
+            continue
+        m = dict(ok[0])
+        m["tok_s"] = sum(r["tok_s"] for r in ok) / len(ok)
+        cpu = [r["tok_s_cpu"] for r in ok if r["tok_s_cpu"]]
+        m["tok_s_cpu"] = sum(cpu) / len(cpu) if len(cpu) == len(ok) else None
+        m["maxrss"] = max(r["maxrss"] for r in ok)
+        m["other"] = max(r["other"] for r in rs)
+        m["rounds_tok_s"] = [r["tok_s"] for r in rs]
+        out[key] = m
+    return out
 
 
 def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
@@ -453,7 +570,14 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
     opt = ("nanochat_ref.MuonAdamW (nanochat's Muon+AdamW math)" if a.torch_optim == "muon"
            else "torch.optim.AdamW over all parameters (lr 1e-3, betas (0.8, 0.95))")
     L.append(f"- PyTorch: tools/reference/nanochat_ref.py forward + autograd backward + {opt}; "
-             "fp32, random tokens, grads reset with set_to_none")
+             "fp32, random tokens, grads reset with set_to_none; torch 1.13 (installed, jemalloc, "
+             "tuned): masked-softmax attention; torch 2.x (torch2-*): F.scaled_dot_product_attention "
+             "as nanochat on CPU, torch2-compile = torch.compile(dynamic=False) of the forward+loss "
+             f"and of the optimizer kernels ({max(a.warmup, a.compile_warmup)} untimed steps: the "
+             "first compiles)")
+    L.append(f"- rounds: {a.rounds} (per config and thread count the runs go ours, "
+             + ", ".join(a.variant_list) + " and again; tok/s = mean of the rounds, each round "
+             "in parentheses)")
     L.append(f"- steps: {a.warmup} warm-up + {a.steps} timed per run, median step reported; "
              "one process per run (peak RSS = that run's ru_maxrss)")
     src = "given (--peak-gflops)" if peak_fixed else (
@@ -464,14 +588,15 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
              f"{a.min_avail_gb:g} GB (OOM), or after {a.timeout:g} s (timeout); GB = 1e9 bytes")
     L.append("")
 
-    by = {(r["config"], r["threads"], r["side"], r["variant"]): r for r in rows}
+    by = merge_rounds(rows)
     # --- summary
     L.append("## Summary (tok/s; ratio > 1 = ours faster)")
     L.append("")
     hdr = ["config", "thr", "ours tok/s", "ours MFU"]
     for v in a.variant_list:
         hdr += [f"torch {v} tok/s", f"ours / {v}"]
-    hdr += ["RSS GB ours"] + [f"RSS GB {v}" for v in a.variant_list] + ["other load (cores)"]
+    hdr += ["RSS GB ours"] + [f"RSS GB {v}" for v in a.variant_list]
+    hdr += [f"RSS ours / {v}" for v in a.variant_list] + ["other load (cores)"]
     L.append("| " + " | ".join(hdr) + " |")
     L.append("|" + "|".join(["---"] + ["---:"] * (len(hdr) - 1)) + "|")
     for n in a.thread_list:
@@ -494,6 +619,10 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
             cells.append(rss_cell(ours))
             for v in a.variant_list:
                 cells.append(rss_cell(by.get((cname, n, "torch", v))))
+            for v in a.variant_list:
+                t = by.get((cname, n, "torch", v))
+                cells.append(fmt_ratio(ours["maxrss"] if ours_ok else None,
+                                       t["maxrss"] if t and t["status"] == "ok" else None))
             cells.append(" / ".join("-" if x is None else f"{x:.2f}" for x in loads))
             L.append("| " + " | ".join(cells) + " |")
     L.append("")
@@ -523,7 +652,8 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
         if ok and abs(res.get("flops_per_token", c["flops_per_token"]) - c["flops_per_token"]) > 1:
             notes.append(f"FLOPs/token differs: {res.get('flops_per_token')}")
         L.append("| " + " | ".join([
-            r["config"], str(r["threads"]), r["label"], cell(r, a),
+            r["config"], str(r["threads"]),
+            r["label"] + (f" r{r['round']}" if a.rounds > 1 else ""), cell(r, a),
             fmt_rate(r["tok_s_cpu"]) if ok else "-", f"{res['step_s']:.3f}" if ok else "-", f"{fb:.3f}" if ok and fb else "-",
             f"{res['opt_s']:.3f}" if ok else "-",
             ", ".join(f"{w:.1f}" for w in res.get("warmup_times", [])) if ok else "-",
@@ -556,9 +686,9 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
     if a.variant_list:
         L.append("## PyTorch variants (settings as set by the driver and as found in the process)")
         L.append("")
-        L.append("| variant | thr | BLAS library | OpenBLAS core | BLAS threading | allocator | "
-                 "ATen CPU capability | environment set |")
-        L.append("|---|---:|---|---|---|---|---|---|")
+        L.append("| variant | thr | torch | attention | BLAS library | OpenBLAS core | BLAS threading | "
+                 "allocator | ATen CPU capability | environment set |")
+        L.append("|---|---:|---|---|---|---|---|---|---|---|")
         seen = set()
         for r in rows:
             if r["side"] != "torch" or (r["variant"], r["threads"]) in seen:
@@ -572,14 +702,17 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
             if not r["env"].get("OPENBLAS_CORETYPE"):
                 core += " (auto-detected; OPENBLAS_CORETYPE unset)"
             L.append("| " + " | ".join([
-                r["variant"], str(r["threads"]), f"`{res.get('blas_lib')}`", core,
+                r["variant"], str(r["threads"]), res.get("torch_version", "?"),
+                res.get("attention", "masked") + (" (compiled)" if res.get("compiled") else ""),
+                f"`{res.get('blas_lib')}`", core,
                 f"{res.get('openblas_parallel', '?')}, {res.get('openblas_threads', '?')} thr",
                 res.get("allocator", "?"), res.get("cpu_capability", "?"), envs]) + " |")
         first = next((r["res"] for r in rows if r["side"] == "torch" and r["res"]), None)
         if first:
             L.append("")
-            L.append(f"torch {first['torch_version']} ({first['parallel_backend']}), "
-                     f"torch.get_num_threads() = thread count; optimizer: {first['optim']}")
+            L.append(f"torch.get_num_threads() = thread count; optimizer: {first['optim']}; torch 2.x "
+                     "from PyPI computes its GEMMs with its bundled MKL/oneDNN (BLAS library: none "
+                     "mapped)")
         L.append("")
     return "\n".join(L) + "\n"
 

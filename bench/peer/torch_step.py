@@ -2,7 +2,8 @@
 """PyTorch peer of bench_train_step: times nanochat training steps (forward + backward +
 optimizer) of tools/reference/nanochat_ref.py on random tokens, in float32.
 
-Dev-time only (Debian's python3-torch 1.13 at /usr/bin/python3). Normally started by
+Dev-time only: Debian's python3-torch 1.13 at /usr/bin/python3, or torch 2.x from PyPI in the
+venv of bench/peer/setup_torch2.sh (--attention sdpa, --compile). Normally started by
 bench/peer/run_peer.py once per (config, threads, variant), with the variant's environment
 (allocator, BLAS library and kernels, thread settings) already set; this script only reports
 what it finds loaded. Prints one JSON object on stdout (or a readable line without --json).
@@ -12,7 +13,8 @@ what it finds loaded. Prints one JSON object on stdout (or a readable line witho
 
 Model: nanochat_ref.forward (nanochat's GPT, docs/nanochat.md 1: rotary, QK-norm, relu^2 MLP,
 value embeddings, smear, backout, softcap 15, sliding windows; attention as an explicit masked
-softmax because torch 1.13 has no flash/SDPA with windows). Weights: nanochat_ref.init_params.
+softmax on torch 1.13, which has no SDPA with windows; F.scaled_dot_product_attention on torch
+>= 2.5, as nanochat runs on CPU). Weights: nanochat_ref.init_params.
 Optimizer (--optim): 'muon' (default) = nanochat_ref.MuonAdamW, nanochat's MuonAdamW math
 (docs/nanochat.md 2) written with plain torch ops; 'adamw' = torch.optim.AdamW over all parameters
 (lr 1e-3, betas (0.8, 0.95)), the stand-in the perf-baseline study used.
@@ -100,6 +102,121 @@ def flops_per_token(cfg):
     return 6 * n + attn
 
 
+def torch_at_least(major, minor):
+    v = [int(x) for x in torch.__version__.split("+")[0].split(".")[:2]]
+    return v >= [major, minor]
+
+
+def attention_core(name):
+    """The attention kernel: 'masked' (explicit masked softmax, any torch) or 'sdpa'
+    (F.scaled_dot_product_attention, nanochat's CPU path; torch >= 2.5); 'auto' picks sdpa where
+    it exists."""
+    if name == "auto":
+        name = "sdpa" if torch_at_least(2, 5) else "masked"
+    if name == "sdpa" and not torch_at_least(2, 5):
+        sys.exit(f"torch_step: --attention sdpa needs torch >= 2.5 (this is {torch.__version__})")
+    return name, ref.attention_sdpa if name == "sdpa" else ref.attention_masked
+
+
+def compiled_optimizer(opt):
+    """Swaps opt's update kernels for torch.compile'd versions of the same functions, as nanochat
+    compiles its fused AdamW/Muon steps. The AdamW scalars go in as 0-D tensors (the bias
+    corrections change every step; as Python floats each step would recompile)."""
+    adamw_c = torch.compile(ref.adamw_update, dynamic=False)
+    muon_c = torch.compile(ref.muon_update, dynamic=False)
+
+    def t(x):
+        return torch.tensor(x, dtype=torch.float32)
+
+    def adamw(p, grad, m, v, lr, wd, b1, b2, bc1, bc2, eps):
+        adamw_c(p, grad, m, v, t(lr), t(wd), t(b1), t(b2), t(bc1), t(bc2), t(eps))
+
+    opt.adamw_update = adamw
+    opt.muon_update = muon_c
+    return opt
+
+
+def vm_hwm_bytes():
+    """Peak RSS of this process (VmHWM) since start or since the last reset_hwm()."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def reset_hwm():
+    """Resets VmHWM to the current RSS (Linux >= 4.0); False where not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def check(a):
+    """Compares this peer's forward (attention kernel, compiled or not) and its gradients and
+    3 optimizer steps against nanochat_ref's eager masked-softmax model and eager MuonAdamW, in
+    float32 on a small config (d4-like: n_embd 256, 2 heads x 128, T 256 with window SSSL so the
+    short window cuts). Prints the largest relative differences; returns 0 if all are within
+    float32 noise."""
+    cfg = ref.GPTConfig(sequence_len=256, vocab_size=4096, n_layer=4, n_head=2, n_kv_head=2,
+                        n_embd=256, window_pattern="SSSL")
+    name, core = attention_core(a.attention)
+    g = torch.Generator().manual_seed(3)
+    idx = torch.randint(0, cfg.vocab_size, (2, cfg.sequence_len), generator=g)
+    tgt = torch.randint(0, cfg.vocab_size, (2, cfg.sequence_len), generator=g)
+
+    def run(peer):
+        P = ref.init_params(cfg, seed=1)
+        for p in P.values():
+            p.requires_grad_(True)
+        opt = ref.MuonAdamW(P, model_dim=cfg.n_embd, weight_decay=0.2)
+        fwd = ref.forward
+        if peer:
+            if a.compile:
+                fwd = torch.compile(ref.forward, dynamic=False)
+                compiled_optimizer(opt)
+        kw = dict(core=core) if peer else {}
+        logits = fwd(P, cfg, idx, **kw).detach().clone()
+        losses, grads = [], None
+        for _ in range(3):
+            for p in P.values():
+                p.grad = None
+            loss = fwd(P, cfg, idx, tgt, **kw)
+            loss.backward()
+            if grads is None:
+                grads = {n: p.grad.clone() for n, p in P.items()}
+            losses.append(loss.item())
+            opt.step({n: p.grad for n, p in P.items()}, 1.0, 0.95, 0.1)
+        return logits, losses, grads, {n: p.detach().clone() for n, p in P.items()}
+
+    want, got = run(False), run(True)
+
+    def rel(x, y):
+        return ((x - y).abs().max() / y.abs().max().clamp_min(1e-30)).item()
+
+    d_logits = rel(got[0], want[0])
+    d_loss = max(abs(x - y) / abs(y) for x, y in zip(got[1], want[1]))
+    d_grad = max(rel(got[2][n], want[2][n]) for n in want[2])
+    # after 3 steps a few elements sit on a discontinuity that float32 noise flips (Muon's
+    # cautious weight-decay mask g*p >= 0, the sign of a tiny first AdamW gradient; see
+    # tools/reference/README.md "ambiguous"): count elements off by more than 1e-4 of the
+    # tensor's largest value instead of taking the maximum
+    off = sum(int(((got[3][n] - want[3][n]).abs() > 1e-4 * want[3][n].abs().max()).sum())
+              for n in want[3])
+    total = sum(t.numel() for t in want[3].values())
+    d_param = off / total
+    ok = d_logits < 1e-4 and d_loss < 1e-4 and d_grad < 1e-3 and d_param < 1e-3
+    print(f"torch {torch.__version__}, attention {name}, compile {a.compile}: max rel diff vs "
+          f"eager masked reference: logits {d_logits:.2e}, loss (3 steps) {d_loss:.2e}, "
+          f"grads {d_grad:.2e}; params after 3 MuonAdamW steps: {off} of {total} elements "
+          f"off by > 1e-4 of their tensor's max ({100 * d_param:.3f}%) -> "
+          f"{'OK' if ok else 'MISMATCH'}")
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--depth", type=int, default=4)
@@ -115,10 +232,24 @@ def main():
     ap.add_argument("--optim", choices=["muon", "adamw"], default="muon")
     ap.add_argument("--config-name", default="", help="label copied into the output")
     ap.add_argument("--variant", default="", help="label copied into the output")
+    ap.add_argument("--attention", choices=["auto", "masked", "sdpa"], default="auto",
+                    help="attention kernel: auto = sdpa on torch >= 2.5 (nanochat's CPU path), "
+                         "else masked")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the forward (loss included) and the optimizer kernels "
+                         "(torch 2.x; needs a C++ compiler and Python headers)")
+    ap.add_argument("--check", action="store_true",
+                    help="no benchmark: compare this peer (attention, --compile) against the eager "
+                         "reference on a small config and exit 0 if it matches")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
+    if a.compile and not hasattr(torch, "compile"):
+        sys.exit(f"torch_step: --compile needs torch 2.x (this is {torch.__version__})")
+    if a.check:
+        return check(a)
+    attn_name, core = attention_core(a.attention)
     C = -(-a.depth * a.aspect_ratio // a.head_dim) * a.head_dim
     H = C // a.head_dim
     cfg = ref.GPTConfig(sequence_len=a.seq, vocab_size=a.vocab, n_layer=a.depth, n_head=H,
@@ -126,10 +257,16 @@ def main():
     P = ref.init_params(cfg, seed=0)
     for p in P.values():
         p.requires_grad_(True)
+    fwd = ref.forward
     if a.optim == "muon":
         opt = ref.MuonAdamW(P, model_dim=C, weight_decay=0.2)
+        if a.compile:
+            compiled_optimizer(opt)
     else:
         opt = torch.optim.AdamW(list(P.values()), lr=1e-3, betas=(0.8, 0.95))
+    if a.compile:
+        # nanochat: model = torch.compile(model, dynamic=False); the loss is part of its forward
+        fwd = torch.compile(ref.forward, dynamic=False)
     g = torch.Generator().manual_seed(7)
     idx = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
     tgt = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
@@ -144,7 +281,7 @@ def main():
         t0 = time.perf_counter()
         for p in P.values():
             p.grad = None
-        loss = ref.forward(P, cfg, idx, tgt)
+        loss = fwd(P, cfg, idx, tgt, core=core)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -162,6 +299,8 @@ def main():
     for i in range(a.warmup):
         warm.append(step()[4])
         print(f"warmup {i + 1}/{a.warmup}: {warm[-1]:.3f} s", file=sys.stderr, flush=True)
+    warm_hwm = vm_hwm_bytes()  # warm-up included (compilation, first touch)
+    hwm_reset = reset_hwm()  # from here VmHWM is the timed steps' peak
     for i in range(a.steps):
         rows.append(step())
         print(f"step {i + 1}/{a.steps}: {rows[-1][4]:.3f} s", file=sys.stderr, flush=True)
@@ -184,7 +323,9 @@ def main():
                page_faults_per_step=med([r[6] for r in rows]),
                tok_s=tok_s, gflops=tok_s * fpt / 1e9,
                loss=rows[-1][0], step_times=[r[4] for r in rows], warmup_times=warm,
-               peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+               peak_rss_bytes=max(warm_hwm, vm_hwm_bytes()),
+               step_peak_rss_bytes=vm_hwm_bytes() if hwm_reset else None,
+               attention=attn_name, compiled=a.compile,
                torch_version=torch.__version__, cpu_capability=cpu_capability(),
                allocator=allocator(libs), parallel_backend="OpenMP" if "OpenMP" in
                torch.__config__.parallel_info() else "?")

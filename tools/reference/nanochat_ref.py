@@ -169,8 +169,10 @@ def apply_rotary(x, cos, sin):
     return torch.cat([x1 * c + x2 * s, -x1 * s + x2 * c], dim=-1)
 
 
-def attention(P, cfg, i, n1, ve, cos, sin, window):
-    """Attention sub-block of layer i on n1 = rmsnorm(h_in) (B,T,C); returns (B,T,C)."""
+def attention(P, cfg, i, n1, ve, cos, sin, window, core=None):
+    """Attention sub-block of layer i on n1 = rmsnorm(h_in) (B,T,C); returns (B,T,C).
+    core: attention_masked (default) or attention_sdpa."""
+    core = core or attention_masked
     B, T, C = n1.shape
     H, Hkv, D = cfg.n_head, cfg.n_kv_head, cfg.head_dim
     pre = f"transformer.h.{i}.attn."
@@ -182,6 +184,14 @@ def attention(P, cfg, i, n1, ve, cos, sin, window):
         v = v + gate.unsqueeze(-1) * ve.view(B, T, Hkv, D)
     q = rms_norm(apply_rotary(q, cos, sin)) * QK_SCALE
     k = rms_norm(apply_rotary(k, cos, sin)) * QK_SCALE
+    y = core(q, k, v, window)  # (B,T,H,D)
+    return y.reshape(B, T, H * D) @ P[pre + "c_proj.weight"].t()
+
+
+def attention_masked(q, k, v, window):
+    """Causal sliding-window attention, q (B,T,H,D), k/v (B,T,Hkv,D) -> (B,T,H,D); query i sees
+    keys i-window .. i. An explicit masked softmax (torch 1.13 has no SDPA with windows or GQA)."""
+    T, H, Hkv, D = q.shape[1], q.shape[2], k.shape[2], q.shape[3]
     rep = H // Hkv  # query head h uses kv head h // rep
     k = k.repeat_interleave(rep, dim=2)
     v = v.repeat_interleave(rep, dim=2)
@@ -192,8 +202,24 @@ def attention(P, cfg, i, n1, ve, cos, sin, window):
     allowed = (kj <= qi) & (kj >= qi - window)
     scores = scores.masked_fill(~allowed, float("-inf"))
     y = torch.softmax(scores, dim=-1) @ v  # (B,H,T,D)
-    y = y.permute(0, 2, 1, 3).reshape(B, T, H * D)
-    return y @ P[pre + "c_proj.weight"].t()
+    return y.permute(0, 2, 1, 3)
+
+
+def attention_sdpa(q, k, v, window):
+    """Same contract as attention_masked, through F.scaled_dot_product_attention (torch >= 2.5 for
+    enable_gqa): what nanochat runs where FlashAttention 3 is unavailable (CPU): is_causal when
+    the window covers T, else a boolean mask with (i - j) <= window."""
+    T = q.shape[1]
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B,heads,T,D)
+    gqa = q.shape[1] != k.shape[1]
+    if window >= T:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    else:
+        qi = torch.arange(T).view(T, 1)
+        kj = torch.arange(T).view(1, T)
+        mask = (kj <= qi) & (qi - kj <= window)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+    return y.transpose(1, 2)
 
 
 def mlp(P, i, n2):
@@ -202,9 +228,10 @@ def mlp(P, i, n2):
     return (torch.relu(f) ** 2) @ P[pre + "c_proj.weight"].t()
 
 
-def forward(P, cfg, idx, targets=None, reduction="mean"):
+def forward(P, cfg, idx, targets=None, reduction="mean", core=None):
     """idx, targets (B,T) int64. Returns softcapped logits (B,T,V) if targets is None, else the
-    cross-entropy loss (ignore_index -1; 'mean' scalar or 'none' flat (B*T,))."""
+    cross-entropy loss (ignore_index -1; 'mean' scalar or 'none' flat (B*T,)).
+    core: the attention kernel (attention_masked by default, or attention_sdpa)."""
     B, T = idx.shape
     assert T > 1
     L, V = cfg.n_layer, cfg.vocab_size
@@ -221,7 +248,7 @@ def forward(P, cfg, idx, targets=None, reduction="mean"):
     for i in range(L):
         x = P["resid_lambdas"][i] * x + P["x0_lambdas"][i] * x0
         ve = P[f"value_embeds.{i}.weight"][idx] if has_ve(i, L) else None
-        x = x + attention(P, cfg, i, rms_norm(x), ve, cos, sin, ws[i])
+        x = x + attention(P, cfg, i, rms_norm(x), ve, cos, sin, ws[i], core)
         x = x + mlp(P, i, rms_norm(x))
         if i == backout_layer:
             hb = x
@@ -329,6 +356,15 @@ def muon_update(G, P, M, Vb, mu, lr, wd, beta2, ns_steps=5):
     return X
 
 
+def adamw_update(p, grad, m, v, lr, wd, b1, b2, bc1, bc2, eps):
+    """One AdamW step in place on p, m, v (docs/nanochat.md 2.2); bc1, bc2 = 1 - beta^t. The
+    scalars may be Python floats or 0-D tensors."""
+    p.mul_(1 - lr * wd)
+    m += (1 - b1) * (grad - m)
+    v += (1 - b2) * (grad * grad - v)
+    p -= (lr / bc1) * m / ((v / bc2).sqrt() + eps)
+
+
 class MuonAdamW:
     """Single-process MuonAdamW over a dict of named tensors (updated in place)."""
 
@@ -343,6 +379,9 @@ class MuonAdamW:
         # gradient at the first step, whose sign is the whole update). Used to flag fixture
         # elements that a float32 engine cannot be expected to reproduce.
         self.record = None
+        # the update kernels; a benchmark may swap in compiled versions of the same functions
+        self.adamw_update = adamw_update
+        self.muon_update = muon_update
 
     @torch.no_grad()
     def step(self, grads, lr_multiplier, momentum, weight_decay):
@@ -364,12 +403,9 @@ class MuonAdamW:
         if self.record is not None and st["step"] == 1:
             self.record.setdefault(name, []).append(grad.clone())
         b1, b2 = g["betas"]
-        lr, wd, eps, t = g["lr"], g["wd"], g["eps"], st["step"]
-        p.mul_(1 - lr * wd)
-        st["m"] += (1 - b1) * (grad - st["m"])
-        st["v"] += (1 - b2) * (grad * grad - st["v"])
-        bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
-        p -= (lr / bc1) * st["m"] / ((st["v"] / bc2).sqrt() + eps)
+        t = st["step"]
+        self.adamw_update(p, grad, st["m"], st["v"], g["lr"], g["wd"], b1, b2, 1 - b1 ** t,
+                          1 - b2 ** t, g["eps"])
 
     def _muon(self, g, grads):
         names = g["names"]
@@ -380,8 +416,8 @@ class MuonAdamW:
         st = self.state.setdefault(names[0], dict(
             M=torch.zeros_like(P),
             V=torch.zeros((K, m, 1) if m >= n else (K, 1, n), dtype=P.dtype)))
-        X = muon_update(G, P, st["M"], st["V"], g["momentum"], g["lr"], g["wd"], g["beta2"],
-                        g["ns_steps"])
+        X = self.muon_update(G, P, st["M"], st["V"], g["momentum"], g["lr"], g["wd"], g["beta2"],
+                             g["ns_steps"])
         for k, nm in enumerate(names):
             self.params[nm].copy_(P[k])
             if self.record is not None:
