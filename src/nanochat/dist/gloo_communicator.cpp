@@ -211,6 +211,7 @@ struct GlooCommunicator::Impl {
   void connect_gloo(int port, const std::string& range, Clock::time_point deadline);
   void run_thread();
   std::string diagnose(const std::string& what, const std::string& gloo_msg);
+  int silent_peer(const std::string& gloo_msg) const;
   WorkPtr submit(std::string what, std::function<void()> fn);
   void recv_from(gloo::transport::UnboundBuffer& buf, int peer);
   void ring_reduce_scatter(float* in, float* out, const std::vector<size_t>& counts);
@@ -360,6 +361,14 @@ void GlooCommunicator::Impl::connect_gloo(int port, const std::string& range, Cl
   scratch.assign(kInFlight * kChunk, 0.f);
 }
 
+// The rank a timed-out collective waited for: the one our own ring code recorded, or, in a job of
+// two ranks, the other one (Gloo's own algorithms, used for the small all-reduces, do not say).
+int GlooCommunicator::Impl::silent_peer(const std::string& gloo_msg) const {
+  if (waiting_on >= 0) return waiting_on;
+  if (env.world_size == 2 && gloo_msg.find("Timed out") != std::string::npos) return 1 - env.rank;
+  return -1;
+}
+
 std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std::string& gloo_msg) {
   const int W = env.world_size;
   bool store_ok = true;
@@ -404,8 +413,8 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
     std::string host_of_store = env.store_hosted ? "node 0's `nanochat run`" : rank_desc(0);
     msg += str_cat(client->where(), " is unreachable as well, so the process hosting it (", host_of_store,
                    ") has probably died");
-  } else if (waiting_on >= 0) {
-    msg += str_cat("no data from ", rank_desc(waiting_on), " within the collective timeout (", secs(coll_timeout),
+  } else if (const int silent = silent_peer(gloo_msg); silent >= 0) {
+    msg += str_cat("no data from ", rank_desc(silent), " within the collective timeout (", secs(coll_timeout),
                    " s, NANOCHAT_COLLECTIVE_TIMEOUT) and no rank reported a failure: that rank (or one before it in "
                    "the ring) is probably hung or stopped, or the network to it failed");
   } else {
