@@ -6,6 +6,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <thread>
 
 #include <signal.h>
 #include <sys/socket.h>
@@ -279,6 +280,31 @@ TEST(GlooCommunicator, AKilledRankMakesEverySurvivorFailNamingIt) {
     secs = std::stod(out.substr(p + 13));
     EXPECT_LT(secs, 10.0) << out;  // far below the 30 s collective timeout: the death was noticed
   }
+}
+
+TEST(GlooCommunicator, ASilentPeerOfATwoRankJobIsNamedInASmallAllReduce) {
+  // Rank 1 stays alive (its store connection up, no error reported) but never joins rank 0's
+  // one-float all-reduce, which Gloo's own algorithm runs: rank 0's timeout must name rank 1.
+  auto ps = run_ranks(
+      2,
+      [](GlooCommunicator& c) {
+        if (c.rank() == 1) {
+          std::this_thread::sleep_for(Ms(6000));
+          return;
+        }
+        float x = 1.f;
+        c.all_reduce_sum(&x, 1)->wait();
+      },
+      [](int) {
+        DistOptions o = test_options();
+        o.collective_timeout = Ms(2000);
+        return o;
+      });
+  const std::string& out = ps[0].output();
+  EXPECT_EQ(ps[0].exit_code(), kExitError) << out;
+  EXPECT_THAT(out, HasSubstr("all_reduce_sum of 1 floats"));
+  EXPECT_THAT(out, HasSubstr("no data from rank 1 (host "));
+  EXPECT_THAT(out, HasSubstr("NANOCHAT_COLLECTIVE_TIMEOUT"));
 }
 
 TEST(GlooCommunicator, RendezvousNamesRanksThatNeverJoined) {
