@@ -12,11 +12,14 @@
 
 #include "nanochat/core/error.h"
 #include "nanochat/dist/feed.h"
+#include "support/error_of.h"
 
 using namespace nanochat;
 using namespace nanochat::dist;
 
 namespace {
+
+using nctest::error_of;
 
 struct Pair {
   Fd a, b;
@@ -37,15 +40,6 @@ FeedFrame step_frame(int64_t step, int rows, int T1) {
   for (int i = 0; i < rows * T1; ++i) f.tokens.push_back(static_cast<int32_t>((i * 2654435761u) % 32768));
   f.text = R"({"pq_idx":1,"rg_idx":2,"buffer":[[0,1,2]]})";
   return f;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

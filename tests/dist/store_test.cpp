@@ -2,6 +2,7 @@
 // under concurrency, job-token rejection on both sides, unreachable-master and busy-port errors,
 // last wills of connections that vanish. Clients talk to a real server over 127.0.0.1.
 #include "nanochat/dist/store.h"
+#include "support/error_of.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -21,6 +22,8 @@ using ::testing::HasSubstr;
 
 namespace {
 
+using nctest::error_of;
+
 StoreClientOptions opts_for(const StoreServer& s, const std::string& token = "tok") {
   StoreClientOptions o;
   o.host = "127.0.0.1";
@@ -28,15 +31,6 @@ StoreClientOptions opts_for(const StoreServer& s, const std::string& token = "to
   o.job_token = token;
   o.connect_timeout = Ms(10000);
   return o;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
