@@ -10,8 +10,8 @@
 # apt inside the root uses this machine's configured Debian mirror (/etc/apt/sources.list and
 # sources.list.d) and its apt Acquire settings (proxy, validity checks) from /etc/apt/apt.conf.d.
 # Prints what failed and each phase's duration, unmounts everything on any exit, exits non-zero on
-# any failure, and ends with the test command's summary line "N passed, N failed" (or
-# "0 passed, 1 failed" when it never ran).
+# any failure (3 when debootstrap could not make the root), and ends with the test command's
+# summary line "N passed, N failed" (or "0 passed, 1 failed" when it never ran).
 #
 # usage: sudo scripts/fresh_machine_check.sh [--dir DIR] [--keep] [--steps N] [--no-cache]
 #   --dir DIR   where roots and the debootstrap cache live (default $NANOCHAT_FRESH_DIR, else
@@ -133,8 +133,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo "[fresh] interrupted"; exit 130' INT TERM
 
-report() {  # prints the phase table, what failed, and the summary line; exits
-  local summary="$1"
+report() {  # report SUMMARY [CODE]: prints the phase table, what failed, and the summary line; exits
+  local summary="$1" code="${2:-}"
   echo
   echo "[fresh] phases (root $root, mirror $mirror, logs in $logdir):"
   local p; for p in "${phases[@]}"; do echo "  $p"; done
@@ -144,6 +144,7 @@ report() {  # prints the phase table, what failed, and the summary line; exits
     echo "[fresh] all phases passed"
   fi
   echo "$summary"
+  [ -z "$code" ] || exit "$code"
   ((${#failed[@]} == 0))
   exit $?
 }
@@ -165,7 +166,7 @@ if [ $rc -eq 0 ]; then
 fi
 [ $rc -eq 0 ] || tail -20 "$logdir"/debootstrap*.log
 phase_end "debootstrap (bookworm minbase)" $rc
-[ $rc -eq 0 ] || report "0 passed, 1 failed"
+[ $rc -eq 0 ] || report "0 passed, 1 failed" 3  # 3: no root to check in (mirror unreachable?)
 
 # What a Debian installer leaves that debootstrap does not: apt sources for the mirror (+ updates
 # and security), resolver config, /etc/hosts. Plus this machine's apt Acquire settings (proxy).
