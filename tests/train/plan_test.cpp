@@ -105,7 +105,7 @@ TEST(Plan, MicroBatchesNeedNotDivideAmongTheRanks) {
   BaseTrainArgs a;
   a.depth = 6;
   a.head_dim = 64;
-  a.window_pattern = "L";
+  a.window_pattern.assign(1, 'L');  // not = "L": GCC 12 warns falsely (-Wrestrict, its bug 105329)
   a.max_seq_len = 512;
   a.device_batch_size = 32;
   a.total_batch_size = 16384;
