@@ -6,6 +6,9 @@
 
 #include <cstring>
 #include <exception>
+#include <map>
+#include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -164,7 +167,11 @@ TEST_P(MuonAdamWDist, RanksMatchSingleProcess) {
     EXPECT_EQ(shape_of(r, "adamw.transformer.wte.weight.exp_avg_sq"), (std::vector<int64_t>{wte_rows, 16}));
     EXPECT_EQ(shape_of(r, "adamw.value_embeds.0.weight.exp_avg"), (std::vector<int64_t>{ve_rows, 512}));
     EXPECT_EQ(shape_of(r, "adamw.value_embeds.2.weight.exp_avg"), (std::vector<int64_t>{40, 8}));
-    const int64_t chunk3 = (3 + W - 1) / W, chunk1 = 1, chunk2 = (2 + W - 1) / W;
+    // Muon: the matrices this rank owns, blocks of ceil(K/W) (no padding)
+    auto owned = [&](int64_t K) {
+      return std::min<int64_t>(K, (r + 1) * ((K + W - 1) / W)) - std::min<int64_t>(K, r * ((K + W - 1) / W));
+    };
+    const int64_t chunk3 = owned(3), chunk1 = owned(1), chunk2 = owned(2);
     EXPECT_EQ(shape_of(r, "muon.transformer.h.0.attn.c_q.weight.momentum_buffer"),
               (std::vector<int64_t>{chunk3, 16, 16}));
     EXPECT_EQ(shape_of(r, "muon.transformer.h.0.attn.c_v.weight.momentum_buffer"),
@@ -197,9 +204,11 @@ TEST_P(MuonAdamWDist, EarlyGradReadyGivesTheSameParameters) {
 }
 
 // An in-memory copy of a rank's state_entries(), as load_safetensors would return the file.
-StFile to_file(const std::vector<StWriteEntry>& entries, int rank) {
+StFile to_file(const std::vector<StWriteEntry>& entries, int rank,
+               const std::map<std::string, std::string>& metadata = {}) {
   StFile f;
   f.path = "rank" + std::to_string(rank) + ".safetensors";
+  f.metadata = metadata;
   for (const auto& e : entries) {
     StTensor t;
     t.dtype = e.dtype;
@@ -256,7 +265,7 @@ TEST(MuonAdamWReshard, ResumeAtAnotherWorldSizeContinuesTheSameRun) {
             for (size_t i = 0; i < init.names.size(); ++i) a[r].set_grad(i, g0[s][r][i]);
             opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W0);
           }
-          shards[r] = to_file(opt.state_entries(), r);
+          shards[r] = to_file(opt.state_entries(), r, opt.state_metadata());
         });
       for (auto& t : th) t.join();
     }
@@ -298,6 +307,253 @@ TEST(MuonAdamWReshard, ResumeAtAnotherWorldSizeContinuesTheSameRun) {
       EXPECT_THROW(opt.assemble_whole_state(partial), Error);
     }
   }
+}
+
+// --- layouts: who owns which rows and matrices (OptLayout) -----------------------------------------
+
+// A random layout: random row counts per rank (some zero) and random owners.
+OptLayout random_layout(const MuonAdamW& opt, Rng& rng) {
+  OptLayout l = opt.equal_layout();
+  const int W = opt.world_size();
+  for (auto& rows : l.adam_rows) {
+    if (rows.empty()) continue;
+    int64_t left = std::accumulate(rows.begin(), rows.end(), int64_t{0});
+    for (int r = 0; r + 1 < W; ++r) {
+      rows[r] = static_cast<int64_t>(rng.uniform() * static_cast<double>(left + 1));
+      rows[r] = std::min(rows[r], left);
+      left -= rows[r];
+    }
+    rows[W - 1] = left;
+  }
+  for (auto& owner : l.muon_owner)
+    for (int& o : owner) o = std::min(W - 1, static_cast<int>(rng.uniform() * W));
+  return l;
+}
+
+// Every step under another layout: the equal one, the one of speeds 3:1(:2), a random one. The
+// parameters equal one process's (bit for bit at W = 2, whose sums do not depend on the order);
+// every rank launches the same collectives; the state held adds up to the whole state.
+TEST(MuonAdamWLayout, AnyLayoutAndAChangeBetweenStepsGiveTheSingleProcessParameters) {
+  for (int W : {2, 3}) {
+    SCOPED_TRACE("W " + std::to_string(W));
+    ParamSet init = make_params();
+    Rng rng0(800 + W);
+    init.fill_params(rng0, -0.5, 0.5);
+    const Grads grads = make_grads(init, W, 900 + W);
+    const ParamSet ref = run_single(W, init, grads);
+    ThreadHub hub(W);
+    std::vector<ParamSet> ranks(W, init);
+    std::vector<std::exception_ptr> errors(W);
+    std::vector<size_t> held(W), whole(W), moved(W);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < W; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          ThreadCommunicator comm(hub, r);
+          MuonAdamW opt(ranks[r].views(), config(), &comm);
+          Rng rng(77);  // the same on every rank
+          std::vector<double> speeds = {3.0, 1.0, 2.0};
+          speeds.resize(W);
+          for (int s = 0; s < kSteps; ++s) {
+            if (s == 1) opt.set_layout(opt.layout_for(speeds));
+            if (s == 2) opt.set_layout(random_layout(opt, rng));
+            for (size_t i = 0; i < init.names.size(); ++i) ranks[r].set_grad(i, grads[s][r][i]);
+            opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W);
+            if (s == 2) moved[r] = opt.last_moved_floats();
+          }
+          held[r] = opt.state_floats();
+          whole[r] = opt.whole_state_floats();
+        } catch (...) {
+          errors[r] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    for (int r = 0; r < W; ++r) {
+      EXPECT_EQ(hub.launched(r), hub.launched(0));
+      for (size_t i = 0; i < init.names.size(); ++i) {
+        if (W == 2)
+          EXPECT_EQ(ranks[r].p[i], ref.p[i]) << "rank " << r << " " << init.names[i];
+        else
+          EXPECT_LE(testing::rel_max_err(ranks[r].p[i], ref.p[i]), 1e-6) << "rank " << r << " " << init.names[i];
+      }
+    }
+    // sharded state adds up to the whole state (small AdamW tensors are held by every rank)
+    size_t small = 0;
+    for (size_t i = 0; i < init.names.size(); ++i)
+      if (init.p[i].size() < 1024 && init.names[i].rfind("transformer.h.", 0) != 0) small += 2 * init.p[i].size();
+    EXPECT_EQ(std::accumulate(held.begin(), held.end(), size_t{0}) - (W - 1) * small, whole[0]);
+    EXPECT_GT(std::accumulate(moved.begin(), moved.end(), size_t{0}), 0u);
+  }
+}
+
+// rebalance(): switches to the layout of the speeds when that is at least min_gain faster, then
+// stays; the work per rank follows the speeds; unmeasured (zero) speeds change nothing.
+TEST(MuonAdamWLayout, RebalanceFollowsTheSpeedsWithHysteresis) {
+  ParamSet init = make_params();
+  Rng rng0(1000);
+  init.fill_params(rng0, -0.5, 0.5);
+  ThreadHub hub(2);
+  std::vector<ParamSet> ranks(2, init);
+  std::vector<std::vector<int>> changed(2);
+  std::vector<std::vector<double>> work(2);
+  std::vector<std::exception_ptr> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        ThreadCommunicator comm(hub, r);
+        MuonAdamW opt(ranks[r].views(), config(), &comm);
+        changed[r].push_back(opt.rebalance({0.0, 1.0}));  // rank 0 not measured yet
+        changed[r].push_back(opt.rebalance({3.0, 1.0}));  // 3:1: the slow rank gets about a quarter
+        work[r] = opt.work_per_rank(opt.layout());
+        changed[r].push_back(opt.rebalance({3.0, 1.0}));  // the same speeds: no change
+        changed[r].push_back(opt.rebalance({3.2, 1.0}));  // under the 10% gain: no change
+        changed[r].push_back(opt.rebalance({1.0, 1.0}));  // equal again: back
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  EXPECT_EQ(changed[0], (std::vector<int>{0, 1, 0, 0, 1}));
+  EXPECT_EQ(changed[1], changed[0]);
+  const double share1 = work[0][1] / (work[0][0] + work[0][1]);
+  EXPECT_GT(share1, 0.15);
+  EXPECT_LT(share1, 0.35);
+}
+
+// A run saved under an uneven layout (speeds 3:1) resumes at 1, 2 (another layout) and 3 ranks
+// and continues the one-process run; shards of the earlier format (no layout recorded, Muon
+// tensors padded to ceil(K/W) matrices) assemble to the same whole state; a rank's own shard of
+// another layout is refused by load_state, naming the file.
+TEST(MuonAdamWLayout, SavedUnderAnUnevenLayoutResumesAtAnyWorldSizeAndLayout) {
+  ParamSet init = make_params();
+  Rng rng0(1100);
+  init.fill_params(rng0, -0.5, 0.5);
+  const int W0 = 2;
+  const Grads g0 = make_grads(init, W0, 1200);
+  std::vector<ParamSet> a(W0, init);
+  std::vector<StFile> shards(W0), equal_shards(W0);
+  {
+    ThreadHub hub(W0);
+    std::vector<std::thread> th;
+    for (int r = 0; r < W0; ++r)
+      th.emplace_back([&, r] {
+        ThreadCommunicator comm(hub, r);
+        MuonAdamW opt(a[r].views(), config(), &comm);
+        for (int s = 0; s < kSteps; ++s) {
+          if (s == 1) opt.set_layout(opt.layout_for({3.0, 1.0}));
+          for (size_t i = 0; i < init.names.size(); ++i) a[r].set_grad(i, g0[s][r][i]);
+          opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W0);
+        }
+        shards[r] = to_file(opt.state_entries(), r, opt.state_metadata());
+        opt.set_layout(opt.equal_layout());
+        equal_shards[r] = to_file(opt.state_entries(), r, opt.state_metadata());
+      });
+    for (auto& t : th) t.join();
+  }
+  ParamSet probe = init;
+  MuonAdamW one(probe.views(), config());
+  const MuonAdamW::WholeState whole = one.assemble_whole_state(shards);
+  EXPECT_EQ(one.assemble_whole_state(equal_shards).values, whole.values);
+  // the earlier format: no layout entry, Muon tensors padded with zero matrices to ceil(K/W)
+  std::vector<StFile> padded = equal_shards;
+  for (auto& f : padded) {
+    f.metadata.erase("layout");
+    for (auto& [name, t] : f.tensors)
+      if (name.rfind("muon.", 0) == 0) {
+        const int64_t K = name.find("c_v.") != std::string::npos      ? 1
+                          : name.find("ve_gate") != std::string::npos ? 2
+                                                                      : 3;
+        const size_t per = t.shape[0] > 0 ? t.bytes.size() / static_cast<size_t>(t.shape[0]) : t.bytes.size();
+        const int64_t c = (K + W0 - 1) / W0;
+        if (t.shape[0] == 0) {  // an empty tensor: its per-matrix size from the shape
+          size_t n = sizeof(float);
+          for (size_t d = 1; d < t.shape.size(); ++d) n *= static_cast<size_t>(t.shape[d]);
+          t.bytes.assign(static_cast<size_t>(c) * n, 0);
+        } else {
+          t.bytes.resize(static_cast<size_t>(c) * per, 0);
+        }
+        t.shape[0] = c;
+      }
+  }
+  EXPECT_EQ(one.assemble_whole_state(padded).values, whole.values);
+  EXPECT_EQ(one.assemble_whole_state(padded).steps, whole.steps);
+
+  for (int W1 : {1, 2, 3}) {
+    SCOPED_TRACE("resumed by " + std::to_string(W1));
+    const Grads g1 = make_grads(init, W1, 1300 + W1);
+    // reference: one process for all 6 steps
+    ParamSet ref = init;
+    {
+      MuonAdamW opt(ref.views(), config());
+      for (const auto* g : {&g0, &g1}) {
+        const int W = static_cast<int>((*g)[0].size());
+        for (int s = 0; s < kSteps; ++s) {
+          for (size_t i = 0; i < init.names.size(); ++i) {
+            std::vector<float> sum(ref.g[i].size(), 0.f);
+            for (int r = 0; r < W; ++r)
+              for (size_t j = 0; j < sum.size(); ++j) sum[j] += (*g)[s][r][i][j];
+            ref.set_grad(i, sum);
+          }
+          opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W);
+        }
+      }
+    }
+    std::vector<ParamSet> b(W1, a[0]);
+    std::vector<std::exception_ptr> errors(W1);
+    ThreadHub hub(W1);
+    std::vector<std::thread> th;
+    for (int r = 0; r < W1; ++r)
+      th.emplace_back([&, r] {
+        try {
+          ThreadCommunicator comm(hub, r);
+          MuonAdamW opt(b[r].views(), config(), &comm);
+          if (W1 == 2) opt.set_layout(opt.layout_for({1.0, 4.0}));  // another split than the saved one
+          opt.load_whole_state(whole);
+          if (W1 == 2) {
+            EXPECT_THROW(opt.load_state(shards[r]), Error);  // its own file, but of the 3:1 layout
+            opt.load_whole_state(whole);
+          }
+          for (int s = 0; s < kSteps; ++s) {
+            for (size_t i = 0; i < init.names.size(); ++i) b[r].set_grad(i, g1[s][r][i]);
+            opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W1);
+          }
+        } catch (...) {
+          errors[r] = std::current_exception();
+        }
+      });
+    for (auto& t : th) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    for (int r = 0; r < W1; ++r)
+      for (size_t i = 0; i < init.names.size(); ++i)
+        EXPECT_LE(testing::rel_max_err(b[r].p[i], ref.p[i]), 1e-6) << "rank " << r << " " << init.names[i];
+  }
+}
+
+// A layout that does not fit is refused before anything moves, naming what is wrong.
+TEST(MuonAdamWLayout, ABadLayoutIsNamed) {
+  ParamSet init = make_params();
+  ThreadHub hub(1);
+  ThreadCommunicator comm(hub, 0);
+  MuonAdamW opt(init.views(), config(), &comm);
+  OptLayout l = opt.equal_layout();
+  l.muon_owner[0][0] = 1;
+  try {
+    opt.set_layout(l);
+    ADD_FAILURE() << "an owner out of range was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("owner rank 1"), std::string::npos) << e.what();
+  }
+  l = opt.equal_layout();
+  l.adam_rows[0] = {1};
+  EXPECT_THROW(opt.set_layout(l), Error);           // a small tensor is not split
+  EXPECT_THROW(opt.layout_for({1.0, 2.0}), Error);  // two speeds for one rank
+  EXPECT_EQ(opt.layout(), opt.equal_layout());
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, MuonAdamWDist, ::testing::Values(1, 2, 3));

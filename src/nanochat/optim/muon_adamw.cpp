@@ -9,25 +9,17 @@
 #include "nanochat/core/error.h"
 #include "nanochat/core/profile.h"
 #include "nanochat/core/timer.h"
+#include "nanochat/optim/muon_adamw_slots.h"
 #include "nanochat/optim/optim_math.h"
 
 namespace nanochat {
 
+using optim_detail::ceil_div;
+using optim_detail::kSmallAdamW;
+using optim_detail::numel_of;
+using optim_detail::shape_str;
+
 namespace {
-
-constexpr int64_t kSmallAdamW = 1024;  // numel below which AdamW gradients are all-reduced
-
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -43,44 +35,7 @@ int adamw_group_of(const std::string& name) {
   return -2;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The ZeRO-2 shard layout (rows of an AdamW tensor, matrices of a Muon group): n items split in
-// blocks of ceil(n / W), rank r owning [begin, end) (trailing ranks fewer, possibly none).
-struct Block {
-  int64_t begin, end;
-};
-Block block_of(int64_t n, int W, int r) {
-  const int64_t c = ceil_div(n, W);
-  return {std::min(n, r * c), std::min(n, (r + 1) * c)};
-}
-
 }  // namespace
-
-// One AdamW parameter: its (possibly row-sharded) state and communication handles.
-struct MuonAdamW::AdamSlot {
-  int param = -1;
-  bool sharded = false;                        // large parameter with W > 1: reduce-scatter + all-gather
-  int64_t row_elems = 0, row0 = 0, nrows = 0;  // owned rows [row0, row0 + nrows)
-  size_t owned = 0;                            // owned elements
-  std::vector<int64_t> state_shape;
-  std::vector<size_t> counts;  // elements per rank (sharded)
-  AlignedBuffer m, v, gslice;
-  int64_t step = 0;
-  WorkPtr reduce;
-};
-
-// One Muon group: stacked buffers and this rank's chunk of state.
-struct MuonAdamW::MuonSlot {
-  int group = -1;
-  int64_t K = 0, m = 0, n = 0, chunk = 0, first = 0, owned = 0, nv = 0;
-  size_t mn = 0;
-  AlignedBuffer momentum, second;  // (chunk, m, n), (chunk, nv)
-  AlignedBuffer stack, gchunk;     // W > 1: (chunk * W, m, n) and (chunk, m, n)
-  std::vector<size_t> counts;
-  int64_t ready = 0;  // matrices marked by grad_ready() this step
-  WorkPtr reduce;
-};
 
 MuonAdamW::MuonAdamW(std::vector<OptParam> params, const OptimConfig& cfg, Communicator* comm)
     : params_(std::move(params)), comm_(comm) {
@@ -162,6 +117,7 @@ void MuonAdamW::build_groups(const OptimConfig& cfg) {
   }
 }
 
+// Sizes every slot and allocates its buffers for the equal layout (shape_adam / shape_muon).
 void MuonAdamW::allocate() {
   group_slot_.assign(groups_.size(), 0);
   size_t n_adam = 0;
@@ -179,26 +135,10 @@ void MuonAdamW::allocate() {
         s.param = pi;
         const int64_t numel = numel_of(p.shape);
         s.sharded = world_ > 1 && numel >= kSmallAdamW;
+        s.rows = p.shape[0];
+        s.row_elems = numel / s.rows;
         s.state_shape = p.shape;
-        if (s.sharded) {
-          const int64_t rows = p.shape[0];
-          s.row_elems = numel / rows;
-          s.counts.resize(world_);
-          for (int r = 0; r < world_; ++r) {
-            const Block b = block_of(rows, world_, r);
-            s.counts[r] = static_cast<size_t>((b.end - b.begin) * s.row_elems);
-          }
-          const Block mine = block_of(rows, world_, rank_);
-          s.row0 = mine.begin;
-          s.nrows = mine.end - mine.begin;
-          s.owned = static_cast<size_t>(s.nrows * s.row_elems);
-          s.state_shape[0] = s.nrows;
-          s.gslice = AlignedBuffer(s.owned * sizeof(float));
-        } else {
-          s.owned = static_cast<size_t>(numel);
-        }
-        s.m = AlignedBuffer(s.owned * sizeof(float));
-        s.v = AlignedBuffer(s.owned * sizeof(float));
+        s.owned = static_cast<size_t>(numel);
         adam_.push_back(std::move(s));
       }
     } else {
@@ -210,23 +150,16 @@ void MuonAdamW::allocate() {
       s.n = g.cols;
       s.mn = static_cast<size_t>(s.m * s.n);
       s.nv = s.m >= s.n ? s.m : s.n;
-      s.chunk = ceil_div(s.K, world_);
-      const Block mine = block_of(s.K, world_, rank_);
-      s.first = mine.begin;
-      s.owned = mine.end - mine.begin;
-      s.momentum = AlignedBuffer(static_cast<size_t>(s.chunk) * s.mn * sizeof(float));
-      s.second = AlignedBuffer(static_cast<size_t>(s.chunk * s.nv) * sizeof(float));
-      if (world_ > 1) {
-        s.stack = AlignedBuffer(static_cast<size_t>(s.chunk * world_) * s.mn * sizeof(float));
-        s.gchunk = AlignedBuffer(static_cast<size_t>(s.chunk) * s.mn * sizeof(float));
-        s.counts.assign(world_, static_cast<size_t>(s.chunk) * s.mn);
-      }
+      if (world_ > 1) s.stack = AlignedBuffer(static_cast<size_t>(s.K) * s.mn * sizeof(float));
       max_mn = std::max<int64_t>(max_mn, static_cast<int64_t>(s.mn));
       max_side = std::max(max_side, std::min(s.m, s.n));
       max_dim = std::max(max_dim, std::max(s.m, s.n));
       muon_.push_back(std::move(s));
     }
   }
+  layout_ = equal_layout();
+  for (size_t k = 0; k < adam_.size(); ++k) shape_adam(adam_[k], layout_.adam_rows[k]);
+  for (size_t k = 0; k < muon_.size(); ++k) shape_muon(muon_[k], layout_.muon_owner[k]);
   param_adam_.assign(params_.size(), -1);
   param_muon_.assign(params_.size(), -1);
   for (size_t k = 0; k < adam_.size(); ++k) param_adam_[adam_[k].param] = static_cast<int>(k);
@@ -290,8 +223,8 @@ void MuonAdamW::launch_adam_reduce(AdamSlot& s) {
 
 void MuonAdamW::launch_muon_reduce(MuonSlot& s, const OptGroup& g) {
   float* stack = s.stack.f32();
-  for (int64_t k = 0; k < s.K; ++k) std::memcpy(stack + k * s.mn, params_[g.params[k]].g, s.mn * sizeof(float));
-  std::fill(stack + s.K * s.mn, stack + s.chunk * world_ * s.mn, 0.f);
+  for (int64_t pos = 0; pos < s.K; ++pos)
+    std::memcpy(stack + pos * s.mn, params_[g.params[s.order[pos]]].g, s.mn * sizeof(float));
   s.reduce = comm_->reduce_scatter_sum(stack, s.gchunk.f32(), s.counts);
 }
 
@@ -353,15 +286,14 @@ void MuonAdamW::compute_muon(MuonSlot& s, const OptGroup& g, float grad_scale) {
   scr.a = scr_a_.f32();
   scr.b = scr_b_.f32();
   scr.rowv = static_cast<double*>(scr_rowv_.data());
-  for (int64_t j = 0; j < s.owned; ++j) {
-    const int64_t k = s.first + j;
-    OptParam& p = params_[g.params[k]];
+  for (size_t j = 0; j < s.mine.size(); ++j) {
+    OptParam& p = params_[g.params[s.mine[j]]];
     float* mom = s.momentum.f32() + j * s.mn;
-    float* sec = s.second.f32() + j * s.nv;
+    float* sec = s.second.f32() + j * static_cast<size_t>(s.nv);
     if (world_ == 1) {
       muon_update(p.p, p.g, mom, sec, s.m, s.n, grad_scale, hp, scr);
     } else {
-      float* pw = s.stack.f32() + k * s.mn;
+      float* pw = s.stack.f32() + (s.first + static_cast<int64_t>(j)) * s.mn;
       std::memcpy(pw, p.p, s.mn * sizeof(float));
       muon_update(pw, s.gchunk.f32() + j * s.mn, mom, sec, s.m, s.n, grad_scale, hp, scr);
     }
@@ -383,161 +315,11 @@ void MuonAdamW::finish_gathers() {
     timed_wait(work);
     if (ms) {
       const OptGroup& g = groups_[ms->group];
-      for (int64_t k = 0; k < ms->K; ++k)
-        std::memcpy(params_[g.params[k]].p, ms->stack.f32() + k * ms->mn, ms->mn * sizeof(float));
+      for (int64_t pos = 0; pos < ms->K; ++pos)
+        std::memcpy(params_[g.params[ms->order[pos]]].p, ms->stack.f32() + pos * ms->mn, ms->mn * sizeof(float));
     }
   }
   gathers_.clear();
-}
-
-std::vector<StWriteEntry> MuonAdamW::state_entries() const {
-  std::vector<StWriteEntry> out;
-  for (const auto& s : adam_) {
-    const std::string& name = params_[s.param].name;
-    out.push_back({"adamw." + name + ".exp_avg", "F32", s.state_shape, s.m.data()});
-    out.push_back({"adamw." + name + ".exp_avg_sq", "F32", s.state_shape, s.v.data()});
-    out.push_back({"adamw." + name + ".step", "I64", {1}, &s.step});
-  }
-  for (const auto& s : muon_) {
-    const std::string& name = groups_[s.group].names.front();
-    out.push_back({"muon." + name + ".momentum_buffer", "F32", {s.chunk, s.m, s.n}, s.momentum.data()});
-    std::vector<int64_t> vshape =
-        s.m >= s.n ? std::vector<int64_t>{s.chunk, s.m, 1} : std::vector<int64_t>{s.chunk, 1, s.n};
-    out.push_back({"muon." + name + ".second_momentum_buffer", "F32", vshape, s.second.data()});
-  }
-  return out;
-}
-
-std::map<std::string, std::string> MuonAdamW::state_metadata() const {
-  return {{"optimizer", "MuonAdamW"},
-          {"world_size", std::to_string(world_)},
-          {"rank", std::to_string(rank_)},
-          {"steps", std::to_string(steps_)}};
-}
-
-void MuonAdamW::load_state(const StFile& f) {
-  const auto entries = state_entries();
-  // Validate everything first so that a failed load leaves the optimizer untouched.
-  for (const auto& e : entries) {
-    const StTensor& t = f.at(e.name);
-    if (t.dtype != e.dtype || t.shape != e.shape)
-      fail("optimizer state ", f.path, ": tensor '", e.name, "' is ", t.dtype, " ", shape_str(t.shape),
-           " but this optimizer (rank ", rank_, " of ", world_, ") expects ", e.dtype, " ", shape_str(e.shape),
-           "; optimizer state is specific to the model and the world size");
-  }
-  int64_t steps = 0;
-  for (const auto& e : entries) {
-    const StTensor& t = f.at(e.name);
-    if (!t.bytes.empty()) std::memcpy(const_cast<void*>(e.data), t.bytes.data(), t.bytes.size());
-  }
-  for (const auto& s : adam_) steps = std::max(steps, s.step);
-  steps_ = steps;
-}
-
-size_t MuonAdamW::state_floats() const {
-  size_t n = 0;
-  for (const auto& s : adam_) n += 2 * s.owned;
-  for (const auto& s : muon_) n += static_cast<size_t>(s.chunk) * (s.mn + static_cast<size_t>(s.nv));
-  return n;
-}
-
-// --- re-sharding: the whole (unsharded) state, for a resume at another world size
-
-size_t MuonAdamW::whole_state_floats() const {
-  size_t n = 0;
-  for (const auto& s : adam_) n += 2 * static_cast<size_t>(numel_of(params_[s.param].shape));
-  for (const auto& s : muon_) n += static_cast<size_t>(s.K) * (s.mn + static_cast<size_t>(s.nv));
-  return n;
-}
-
-MuonAdamW::WholeState MuonAdamW::assemble_whole_state(const std::vector<StFile>& shards) const {
-  const int W0 = static_cast<int>(shards.size());
-  if (W0 < 1) fail("optimizer re-shard: no shard files given");
-  WholeState out;
-  out.values.resize(whole_state_floats());
-  float* dst = out.values.data();
-  // Checks a shard tensor's dtype and element count and returns its floats.
-  auto floats_of = [&](int r, const std::string& key, size_t want) -> const float* {
-    const StTensor& t = shards[r].at(key);
-    if (t.dtype != "F32" || t.bytes.size() != want * sizeof(float))
-      fail("optimizer state ", shards[r].path, ": tensor '", key, "' is ", t.dtype, " ", shape_str(t.shape), " (",
-           t.bytes.size() / 4, " values) but rank ", r, " of ", W0, " of this model should hold ", want,
-           " F32 values; the files are not one run's shards of this model");
-    return reinterpret_cast<const float*>(t.bytes.data());
-  };
-  for (const auto& s : adam_) {
-    const OptParam& p = params_[s.param];
-    const int64_t numel = numel_of(p.shape), rows = p.shape[0], row_elems = numel / rows;
-    const bool sharded0 = W0 > 1 && numel >= kSmallAdamW;  // the layout of the saving run
-    for (const char* which : {".exp_avg", ".exp_avg_sq"}) {
-      const std::string key = "adamw." + p.name + which;
-      if (!sharded0) {
-        std::memcpy(dst, floats_of(0, key, static_cast<size_t>(numel)), static_cast<size_t>(numel) * sizeof(float));
-      } else {
-        for (int r = 0; r < W0; ++r) {
-          const Block b = block_of(rows, W0, r);
-          const size_t n = static_cast<size_t>((b.end - b.begin) * row_elems);
-          const float* src = floats_of(r, key, n);
-          if (n > 0) std::memcpy(dst + b.begin * row_elems, src, n * sizeof(float));
-        }
-      }
-      dst += numel;
-    }
-    const StTensor& st = shards[0].at("adamw." + p.name + ".step");
-    if (st.dtype != "I64" || st.bytes.size() != sizeof(int64_t))
-      fail("optimizer state ", shards[0].path, ": 'adamw.", p.name, ".step' is not one I64");
-    int64_t step = 0;
-    std::memcpy(&step, st.bytes.data(), sizeof step);
-    out.steps.push_back(step);
-  }
-  for (const auto& s : muon_) {
-    const std::string& first = groups_[s.group].names.front();
-    const int64_t c = ceil_div(s.K, W0);
-    for (int part = 0; part < 2; ++part) {
-      const size_t per = part == 0 ? s.mn : static_cast<size_t>(s.nv);
-      const std::string key = "muon." + first + (part == 0 ? ".momentum_buffer" : ".second_momentum_buffer");
-      for (int r = 0; r < W0; ++r) {
-        const Block b = block_of(s.K, W0, r);
-        const float* src = floats_of(r, key, static_cast<size_t>(c) * per);  // chunk incl. padding
-        if (b.end > b.begin)
-          std::memcpy(dst + static_cast<size_t>(b.begin) * per, src,
-                      static_cast<size_t>(b.end - b.begin) * per * sizeof(float));
-      }
-      dst += static_cast<size_t>(s.K) * per;
-    }
-  }
-  return out;
-}
-
-void MuonAdamW::load_whole_state(const WholeState& whole) {
-  if (whole.values.size() != whole_state_floats() || whole.steps.size() != adam_.size())
-    fail("optimizer re-shard: the whole state has ", whole.values.size(), " values and ", whole.steps.size(),
-         " step counts but this optimizer needs ", whole_state_floats(), " and ", adam_.size(), " (another model?)");
-  const float* src = whole.values.data();
-  int64_t steps = 0;
-  for (size_t k = 0; k < adam_.size(); ++k) {
-    AdamSlot& s = adam_[k];
-    const int64_t numel = numel_of(params_[s.param].shape);
-    const size_t off = s.sharded ? static_cast<size_t>(s.row0 * s.row_elems) : 0;
-    if (s.owned > 0) {  // a rank may own no rows (then its buffers are empty)
-      std::memcpy(s.m.f32(), src + off, s.owned * sizeof(float));
-      std::memcpy(s.v.f32(), src + numel + off, s.owned * sizeof(float));
-    }
-    src += 2 * numel;
-    s.step = whole.steps[k];
-    steps = std::max(steps, s.step);
-  }
-  for (auto& s : muon_) {
-    for (int part = 0; part < 2; ++part) {
-      const size_t per = part == 0 ? s.mn : static_cast<size_t>(s.nv);
-      float* dst = part == 0 ? s.momentum.f32() : s.second.f32();
-      std::fill(dst, dst + static_cast<size_t>(s.chunk) * per, 0.f);
-      if (s.owned > 0)
-        std::memcpy(dst, src + static_cast<size_t>(s.first) * per, static_cast<size_t>(s.owned) * per * sizeof(float));
-      src += static_cast<size_t>(s.K) * per;
-    }
-  }
-  steps_ = steps;
 }
 
 }  // namespace nanochat

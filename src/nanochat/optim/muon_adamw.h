@@ -3,12 +3,16 @@
 // with its ZeRO-2-style sharding inside the optimizer (docs/architecture.md 3.8):
 //  - AdamW parameters with < 1024 elements: gradients all-reduced, every rank updates the whole
 //    parameter, state replicated.
-//  - AdamW parameters with >= 1024 elements: gradients reduce-scattered by rows, rank r owns rows
-//    [r*c, min(R, (r+1)*c)) with c = ceil(R/W) (unequal counts instead of nanochat's divisibility
-//    assert, so any world size works), updates them, then all-gathers the parameter.
-//  - Muon: the K same-shape matrices of a group are stacked and padded to c*W slots with
-//    c = ceil(K/W); rank r owns matrices [r*c, min(K, (r+1)*c)) whole, runs the Muon math on them
-//    and all-gathers the stack.
+//  - AdamW parameters with >= 1024 elements: gradients reduce-scattered by rows, rank r owns a
+//    contiguous range of rows (rank 0 first), updates them, then all-gathers the parameter.
+//  - Muon: the K same-shape matrices of a group are stacked, each rank's matrices together (rank 0
+//    first); a rank owns its matrices whole, runs the Muon math on them and all-gathers the stack.
+// Who owns what is the layout (OptLayout). It starts equal: rows in blocks of ceil(R/W), matrices
+// in blocks of ceil(K/W) (unequal counts instead of nanochat's divisibility assert, so any world
+// size works). rebalance() re-deals it in proportion to the ranks' measured speeds
+// (optim/shard_plan.h) and moves the state that changes owner, so that a slower machine does a
+// smaller part of every update. The math is per row and per matrix: the parameters do not depend
+// on the layout (up to the summation order of the gradient reductions at W >= 3).
 // step() follows nanochat's 3-phase pattern: launch every reduction in group order; per group wait,
 // compute, launch its gathers; wait for every gather and copy the Muon stacks back.
 // With no communicator (or world size 1) it is plain single-process math with no copies.
@@ -45,6 +49,16 @@ struct OptimConfig {
 };
 
 enum class OptKind { AdamW, Muon };
+
+/// Who does which part of the update: per AdamW parameter (in group order, the optimizer's AdamW
+/// slots) the rows of each rank, contiguous ranges in rank order (empty for a small, all-reduced
+/// parameter, which every rank updates whole); per Muon group (group order) the owner rank of each
+/// of its K matrices. Identical on every rank.
+struct OptLayout {
+  std::vector<std::vector<int64_t>> adam_rows;
+  std::vector<std::vector<int>> muon_owner;
+  bool operator==(const OptLayout&) const = default;
+};
 
 /// One parameter group (docs/nanochat.md 2.1 table), in nanochat's group order.
 struct OptGroup {
@@ -92,16 +106,19 @@ class MuonAdamW {
   void grad_ready(size_t param);
 
   /// This rank's optimizer state as named tensors (pointers into the optimizer, valid until the
-  /// next step()): per AdamW parameter `adamw.<name>.exp_avg` / `.exp_avg_sq` (F32, the owned rows)
-  /// and `adamw.<name>.step` (I64 [1]); per Muon group, keyed by its first parameter like nanochat,
-  /// `muon.<first name>.momentum_buffer` (F32 (c, m, n)) and `.second_momentum_buffer`
-  /// (F32 (c, m, 1) if m >= n else (c, 1, n)), c = matrices per rank.
+  /// next step() or layout change): per AdamW parameter `adamw.<name>.exp_avg` / `.exp_avg_sq`
+  /// (F32, the owned rows) and `adamw.<name>.step` (I64 [1]); per Muon group, keyed by its first
+  /// parameter like nanochat, `muon.<first name>.momentum_buffer` (F32 (c, m, n)) and
+  /// `.second_momentum_buffer` (F32 (c, m, 1) if m >= n else (c, 1, n)), c = the matrices this
+  /// rank owns, in ascending index.
   std::vector<StWriteEntry> state_entries() const;
-  /// Metadata describing the shard layout (optimizer, world_size, rank), for the checkpoint file.
+  /// Metadata describing the shard layout (optimizer, world_size, rank, steps, and `layout`: the
+  /// OptLayout as JSON), for the checkpoint file.
   std::map<std::string, std::string> state_metadata() const;
-  /// Loads state written by state_entries() of an optimizer with the same parameters and world
-  /// size. Throws nanochat::Error naming the file and the tensor when one is missing or has
-  /// another dtype or shape (optimizer shards are per world size).
+  /// Loads state written by state_entries() of an optimizer with the same parameters, world size
+  /// and layout (a file without a `layout` entry was written under the equal layout, its Muon
+  /// tensors padded to ceil(K/W) matrices). Throws nanochat::Error naming the file and the tensor
+  /// when one is missing or has another dtype or shape, or when the layouts differ.
   void load_state(const StFile& f);
 
   /// World-size-independent ("whole") optimizer state, for resuming at another world size:
@@ -115,13 +132,35 @@ class MuonAdamW {
   /// Number of floats in WholeState::values (the same for every world size).
   size_t whole_state_floats() const;
   /// Builds the whole state from ALL shard files written by state_entries() of a run of this
-  /// model at world size shards.size() (shards[r] = rank r's file). Any rank may call it; it uses
-  /// only the files. Throws nanochat::Error naming the file and tensor when one is missing or
-  /// has another shape.
+  /// model at world size shards.size() (shards[r] = rank r's file), under the layout recorded in
+  /// their metadata (the equal layout when none is). Any rank may call it; it uses only the files.
+  /// Throws nanochat::Error naming the file and tensor when one is missing or has another shape.
   WholeState assemble_whole_state(const std::vector<StFile>& shards) const;
-  /// Loads this rank's part of a whole state (AdamW rows [row0, row0 + nrows), Muon matrices of
-  /// this rank's chunk). Throws nanochat::Error if the sizes do not match this optimizer.
+  /// Loads this rank's part of a whole state (under the current layout). Throws nanochat::Error
+  /// if the sizes do not match this optimizer.
   void load_whole_state(const WholeState& whole);
+
+  /// The current layout; at construction the equal one.
+  const OptLayout& layout() const { return layout_; }
+  /// The equal layout of this model and world size.
+  OptLayout equal_layout() const;
+  /// The layout in proportion to `speeds` (one per rank, > 0, any unit): AdamW rows by
+  /// proportional_rows, the Muon matrices of all groups together dealt by deal_whole_items at
+  /// their Polar Express cost (optim/shard_plan.h). Throws nanochat::Error for bad speeds.
+  OptLayout layout_for(const std::vector<double>& speeds) const;
+  /// Work of each rank under `layout`, in AdamW elements (optim/shard_plan.h cost units).
+  std::vector<double> work_per_rank(const OptLayout& layout) const;
+  /// Collective (every rank, the same argument): makes `layout` current, sending each piece of
+  /// state whose owner changes to its new owner (one all-gather per parameter or group that
+  /// moves). Throws nanochat::Error for a layout of another shape, rows that do not add up or an
+  /// owner out of range, before anything moves.
+  void set_layout(const OptLayout& layout);
+  /// Collective: switches to layout_for(speeds) when its predicted time (the slowest rank's work /
+  /// speed) is at least `min_gain` (a fraction) shorter than the current layout's. Returns true
+  /// when the layout changed. Speeds must be identical on every rank.
+  bool rebalance(const std::vector<double>& speeds, double min_gain = 0.1);
+  /// Floats of state this rank sent or received in the last layout change.
+  size_t last_moved_floats() const { return moved_floats_; }
 
   /// Parameter groups in nanochat's order (for logs and tests).
   const std::vector<OptGroup>& groups() const { return groups_; }
@@ -139,9 +178,16 @@ class MuonAdamW {
  private:
   struct AdamSlot;
   struct MuonSlot;
+  struct SavedLayout;
+  SavedLayout saved_layout(const StFile& f, int world) const;
 
   void build_groups(const OptimConfig& cfg);
   void allocate();
+  void shape_adam(AdamSlot& s, const std::vector<int64_t>& rank_rows);
+  void shape_muon(MuonSlot& s, const std::vector<int>& owner);
+  void check_layout(const OptLayout& l) const;
+  void move_adam(AdamSlot& s, const std::vector<int64_t>& to);
+  void move_muon(MuonSlot& s, const std::vector<int>& to);
   void launch_reductions();
   void compute_adamw(AdamSlot& s, const OptGroup& g, float grad_scale);
   void compute_muon(MuonSlot& s, const OptGroup& g, float grad_scale);
@@ -153,6 +199,8 @@ class MuonAdamW {
   int rank_ = 0, world_ = 1;
   int64_t steps_ = 0;
   double comm_wait_s_ = 0.0;
+  OptLayout layout_;
+  size_t moved_floats_ = 0;
   void timed_wait(const WorkPtr& w);
   std::vector<AdamSlot> adam_;   // one per AdamW parameter, in group order
   std::vector<MuonSlot> muon_;   // one per Muon group, in group order

@@ -350,7 +350,21 @@ class TrainLoop {
     if (balancer_.observe(times))
       print0(str_cat("Rows per rank from step ", step + 1, " on: ", split_percentages(balancer_.rows()),
                      " (measured speeds, rows/s: ", speeds_text(), ")"));
+    rebalance_optimizer(step);
     note_a_rank_that_slows_the_job(all);
+  }
+
+  // The optimizer's share of each rank follows the same measured speeds (optim/muon_adamw.h
+  // rebalance, with its own hysteresis); the state that changes owner moves between the ranks.
+  void rebalance_optimizer(int64_t step) {
+    if (a_.balance == "even" || comm_.world_size() < 2) return;
+    if (!opt_.rebalance(balancer_.speeds())) return;
+    const std::vector<double> work = opt_.work_per_rank(opt_.layout());
+    std::vector<int64_t> parts;
+    for (double w : work) parts.push_back(static_cast<int64_t>(w));
+    print0(str_cat("Optimizer work per rank from step ", step + 1, " on: ", split_percentages(parts), " (moved ",
+                   fixed(static_cast<double>(opt_.last_moved_floats()) * 4e-6, 1),
+                   " MB of optimizer state on rank 0)"));
   }
 
   std::string speeds_text() const {
