@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "nanochat/core/safetensors.h"
 #include "nanochat/train/checkpoint.h"
 #include "support/cli_util.h"
@@ -253,8 +255,9 @@ const char* kEq =
 }  // namespace
 
 // Node 0 writes the whole checkpoint; the worker, whose base dir cannot even hold a checkpoint
-// folder, writes nothing. Node 0's folder alone resumes the run with 1 and with 3 ranks, and both
-// end where the uninterrupted one-rank run ends.
+// folder, writes nothing. The save is made under the optimizer layout of the ranks' speeds (rank
+// 1 slowed). Node 0's folder alone resumes the run with 1 and with 3 ranks (and the two nodes
+// again, evenly split), and all end where the uninterrupted one-rank run ends.
 TEST(Checkpoint, NodeZeroWritesTheWholeCheckpointThatAloneResumesAtAnyWorldSize) {
   BaseDir n0("nc_ck_whole0"), u("nc_ck_whole_u");
   NodeDir n1(n0, "nc_ck_whole1");
@@ -268,6 +271,13 @@ TEST(Checkpoint, NodeZeroWritesTheWholeCheckpointThatAloneResumesAtAnyWorldSize)
   EXPECT_TRUE(fs::is_regular_file(n1.dir + "/base_checkpoints"));  // the worker wrote nothing
   EXPECT_EQ(complete_checkpoint_steps(n0.ckpt()), (std::vector<int64_t>{3, 5}));
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(fs::exists(CheckpointPaths{n0.ckpt(), 3}.optim(r)));
+  // saved under the optimizer layout of the measured speeds: the slower rank 1 owns fewer rows
+  EXPECT_NE(a0.out.find("Optimizer work per rank from step 1 on: "), std::string::npos) << a0.out;
+  const auto layout =
+      nlohmann::json::parse(load_safetensors(CheckpointPaths{n0.ckpt(), 3}.optim(1)).metadata.at("layout"));
+  const auto lm_rows = layout.at("adamw").at("lm_head.weight").get<std::vector<int64_t>>();
+  ASSERT_EQ(lm_rows.size(), 2u);
+  EXPECT_GT(2 * lm_rows[0], 3 * lm_rows[1]) << layout.dump();  // over 60% (rank 1 three times slower)
   for (int W : {1, 3}) {
     SCOPED_TRACE("resumed by " + std::to_string(W) + " ranks");
     const std::string launch =

@@ -85,7 +85,8 @@ OptLayout MuonAdamW::layout_for(const std::vector<double>& speeds) const {
   if (static_cast<int>(speeds.size()) != world_)
     fail("optimizer layout: ", speeds.size(), " speeds for ", world_, " ranks");
   OptLayout l;
-  for (const auto& s : adam_) l.adam_rows.push_back(s.sharded ? proportional_rows(s.rows, speeds) : std::vector<int64_t>{});
+  for (const auto& s : adam_)
+    l.adam_rows.push_back(s.sharded ? proportional_rows(s.rows, speeds) : std::vector<int64_t>{});
   std::vector<double> costs;  // every group's matrices, dealt together
   for (const auto& s : muon_)
     costs.insert(costs.end(), static_cast<size_t>(s.K), muon_matrix_cost(s.m, s.n, groups_[s.group].ns_steps));
@@ -104,8 +105,9 @@ std::vector<double> MuonAdamW::work_per_rank(const OptLayout& l) const {
   std::vector<double> w(static_cast<size_t>(world_), 0.0);
   for (size_t k = 0; k < adam_.size(); ++k)
     for (int r = 0; r < world_; ++r)
-      w[static_cast<size_t>(r)] += static_cast<double>(adam_[k].sharded ? l.adam_rows[k][static_cast<size_t>(r)] * adam_[k].row_elems
-                                                                       : adam_[k].rows * adam_[k].row_elems);
+      w[static_cast<size_t>(r)] +=
+          static_cast<double>(adam_[k].sharded ? l.adam_rows[k][static_cast<size_t>(r)] * adam_[k].row_elems
+                                               : adam_[k].rows * adam_[k].row_elems);
   for (size_t k = 0; k < muon_.size(); ++k)
     for (int owner : l.muon_owner[k])
       w[static_cast<size_t>(owner)] += muon_matrix_cost(muon_[k].m, muon_[k].n, groups_[muon_[k].group].ns_steps);
@@ -114,8 +116,8 @@ std::vector<double> MuonAdamW::work_per_rank(const OptLayout& l) const {
 
 void MuonAdamW::check_layout(const OptLayout& l) const {
   if (l.adam_rows.size() != adam_.size() || l.muon_owner.size() != muon_.size())
-    fail("optimizer layout: ", l.adam_rows.size(), " AdamW and ", l.muon_owner.size(), " Muon entries, but this optimizer has ",
-         adam_.size(), " and ", muon_.size());
+    fail("optimizer layout: ", l.adam_rows.size(), " AdamW and ", l.muon_owner.size(),
+         " Muon entries, but this optimizer has ", adam_.size(), " and ", muon_.size());
   for (size_t k = 0; k < adam_.size(); ++k) {
     const auto& rows = l.adam_rows[k];
     const std::string& name = params_[adam_[k].param].name;
@@ -131,9 +133,11 @@ void MuonAdamW::check_layout(const OptLayout& l) const {
   for (size_t k = 0; k < muon_.size(); ++k) {
     const auto& owner = l.muon_owner[k];
     if (static_cast<int64_t>(owner.size()) != muon_[k].K)
-      fail("optimizer layout: ", owner.size(), " owners for the ", muon_[k].K, " matrices of ", groups_[muon_[k].group].label);
+      fail("optimizer layout: ", owner.size(), " owners for the ", muon_[k].K, " matrices of ",
+           groups_[muon_[k].group].label);
     for (int o : owner)
-      if (o < 0 || o >= world_) fail("optimizer layout: owner rank ", o, " in ", groups_[muon_[k].group].label, " of a ", world_, "-rank job");
+      if (o < 0 || o >= world_)
+        fail("optimizer layout: owner rank ", o, " in ", groups_[muon_[k].group].label, " of a ", world_, "-rank job");
   }
 }
 
@@ -179,9 +183,11 @@ void MuonAdamW::shape_muon(MuonSlot& s, const std::vector<int>& owner) {
 void MuonAdamW::set_layout(const OptLayout& to) {
   check_layout(to);
   for (const auto& s : adam_)
-    if (s.reduce) fail("optimizer: the layout changed while a gradient reduction was pending (between grad_ready and step)");
+    if (s.reduce)
+      fail("optimizer: the layout changed while a gradient reduction was pending (between grad_ready and step)");
   for (const auto& s : muon_)
-    if (s.reduce) fail("optimizer: the layout changed while a gradient reduction was pending (between grad_ready and step)");
+    if (s.reduce)
+      fail("optimizer: the layout changed while a gradient reduction was pending (between grad_ready and step)");
   moved_floats_ = 0;
   for (size_t k = 0; k < adam_.size(); ++k)
     if (adam_[k].sharded && to.adam_rows[k] != layout_.adam_rows[k]) {
@@ -233,8 +239,10 @@ void MuonAdamW::move_adam(AdamSlot& s, const std::vector<int64_t>& to) {
   const int64_t k0 = std::max(a[me], now.first), k1 = std::min(a[me + 1], now.second);
   if (k0 < k1) {
     const size_t n = static_cast<size_t>(k1 - k0) * re;
-    std::memcpy(s.m.f32() + static_cast<size_t>(k0 - now.first) * re, old_m.f32() + static_cast<size_t>(k0 - a[me]) * re, n * sizeof(float));
-    std::memcpy(s.v.f32() + static_cast<size_t>(k0 - now.first) * re, old_v.f32() + static_cast<size_t>(k0 - a[me]) * re, n * sizeof(float));
+    std::memcpy(s.m.f32() + static_cast<size_t>(k0 - now.first) * re,
+                old_m.f32() + static_cast<size_t>(k0 - a[me]) * re, n * sizeof(float));
+    std::memcpy(s.v.f32() + static_cast<size_t>(k0 - now.first) * re,
+                old_v.f32() + static_cast<size_t>(k0 - a[me]) * re, n * sizeof(float));
   }
   // received rows
   size_t received = 0;
@@ -264,7 +272,8 @@ void MuonAdamW::move_muon(MuonSlot& s, const std::vector<int>& to) {
   const size_t per = s.mn + static_cast<size_t>(s.nv), me = static_cast<size_t>(rank_);
   std::vector<std::vector<int64_t>> leaving(static_cast<size_t>(world_));
   for (int64_t k = 0; k < s.K; ++k)
-    if (from[static_cast<size_t>(k)] != to[static_cast<size_t>(k)]) leaving[static_cast<size_t>(from[static_cast<size_t>(k)])].push_back(k);
+    if (from[static_cast<size_t>(k)] != to[static_cast<size_t>(k)])
+      leaving[static_cast<size_t>(from[static_cast<size_t>(k)])].push_back(k);
   std::vector<int64_t> nleave;
   for (const auto& l : leaving) nleave.push_back(static_cast<int64_t>(l.size()));
   const std::vector<size_t> counts = float_counts(nleave, per);
@@ -402,7 +411,8 @@ MuonAdamW::SavedLayout MuonAdamW::saved_layout(const StFile& f, int world) const
     for (const auto& s : muon_) {
       const std::string& name = groups_[s.group].names.front();
       std::vector<int> owner = j.at("muon").at(name).get<std::vector<int>>();
-      if (static_cast<int64_t>(owner.size()) != s.K) fail("'", name, "' has ", owner.size(), " owners for ", s.K, " matrices");
+      if (static_cast<int64_t>(owner.size()) != s.K)
+        fail("'", name, "' has ", owner.size(), " owners for ", s.K, " matrices");
       for (int o : owner)
         if (o < 0 || o >= world) fail("'", name, "' has owner rank ", o, " in a ", world, "-rank run");
       out.layout.muon_owner.push_back(std::move(owner));
@@ -416,14 +426,15 @@ MuonAdamW::SavedLayout MuonAdamW::saved_layout(const StFile& f, int world) const
 void MuonAdamW::load_state(const StFile& f) {
   const SavedLayout saved = saved_layout(f, world_);
   if (saved.layout != layout_)
-    fail("optimizer state ", f.path, " was saved under another division of the optimizer's work than this rank's (rank ",
-         rank_, " of ", world_, "); resume from the complete checkpoint on node 0, which re-deals it");
+    fail("optimizer state ", f.path,
+         " was saved under another division of the optimizer's work than this rank's (rank ", rank_, " of ", world_,
+         "); resume from the complete checkpoint on node 0, which re-deals it");
   // Validate everything first so that a failed load leaves the optimizer untouched.
   auto check = [&](const std::string& key, const char* dtype, const std::vector<int64_t>& shape) -> const StTensor& {
     const StTensor& t = f.at(key);
     if (t.dtype != dtype || t.shape != shape)
-      fail("optimizer state ", f.path, ": tensor '", key, "' is ", t.dtype, " ", shape_str(t.shape), " but this optimizer (rank ",
-           rank_, " of ", world_, ") expects ", dtype, " ", shape_str(shape),
+      fail("optimizer state ", f.path, ": tensor '", key, "' is ", t.dtype, " ", shape_str(t.shape),
+           " but this optimizer (rank ", rank_, " of ", world_, ") expects ", dtype, " ", shape_str(shape),
            "; optimizer state is specific to the model and the world size");
     return t;
   };
@@ -443,7 +454,8 @@ void MuonAdamW::load_state(const StFile& f) {
     const std::string key = "muon." + groups_[s.group].names.front();
     const int64_t c = saved.padded ? ceil_div(s.K, world_) : static_cast<int64_t>(s.mine.size());
     const size_t n = s.mine.size();
-    copies.push_back({&check(key + ".momentum_buffer", "F32", {c, s.m, s.n}), s.momentum.data(), n * s.mn * sizeof(float)});
+    copies.push_back(
+        {&check(key + ".momentum_buffer", "F32", {c, s.m, s.n}), s.momentum.data(), n * s.mn * sizeof(float)});
     copies.push_back({&check(key + ".second_momentum_buffer", "F32",
                              s.m >= s.n ? std::vector<int64_t>{c, s.m, 1} : std::vector<int64_t>{c, 1, s.n}),
                       s.second.data(), n * static_cast<size_t>(s.nv) * sizeof(float)});
@@ -482,9 +494,9 @@ MuonAdamW::WholeState MuonAdamW::assemble_whole_state(const std::vector<StFile>&
   auto floats_of = [&](int r, const std::string& key, size_t want) -> const float* {
     const StTensor& t = shards[static_cast<size_t>(r)].at(key);
     if (t.dtype != "F32" || t.bytes.size() != want * sizeof(float))
-      fail("optimizer state ", shards[static_cast<size_t>(r)].path, ": tensor '", key, "' is ", t.dtype, " ", shape_str(t.shape),
-           " (", t.bytes.size() / 4, " values) but rank ", r, " of ", W0, " of this model should hold ", want,
-           " F32 values; the files are not one run's shards of this model");
+      fail("optimizer state ", shards[static_cast<size_t>(r)].path, ": tensor '", key, "' is ", t.dtype, " ",
+           shape_str(t.shape), " (", t.bytes.size() / 4, " values) but rank ", r, " of ", W0,
+           " of this model should hold ", want, " F32 values; the files are not one run's shards of this model");
     return reinterpret_cast<const float*>(t.bytes.data());
   };
   for (size_t k = 0; k < adam_.size(); ++k) {
