@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <map>
 #include <numeric>
 #include <string>
@@ -105,20 +106,29 @@ void run_world(int W, const ParamSet& init, const Grads& grads, std::vector<Para
     for (int r = 0; r < W; ++r) launched->push_back(hub.launched(r));
 }
 
-// One process fed the float sum of the ranks' gradients (rank order) scaled by 1/W.
-ParamSet run_single(int W, const ParamSet& init, const Grads& grads) {
+// One process fed the float sum of the ranks' gradients (rank order) scaled by 1/W, for the steps
+// of each phase in turn (a phase's W is its gradients' rank count).
+ParamSet run_single_phases(const ParamSet& init, std::initializer_list<const Grads*> phases) {
   ParamSet ps = init;
   MuonAdamW opt(ps.views(), config());
-  for (int s = 0; s < kSteps; ++s) {
-    for (size_t i = 0; i < init.names.size(); ++i) {
-      std::vector<float> sum(ps.g[i].size(), 0.f);
-      for (int r = 0; r < W; ++r)
-        for (size_t j = 0; j < sum.size(); ++j) sum[j] += grads[s][r][i][j];
-      ps.set_grad(i, sum);
+  for (const Grads* g : phases) {
+    const int W = static_cast<int>((*g)[0].size());
+    for (int s = 0; s < kSteps; ++s) {
+      for (size_t i = 0; i < init.names.size(); ++i) {
+        std::vector<float> sum(ps.g[i].size(), 0.f);
+        for (int r = 0; r < W; ++r)
+          for (size_t j = 0; j < sum.size(); ++j) sum[j] += (*g)[s][r][i][j];
+        ps.set_grad(i, sum);
+      }
+      opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W);
     }
-    opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W);
   }
   return ps;
+}
+
+ParamSet run_single(int W, const ParamSet& init, const Grads& grads) {
+  EXPECT_EQ(static_cast<int>(grads[0].size()), W);
+  return run_single_phases(init, {&grads});
 }
 
 class MuonAdamWDist : public ::testing::TestWithParam<int> {};
@@ -233,22 +243,7 @@ TEST(MuonAdamWReshard, ResumeAtAnotherWorldSizeContinuesTheSameRun) {
     init.fill_params(rng, -0.5, 0.5);
     const Grads g0 = make_grads(init, W0, 600), g1 = make_grads(init, W1, 700);
     // reference: one process
-    ParamSet ref = init;
-    {
-      MuonAdamW opt(ref.views(), config());
-      for (const auto* g : {&g0, &g1}) {
-        const int W = static_cast<int>((*g)[0].size());
-        for (int s = 0; s < kSteps; ++s) {
-          for (size_t i = 0; i < init.names.size(); ++i) {
-            std::vector<float> sum(ref.g[i].size(), 0.f);
-            for (int r = 0; r < W; ++r)
-              for (size_t j = 0; j < sum.size(); ++j) sum[j] += (*g)[s][r][i][j];
-            ref.set_grad(i, sum);
-          }
-          opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W);
-        }
-      }
-    }
+    const ParamSet ref = run_single_phases(init, {&g0, &g1});
     // phase A at W0, then the shards
     std::vector<ParamSet> a;
     std::vector<std::vector<StWriteEntry>> entries;
@@ -427,8 +422,8 @@ TEST(MuonAdamWLayout, RebalanceFollowsTheSpeedsWithHysteresis) {
 
 // A run saved under an uneven layout (speeds 3:1) resumes at 1, 2 (another layout) and 3 ranks
 // and continues the one-process run; shards of the earlier format (no layout recorded, Muon
-// tensors padded to ceil(K/W) matrices) assemble to the same whole state; a rank's own shard of
-// another layout is refused by load_state, naming the file.
+// tensors padded to ceil(K/W) matrices) assemble to the same whole state and load as a rank's own
+// shard; a rank's own shard of another layout is refused by load_state.
 TEST(MuonAdamWLayout, SavedUnderAnUnevenLayoutResumesAtAnyWorldSizeAndLayout) {
   ParamSet init = make_params();
   Rng rng0(1100);
@@ -487,22 +482,7 @@ TEST(MuonAdamWLayout, SavedUnderAnUnevenLayoutResumesAtAnyWorldSizeAndLayout) {
     SCOPED_TRACE("resumed by " + std::to_string(W1));
     const Grads g1 = make_grads(init, W1, 1300 + W1);
     // reference: one process for all 6 steps
-    ParamSet ref = init;
-    {
-      MuonAdamW opt(ref.views(), config());
-      for (const auto* g : {&g0, &g1}) {
-        const int W = static_cast<int>((*g)[0].size());
-        for (int s = 0; s < kSteps; ++s) {
-          for (size_t i = 0; i < init.names.size(); ++i) {
-            std::vector<float> sum(ref.g[i].size(), 0.f);
-            for (int r = 0; r < W; ++r)
-              for (size_t j = 0; j < sum.size(); ++j) sum[j] += (*g)[s][r][i][j];
-            ref.set_grad(i, sum);
-          }
-          opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W);
-        }
-      }
-    }
+    const ParamSet ref = run_single_phases(init, {&g0, &g1});
     std::vector<ParamSet> b(W1, a[0]);
     std::vector<std::exception_ptr> errors(W1);
     ThreadHub hub(W1);
@@ -512,7 +492,13 @@ TEST(MuonAdamWLayout, SavedUnderAnUnevenLayoutResumesAtAnyWorldSizeAndLayout) {
         try {
           ThreadCommunicator comm(hub, r);
           MuonAdamW opt(b[r].views(), config(), &comm);
-          if (W1 == 2) opt.set_layout(opt.layout_for({1.0, 4.0}));  // another split than the saved one
+          if (W1 == 2) {
+            // a rank's own shard of the earlier padded format loads at its world size (equal layout)
+            opt.load_state(padded[r]);
+            const StFile mine = to_file(opt.state_entries(), r);
+            for (const auto& [name, t] : equal_shards[r].tensors) EXPECT_EQ(mine.at(name).bytes, t.bytes) << name;
+            opt.set_layout(opt.layout_for({1.0, 4.0}));  // another split than the saved one
+          }
           opt.load_whole_state(whole);
           if (W1 == 2) {
             EXPECT_THROW(opt.load_state(shards[r]), Error);  // its own file, but of the 3:1 layout
