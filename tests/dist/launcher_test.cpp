@@ -8,6 +8,8 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -66,6 +68,27 @@ TEST(Launcher, RunsTwoRanksAndPrefixesEveryOutputLine) {
   std::string line;
   while (std::getline(is, line))
     EXPECT_TRUE(line.rfind("[rank ", 0) == 0 || line.rfind("nanochat run (node 0 on ", 0) == 0) << line;
+}
+
+// The ranks run under the program's own name (not "exe", as a copy started as /proc/self/exe is
+// called), so that `ps`, `pgrep -x nanochat` and `killall nanochat` find them.
+TEST(Launcher, RanksRunUnderTheProgramsName) {
+  int port = pick_free_port();
+  Proc p = run_cli({"run", "--nproc-per-node", "2", "--master-port", port_str(port), "dist-selftest", "--iterations",
+                    "100000", "--size", "1000"});
+  ASSERT_TRUE(p.wait_for_output("rank 1 of 2: iteration 0 ok", Ms(60000))) << p.output();
+  ASSERT_TRUE(p.wait_for_output("rank 0 of 2: iteration 0 ok", Ms(60000))) << p.output();
+  const auto pids = rank_pids(p.output());
+  ASSERT_EQ(pids.size(), 2u) << p.output();
+  const std::string name = std::filesystem::path(nctest::nanochat_binary()).filename().string();
+  for (const auto& [rank, pid] : pids) {
+    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+    std::string got;
+    std::getline(comm, got);
+    EXPECT_EQ(got, name.substr(0, 15)) << "rank " << rank;  // comm holds 15 characters
+  }
+  p.signal(SIGTERM);
+  EXPECT_TRUE(p.wait(Ms(30000)));
 }
 
 TEST(Launcher, ThreeRanksGetTorchrunVariablesAndTheirThreadCount) {

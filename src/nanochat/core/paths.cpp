@@ -30,4 +30,10 @@ std::string data_dir() {
 
 std::string tokenizer_dir() { return base_dir() + "/tokenizer"; }
 
+std::string self_executable() {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec || p.empty() ? std::string("/proc/self/exe") : p.string();
+}
+
 }  // namespace nanochat

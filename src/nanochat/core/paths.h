@@ -15,5 +15,9 @@ std::string base_dir();
 std::string data_dir();
 /// base_dir()/tokenizer (not created).
 std::string tokenizer_dir();
+/// The running program's file (the target of /proc/self/exe), for re-executing or spawning a
+/// copy of it under its own name (`ps`, `pgrep nanochat` show the file's name, and "exe" for a
+/// program started as /proc/self/exe). "/proc/self/exe" when the link cannot be read.
+std::string self_executable();
 
 }  // namespace nanochat

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/paths.h"
 
 namespace nanochat {
 
@@ -70,7 +71,7 @@ void use_default_wait_policy(char** argv) {
   if (!env("OMP_WAIT_POLICY") && !env("GOMP_SPINCOUNT")) {
     setenv("OMP_WAIT_POLICY", kDefaultWaitPolicy, 1);
     setenv(kDefaultWaitPolicyMarker, kDefaultWaitPolicy, 1);
-    execv("/proc/self/exe", argv);
+    execv(self_executable().c_str(), argv);
     // Not re-executed: the runtime keeps its own default; say so rather than claim ours.
     unsetenv("OMP_WAIT_POLICY");
     unsetenv(kDefaultWaitPolicyMarker);

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/paths.h"
 #include "nanochat/dist/env.h"
 #include "nanochat/dist/launcher_internal.h"
 
@@ -308,7 +309,8 @@ std::vector<Child> start_ranks(const LaunchOptions& o, const NodeCtx& ctx, const
         {"MASTER_PORT", std::to_string(ctx.port)}, {"NANOCHAT_STORE_HOSTED", "1"},
         {"NANOCHAT_JOB_TOKEN", ctx.token},         {"OMP_NUM_THREADS", threads}};
     if (!o.iface.empty()) vars.push_back({"NANOCHAT_SOCKET_IFNAME", o.iface});
-    c.pid = spawn(o.program, o.args, child_environment(vars), out_w.get(), err_w.get());
+    c.pid = spawn(o.program.empty() ? self_executable() : o.program, o.args, child_environment(vars), out_w.get(),
+                  err_w.get());
   }
   return kids;
 }

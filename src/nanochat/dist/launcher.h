@@ -24,14 +24,14 @@ struct LaunchOptions {
   /// this is set or NANOCHAT_ALLOW_LOOPBACK_MASTER=1: every node on one machine (tests).
   bool allow_loopback_master = false;
   int master_port = 29500;
-  std::string iface;                       ///< passed to the ranks as NANOCHAT_SOCKET_IFNAME when set
-  int threads_per_rank = 0;                ///< OMP_NUM_THREADS; 0 = env OMP_NUM_THREADS, else cores / P
-  std::string job_token;                   ///< "" = NANOCHAT_JOB_TOKEN, else a random one when nnodes == 1
-  Ms rendezvous_timeout{300000};           ///< how long launchers wait for each other (NANOCHAT_RENDEZVOUS_TIMEOUT)
-  Ms settle{3000};                         ///< after a failure, time the other ranks get to exit on their own
-  Ms grace{10000};                         ///< time between SIGTERM and SIGKILL
-  std::string program = "/proc/self/exe";  ///< what each rank runs
-  std::vector<std::string> args;           ///< its arguments (the subcommand and its flags)
+  std::string iface;              ///< passed to the ranks as NANOCHAT_SOCKET_IFNAME when set
+  int threads_per_rank = 0;       ///< OMP_NUM_THREADS; 0 = env OMP_NUM_THREADS, else cores / P
+  std::string job_token;          ///< "" = NANOCHAT_JOB_TOKEN, else a random one when nnodes == 1
+  Ms rendezvous_timeout{300000};  ///< how long launchers wait for each other (NANOCHAT_RENDEZVOUS_TIMEOUT)
+  Ms settle{3000};                ///< after a failure, time the other ranks get to exit on their own
+  Ms grace{10000};                ///< time between SIGTERM and SIGKILL
+  std::string program;            ///< what each rank runs; empty: this program (self_executable())
+  std::vector<std::string> args;  ///< its arguments (the subcommand and its flags)
 };
 
 /// Runs the job's ranks on this node until they all exit. Returns 0 when every rank (on every
