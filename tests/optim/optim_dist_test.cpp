@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <numeric>
@@ -72,6 +73,29 @@ OptimConfig config() {
   OptimConfig c;
   c.model_dim = 16;
   return c;
+}
+
+// Runs body(rank, comm) for each of W ranks on its own thread (ThreadCommunicators of one hub);
+// rethrows a rank's failure once all have finished; returns the collectives each rank launched.
+std::vector<uint64_t> on_ranks(int W, const std::function<void(int, Communicator&)>& body) {
+  ThreadHub hub(W);
+  std::vector<std::exception_ptr> errors(W);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < W; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        ThreadCommunicator comm(hub, r);
+        body(r, comm);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  std::vector<uint64_t> launched;
+  for (int r = 0; r < W; ++r) launched.push_back(hub.launched(r));
+  return launched;
 }
 
 // early: every parameter is marked grad_ready() (last index first, like a backward) before step().
@@ -266,29 +290,15 @@ TEST(MuonAdamWReshard, ResumeAtAnotherWorldSizeContinuesTheSameRun) {
     }
     // phase B at W1 from the reassembled whole state
     std::vector<ParamSet> b(W1, a[0]);
-    {
-      ThreadHub hub(W1);
-      std::vector<std::thread> th;
-      std::vector<std::exception_ptr> errors(W1);
-      for (int r = 0; r < W1; ++r)
-        th.emplace_back([&, r] {
-          try {
-            ThreadCommunicator comm(hub, r);
-            MuonAdamW opt(b[r].views(), config(), &comm);
-            opt.load_whole_state(opt.assemble_whole_state(shards));
-            EXPECT_EQ(opt.steps_taken(), kSteps);
-            for (int s = 0; s < kSteps; ++s) {
-              for (size_t i = 0; i < init.names.size(); ++i) b[r].set_grad(i, g1[s][r][i]);
-              opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W1);
-            }
-          } catch (...) {
-            errors[r] = std::current_exception();
-          }
-        });
-      for (auto& t : th) t.join();
-      for (auto& e : errors)
-        if (e) std::rethrow_exception(e);
-    }
+    on_ranks(W1, [&](int r, Communicator& comm) {
+      MuonAdamW opt(b[r].views(), config(), &comm);
+      opt.load_whole_state(opt.assemble_whole_state(shards));
+      EXPECT_EQ(opt.steps_taken(), kSteps);
+      for (int s = 0; s < kSteps; ++s) {
+        for (size_t i = 0; i < init.names.size(); ++i) b[r].set_grad(i, g1[s][r][i]);
+        opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W1);
+      }
+    });
     for (int r = 0; r < W1; ++r)
       for (size_t i = 0; i < init.names.size(); ++i) {
         EXPECT_LE(testing::rel_max_err(b[r].p[i], ref.p[i]), 1e-6) << "rank " << r << " " << init.names[i];
@@ -336,37 +346,25 @@ TEST(MuonAdamWLayout, AnyLayoutAndAChangeBetweenStepsGiveTheSingleProcessParamet
     init.fill_params(rng0, -0.5, 0.5);
     const Grads grads = make_grads(init, W, 900 + W);
     const ParamSet ref = run_single(W, init, grads);
-    ThreadHub hub(W);
     std::vector<ParamSet> ranks(W, init);
-    std::vector<std::exception_ptr> errors(W);
     std::vector<size_t> held(W), whole(W), moved(W);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < W; ++r)
-      threads.emplace_back([&, r] {
-        try {
-          ThreadCommunicator comm(hub, r);
-          MuonAdamW opt(ranks[r].views(), config(), &comm);
-          Rng rng(77);  // the same on every rank
-          std::vector<double> speeds = {3.0, 1.0, 2.0};
-          speeds.resize(W);
-          for (int s = 0; s < kSteps; ++s) {
-            if (s == 1) opt.set_layout(opt.layout_for(speeds));
-            if (s == 2) opt.set_layout(random_layout(opt, rng));
-            for (size_t i = 0; i < init.names.size(); ++i) ranks[r].set_grad(i, grads[s][r][i]);
-            opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W);
-            if (s == 2) moved[r] = opt.last_moved_floats();
-          }
-          held[r] = opt.state_floats();
-          whole[r] = opt.whole_state_floats();
-        } catch (...) {
-          errors[r] = std::current_exception();
-        }
-      });
-    for (auto& t : threads) t.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
+    const std::vector<uint64_t> launched = on_ranks(W, [&](int r, Communicator& comm) {
+      MuonAdamW opt(ranks[r].views(), config(), &comm);
+      Rng rng(77);  // the same on every rank
+      std::vector<double> speeds = {3.0, 1.0, 2.0};
+      speeds.resize(W);
+      for (int s = 0; s < kSteps; ++s) {
+        if (s == 1) opt.set_layout(opt.layout_for(speeds));
+        if (s == 2) opt.set_layout(random_layout(opt, rng));
+        for (size_t i = 0; i < init.names.size(); ++i) ranks[r].set_grad(i, grads[s][r][i]);
+        opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W);
+        if (s == 2) moved[r] = opt.last_moved_floats();
+      }
+      held[r] = opt.state_floats();
+      whole[r] = opt.whole_state_floats();
+    });
     for (int r = 0; r < W; ++r) {
-      EXPECT_EQ(hub.launched(r), hub.launched(0));
+      EXPECT_EQ(launched[r], launched[0]);
       for (size_t i = 0; i < init.names.size(); ++i) {
         if (W == 2)
           EXPECT_EQ(ranks[r].p[i], ref.p[i]) << "rank " << r << " " << init.names[i];
@@ -389,30 +387,18 @@ TEST(MuonAdamWLayout, RebalanceFollowsTheSpeedsWithHysteresis) {
   ParamSet init = make_params();
   Rng rng0(1000);
   init.fill_params(rng0, -0.5, 0.5);
-  ThreadHub hub(2);
   std::vector<ParamSet> ranks(2, init);
   std::vector<std::vector<int>> changed(2);
   std::vector<std::vector<double>> work(2);
-  std::vector<std::exception_ptr> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        ThreadCommunicator comm(hub, r);
-        MuonAdamW opt(ranks[r].views(), config(), &comm);
-        changed[r].push_back(opt.rebalance({0.0, 1.0}));  // rank 0 not measured yet
-        changed[r].push_back(opt.rebalance({3.0, 1.0}));  // 3:1: the slow rank gets about a quarter
-        work[r] = opt.work_per_rank(opt.layout());
-        changed[r].push_back(opt.rebalance({3.0, 1.0}));  // the same speeds: no change
-        changed[r].push_back(opt.rebalance({3.2, 1.0}));  // under the 10% gain: no change
-        changed[r].push_back(opt.rebalance({1.0, 1.0}));  // equal again: back
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  on_ranks(2, [&](int r, Communicator& comm) {
+    MuonAdamW opt(ranks[r].views(), config(), &comm);
+    changed[r].push_back(opt.rebalance({0.0, 1.0}));  // rank 0 not measured yet
+    changed[r].push_back(opt.rebalance({3.0, 1.0}));  // 3:1: the slow rank gets about a quarter
+    work[r] = opt.work_per_rank(opt.layout());
+    changed[r].push_back(opt.rebalance({3.0, 1.0}));  // the same speeds: no change
+    changed[r].push_back(opt.rebalance({3.2, 1.0}));  // under the 10% gain: no change
+    changed[r].push_back(opt.rebalance({1.0, 1.0}));  // equal again: back
+  });
   EXPECT_EQ(changed[0], (std::vector<int>{0, 1, 0, 0, 1}));
   EXPECT_EQ(changed[1], changed[0]);
   const double share1 = work[0][1] / (work[0][0] + work[0][1]);
@@ -432,24 +418,17 @@ TEST(MuonAdamWLayout, SavedUnderAnUnevenLayoutResumesAtAnyWorldSizeAndLayout) {
   const Grads g0 = make_grads(init, W0, 1200);
   std::vector<ParamSet> a(W0, init);
   std::vector<StFile> shards(W0), equal_shards(W0);
-  {
-    ThreadHub hub(W0);
-    std::vector<std::thread> th;
-    for (int r = 0; r < W0; ++r)
-      th.emplace_back([&, r] {
-        ThreadCommunicator comm(hub, r);
-        MuonAdamW opt(a[r].views(), config(), &comm);
-        for (int s = 0; s < kSteps; ++s) {
-          if (s == 1) opt.set_layout(opt.layout_for({3.0, 1.0}));
-          for (size_t i = 0; i < init.names.size(); ++i) a[r].set_grad(i, g0[s][r][i]);
-          opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W0);
-        }
-        shards[r] = to_file(opt.state_entries(), r, opt.state_metadata());
-        opt.set_layout(opt.equal_layout());
-        equal_shards[r] = to_file(opt.state_entries(), r, opt.state_metadata());
-      });
-    for (auto& t : th) t.join();
-  }
+  on_ranks(W0, [&](int r, Communicator& comm) {
+    MuonAdamW opt(a[r].views(), config(), &comm);
+    for (int s = 0; s < kSteps; ++s) {
+      if (s == 1) opt.set_layout(opt.layout_for({3.0, 1.0}));
+      for (size_t i = 0; i < init.names.size(); ++i) a[r].set_grad(i, g0[s][r][i]);
+      opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W0);
+    }
+    shards[r] = to_file(opt.state_entries(), r, opt.state_metadata());
+    opt.set_layout(opt.equal_layout());
+    equal_shards[r] = to_file(opt.state_entries(), r, opt.state_metadata());
+  });
   ParamSet probe = init;
   MuonAdamW one(probe.views(), config());
   const MuonAdamW::WholeState whole = one.assemble_whole_state(shards);
@@ -484,37 +463,25 @@ TEST(MuonAdamWLayout, SavedUnderAnUnevenLayoutResumesAtAnyWorldSizeAndLayout) {
     // reference: one process for all 6 steps
     const ParamSet ref = run_single_phases(init, {&g0, &g1});
     std::vector<ParamSet> b(W1, a[0]);
-    std::vector<std::exception_ptr> errors(W1);
-    ThreadHub hub(W1);
-    std::vector<std::thread> th;
-    for (int r = 0; r < W1; ++r)
-      th.emplace_back([&, r] {
-        try {
-          ThreadCommunicator comm(hub, r);
-          MuonAdamW opt(b[r].views(), config(), &comm);
-          if (W1 == 2) {
-            // a rank's own shard of the earlier padded format loads at its world size (equal layout)
-            opt.load_state(padded[r]);
-            const StFile mine = to_file(opt.state_entries(), r);
-            for (const auto& [name, t] : equal_shards[r].tensors) EXPECT_EQ(mine.at(name).bytes, t.bytes) << name;
-            opt.set_layout(opt.layout_for({1.0, 4.0}));  // another split than the saved one
-          }
-          opt.load_whole_state(whole);
-          if (W1 == 2) {
-            EXPECT_THROW(opt.load_state(shards[r]), Error);  // its own file, but of the 3:1 layout
-            opt.load_whole_state(whole);
-          }
-          for (int s = 0; s < kSteps; ++s) {
-            for (size_t i = 0; i < init.names.size(); ++i) b[r].set_grad(i, g1[s][r][i]);
-            opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W1);
-          }
-        } catch (...) {
-          errors[r] = std::current_exception();
-        }
-      });
-    for (auto& t : th) t.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
+    on_ranks(W1, [&](int r, Communicator& comm) {
+      MuonAdamW opt(b[r].views(), config(), &comm);
+      if (W1 == 2) {
+        // a rank's own shard of the earlier padded format loads at its world size (equal layout)
+        opt.load_state(padded[r]);
+        const StFile mine = to_file(opt.state_entries(), r);
+        for (const auto& [name, t] : equal_shards[r].tensors) EXPECT_EQ(mine.at(name).bytes, t.bytes) << name;
+        opt.set_layout(opt.layout_for({1.0, 4.0}));  // another split than the saved one
+      }
+      opt.load_whole_state(whole);
+      if (W1 == 2) {
+        EXPECT_THROW(opt.load_state(shards[r]), Error);  // its own file, but of the 3:1 layout
+        opt.load_whole_state(whole);
+      }
+      for (int s = 0; s < kSteps; ++s) {
+        for (size_t i = 0; i < init.names.size(); ++i) b[r].set_grad(i, g1[s][r][i]);
+        opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W1);
+      }
+    });
     for (int r = 0; r < W1; ++r)
       for (size_t i = 0; i < init.names.size(); ++i)
         EXPECT_LE(testing::rel_max_err(b[r].p[i], ref.p[i]), 1e-6) << "rank " << r << " " << init.names[i];
