@@ -31,18 +31,38 @@ namespace {
 using optim_detail::shape_str;
 using Range = std::pair<int64_t, int64_t>;  // [first, end)
 
-std::vector<int64_t> starts_of(const std::vector<int64_t>& counts) {
-  std::vector<int64_t> s(counts.size() + 1, 0);
-  for (size_t i = 0; i < counts.size(); ++i) s[i + 1] = s[i] + counts[i];
-  return s;
-}
-
 // The equal split of n items over W ranks: blocks of ceil(n / W), trailing ranks fewer (or none).
 std::vector<int64_t> equal_counts(int64_t n, int W) {
   std::vector<int64_t> out(static_cast<size_t>(W));
   const int64_t c = ceil_div(n, W);
   for (int r = 0; r < W; ++r) out[static_cast<size_t>(r)] = std::min(n, (r + 1) * c) - std::min(n, r * c);
   return out;
+}
+
+// Where each of `counts`' segments starts, and the total last (counts.size() + 1 entries).
+template <typename T>
+std::vector<T> starts_of(const std::vector<T>& counts) {
+  std::vector<T> s(counts.size() + 1, 0);
+  for (size_t i = 0; i < counts.size(); ++i) s[i + 1] = s[i] + counts[i];
+  return s;
+}
+
+// The equal layout of a model's slots at world size `world` (blocks of ceil(n / world)); AdamW
+// tensors are split when world > 1 and they have kSmallAdamW elements or more.
+template <typename AdamSlots, typename MuonSlots>
+OptLayout equal_layout_of(const AdamSlots& adam, const MuonSlots& muon, int world) {
+  OptLayout l;
+  for (const auto& s : adam) {
+    const bool split = world > 1 && s.rows * s.row_elems >= kSmallAdamW;
+    l.adam_rows.push_back(split ? equal_counts(s.rows, world) : std::vector<int64_t>{});
+  }
+  for (const auto& s : muon) {
+    std::vector<int> owner;
+    const std::vector<int64_t> counts = equal_counts(s.K, world);
+    for (int r = 0; r < world; ++r) owner.insert(owner.end(), static_cast<size_t>(counts[static_cast<size_t>(r)]), r);
+    l.muon_owner.push_back(std::move(owner));
+  }
+  return l;
 }
 
 // Rows of [a.first, a.second) outside [b.first, b.second), in order (at most two ranges).
@@ -69,17 +89,7 @@ std::vector<size_t> float_counts(const std::vector<int64_t>& items, size_t per) 
 
 // --- layouts -------------------------------------------------------------------------------------
 
-OptLayout MuonAdamW::equal_layout() const {
-  OptLayout l;
-  for (const auto& s : adam_) l.adam_rows.push_back(s.sharded ? equal_counts(s.rows, world_) : std::vector<int64_t>{});
-  for (const auto& s : muon_) {
-    std::vector<int> owner;
-    const std::vector<int64_t> counts = equal_counts(s.K, world_);
-    for (int r = 0; r < world_; ++r) owner.insert(owner.end(), static_cast<size_t>(counts[static_cast<size_t>(r)]), r);
-    l.muon_owner.push_back(std::move(owner));
-  }
-  return l;
-}
+OptLayout MuonAdamW::equal_layout() const { return equal_layout_of(adam_, muon_, world_); }
 
 OptLayout MuonAdamW::layout_for(const std::vector<double>& speeds) const {
   if (static_cast<int>(speeds.size()) != world_)
@@ -214,11 +224,7 @@ void MuonAdamW::move_adam(AdamSlot& s, const std::vector<int64_t>& to) {
     nleave[q] = total_rows(leaving[q]);
   }
   const std::vector<size_t> counts = float_counts(nleave, 2 * re);
-  const std::vector<size_t> seg = [&] {
-    std::vector<size_t> o(counts.size() + 1, 0);
-    for (size_t i = 0; i < counts.size(); ++i) o[i + 1] = o[i] + counts[i];
-    return o;
-  }();
+  const std::vector<size_t> seg = starts_of(counts);
   const size_t me = static_cast<size_t>(rank_);
   std::vector<float> all(seg.back());
   float* mine = all.data() + seg[me];
@@ -277,8 +283,7 @@ void MuonAdamW::move_muon(MuonSlot& s, const std::vector<int>& to) {
   std::vector<int64_t> nleave;
   for (const auto& l : leaving) nleave.push_back(static_cast<int64_t>(l.size()));
   const std::vector<size_t> counts = float_counts(nleave, per);
-  std::vector<size_t> seg(counts.size() + 1, 0);
-  for (size_t i = 0; i < counts.size(); ++i) seg[i + 1] = seg[i] + counts[i];
+  const std::vector<size_t> seg = starts_of(counts);
   std::vector<float> all(seg.back());
   auto index_in = [](const std::vector<int64_t>& v, int64_t k) {
     return static_cast<size_t>(std::lower_bound(v.begin(), v.end(), k) - v.begin());
@@ -383,16 +388,7 @@ MuonAdamW::SavedLayout MuonAdamW::saved_layout(const StFile& f, int world) const
   auto it = f.metadata.find("layout");
   if (it == f.metadata.end()) {
     out.padded = true;
-    for (const auto& s : adam_) {
-      const bool sharded = world > 1 && s.rows * s.row_elems >= kSmallAdamW;
-      out.layout.adam_rows.push_back(sharded ? equal_counts(s.rows, world) : std::vector<int64_t>{});
-    }
-    for (const auto& s : muon_) {
-      std::vector<int> owner;
-      const std::vector<int64_t> counts = equal_counts(s.K, world);
-      for (int r = 0; r < world; ++r) owner.insert(owner.end(), static_cast<size_t>(counts[static_cast<size_t>(r)]), r);
-      out.layout.muon_owner.push_back(std::move(owner));
-    }
+    out.layout = equal_layout_of(adam_, muon_, world);
     return out;
   }
   try {
