@@ -358,13 +358,15 @@ class TrainLoop {
   // rebalance, with its own hysteresis); the state that changes owner moves between the ranks.
   void rebalance_optimizer(int64_t step) {
     if (a_.balance == "even" || comm_.world_size() < 2) return;
+    Timer t;
     if (!opt_.rebalance(balancer_.speeds())) return;
+    const double seconds = t.seconds();  // outside every step's time: said here
     const std::vector<double> work = opt_.work_per_rank(opt_.layout());
     std::vector<int64_t> parts;
     for (double w : work) parts.push_back(static_cast<int64_t>(w));
     print0(str_cat("Optimizer work per rank from step ", step + 1, " on: ", split_percentages(parts), " (moved ",
                    fixed(static_cast<double>(opt_.last_moved_floats()) * 4e-6, 1),
-                   " MB of optimizer state on rank 0)"));
+                   " MB of optimizer state on rank 0 in ", fixed(seconds, 2), " s)"));
   }
 
   std::string speeds_text() const {
