@@ -287,3 +287,26 @@ TEST(IoTest, CorruptFilesAreReportedWithTheFileName) {
 
 }  // namespace
 }  // namespace nanochat
+
+namespace nanochat {
+
+// The text save() writes, sent elsewhere (node 0 to its workers), makes the same tokenizer; damaged
+// text is named with the origin given.
+TEST(TokenizerSavedText, RoundTripsAndNamesTheOriginOfDamagedText) {
+  const Tokenizer t = Tokenizer::train({"the cat sat on the mat", "the dog sat on the log", "a cat and a dog"}, 300);
+  const Tokenizer::SavedText text = t.saved_text();
+  const Tokenizer u = Tokenizer::from_saved_text(text, "rank 0 (at 10.0.0.1):tokenizer");
+  EXPECT_EQ(u.hash(), t.hash());
+  EXPECT_EQ(u.encode("the cat and the log"), t.encode("the cat and the log"));
+  Tokenizer::SavedText bad = text;
+  bad.ranks.resize(bad.ranks.size() / 2);
+  try {
+    Tokenizer::from_saved_text(bad, "rank 0 (at 10.0.0.1):tokenizer");
+    FAIL() << "truncated ranks were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 (at 10.0.0.1):tokenizer/tokenizer.ranks"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace nanochat

@@ -435,28 +435,16 @@ std::string read_file(const std::filesystem::path& path, const std::string& dir)
 }
 }  // namespace
 
-void Tokenizer::save(const std::string& dir) const {
+Tokenizer::SavedText Tokenizer::saved_text() const {
   const Impl& im = need(impl_);
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) fail("tokenizer: cannot create directory ", dir, ": ", ec.message());
-
-  std::string ranks;
-  ranks.reserve(static_cast<size_t>(im.num_mergeable) * 16);
+  SavedText out;
+  out.ranks.reserve(static_cast<size_t>(im.num_mergeable) * 16);
   for (int32_t id = 0; id < im.num_mergeable; ++id) {
-    ranks += base64_encode(im.bytes_of(id));
-    ranks += ' ';
-    ranks += std::to_string(id);
-    ranks += '\n';
+    out.ranks += base64_encode(im.bytes_of(id));
+    out.ranks += ' ';
+    out.ranks += std::to_string(id);
+    out.ranks += '\n';
   }
-  write_file_atomic(fs::path(dir) / kRanksFile, ranks);
-
-  std::string tb_bytes;
-  for (int32_t v : token_bytes())
-    for (int k = 0; k < 4; ++k) tb_bytes.push_back(static_cast<char>((static_cast<uint32_t>(v) >> (8 * k)) & 0xff));
-  write_file_atomic(fs::path(dir) / kTokenBytesFile, tb_bytes);
-
   nlohmann::ordered_json j;
   j["format"] = kFormat;
   j["pattern"] = im.pattern;
@@ -466,14 +454,37 @@ void Tokenizer::save(const std::string& dir) const {
   for (size_t i = 0; i < kSpecialTokens.size(); ++i) sp[kSpecialTokens[i]] = im.num_mergeable + static_cast<int32_t>(i);
   j["special_tokens"] = sp;
   j["hash"] = hex64(im.hash);
-  write_file_atomic(fs::path(dir) / kJsonFile, j.dump(2) + "\n");
+  out.json = j.dump(2) + "\n";
+  return out;
+}
+
+void Tokenizer::save(const std::string& dir) const {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("tokenizer: cannot create directory ", dir, ": ", ec.message());
+  const SavedText text = saved_text();
+  write_file_atomic(fs::path(dir) / kRanksFile, text.ranks);
+  std::string tb_bytes;
+  for (int32_t v : token_bytes())
+    for (int k = 0; k < 4; ++k) tb_bytes.push_back(static_cast<char>((static_cast<uint32_t>(v) >> (8 * k)) & 0xff));
+  write_file_atomic(fs::path(dir) / kTokenBytesFile, tb_bytes);
+  write_file_atomic(fs::path(dir) / kJsonFile, text.json);
 }
 
 Tokenizer Tokenizer::load(const std::string& dir) {
   namespace fs = std::filesystem;
+  SavedText text;
+  text.json = read_file(fs::path(dir) / kJsonFile, dir);
+  text.ranks = read_file(fs::path(dir) / kRanksFile, dir);
+  return from_saved_text(text, dir);
+}
+
+Tokenizer Tokenizer::from_saved_text(const SavedText& text, const std::string& dir) {
+  namespace fs = std::filesystem;
   const fs::path jpath = fs::path(dir) / kJsonFile;
   const fs::path rpath = fs::path(dir) / kRanksFile;
-  const std::string jtext = read_file(jpath, dir);
+  const std::string& jtext = text.json;
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(jtext);
@@ -502,7 +513,7 @@ Tokenizer Tokenizer::load(const std::string& dir) {
   if (num_mergeable < 256 || vocab != num_mergeable + static_cast<int64_t>(kSpecialTokens.size()))
     fail("tokenizer: ", jpath.string(), ": vocab_size ", vocab, " and num_mergeable ", num_mergeable, " do not fit");
 
-  const std::string rtext = read_file(rpath, dir);
+  const std::string& rtext = text.ranks;
   std::vector<std::string> tokens(static_cast<size_t>(num_mergeable));
   std::vector<char> seen(static_cast<size_t>(num_mergeable), 0);
   size_t pos = 0, line = 0;

@@ -64,6 +64,17 @@ class Tokenizer {
   /// naming the dir/file if it is missing or corrupt.
   static Tokenizer load(const std::string& dir);
 
+  /// The text of tokenizer.json and tokenizer.ranks exactly as save() writes them
+  /// (token_bytes.bin is derived from them). The data feed sends them from node 0 to the workers.
+  struct SavedText {
+    std::string json;   ///< tokenizer.json
+    std::string ranks;  ///< tokenizer.ranks
+  };
+  SavedText saved_text() const;
+  /// The tokenizer whose saved_text() is `text`; `dir` is where the text came from and is named in
+  /// errors as <dir>/tokenizer.json or <dir>/tokenizer.ranks. Throws nanochat::Error like load().
+  static Tokenizer from_saved_text(const SavedText& text, const std::string& dir);
+
   /// Writes into `dir` (created if missing):
   ///   tokenizer.ranks   tiktoken format: "<base64 of token bytes> <rank>\n" per mergeable token
   ///   tokenizer.json    {"format", "pattern", "num_mergeable", "vocab_size",
