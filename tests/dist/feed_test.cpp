@@ -61,7 +61,8 @@ TEST(Feed, StepFrameRoundTripsOverASocketWhileTheReaderReads) {
 
 TEST(Feed, EveryKindAndEmptyPayloadsRoundTrip) {
   Pair p;
-  for (FeedKind k : {FeedKind::Tokenizer, FeedKind::Val, FeedKind::Step, FeedKind::Error, FeedKind::End}) {
+  for (FeedKind k :
+       {FeedKind::Tokenizer, FeedKind::Val, FeedKind::Step, FeedKind::Error, FeedKind::End, FeedKind::Hello}) {
     FeedFrame f;
     f.kind = k;
     f.seq = -3;

@@ -63,7 +63,7 @@ bool read_feed_frame(int fd, FeedFrame* f, Clock::time_point deadline, const std
   if (h.magic != kMagic)
     fail("the data connection from ", what, " sent something that is not a data feed frame (magic ", h.magic,
          "); is another program on that port, or a build of another version?");
-  if (h.kind < static_cast<uint32_t>(FeedKind::Tokenizer) || h.kind > static_cast<uint32_t>(FeedKind::End))
+  if (h.kind < static_cast<uint32_t>(FeedKind::Tokenizer) || h.kind > static_cast<uint32_t>(FeedKind::Hello))
     fail("the data connection from ", what, " sent a frame of unknown kind ", h.kind);
   if (h.n_tokens > FeedFrame::kMaxTokens || h.n_text > FeedFrame::kMaxText)
     fail("the data connection from ", what, " announced a frame of ", h.n_tokens, " tokens and ", h.n_text,
@@ -97,15 +97,21 @@ bool FeedQueue::push(FeedFrame f) {
 
 FeedFrame FeedQueue::pop(Clock::time_point deadline, const std::string& who, const std::string& what) {
   const auto start = Clock::now();
-  std::unique_lock<std::mutex> lk(mu_);
-  if (!cv_.wait_until(lk, deadline, [&] { return closed_ || !q_.empty(); }))
+  FeedFrame f;
+  if (!try_pop(deadline, &f))
     fail(who, ": waited ", fixed(std::chrono::duration<double>(Clock::now() - start).count(), 0), " s for ", what,
          " and gave up");
+  return f;
+}
+
+bool FeedQueue::try_pop(Clock::time_point until, FeedFrame* out) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!cv_.wait_until(lk, until, [&] { return closed_ || !q_.empty(); })) return false;
   if (q_.empty()) fail(reason_);
-  FeedFrame f = std::move(q_.front());
+  *out = std::move(q_.front());
   q_.pop_front();
   cv_.notify_all();
-  return f;
+  return true;
 }
 
 void FeedQueue::close(const std::string& reason) {

@@ -30,6 +30,7 @@ enum class FeedKind : uint32_t {
   Step = 3,       ///< tokens: a step's rows (R, T+1); text: loader state after them (JSON); seq: step
   Error = 4,      ///< text: rank 0's error message; the job stops
   End = 5,        ///< no more frames follow (the sender is done)
+  Hello = 6,      ///< a worker's first frame: seq = its rank, text = its host name
 };
 
 /// One frame. Limits: at most kMaxTokens token ids and kMaxText bytes of text.
@@ -71,6 +72,8 @@ class FeedQueue {
   /// delivered; after them pop throws nanochat::Error with close()'s reason. On the deadline it
   /// throws nanochat::Error "<who>: waited N s for <what>; ..." so the message names the wait.
   FeedFrame pop(Clock::time_point deadline, const std::string& who, const std::string& what);
+  /// Like pop, but returns false at `until` instead of throwing (for waits that report progress).
+  bool try_pop(Clock::time_point until, FeedFrame* out);
   /// No more frames: wakes both sides; `reason` is what pop throws once the queue is drained.
   void close(const std::string& reason);
   /// Frames queued now.
