@@ -1,4 +1,5 @@
-// The startup agreement through the binary: two ranks started by hand (torchrun's variables) that
+// The startup agreement through the binary: two ranks started by hand (torchrun's variables), each
+// reading its own copy of the shards (--local-data), that
 // differ in one flag, one val shard, one shard's bytes (same size), a missing or an extra shard
 // stop with a message that names exactly what differs, with both values in full; identical shards
 // under different paths agree. Also the build id `nanochat --version` prints.
@@ -16,7 +17,7 @@ namespace {
 const char* kAgree =
     " base-train --depth 1 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --window-pattern L"
     " --device-batch-size 2 --total-batch-size 256 --eval-every -1 --sample-every -1 --core-metric-every -1"
-    " --threads 1 --model-tag t --num-iterations 1";
+    " --threads 1 --model-tag t --num-iterations 1 --local-data";
 
 // Starts rank 0 in d0 and rank 1 in d1 (rank 1 with extra flags and environment); returns both results.
 std::pair<Result, Result> start_pair(const BaseDir& d0, const BaseDir& d1, const std::string& extra1 = "",

@@ -24,6 +24,7 @@
 #include "nanochat/core/safetensors.h"
 #include "nanochat/train/checkpoint.h"
 #include "support/cli_util.h"
+#include "support/two_nodes.h"
 #include "support/weights_compare.h"
 
 using namespace nctest;
@@ -38,22 +39,6 @@ const char* kCk =
     " --threads 1 --model-tag t";
 
 // A port in 32000-32999 that was free a moment ago on 127.0.0.1 (these tests' own range).
-int test_port() {
-  static int next = static_cast<int>(::getpid() % 1000);
-  for (int tries = 0; tries < 1000; ++tries) {
-    const int port = 32000 + (next++ % 1000);
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    if (ok) return port;
-  }
-  return 32999;
-}
-
 std::string launch2() {
   return " run --nproc-per-node 2 --threads-per-rank 1 --master-port " + std::to_string(test_port());
 }
@@ -121,16 +106,6 @@ struct BgJob {
 };
 
 // Like cli_util.h's run, with NANOCHAT_BASE_DIR=dir.
-Result run_at(const std::string& dir, const std::string& args, const std::string& env) {
-  std::string cmd = "NANOCHAT_BASE_DIR=" + dir + " " + env + " timeout 300 " + NANOCHAT_BINARY + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
-}
 
 // Copies b's shards and tokenizer into a fresh base dir (a second "node" without shared files).
 struct NodeDir {
@@ -228,22 +203,6 @@ TEST(Checkpoint, FinalValBpbIsRecordedAfterTheSave) {
 }
 
 namespace {
-
-// Runs `flags` as two nodes of one rank each, node 0 in n0 and node 1 in n1 (no shared files).
-std::pair<Result, Result> two_nodes(const std::string& n0, const std::string& n1, const std::string& flags,
-                                    const std::string& fault) {
-  const std::string common =
-      " run --nnodes 2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
-      " --master-port " +
-      std::to_string(test_port());
-  const std::string env = "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_COLLECTIVE_TIMEOUT=60 " + fault;
-  Result r0, r1;
-  std::thread t0([&] { r0 = run_at(n0, common + " --node-rank 0" + flags, env); });
-  std::thread t1([&] { r1 = run_at(n1, common + " --node-rank 1" + flags, env); });
-  t0.join();
-  t1.join();
-  return {r0, r1};
-}
 
 // The settings of dist_train_test.cpp whose runs at any world size agree to 1e-4 (depth 3, no
 // weight decay, 12 rows per step).

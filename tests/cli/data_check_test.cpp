@@ -160,12 +160,14 @@ TEST(DataCheck, DataManifestPrintsWhatTheRanksCompare) {
   EXPECT_EQ(lines(first.out), lines(again.out));
 }
 
-// The two ranks of a node share the data directory: one checks, the other waits for it and finds
-// the shards recorded; with a corrupt shard both ranks stop before step 0 naming it.
+// The two ranks of a node that both read the shards (--local-data) share the data directory: one
+// checks, the other waits for it and finds the shards recorded; with a corrupt shard both ranks
+// stop before step 0 naming it.
 TEST(DataCheck, RanksOfANodeCheckOnceAndBothStopOnACorruptShard) {
   BaseDir b("nc_dck_ranks");
   const std::string launch = " run --nproc-per-node 2 --threads-per-rank 1 --master-port ";
-  auto good = run(b, launch + std::to_string(35000 + ::getpid() % 400) + kTwoSteps);
+  // --local-data: every rank reads (and checks) the shards itself
+  auto good = run(b, launch + std::to_string(35000 + ::getpid() % 400) + kTwoSteps + " --local-data");
   ASSERT_EQ(good.code, 0) << good.out;
   size_t checks = 0, hashes = 0;
   for (size_t at = 0; (at = good.out.find("Data check: 3 shard(s) (", at)) != std::string::npos; ++at) ++checks;
@@ -176,7 +178,7 @@ TEST(DataCheck, RanksOfANodeCheckOnceAndBothStopOnACorruptShard) {
   EXPECT_EQ(hashes, 1u) << good.out;
   const std::string bad = shard(b, 1);
   corrupt_row_group(bad, 3);
-  auto r = run(b, launch + std::to_string(35400 + ::getpid() % 400) + kTwoSteps);
+  auto r = run(b, launch + std::to_string(35400 + ::getpid() % 400) + kTwoSteps + " --local-data");
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_TRUE(has(r.out, "[rank 0]   " + bad + ": row group 3 (of 6)")) << r.out;
   EXPECT_TRUE(has(r.out, "[rank 1]   " + bad + ": row group 3 (of 6)")) << r.out;

@@ -63,7 +63,8 @@ TEST(DistTrain, OneTwoAndThreeRanksReachTheSameParameters) {
 // naming the differing flags; then with different data: both name the data manifest.
 TEST(DistTrain, RanksThatDisagreeStopWithOneClearErrorEach) {
   BaseDir a("nc_dt_agree_a"), b("nc_dt_agree_b", 5);
-  auto start_pair = [&](const BaseDir& d0, const BaseDir& d1, const std::string& extra1) {
+  // `both`: flags of both ranks; `extra1`: of rank 1 only
+  auto start_pair = [&](const BaseDir& d0, const BaseDir& d1, const std::string& both, const std::string& extra1) {
     const std::string port = std::to_string(free_port());
     auto env = [&](int r) {
       return "RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
@@ -71,18 +72,18 @@ TEST(DistTrain, RanksThatDisagreeStopWithOneClearErrorEach) {
              " NANOCHAT_RENDEZVOUS_TIMEOUT=60";
     };
     Result res0, res1;
-    std::thread t0([&] { res0 = run(d0, kDist, env(0)); });
-    std::thread t1([&] { res1 = run(d1, std::string(kDist) + extra1, env(1)); });
+    std::thread t0([&] { res0 = run(d0, std::string(kDist) + both, env(0)); });
+    std::thread t1([&] { res1 = run(d1, std::string(kDist) + both + extra1, env(1)); });
     t0.join();
     t1.join();
     return std::make_pair(res0, res1);
   };
-  auto [f0, f1] = start_pair(a, a, " --seed 7");
+  auto [f0, f1] = start_pair(a, a, "", " --seed 7");
   EXPECT_NE(f0.code, 0);
   EXPECT_NE(f1.code, 0);
   EXPECT_NE(f0.out.find("base-train flags"), std::string::npos) << f0.out;
   EXPECT_NE(f1.out.find("base-train flags"), std::string::npos) << f1.out;
-  auto [d0, d1] = start_pair(a, b, "");
+  auto [d0, d1] = start_pair(a, b, " --local-data", "");  // each rank reads its own shards
   EXPECT_NE(d0.code, 0);
   EXPECT_NE(d1.code, 0);
   EXPECT_NE(d0.out.find("data manifest"), std::string::npos) << d0.out;

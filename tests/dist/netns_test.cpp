@@ -1,4 +1,4 @@
-// Two hosts simulated by two network namespaces joined by a veth pair (docs/architecture.md 5.5): one
+// Two hosts simulated by two network namespaces joined by a veth pair (support/netns_pair.h): one
 // `nanochat run` per namespace, node 0 hosting the store. Needs root and `ip netns`; where
 // `ip netns add` fails the tests skip with the reason. Namespaces are removed even on failure.
 #include <gmock/gmock.h>
@@ -9,59 +9,36 @@
 #include <vector>
 
 #include "nanochat/core/error.h"
+#include "support/netns_pair.h"
 #include "support/proc_util.h"
 
 using nanochat::str_cat;
 using nctest::Ms;
+using nctest::NetnsPair;
 using nctest::Proc;
 using ::testing::HasSubstr;
 
 namespace {
 
-const char* kIp = "/usr/sbin/ip";
+const char* kIp = NetnsPair::kIp;
 
 std::pair<int, std::string> sh(const std::vector<std::string>& argv) { return nctest::run_argv(argv); }
 
-// Two namespaces "nc<pid>a" (10.78.0.1 on veth "nc<pid>x") and "nc<pid>b" (10.78.0.2 on "nc<pid>y").
 class TwoHosts : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string id = std::to_string(getpid() % 1000000);
-    a_ = "nc" + id + "a";
-    b_ = "nc" + id + "b";
-    va_ = "nc" + id + "x";
-    vb_ = "nc" + id + "y";
-    auto [rc, out] = sh({kIp, "netns", "add", a_});
-    if (rc != 0) GTEST_SKIP() << "`ip netns add` failed (needs root and iproute2): " << out;
-    made_a_ = true;
-    ASSERT_EQ(sh({kIp, "netns", "add", b_}).first, 0);
-    made_b_ = true;
-    for (auto cmd :
-         std::vector<std::vector<std::string>>{{kIp, "link", "add", va_, "type", "veth", "peer", "name", vb_},
-                                               {kIp, "link", "set", va_, "netns", a_},
-                                               {kIp, "link", "set", vb_, "netns", b_},
-                                               {kIp, "-n", a_, "addr", "add", "10.78.0.1/24", "dev", va_},
-                                               {kIp, "-n", b_, "addr", "add", "10.78.0.2/24", "dev", vb_},
-                                               {kIp, "-n", a_, "link", "set", va_, "up"},
-                                               {kIp, "-n", b_, "link", "set", vb_, "up"},
-                                               {kIp, "-n", a_, "link", "set", "lo", "up"},
-                                               {kIp, "-n", b_, "link", "set", "lo", "up"}}) {
-      auto r = sh(cmd);
-      ASSERT_EQ(r.first, 0) << cmd[1] << " " << cmd[2] << ": " << r.second;
-    }
-  }
-  void TearDown() override {
-    if (made_a_) sh({kIp, "netns", "del", a_});  // deleting a namespace removes its veth end
-    if (made_b_) sh({kIp, "netns", "del", b_});
+    const std::string why = net_.make();
+    if (!why.empty()) GTEST_SKIP() << why;
+    a_ = net_.a;
+    b_ = net_.b;
+    va_ = net_.va;
+    vb_ = net_.vb;
   }
 
-  // Rate-limits both ends of the link (tbf; this kernel has no netem).
+  // Rate-limits both ends of the link.
   void shape(const std::string& rate) {
-    for (auto [ns, dev] : {std::pair{a_, va_}, std::pair{b_, vb_}}) {
-      auto r = sh({kIp, "netns", "exec", ns, "/usr/sbin/tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
-                   "burst", "256kb", "latency", "50ms"});
-      if (r.first != 0) GTEST_SKIP() << "tc tbf unavailable: " << r.second;
-    }
+    const std::string why = net_.shape(rate);
+    if (!why.empty()) GTEST_SKIP() << why;
   }
 
   Proc launcher(int node, const std::vector<std::string>& selftest_args) {
@@ -101,8 +78,8 @@ class TwoHosts : public ::testing::Test {
     EXPECT_THAT(n1.output(), HasSubstr("[rank 1] dist-selftest: rank 1 of 2: OK, 14 checks passed"));
   }
 
+  NetnsPair net_;
   std::string a_, b_, va_, vb_;
-  bool made_a_ = false, made_b_ = false;
 };
 
 }  // namespace

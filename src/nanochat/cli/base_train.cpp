@@ -71,6 +71,10 @@ void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
                 "even = the same share for every rank. The result does not depend on it")
       ->capture_default_str()
       ->check(CLI::IsMember({"speed", "even"}));
+  c->add_flag("--local-data", a.local_data,
+              "with several ranks, every node reads its own copy of the shards and the tokenizer (same content, any "
+              "path) instead of getting its rows and the tokenizer from node 0, which by default reads the data "
+              "once and sends each rank its rows; workers then need nothing but the program");
   c->add_option("--check-replicas-every", a.check_replicas_every,
                 "compare the ranks' copies of the parameters (a CRC32 per tensor) every N steps and at every save; "
                 "a difference stops the job naming the tensor and the rank (0 = never)")

@@ -9,16 +9,17 @@
 
 namespace nanochat {
 
-double evaluate_bpb(GPT& model, data::DataLoader& loader, int64_t steps, const std::vector<int32_t>& token_bytes,
-                    Communicator& comm, const std::function<void(int64_t done, int64_t steps)>& progress) {
-  const int B = loader.batch_size(), T = loader.seq_len();
+double evaluate_bpb(GPT& model, const ValBatchReader& read, int B, int T, int64_t steps,
+                    const std::vector<int32_t>& token_bytes, Communicator& comm,
+                    const std::function<void(int64_t done, int64_t steps)>& progress) {
   std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
   std::vector<float> losses(x.size());
   double totals[2] = {0.0, 0.0};  // nats, bytes
   const int rank = comm.rank(), W = comm.world_size();
   for (int64_t s = 0; s < steps; ++s) {
-    loader.next(x.data(), y.data());
-    if (s % W != rank) continue;  // another rank's batch
+    const bool mine = s % W == rank;  // else another rank's batch
+    read(s, mine ? x.data() : nullptr, mine ? y.data() : nullptr);
+    if (!mine) continue;
     model.forward_loss(x.data(), y.data(), B, T, losses.data());
     for (size_t i = 0; i < y.size(); ++i) {
       if (y[i] < 0) continue;
@@ -33,6 +34,12 @@ double evaluate_bpb(GPT& model, data::DataLoader& loader, int64_t steps, const s
   comm.all_reduce_sum_f64(totals, 2)->wait();
   if (totals[1] <= 0) return std::numeric_limits<double>::infinity();
   return totals[0] / (std::log(2.0) * totals[1]);
+}
+
+double evaluate_bpb(GPT& model, data::DataLoader& loader, int64_t steps, const std::vector<int32_t>& token_bytes,
+                    Communicator& comm, const std::function<void(int64_t done, int64_t steps)>& progress) {
+  const ValBatchReader read = [&loader](int64_t, int32_t* x, int32_t* y) { loader.next(x, y); };
+  return evaluate_bpb(model, read, loader.batch_size(), loader.seq_len(), steps, token_bytes, comm, progress);
 }
 
 }  // namespace nanochat

@@ -12,15 +12,25 @@ class DataLoader;
 }
 class Communicator;
 
+/// Reads batch `index` of a val stream of (B, T) batches into inputs and targets, each (B, T) int32
+/// row-major, or reads past it when both are null (another rank's batch). Called for index 0, 1, ...
+/// in order.
+using ValBatchReader = std::function<void(int64_t index, int32_t* inputs, int32_t* targets)>;
+
 /// bpb = sum of per-token losses (nats) over targets whose token has > 0 bytes, divided by
-/// ln 2 x the total bytes of those targets, over the first `steps` batches of `loader`.
-/// With W ranks every rank must pass the same stream (a world-size-1 loader): rank r evaluates
-/// batches r, r + W, ... (reading and skipping the others) and the sums are all-reduced, so the
-/// result does not depend on W (up to double rounding). Deviation from nanochat, whose ranks
-/// evaluate their own rank-strided slices (a W-dependent subset of the val shard).
-/// token_bytes: (V,) raw bytes per token id (0 for special tokens). Returns +inf if no bytes.
-/// progress, if set, is called on this rank after each batch it evaluates with (batches read,
-/// steps), 1..steps; it only observes (the result does not depend on it).
+/// ln 2 x the total bytes of those targets, over the first `steps` (B, T) batches of `read`'s
+/// stream. With W ranks every rank must read the same stream (the one-rank val stream): rank r
+/// evaluates batches r, r + W, ... (the others are read past, with null pointers) and the sums are
+/// all-reduced, so the result does not depend on W (up to double rounding). Deviation from
+/// nanochat, whose ranks evaluate their own rank-strided slices (a W-dependent subset of the val
+/// shard). token_bytes: (V,) raw bytes per token id (0 for special tokens). Returns +inf if no
+/// bytes. progress, if set, is called on this rank after each batch it evaluates with (batches
+/// read, steps), 1..steps; it only observes (the result does not depend on it).
+double evaluate_bpb(GPT& model, const ValBatchReader& read, int B, int T, int64_t steps,
+                    const std::vector<int32_t>& token_bytes, Communicator& comm,
+                    const std::function<void(int64_t done, int64_t steps)>& progress = {});
+
+/// The same over a data::DataLoader of the val split (B and T are the loader's).
 double evaluate_bpb(GPT& model, data::DataLoader& loader, int64_t steps, const std::vector<int32_t>& token_bytes,
                     Communicator& comm, const std::function<void(int64_t done, int64_t steps)>& progress = {});
 

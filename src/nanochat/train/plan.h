@@ -55,6 +55,9 @@ struct BaseTrainArgs {
   int64_t check_replicas_every = 100;
   /// how each step's rows are dealt to the ranks (train/balance.h): "speed" or "even"
   std::string balance = "speed";
+  /// every node reads its own copy of the shards (and tokenizer) instead of getting its rows from
+  /// node 0 (train/step_source.h); the copies must have the same content
+  bool local_data = false;
 };
 
 /// Parameter counts of nanochat's GPT.num_scaling_params plus matmul params (docs/nanochat.md 1.9).

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -19,7 +20,6 @@
 #include "nanochat/core/profile.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
-#include "nanochat/data/loader.h"
 #include "nanochat/data/manifest.h"
 #include "nanochat/data/verify.h"
 #include "nanochat/dist/agree.h"
@@ -36,6 +36,7 @@
 #include "nanochat/train/replicas.h"
 #include "nanochat/train/report.h"
 #include "nanochat/train/sample.h"
+#include "nanochat/train/step_source.h"
 
 using json = nlohmann::json;
 
@@ -95,7 +96,8 @@ json args_to_json(const BaseTrainArgs& a) {
               {"threads", a.threads},
               {"seed", a.seed},
               {"check_replicas_every", a.check_replicas_every},
-              {"balance", a.balance}};
+              {"balance", a.balance},
+              {"local_data", a.local_data}};
 }
 
 std::vector<OptParam> optimizer_params(GPT& model) {
@@ -103,33 +105,6 @@ std::vector<OptParam> optimizer_params(GPT& model) {
   for (const auto& p : model.params())
     ops.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
   return ops;
-}
-
-// The train loader: every rank reads the one-rank stream (rank 0 of 1) row by row and keeps the
-// rows the step's split gives it (train/balance.h), so the rows of a step and their order do not
-// depend on the world size or the split, and a resume is exact at any world size.
-data::LoaderOptions train_loader_options(const TrainPlan& plan) {
-  data::LoaderOptions lo;
-  lo.B = 1;
-  lo.T = plan.T;
-  lo.split = "train";
-  lo.data_dir = data_dir();
-  // a step reads every row of the step (most of them only to pass them by): keep many ready
-  lo.prefetch_depth = static_cast<int>(std::clamp<int64_t>(plan.total_batch_size / plan.T, 3, 64));
-  return lo;
-}
-
-// Every rank reads the one-rank val stream and evaluates every W-th batch (evaluate_bpb), so the
-// val bpb of given weights does not depend on the world size (and equals base-eval's). B is the
-// smallest device batch of the job, so that every rank can run it.
-data::LoaderOptions val_loader_options(const TrainPlan& plan, int B) {
-  data::LoaderOptions vo;
-  vo.B = B;
-  vo.T = plan.T;
-  vo.split = "val";
-  vo.data_dir = data_dir();
-  vo.prefetch = false;
-  return vo;
 }
 
 // Every rank's --device-batch-size, in rank order.
@@ -170,7 +145,7 @@ class TrainLoop {
  public:
   TrainLoop(const BaseTrainArgs& a, const TrainTestHooks& hooks, Communicator& comm, const Tokenizer& tok,
             const TrainPlan& plan, GPT& model, MuonAdamW& opt, GradAccumulator& accum, StepBalancer& balancer,
-            data::DataLoader& loader, MetricsLog& metrics, LoopState& st, double peak_gflops, int eval_B)
+            StepSource& data, MetricsLog& metrics, LoopState& st, double peak_gflops, int eval_B)
       : a_(a),
         hooks_(hooks),
         comm_(comm),
@@ -180,7 +155,7 @@ class TrainLoop {
         opt_(opt),
         accum_(accum),
         balancer_(balancer),
-        loader_(loader),
+        data_(data),
         metrics_(metrics),
         st_(st),
         peak_gflops_(peak_gflops),
@@ -226,7 +201,7 @@ class TrainLoop {
   void print0(const std::string& s) const { print_if(comm_.rank() == 0, s); }
 
   void save() {
-    st_.loader_state = loader_.state();
+    st_.loader_state = loader_state_;
     const TestFault& f = hooks_.fault;
     save_checkpoint(comm_, plan_.checkpoint_dir, model_, opt_, run_meta_, st_,
                     f.kind == "write-fail" && f.rank == comm_.rank(), f.kind == "save-stall" && f.step == st_.step);
@@ -256,8 +231,7 @@ class TrainLoop {
     const int64_t step = st_.step;
     if (last && hooks_.fault_inject == "final-eval") fail("fault injected into the final evaluation (--fault-inject)");
     if (a_.eval_every > 0 && (last || step % a_.eval_every == 0)) {
-      data::DataLoader val_loader(tok_, val_loader_options(plan_, eval_B_), nullptr);
-      st_.val_bpb = evaluate_bpb(model_, val_loader, eval_steps_, token_bytes_, comm_);
+      st_.val_bpb = evaluate_bpb(model_, data_.val_reader(eval_B_), eval_B_, plan_.T, eval_steps_, token_bytes_, comm_);
       st_.min_val_bpb = std::min(st_.min_val_bpb, st_.val_bpb);
       char b[96];
       std::snprintf(b, sizeof b, "Step %05lld | Validation bpb: %.6f", static_cast<long long>(step), st_.val_bpb);
@@ -277,25 +251,26 @@ class TrainLoop {
     }
   }
 
-  // Reads the next `rows` rows of the step's stream into x_/y_, or past them when !keep.
-  void read_rows(int64_t rows, bool keep) {
-    prof::Scope data_scope(prof::Op::Data);
-    for (int64_t i = 0; i < rows; ++i) {
-      const size_t off = static_cast<size_t>(i) * static_cast<size_t>(plan_.T);
-      loader_.next(keep ? x_.data() + off : nullptr, keep ? y_.data() + off : nullptr);
+  // Inputs and targets of `n` rows of the step from row `first` on, into x_/y_ ((n, T) each).
+  void take_rows(const StepRows& rows, int64_t first, int64_t n) {
+    const size_t T = static_cast<size_t>(plan_.T);
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t* row = rows.rows.data() + static_cast<size_t>(first + i) * (T + 1);
+      std::copy(row, row + T, x_.data() + static_cast<size_t>(i) * T);
+      std::copy(row + 1, row + T + 1, y_.data() + static_cast<size_t>(i) * T);
     }
   }
 
   // This rank's micro-batches of the step (the rows the balancer gave it), timed.
-  void run_micro_batches(StepTimes& my) {
+  void run_micro_batches(const StepRows& rows, StepTimes& my) {
     const int64_t step = st_.step;
     const int rank = comm_.rank();
     const std::vector<int> mine = balancer_.micro_batches(rank);
     const TestFault& f = hooks_.fault;
+    int64_t next_row = balancer_.first_row(rank);
     for (size_t micro = 0; micro < mine.size(); ++micro) {
-      Timer td;
-      read_rows(mine[micro], true);
-      my.data += td.seconds();
+      take_rows(rows, next_row, mine[micro]);
+      next_row += mine[micro];
       Timer tc;
       const float loss = accum_.micro_batch(static_cast<int>(micro), x_.data(), y_.data(), mine[micro], plan_.T);
       if (f.kind == "slow" && f.rank == rank)  // tests: a machine f.amount times slower
@@ -313,20 +288,21 @@ class TrainLoop {
   // accumulation (docs/nanochat.md 3.3), the update, the times of every rank, the log line, and
   // the split of the next step.
   void train_step() {
-    const int64_t step = st_.step, R = plan_.total_batch_size / plan_.T;
+    const int64_t step = st_.step;
     const int rank = comm_.rank();
     prof::enable(a_.profile);
     Timer t;
     StepTimes my;
     accum_.begin_step(balancer_.micro_batch_counts());
-    const int64_t first = balancer_.first_row(rank), own = balancer_.rows()[static_cast<size_t>(rank)];
-    Timer td;
-    read_rows(first, false);  // the rows of the ranks before this one
-    my.data += td.seconds();
-    run_micro_batches(my);
-    td = Timer();
-    read_rows(R - first - own, false);  // and after it
-    my.data += td.seconds();
+    StepRows rows;
+    {
+      prof::Scope data_scope(prof::Op::Data);
+      Timer td;
+      rows = data_.next(step);  // the whole step's rows; this rank runs its part of them
+      my.data = td.seconds();
+    }
+    loader_state_ = std::move(rows.loader_state);
+    run_micro_batches(rows, my);
     const float grad_scale = accum_.finish();  // 1 / valid tokens of the step over all ranks
     const double lrm = plan_.schedule.lr_multiplier(step);
     const double mom = plan_.schedule.muon_momentum(step);
@@ -415,10 +391,10 @@ class TrainLoop {
     r.mfu = 100.0 * static_cast<double>(flops_per_token_) * static_cast<double>(total) / dt /
             (peak_gflops_ * 1e9 * plan_.world_size);
     if (step > 10) st_.total_training_time += dt;
-    r.loader_state = loader_.state();
+    r.loader_state = loader_state_;
     r.total_training_time = st_.total_training_time;
     r.world_size = plan_.world_size;
-    json rank_rows = json::array(), rank_compute = json::array(), rank_wait = json::array();
+    json rank_rows = json::array(), rank_compute = json::array(), rank_wait = json::array(), rank_data = json::array();
     for (size_t q = 0; q < all.size(); ++q) {
       const StepTimes& x = all[q];
       const double compute = x.compute + x.opt_compute;
@@ -428,6 +404,7 @@ class TrainLoop {
       rank_rows.push_back(split[q]);
       rank_compute.push_back(compute * 1e3);
       rank_wait.push_back(wait * 1e3);
+      rank_data.push_back(x.data * 1e3);
     }
     r.comm_wait = r.ranks[0].wait;
     print0(step_log_line(r));
@@ -443,6 +420,7 @@ class TrainLoop {
       rec["rank_rows"] = rank_rows;
       rec["rank_compute_ms"] = rank_compute;
       rec["rank_wait_ms"] = rank_wait;
+      rec["rank_data_ms"] = rank_data;
     }
     metrics_.record(rec);
   }
@@ -456,7 +434,8 @@ class TrainLoop {
   MuonAdamW& opt_;
   GradAccumulator& accum_;
   StepBalancer& balancer_;
-  data::DataLoader& loader_;
+  StepSource& data_;
+  json loader_state_ = data_.initial_state();  // after the last step trained
   MetricsLog& metrics_;
   LoopState& st_;
   const double peak_gflops_;
@@ -473,7 +452,9 @@ class TrainLoop {
 };
 
 // The start-up lines: run, device, vocab, model, the plan's derivations, the MFU reference peak.
-double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok, const TrainPlan& plan, bool master) {
+// `reads_data`: this rank reads the shards (it checks them first).
+double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok, const TrainPlan& plan, bool master,
+                                    bool reads_data) {
   auto print0 = [master](const std::string& s) { print_if(master, s); };
   print0("nanochat.cpp base-train");
   print0(str_cat("Device: cpu, dtype float32, ", num_threads(), " threads per rank, world size ", plan.world_size));
@@ -482,7 +463,7 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
   print0("Vocab size: " + with_commas(tok.vocab_size()));
   print0("Model config: " + plan.model.to_json().dump());
   for (auto& l : plan.log) print0(l);
-  data::check_training_shards(data_dir(), a.skip_data_check, master);  // a corrupt page stops the run here
+  if (reads_data) data::check_training_shards(data_dir(), a.skip_data_check, master);  // a corrupt page stops here
   if (a.core_metric_every > 0)
     print0(
         "NOTE: the CORE metric (--core-metric-every) needs nanochat's DCLM eval bundle and is not "
@@ -498,41 +479,41 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
 }
 
 // Startup agreement (docs/architecture.md 3.10): one clear error on every rank if anything differs.
-void agree_on_the_job(Communicator& comm, const BaseTrainArgs& a, const Tokenizer& tok, const TrainPlan& plan) {
+// `local_data`: every node reads its own shards, so their content must agree too.
+void agree_on_the_job(Communicator& comm, const BaseTrainArgs& a, const Tokenizer& tok, const TrainPlan& plan,
+                      bool local_data) {
   json user = args_to_json(a);
   user.erase("threads");            // nodes may use different thread counts
   user.erase("device_batch_size");  // and micro-batch sizes (a node with less memory runs smaller ones)
-  // The shards' names, sizes, row groups and CRC-32s, never the directory's path (nodes may keep
-  // their copies anywhere). Hashing a new corpus may take a while: the others wait at a barrier
-  // with a deadline that names the slow rank, not at the collectives of dist::agree.
-  const std::string manifest = data::shard_manifest(data_dir());
-  dist::startup_barrier(comm, "data manifest");
-  dist::agree(comm, {{"model config", plan.model.to_json().dump()},
-                     {"batch settings", str_cat("T=", plan.T, " total=", plan.total_batch_size)},
-                     {"tokenizer hash", std::to_string(tok.hash())},
-                     {"data manifest", manifest},
-                     {"base-train flags", user.dump()}});
-  print_if(comm.rank() == 0,
-           str_cat("All ", comm.world_size(), " ranks agree on build, model, batch, tokenizer, data and flags"));
+  std::map<std::string, std::string> facts = {
+      {"model config", plan.model.to_json().dump()},
+      {"batch settings", str_cat("T=", plan.T, " total=", plan.total_batch_size)},
+      {"tokenizer hash", std::to_string(tok.hash())},
+      {"base-train flags", user.dump()}};
+  if (local_data) {
+    // The shards' names, sizes, row groups and CRC-32s, never the directory's path (nodes may keep
+    // their copies anywhere). Hashing a new corpus may take a while: the others wait at a barrier
+    // with a deadline that names the slow rank, not at the collectives of dist::agree.
+    facts["data manifest"] = data::shard_manifest(data_dir());
+    dist::startup_barrier(comm, "data manifest");
+  }
+  dist::agree(comm, facts);
+  print_if(comm.rank() == 0, str_cat("All ", comm.world_size(), " ranks agree on build, model, batch, tokenizer, ",
+                                     local_data ? "data and flags" : "and flags; node 0 serves the data"));
 }
 
-}  // namespace
-
-void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks hooks) {
+void train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks& hooks, DataFeed& feed) {
   const int rank = comm.rank(), W = comm.world_size();
   const bool master = rank == 0;
   auto print0 = [master](const std::string& s) { print_if(master, s); };
-  if (!a.device_type.empty() && a.device_type != "cpu")
-    fail("--device-type ", a.device_type,
-         ": nanochat.cpp trains on CPUs only; use --device-type cpu or leave it unset");
-  if (a.fp8) print0("WARNING: --fp8 is CUDA-only in nanochat; ignored on CPU (training runs in fp32)");
-  if (a.threads > 0) set_num_threads(a.threads);
-  hooks.fault = test_fault_from_env();
 
   // Tokenizer, derived plan, start-up report.
-  const Tokenizer tok = Tokenizer::load(tokenizer_dir());
+  const Tokenizer tok = load_tokenizer(feed);
   const TrainPlan plan = derive_plan(a, tok.vocab_size(), W, base_dir());
-  const double peak_gflops = print_setup_and_measure_peak(a, tok, plan, master);
+  const double peak_gflops = print_setup_and_measure_peak(a, tok, plan, master, !feed.client);
+  if (feed.server)
+    print0(str_cat("Data: node 0 reads ", data_dir(), " and sends every rank its rows (port ", feed.port(),
+                   "); --local-data makes every node read its own copy"));
 
   // Model and optimizer (docs/nanochat.md 2.1: lrs x batch_lr_scale, Muon wd scaled; TrainPlan::optim).
   GPT model(plan.model);
@@ -557,9 +538,9 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
   LoopState st;  // docs/nanochat.md 3.9 loop_state
   if (a.resume_from_step >= 0) st = resume(comm, plan, a.resume_from_step, model, opt);
 
-  data::DataLoader train_loader(tok, train_loader_options(plan),
-                                st.loader_state.is_null() ? nullptr : &st.loader_state);
-  if (W > 1) agree_on_the_job(comm, a, tok, plan);
+  const std::unique_ptr<StepSource> data =
+      open_step_source(feed, tok, plan, st.loader_state.is_null() ? nullptr : &st.loader_state, st.step, rank);
+  if (W > 1) agree_on_the_job(comm, a, tok, plan, !feed.server && !feed.client);
   // Node 0 can write its checkpoint folder (it writes whole checkpoints), else all stop now.
   prepare_checkpoint_dirs(comm, plan.checkpoint_dir);
   MetricsLog metrics(plan.checkpoint_dir + "/metrics.jsonl", master, a.resume_from_step >= 0 ? st.step : -1);
@@ -569,8 +550,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
                    json(device_batches).dump(), "; first split ", split_percentages(balancer.rows())));
 
   const int eval_B = *std::min_element(device_batches.begin(), device_batches.end());
-  TrainLoop loop(a, hooks, comm, tok, plan, model, opt, accum, balancer, train_loader, metrics, st, peak_gflops,
-                 eval_B);
+  TrainLoop loop(a, hooks, comm, tok, plan, model, opt, accum, balancer, *data, metrics, st, peak_gflops, eval_B);
   const std::string eval_error = loop.run();
 
   // End of run: summary and chart.
@@ -581,6 +561,25 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
   metrics.write_chart(plan.checkpoint_dir + "/report.svg", "base-train " + plan.tag);
   print0("Wrote " + plan.checkpoint_dir + "/report.svg and " + metrics.path());
   if (!eval_error.empty()) fail("the final evaluation failed after the weights were saved: ", eval_error);
+}
+
+}  // namespace
+
+void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks hooks) {
+  if (!a.device_type.empty() && a.device_type != "cpu")
+    fail("--device-type ", a.device_type,
+         ": nanochat.cpp trains on CPUs only; use --device-type cpu or leave it unset");
+  if (a.fp8)
+    print_if(comm.rank() == 0, "WARNING: --fp8 is CUDA-only in nanochat; ignored on CPU (training runs in fp32)");
+  if (a.threads > 0) set_num_threads(a.threads);
+  hooks.fault = test_fault_from_env();
+  DataFeed feed = open_data_feed(comm, a.local_data);
+  try {
+    train(a, comm, hooks, feed);
+  } catch (const std::exception& e) {
+    feed.tell_workers(e.what());  // every node then shows node 0's error
+    throw;
+  }
 }
 
 }  // namespace nanochat

@@ -1,0 +1,344 @@
+#include "nanochat/train/step_source.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "nanochat/core/error.h"
+#include "nanochat/core/format.h"
+#include "nanochat/core/paths.h"
+#include "nanochat/data/loader.h"
+#include "nanochat/dist/agree.h"
+#include "nanochat/dist/feed_link.h"
+#include "nanochat/tokenizer/tokenizer.h"
+#include "nanochat/train/plan.h"
+
+namespace nanochat {
+
+using dist::FeedFrame;
+using dist::FeedKind;
+using json = nlohmann::json;
+
+namespace {
+
+// The train loader: the one-rank stream (rank 0 of 1) row by row, so the rows of a step and their
+// order do not depend on the world size or the split, and a resume is exact at any world size.
+data::LoaderOptions train_loader_options(const TrainPlan& plan) {
+  data::LoaderOptions lo;
+  lo.B = 1;
+  lo.T = plan.T;
+  lo.split = "train";
+  lo.data_dir = data_dir();
+  // a step reads every row of the step: keep many ready
+  lo.prefetch_depth = static_cast<int>(std::clamp<int64_t>(plan.total_batch_size / plan.T, 3, 64));
+  return lo;
+}
+
+// The one-rank val stream; B is the smallest device batch of the job, so that every rank can run it.
+data::LoaderOptions val_loader_options(const TrainPlan& plan, int B) {
+  data::LoaderOptions vo;
+  vo.B = B;
+  vo.T = plan.T;
+  vo.split = "val";
+  vo.data_dir = data_dir();
+  vo.prefetch = false;
+  return vo;
+}
+
+constexpr uint64_t kLow63 = ~(uint64_t{1} << 63);
+
+int64_t rows_per_step(const TrainPlan& plan) { return plan.total_batch_size / plan.T; }
+
+// Inputs and targets, each (n, T), back into (n, T+1) rows: row = inputs[0:T] + the last target.
+void join_rows(const int32_t* x, const int32_t* y, int64_t n, int T, int32_t* rows) {
+  const size_t t = static_cast<size_t>(T);
+  for (int64_t b = 0; b < n; ++b) {
+    int32_t* row = rows + static_cast<size_t>(b) * (t + 1);
+    std::memcpy(row, x + static_cast<size_t>(b) * t, sizeof(int32_t) * t);
+    row[T] = y[static_cast<size_t>(b) * t + t - 1];
+  }
+}
+
+// Reads `n` rows of T+1 tokens into (n, T+1) rows.
+void read_rows(data::DataLoader& loader, int64_t n, int T, std::vector<int32_t>* rows) {
+  const int64_t B = loader.batch_size();
+  rows->resize(static_cast<size_t>(n) * (static_cast<size_t>(T) + 1));
+  std::vector<int32_t> x(static_cast<size_t>(T) * static_cast<size_t>(B)), y(x.size());
+  for (int64_t i = 0; i < n; i += B) {
+    loader.next(x.data(), y.data());
+    join_rows(x.data(), y.data(), std::min(B, n - i), T, rows->data() + static_cast<size_t>(i) * (T + 1));
+  }
+}
+
+// (B, T+1) rows -> inputs and targets, each (B, T).
+void split_rows(const std::vector<int32_t>& rows, int B, int T, int32_t* x, int32_t* y) {
+  for (int b = 0; b < B; ++b) {
+    const int32_t* row = rows.data() + static_cast<size_t>(b) * (static_cast<size_t>(T) + 1);
+    std::memcpy(x + static_cast<size_t>(b) * T, row, sizeof(int32_t) * static_cast<size_t>(T));
+    std::memcpy(y + static_cast<size_t>(b) * T, row + 1, sizeof(int32_t) * static_cast<size_t>(T));
+  }
+}
+
+class LocalSource : public StepSource {
+ public:
+  LocalSource(const Tokenizer& tok, const TrainPlan& plan, const json* state)
+      : tok_(tok), plan_(plan), loader_(tok, train_loader_options(plan), state), initial_(loader_.state()) {}
+
+  StepRows next(int64_t step) override {
+    StepRows s;
+    s.step = step;
+    read_rows(loader_, rows_per_step(plan_), plan_.T, &s.rows);
+    s.loader_state = loader_.state();
+    return s;
+  }
+  const json& initial_state() const override { return initial_; }
+  ValBatchReader val_reader(int B) override {
+    auto loader = std::make_shared<data::DataLoader>(tok_, val_loader_options(plan_, B), nullptr);
+    return [loader](int64_t, int32_t* x, int32_t* y) { loader->next(x, y); };
+  }
+
+ private:
+  const Tokenizer& tok_;
+  const TrainPlan& plan_;
+  data::DataLoader loader_;
+  const json initial_;
+};
+
+class ServingSource : public StepSource {
+ public:
+  ServingSource(dist::FeedServer& server, const Tokenizer& tok, const TrainPlan& plan, const json* state,
+                int64_t first_step, int ahead)
+      : server_(server), tok_(tok), plan_(plan), first_(first_step), ahead_(std::max(1, ahead)), asked_(first_step - 1) {
+    try {
+      loader_ = std::make_unique<data::DataLoader>(tok, train_loader_options(plan), state);
+      initial_ = loader_->state();
+      FeedFrame f;
+      f.kind = FeedKind::Step;
+      f.seq = first_step - 1;  // no rows: the state before the first step
+      f.text = initial_.dump();
+      for (int r = 1; r < server_.world_size(); ++r) server_.send(r, f, dist::feed_step_deadline());
+    } catch (const Error& e) {
+      server_.send_error(e.what());
+      throw;
+    }
+    thread_ = std::thread([this] { produce(); });
+  }
+
+  ~ServingSource() override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (!done_) server_.shutdown();  // unblocks a write to a rank that no longer reads
+    thread_.join();
+  }
+
+  StepRows next(int64_t step) override {
+    std::unique_lock<std::mutex> lk(mu_);
+    asked_ = step;
+    cv_.notify_all();
+    cv_.wait(lk, [&] { return !ready_.empty() || !error_.empty(); });
+    if (ready_.empty()) fail(error_);
+    StepRows s = std::move(ready_.front());
+    ready_.pop_front();
+    if (s.step != step) fail("rank 0: the data stream is out of step (step ", s.step, " ready, ", step, " asked for)");
+    return s;
+  }
+
+  const json& initial_state() const override { return initial_; }
+
+  // Rank 0 reads every batch; batch i is evaluated by rank i % W, so the others' go to them.
+  ValBatchReader val_reader(int B) override {
+    auto loader = std::make_shared<data::DataLoader>(tok_, val_loader_options(plan_, B), nullptr);
+    auto buf = std::make_shared<std::vector<int32_t>>(2 * static_cast<size_t>(B) * plan_.T);
+    const int W = server_.world_size(), T = plan_.T;
+    return [this, loader, buf, W, T, B](int64_t i, int32_t* x, int32_t* y) {
+      const int owner = static_cast<int>(i % W);
+      if (owner == 0) return loader->next(x, y);
+      int32_t* bx = buf->data();
+      int32_t* by = bx + static_cast<size_t>(B) * T;
+      loader->next(bx, by);
+      FeedFrame f;
+      f.kind = FeedKind::Val;
+      f.seq = i;
+      f.tokens.resize(static_cast<size_t>(B) * (static_cast<size_t>(T) + 1));
+      join_rows(bx, by, B, T, f.tokens.data());
+      server_.send(owner, f, dist::feed_step_deadline());
+    };
+  }
+
+ private:
+  // Reads and sends the steps, staying at most ahead_ steps beyond the trainer.
+  void produce() {
+    try {
+      for (int64_t s = first_; s < plan_.num_iterations; ++s) {
+        {
+          std::unique_lock<std::mutex> lk(mu_);
+          cv_.wait(lk, [&] { return stop_ || s <= asked_ + ahead_; });
+          if (stop_) return;
+        }
+        StepRows sr;
+        sr.step = s;
+        read_rows(*loader_, rows_per_step(plan_), plan_.T, &sr.rows);
+        sr.loader_state = loader_->state();
+        FeedFrame f;
+        f.kind = FeedKind::Step;
+        f.seq = s;
+        f.tokens = sr.rows;
+        f.text = sr.loader_state.dump();
+        for (int r = 1; r < server_.world_size(); ++r) server_.send(r, f, dist::feed_step_deadline());
+        std::lock_guard<std::mutex> lk(mu_);
+        ready_.push_back(std::move(sr));
+        cv_.notify_all();
+      }
+      done_ = true;
+    } catch (const std::exception& e) {
+      const std::string msg = str_cat("rank 0 (host ", dist::host_name(), ") could not serve the data: ", e.what());
+      server_.send_error(msg);
+      std::lock_guard<std::mutex> lk(mu_);
+      error_ = msg;
+      cv_.notify_all();
+    }
+  }
+
+  dist::FeedServer& server_;
+  const Tokenizer& tok_;
+  const TrainPlan& plan_;
+  const int64_t first_;
+  const int ahead_;
+  std::unique_ptr<data::DataLoader> loader_;
+  json initial_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<StepRows> ready_;
+  int64_t asked_;
+  bool stop_ = false;
+  std::atomic<bool> done_{false};
+  std::string error_;
+  std::thread thread_;
+};
+
+class ReceivedSource : public StepSource {
+ public:
+  ReceivedSource(dist::FeedClient& client, const TrainPlan& plan, int64_t first_step, int rank)
+      : client_(client), plan_(plan), rank_(rank) {
+    const FeedFrame f = client_.next(FeedKind::Step, first_step - 1, dist::feed_startup_deadline(),
+                                     "the data stream's start (rank 0 opens the shards)");
+    initial_ = parse_state(f.text, first_step - 1);
+  }
+
+  StepRows next(int64_t step) override {
+    FeedFrame f = client_.next(FeedKind::Step, step, dist::feed_step_deadline(), str_cat("the rows of step ", step));
+    const size_t want = static_cast<size_t>(rows_per_step(plan_)) * (static_cast<size_t>(plan_.T) + 1);
+    if (f.tokens.size() != want)
+      fail("rank ", rank_, ": ", client_.server(), " sent ", f.tokens.size(), " tokens for step ", step, ", expected ",
+           want, " (another total batch or sequence length?)");
+    StepRows s;
+    s.step = step;
+    s.rows = std::move(f.tokens);
+    s.loader_state = parse_state(f.text, step);
+    return s;
+  }
+
+  const json& initial_state() const override { return initial_; }
+
+  ValBatchReader val_reader(int B) override {
+    const int T = plan_.T;
+    return [this, B, T](int64_t i, int32_t* x, int32_t* y) {
+      if (!x) return;  // another rank's batch: rank 0 sent it there
+      FeedFrame f = client_.next(FeedKind::Val, i, dist::feed_step_deadline(), str_cat("validation batch ", i));
+      if (f.tokens.size() != static_cast<size_t>(B) * (static_cast<size_t>(T) + 1))
+        fail("rank ", rank_, ": ", client_.server(), " sent a validation batch of ", f.tokens.size(), " tokens, expected ",
+             B, " x ", T + 1);
+      split_rows(f.tokens, B, T, x, y);
+    };
+  }
+
+ private:
+  json parse_state(const std::string& text, int64_t step) const {
+    try {
+      return json::parse(text);
+    } catch (const std::exception& e) {
+      fail("rank ", rank_, ": the loader state ", client_.server(), " sent with step ", step, " is not JSON: ", e.what());
+    }
+  }
+
+  dist::FeedClient& client_;
+  const TrainPlan& plan_;
+  const int rank_;
+  json initial_;
+};
+
+// Rank 0 of a served job: the tokenizer's files' text, seq = its hash's low 63 bits.
+void send_tokenizer(dist::FeedServer& server, const Tokenizer& tok) {
+  const Tokenizer::SavedText text = tok.saved_text();
+  FeedFrame f;
+  f.kind = FeedKind::Tokenizer;
+  f.seq = static_cast<int64_t>(tok.hash() & kLow63);
+  f.text = json{{"json", text.json}, {"ranks", text.ranks}}.dump();
+  for (int r = 1; r < server.world_size(); ++r) server.send(r, f, dist::feed_step_deadline());
+}
+
+// A worker: the tokenizer rank 0 sent, checked against the hash sent with it.
+Tokenizer receive_tokenizer(dist::FeedClient& client) {
+  // seq is the hash, known only after reading: any seq is taken, then checked
+  const FeedFrame f = client.next_any(FeedKind::Tokenizer, dist::feed_startup_deadline(), "the tokenizer");
+  Tokenizer::SavedText text;
+  try {
+    const json j = json::parse(f.text);
+    text.json = j.at("json").get<std::string>();
+    text.ranks = j.at("ranks").get<std::string>();
+  } catch (const std::exception& e) {
+    fail("the tokenizer ", client.server(), " sent is not readable: ", e.what());
+  }
+  Tokenizer tok = Tokenizer::from_saved_text(text, client.server() + ":tokenizer");
+  if (static_cast<int64_t>(tok.hash() & kLow63) != f.seq)
+    fail("the tokenizer ", client.server(), " sent does not match the hash sent with it (damaged on the way?)");
+  return tok;
+}
+
+}  // namespace
+
+DataFeed::DataFeed() = default;
+DataFeed::DataFeed(DataFeed&&) noexcept = default;
+DataFeed::~DataFeed() = default;
+
+int DataFeed::port() const { return server ? server->port() : 0; }
+
+void DataFeed::tell_workers(const std::string& error) noexcept {
+  if (server) server->send_error(error);
+}
+
+DataFeed open_data_feed(Communicator& comm, bool local_data) {
+  DataFeed f;
+  if (comm.world_size() < 2) return f;
+  // every rank must take the same road before the first frame (the build is agreed here too)
+  dist::agree(comm, {{"data source", local_data ? "each node's own shards (--local-data)" : "node 0 serves"}});
+  if (local_data) return f;
+  if (comm.rank() == 0)
+    f.server = std::make_unique<dist::FeedServer>(comm, dist::feed_startup_deadline());
+  else
+    f.client = std::make_unique<dist::FeedClient>(comm, dist::feed_startup_deadline());
+  return f;
+}
+
+Tokenizer load_tokenizer(DataFeed& feed) {
+  if (feed.client) return receive_tokenizer(*feed.client);
+  Tokenizer tok = Tokenizer::load(tokenizer_dir());
+  if (feed.server) send_tokenizer(*feed.server, tok);
+  return tok;
+}
+
+std::unique_ptr<StepSource> open_step_source(DataFeed& feed, const Tokenizer& tok, const TrainPlan& plan,
+                                             const json* state, int64_t first_step, int rank) {
+  if (feed.server) return std::make_unique<ServingSource>(*feed.server, tok, plan, state, first_step, 3);
+  if (feed.client) return std::make_unique<ReceivedSource>(*feed.client, plan, first_step, rank);
+  return std::make_unique<LocalSource>(tok, plan, state);
+}
+
+}  // namespace nanochat

@@ -1,0 +1,83 @@
+#pragma once
+// Where a rank's training rows and validation batches come from (docs/architecture.md 3.14, 7.11):
+//  * local: the rank reads the one-rank data stream itself (one process, or --local-data, where
+//    every node holds the same shards);
+//  * served by node 0 (the default with several ranks): rank 0 reads the stream once and sends
+//    each step's rows ahead of time, and each validation batch to the rank that evaluates it, over
+//    the data feed (dist/feed_link.h); the other ranks need no shards and no tokenizer files.
+// Either way every rank gets the same rows for a step, in stream order, and takes its own by the
+// split of train/balance.h, so the result does not depend on the mode, the split or the world size.
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "nanochat/train/eval.h"
+
+namespace nanochat {
+
+class Communicator;
+class Tokenizer;
+struct TrainPlan;
+namespace dist {
+class FeedServer;
+class FeedClient;
+}  // namespace dist
+
+/// The rows of one optimizer step.
+struct StepRows {
+  int64_t step = -1;
+  std::vector<int32_t> rows;    ///< (R, T+1) int32 row-major, R = total batch / T, in stream order
+  nlohmann::json loader_state;  ///< the train loader's state after these rows (what a checkpoint stores)
+};
+
+/// One rank's supply of training rows and validation batches.
+class StepSource {
+ public:
+  virtual ~StepSource() = default;
+  /// The rows of `step`. Steps are asked for in order, each once, from the first step of the run.
+  /// Throws nanochat::Error for a data error (served: rank 0's message, on every rank), a lost data
+  /// connection, or a wait past its deadline.
+  virtual StepRows next(int64_t step) = 0;
+  /// The loader state before the first step (what a save before any step stores).
+  virtual const nlohmann::json& initial_state() const = 0;
+  /// A reader for one evaluation (evaluate_bpb): the val stream of (B, T) batches from its start.
+  virtual ValBatchReader val_reader(int B) = 0;
+};
+
+/// The data feed of a job whose data node 0 serves; both null when this rank reads its own data
+/// (one process, or --local-data).
+struct DataFeed {
+  std::unique_ptr<dist::FeedServer> server;  ///< rank 0
+  std::unique_ptr<dist::FeedClient> client;  ///< the other ranks
+  DataFeed();
+  DataFeed(DataFeed&&) noexcept;
+  ~DataFeed();
+  /// Rank 0 of a served job: the port it serves on (else 0).
+  int port() const;
+  /// Rank 0 of a served job: sends `error` to every worker, which prints it (else nothing). Never throws.
+  void tell_workers(const std::string& error) noexcept;
+};
+
+/// Collective. With several ranks the ranks first agree on the data source ("data source": a rank
+/// with --local-data and one without both stop naming it), then, unless `local_data`, open the
+/// feed's connections (dist/feed_link.h; NANOCHAT_STARTUP_TIMEOUT). Throws nanochat::Error.
+DataFeed open_data_feed(Communicator& comm, bool local_data);
+
+/// The tokenizer: from tokenizer_dir(); rank 0 of a served job also sends it to every worker,
+/// and a worker takes it from rank 0 (checked against the hash sent with it). Throws
+/// nanochat::Error naming the folder (or rank 0's message on a worker).
+Tokenizer load_tokenizer(DataFeed& feed);
+
+/// This rank's step source, the first step being `first_step`: the stream read here (local, or
+/// rank 0 of a served job, which then reads and sends the steps first_step ..
+/// plan.num_iterations - 1 at most 3 steps ahead) or received from rank 0 (a worker, which waits
+/// NANOCHAT_STARTUP_TIMEOUT for rank 0's initial loader state). `state`: the loader state to
+/// resume from (null: the start; unused on a worker). A read error on rank 0 (a corrupt shard met
+/// mid-run) is sent to the workers in place of the step and thrown by next() on every rank at
+/// that step. Throws nanochat::Error like data::DataLoader's constructor (rank 0 sends it on).
+std::unique_ptr<StepSource> open_step_source(DataFeed& feed, const Tokenizer& tok, const TrainPlan& plan,
+                                             const nlohmann::json* state, int64_t first_step, int rank);
+
+}  // namespace nanochat
