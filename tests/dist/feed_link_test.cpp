@@ -3,6 +3,7 @@
 // worker as its message, and a closed connection, a lost worker or a wait past its deadline is
 // a named error instead of a hang.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <functional>
@@ -150,4 +151,51 @@ TEST(FeedLink, ALostWorkerIsNamedByRankZero) {
         EXPECT_NE(e.find("rank 1 (host "), std::string::npos) << e;
       },
       [&](int, FeedClient&) { gone = true; });  // the client closes on leaving
+}
+
+// Something else that connects to the data port first (a port scanner) is dropped; the workers
+// still connect.
+TEST(FeedLink, AStrayConnectionIsDroppedNotFatal) {
+  nanochat::testing::ThreadHub hub(2);
+  std::exception_ptr e0, e1;
+  std::atomic<int> port{0};
+  std::atomic<bool> got{false};
+  std::thread t0([&] {
+    try {
+      nanochat::testing::ThreadCommunicator comm(hub, 0);
+      FeedServer s(comm, in(20000));
+      s.send(1, frame(FeedKind::Step, 0, {5}), in(5000));
+      while (!got) std::this_thread::sleep_for(Ms(5));
+    } catch (...) {
+      e0 = std::current_exception();
+    }
+  });
+  std::thread t1([&] {
+    try {
+      nanochat::testing::ThreadCommunicator comm(hub, 1);
+      // learn the port as the client would, then let a stranger connect and talk first
+      int64_t p = -1;
+      comm.broadcast(&p, sizeof p, 0)->wait();
+      port = static_cast<int>(p);
+      std::string err;
+      Fd stray = tcp_connect_once("127.0.0.1", port, Ms(2000), &err);
+      ASSERT_TRUE(stray) << err;
+      const char junk[] = "GET / HTTP/1.0\r\n\r\n0123456789abcdef0123456789";
+      ::send(stray.get(), junk, sizeof junk, MSG_NOSIGNAL);
+      Fd fd = tcp_connect_once("127.0.0.1", port, Ms(2000), &err);
+      ASSERT_TRUE(fd) << err;
+      write_feed_frame(fd.get(), frame(FeedKind::Hello, 1, {}, "me"), in(2000), "rank 0");
+      FeedFrame f;
+      ASSERT_TRUE(read_feed_frame(fd.get(), &f, in(5000), "rank 0"));
+      EXPECT_EQ(f.tokens, std::vector<int32_t>{5});
+      got = true;
+    } catch (...) {
+      got = true;
+      e1 = std::current_exception();
+    }
+  });
+  t0.join();
+  t1.join();
+  if (e0) std::rethrow_exception(e0);
+  if (e1) std::rethrow_exception(e1);
 }

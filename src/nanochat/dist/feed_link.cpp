@@ -42,15 +42,22 @@ Fd listen_for_feed(int want, int* port) {
   return fd;
 }
 
-// One accepted connection's Hello: its rank. Throws on garbage.
+// One accepted connection's Hello: its rank, or -1 (with a note on stderr) when it is not a rank of
+// this job (a port scanner, another program): such a connection is dropped, not fatal.
 int read_hello(int fd, int world, std::string* host, Clock::time_point deadline) {
   FeedFrame f;
-  if (!read_feed_frame(fd, &f, deadline, "a connecting rank") || f.kind != FeedKind::Hello || f.seq < 1 ||
-      f.seq >= world)
-    fail("a connection to the data port did not introduce itself as a rank of this job (another program, or a "
-         "build of another version?)");
-  *host = f.text;
-  return static_cast<int>(f.seq);
+  try {
+    if (read_feed_frame(fd, &f, deadline, "a connecting rank") && f.kind == FeedKind::Hello && f.seq >= 1 &&
+        f.seq < world) {
+      *host = f.text;
+      return static_cast<int>(f.seq);
+    }
+  } catch (const Error&) {
+  }
+  std::fprintf(stderr,
+               "rank 0: dropped a connection to the data port that did not introduce itself as a rank of this job "
+               "(another program?)\n");
+  return -1;
 }
 
 }  // namespace
@@ -102,8 +109,10 @@ FeedServer::FeedServer(Communicator& comm, Clock::time_point deadline) {
     tune_tcp_socket(conn.get());
     std::string host;
     const int r = read_hello(conn.get(), W, &host, std::min(deadline, Clock::now() + Ms(10000)));
+    if (r < 0) continue;
     Peer& peer = peers_[static_cast<size_t>(r)];
-    if (peer.fd) fail("two connections to the data port both said they are rank ", r, " (hosts ", peer.host, " and ", host, ")");
+    if (peer.fd)
+      fail("two connections to the data port both said they are rank ", r, " (hosts ", peer.host, " and ", host, ")");
     peer.fd = std::move(conn);
     peer.host = host;
     --missing;
