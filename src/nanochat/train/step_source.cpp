@@ -1,7 +1,6 @@
 #include "nanochat/train/step_source.h"
 
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -112,7 +111,12 @@ class ServingSource : public StepSource {
  public:
   ServingSource(dist::FeedServer& server, const Tokenizer& tok, const TrainPlan& plan, const json* state,
                 int64_t first_step, int ahead)
-      : server_(server), tok_(tok), plan_(plan), first_(first_step), ahead_(std::max(1, ahead)), asked_(first_step - 1) {
+      : server_(server),
+        tok_(tok),
+        plan_(plan),
+        first_(first_step),
+        ahead_(std::max(1, ahead)),
+        asked_(first_step - 1) {
     try {
       loader_ = std::make_unique<data::DataLoader>(tok, train_loader_options(plan), state);
       initial_ = loader_->state();
@@ -134,7 +138,8 @@ class ServingSource : public StepSource {
       stop_ = true;
     }
     cv_.notify_all();
-    if (!done_) server_.shutdown();  // unblocks a write to a rank that no longer reads
+    // A write to a rank that stopped reading ends at its deadline. The connections stay open, so
+    // that an error of this rank can still be sent to the workers after this (DataFeed::tell_workers).
     thread_.join();
   }
 
@@ -196,7 +201,6 @@ class ServingSource : public StepSource {
         ready_.push_back(std::move(sr));
         cv_.notify_all();
       }
-      done_ = true;
     } catch (const std::exception& e) {
       const std::string msg = str_cat("rank 0 (host ", dist::host_name(), ") could not serve the data: ", e.what());
       server_.send_error(msg);
@@ -218,7 +222,6 @@ class ServingSource : public StepSource {
   std::deque<StepRows> ready_;
   int64_t asked_;
   bool stop_ = false;
-  std::atomic<bool> done_{false};
   std::string error_;
   std::thread thread_;
 };
@@ -253,8 +256,8 @@ class ReceivedSource : public StepSource {
       if (!x) return;  // another rank's batch: rank 0 sent it there
       FeedFrame f = client_.next(FeedKind::Val, i, dist::feed_step_deadline(), str_cat("validation batch ", i));
       if (f.tokens.size() != static_cast<size_t>(B) * (static_cast<size_t>(T) + 1))
-        fail("rank ", rank_, ": ", client_.server(), " sent a validation batch of ", f.tokens.size(), " tokens, expected ",
-             B, " x ", T + 1);
+        fail("rank ", rank_, ": ", client_.server(), " sent a validation batch of ", f.tokens.size(),
+             " tokens, expected ", B, " x ", T + 1);
       split_rows(f.tokens, B, T, x, y);
     };
   }
@@ -264,7 +267,8 @@ class ReceivedSource : public StepSource {
     try {
       return json::parse(text);
     } catch (const std::exception& e) {
-      fail("rank ", rank_, ": the loader state ", client_.server(), " sent with step ", step, " is not JSON: ", e.what());
+      fail("rank ", rank_, ": the loader state ", client_.server(), " sent with step ", step,
+           " is not JSON: ", e.what());
     }
   }
 
