@@ -31,27 +31,6 @@ std::string shard(const BaseDir& b, int i) {
   return b.dir + "/base_data_climbmix/shard_0000" + std::to_string(i) + ".parquet";
 }
 
-// Flips a byte near the end of row group `rg`'s column chunk (inside its last page's payload,
-// which carries a CRC), keeping the file's size; then moves its mtime 2 s on, as a rewrite would.
-void corrupt_row_group(const std::string& path, int rg) {
-  int64_t at;
-  {
-    data::ParquetReader r(path);
-    ASSERT_GT(r.num_row_groups(), rg) << path;
-    const auto& c = r.row_group(rg).text;
-    at = c.start + c.total_compressed_size - 5;
-  }
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(at);
-  char ch = 0;
-  f.read(&ch, 1);
-  ch = static_cast<char>(ch ^ 0x5a);
-  f.seekp(at);
-  f.write(&ch, 1);
-  f.close();
-  fs::last_write_time(path, fs::last_write_time(path) + std::chrono::seconds(2));
-}
-
 bool has(const std::string& out, const std::string& s) { return out.find(s) != std::string::npos; }
 
 }  // namespace

@@ -26,16 +26,6 @@ namespace {
 
 std::string fixtures() { return std::string(NANOCHAT_TEST_DATA) + "/interop"; }
 
-struct TmpDir {
-  std::string dir;
-  explicit TmpDir(const std::string& name) {
-    dir = (fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))).string();
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~TmpDir() { fs::remove_all(dir); }
-};
-
 Result run_in(const std::string& base, const std::string& args) {
   auto [code, out] = nctest::shell("NANOCHAT_BASE_DIR=" + base + " timeout 300 " + NANOCHAT_BINARY + args);
   return {code, out};
@@ -149,7 +139,7 @@ TEST(InteropOptim, ImportsTheStateNanochatsMuonAdamWWroteOnOneOrTwoRanksAndResum
               torch_state(9, "momentum_buffer").bytes);
 
   // the same state as nanochat's optimizer holds it on 2 ranks: the same whole state
-  TmpDir two("nc_iopt_two");
+  EmptyDir two("nc_iopt_two");
   fs::copy(fixtures() + "/nanochat", two.dir + "/src", fs::copy_options::recursive);
   for (int k = 0; k < 2; ++k) {
     const std::string name = "/optim_000003_rank" + std::to_string(k) + ".pt";
@@ -175,7 +165,7 @@ TEST(InteropOptim, ImportsTheStateNanochatsMuonAdamWWroteOnOneOrTwoRanksAndResum
 }
 
 TEST(InteropOptim, AnOptimizerFileThatDoesNotFitNamesTheFileAndKey) {
-  TmpDir d("nc_iopt_bad");
+  EmptyDir d("nc_iopt_bad");
   const std::string src = d.dir + "/src", ck = src + "/base_checkpoints/d1";
   fs::copy(fixtures() + "/nanochat", src, fs::copy_options::recursive);
   // rank 0 of a 2-rank run alone: its lm_head moments hold half the rows
@@ -204,7 +194,7 @@ TEST(InteropOptim, CorruptedOptimizerFilesEndInAnErrorNamingTheFile) {
   const std::string fix_pt = fixtures() + "/nanochat/base_checkpoints/d1/optim_000003_rank0.pt";
   const std::string good = slurp(fix_pt);
   Opt o(fixtures() + "/nanochat/base_checkpoints/d1/meta_000003.json");
-  TmpDir d("nc_iopt_fuzz");
+  EmptyDir d("nc_iopt_fuzz");
   const std::string path = d.dir + "/optim_000003_rank0.pt";
   std::mt19937 rng(7);
   int errors = 0;

@@ -22,17 +22,6 @@ const std::string kSample =
 
 std::string fixture_folder() { return std::string(NANOCHAT_TEST_DATA) + "/interop/nanochat"; }
 
-// A fresh, empty NANOCHAT_BASE_DIR (no data, no tokenizer).
-struct EmptyDir {
-  std::string dir;
-  explicit EmptyDir(const std::string& name) {
-    dir = (fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))).string();
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~EmptyDir() { fs::remove_all(dir); }
-};
-
 Result run_in(const std::string& base, const std::string& args) {
   auto [code, out] = nctest::shell("NANOCHAT_BASE_DIR=" + base + " timeout 300 " + NANOCHAT_BINARY + args);
   return {code, out};

@@ -7,8 +7,8 @@
 
 #include <cmath>
 #include <fstream>
-#include <sstream>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "nanochat/core/safetensors.h"
@@ -28,24 +28,6 @@ const char* kServe =
     " base-train --depth 3 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --window-pattern SL"
     " --device-batch-size 2 --total-batch-size 768 --eval-every 5 --eval-tokens 512 --sample-every -1"
     " --core-metric-every -1 --threads 1 --model-tag t --num-iterations 5 --warmup-steps 1 --weight-decay 0";
-
-// A fresh, empty base directory (a worker that holds nothing but the program).
-struct EmptyDir {
-  std::string dir;
-  explicit EmptyDir(const std::string& name) {
-    dir = (fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))).string();
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~EmptyDir() { fs::remove_all(dir); }
-  // What the worker left there besides the machine's FMA-peak cache.
-  std::vector<std::string> contents() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.path().filename() != "fma_peak.json") out.push_back(e.path().filename().string());
-    return out;
-  }
-};
 
 // The val bpb lines of a run: step -> bpb.
 std::map<int64_t, double> val_bpb(const std::string& out) {
@@ -71,24 +53,6 @@ std::string model_file(const std::string& base, int step) {
   char b[64];
   std::snprintf(b, sizeof b, "/base_checkpoints/t/model_%06d.safetensors", step);
   return base + b;
-}
-
-// The byte 5 before the end of a row group's text chunk is flipped (the page's CRC then fails).
-void corrupt_row_group(const std::string& path, int rg) {
-  int64_t at;
-  {
-    data::ParquetReader r(path);
-    ASSERT_GT(r.num_row_groups(), rg) << path;
-    const auto& c = r.row_group(rg).text;
-    at = c.start + c.total_compressed_size - 5;
-  }
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(at);
-  char ch = 0;
-  f.read(&ch, 1);
-  ch = static_cast<char>(ch ^ 0x5a);
-  f.seekp(at);
-  f.write(&ch, 1);
 }
 
 }  // namespace
@@ -178,7 +142,8 @@ TEST(ServedData, ACorruptShardMetMidRunStopsEveryNodeNamingIt) {
   EmptyDir n1("nc_sd_corrupt1");
   const std::string bad = n0.dir + "/base_data_climbmix/shard_00001.parquet";
   corrupt_row_group(bad, 5);
-  const std::string flags = std::string(kServe) + " --eval-every -1 --num-iterations 400 --save-every 2 --skip-data-check";
+  const std::string flags =
+      std::string(kServe) + " --eval-every -1 --num-iterations 400 --save-every 2 --skip-data-check";
   auto [c0, c1] = two_nodes(n0.dir, n1.dir, flags, "");
   EXPECT_NE(c0.code, 0) << c0.out;
   EXPECT_NE(c1.code, 0) << c1.out;

@@ -7,12 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -52,6 +54,45 @@ struct BaseDir {
   ~BaseDir() { fs::remove_all(dir); }
   std::string ckpt(const std::string& tag = "t") const { return dir + "/base_checkpoints/" + tag; }
 };
+
+// A fresh, empty folder (e.g. the NANOCHAT_BASE_DIR of a node that holds nothing), removed at the end.
+struct EmptyDir {
+  std::string dir;
+  explicit EmptyDir(const std::string& name) {
+    dir = (fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))).string();
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~EmptyDir() { fs::remove_all(dir); }
+  /// The names in it now, except the machine's FMA-peak cache every run may write.
+  std::vector<std::string> contents() const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().filename() != "fma_peak.json") out.push_back(e.path().filename().string());
+    return out;
+  }
+};
+
+/// Flips the byte 5 before the end of row group `rg`'s text chunk of the shard at `path` (its page
+/// CRC then fails) and moves its mtime 2 s on (so a cached check sees a changed file).
+inline void corrupt_row_group(const std::string& path, int rg) {
+  int64_t at;
+  {
+    data::ParquetReader r(path);
+    if (r.num_row_groups() <= rg) throw std::runtime_error(path + " has no row group " + std::to_string(rg));
+    const auto& c = r.row_group(rg).text;
+    at = c.start + c.total_compressed_size - 5;
+  }
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(at);
+  char ch = 0;
+  f.read(&ch, 1);
+  ch = static_cast<char>(ch ^ 0x5a);
+  f.seekp(at);
+  f.write(&ch, 1);
+  f.close();
+  fs::last_write_time(path, fs::last_write_time(path) + std::chrono::seconds(2));
+}
 
 inline const char* kTiny =
     " base-train --depth 2 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --window-pattern SL"

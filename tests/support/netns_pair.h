@@ -40,16 +40,16 @@ class NetnsPair {
     made_a_ = true;
     if (sh({kIp, "netns", "add", b}).first != 0) return "`ip netns add " + b + "` failed";
     made_b_ = true;
-    for (auto cmd : std::vector<std::vector<std::string>>{
-             {kIp, "link", "add", va, "type", "veth", "peer", "name", vb},
-             {kIp, "link", "set", va, "netns", a},
-             {kIp, "link", "set", vb, "netns", b},
-             {kIp, "-n", a, "addr", "add", std::string(kAddrA) + "/24", "dev", va},
-             {kIp, "-n", b, "addr", "add", std::string(kAddrB) + "/24", "dev", vb},
-             {kIp, "-n", a, "link", "set", va, "up"},
-             {kIp, "-n", b, "link", "set", vb, "up"},
-             {kIp, "-n", a, "link", "set", "lo", "up"},
-             {kIp, "-n", b, "link", "set", "lo", "up"}}) {
+    for (auto cmd :
+         std::vector<std::vector<std::string>>{{kIp, "link", "add", va, "type", "veth", "peer", "name", vb},
+                                               {kIp, "link", "set", va, "netns", a},
+                                               {kIp, "link", "set", vb, "netns", b},
+                                               {kIp, "-n", a, "addr", "add", std::string(kAddrA) + "/24", "dev", va},
+                                               {kIp, "-n", b, "addr", "add", std::string(kAddrB) + "/24", "dev", vb},
+                                               {kIp, "-n", a, "link", "set", va, "up"},
+                                               {kIp, "-n", b, "link", "set", vb, "up"},
+                                               {kIp, "-n", a, "link", "set", "lo", "up"},
+                                               {kIp, "-n", b, "link", "set", "lo", "up"}}) {
       auto r = sh(cmd);
       if (r.first != 0) return cmd[1] + " " + cmd[2] + " failed: " + r.second;
     }
