@@ -22,8 +22,14 @@
 # the second node at a third of the first's speed; it prints the pair (even and speed) against
 # the first node alone.
 #
+# `--data-wait` instead measures the data feed: the d4 pair over the two namespaces (1 Gbit/s),
+# both nodes at full speed, once with node 0 serving the data to a node 1 whose base folder is
+# empty (the default) and once with every node reading its own copy (`--local-data`); it prints
+# tok/s and each rank's median seconds per step spent getting its rows (metrics.jsonl
+# rank_data_ms), in ms and as a share of the step.
+#
 # usage: bench/dist/unequal.sh [--bin PATH] [--dir DIR] [--ratios 1,2,4] [--topology host|netns|both]
-#            [--steps N] [--skip K] [--batch TOKENS] [--rate 1gbit] [--port P] [--motivating]
+#            [--steps N] [--skip K] [--batch TOKENS] [--rate 1gbit] [--port P] [--motivating | --data-wait]
 #   --bin PATH       the nanochat binary (default build/nanochat); this script builds nothing
 #   --dir DIR        NANOCHAT_BASE_DIR for corpus, tokenizer, checkpoints and logs (default
 #                    /tmp/nanochat-unequal-bench; a demo corpus and a vocab-8192 tokenizer are
@@ -36,6 +42,7 @@
 #   --rate R         tc rate of the namespaces' link (default 1gbit)
 #   --port P         first master port (default 29571; each pair run uses the next one)
 #   --motivating     run the d8 case described above instead of the table
+#   --data-wait      measure the data feed's wait per step (above) instead of the table
 # Environment: BALANCE_FLAGS=0 runs the pairs without `--balance` (for builds without the flag:
 # both pair columns then use the build's own split). UNEQUAL_RUN_TIMEOUT: seconds before one run
 # is stopped (default 3600).
@@ -58,6 +65,7 @@ batch=32768
 rate=1gbit
 port=29571
 motivating=0
+data_wait=0
 balance_flags="${BALANCE_FLAGS:-1}"
 run_timeout="${UNEQUAL_RUN_TIMEOUT:-3600}"
 cg_period_us=10000  # CFS period of the slow rank's quota: short, so it is slowed evenly, not in bursts
@@ -67,7 +75,7 @@ die() { echo "$me: $*" >&2; exit 1; }
 parse_args() {
   while [ $# -gt 0 ]; do
     case "$1" in
-      --motivating|-h|--help) ;;
+      --motivating|--data-wait|-h|--help) ;;
       *) [ $# -ge 2 ] || die "$1 needs a value (see --help)" ;;
     esac
     case "$1" in
@@ -81,6 +89,7 @@ parse_args() {
       --rate) rate="$2"; shift 2 ;;
       --port) port="$2"; shift 2 ;;
       --motivating) motivating=1; shift ;;
+      --data-wait) data_wait=1; shift ;;
       -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
       *) echo "$me: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -97,6 +106,7 @@ parse_args() {
     awk -v r="$r" 'BEGIN { exit !(r + 0 >= 1 && r + 0 <= 10) }' || die "--ratios: '$r' is not a number in [1, 10]"
   done
   if [ "$motivating" = 1 ]; then topology=netns; ratio_list=(3); fi
+  if [ "$data_wait" = 1 ]; then topology=netns; ratio_list=(1); fi
 }
 
 # ---------------------------------------------------------------- preconditions
@@ -264,7 +274,10 @@ prepare_data() {
 # ---------------------------------------------------------------- runs
 depth=4 seq_len=256 dev_batch=4  # --motivating: d8, T 512
 logs=""
-tps=""  # tok/s of the last run
+tps=""         # tok/s of the last run
+waits=""       # the data wait per step of the last pair run (data_wait)
+n1_dir=""      # node 1's NANOCHAT_BASE_DIR in pair runs (default: the same folder as node 0)
+pair_flags=()  # extra base-train flags of pair runs
 
 # The base-train command line of a run (model tag = the run's label).
 train_cmd() {  # $1 = label
@@ -320,6 +333,7 @@ run_pair() {  # $1 = label, $2 = host|netns, $3 = even|speed
   port=$((port + 1))
   train_cmd "$label"
   [ "$balance_flags" = 1 ] && train+=(--balance "$mode")
+  train+=("${pair_flags[@]}")
   local launch=("$bin" run --nnodes 2 --nproc-per-node 1 --threads-per-rank 1 --master-addr "$master"
                 --master-port "$port" "${extra[@]}")
   echo "== $label"
@@ -328,7 +342,8 @@ run_pair() {  # $1 = label, $2 = host|netns, $3 = even|speed
   "${ns0[@]}" "${pre[@]}" "${launch[@]}" --node-rank 0 "${train[@]}" > "$logs/$label.n0.log" 2>&1 &
   p0=$!
   prefix "$slow_cpu"
-  "${cg_wrap[@]}" "${ns1[@]}" "${pre[@]}" "${launch[@]}" --node-rank 1 "${train[@]}" > "$logs/$label.n1.log" 2>&1 &
+  NANOCHAT_BASE_DIR="$n1_dir" "${cg_wrap[@]}" "${ns1[@]}" "${pre[@]}" "${launch[@]}" --node-rank 1 "${train[@]}" \
+    > "$logs/$label.n1.log" 2>&1 &
   p1=$!
   pids=("$p0" "$p1")
   wait "$p0" || ok=0
@@ -338,10 +353,34 @@ run_pair() {  # $1 = label, $2 = host|netns, $3 = even|speed
     tail -20 "$logs/$label.n0.log" "$logs/$label.n1.log" >&2
     die "pair run '$label' failed (logs: $logs/$label.n0.log, $logs/$label.n1.log)"
   fi
+  waits=$(data_wait "$dir/base_checkpoints/$label/metrics.jsonl")
   rm -rf "$dir/base_checkpoints/$label"
   tps=$(tok_per_sec "$logs/$label.n0.log")
   echo "   $tps tok/s"
 }
+
+# Each rank's median data wait per step over the steps >= $skip, from metrics.jsonl, whose step
+# records hold "dt_ms" and "rank_data_ms": [rank 0, rank 1] (src/nanochat/train/trainer.cpp):
+# prints "rank 0 X ms (Y%), rank 1 ...".
+data_wait() {  # $1 = metrics.jsonl
+  local r ms pct out=""
+  for r in 0 1; do
+    local col
+    col=$(awk -v k="$skip" -v r="$r" '
+      function field(line, key,   i, v) { i = index(line, key); v = substr(line, i + length(key)); sub(/[],}].*/, "", v); return v }
+      /"rank_data_ms"/ {
+        s = substr($0, index($0, "\"rank_data_ms\":[") + 16); s = substr(s, 1, index(s, "]") - 1); split(s, a, ",")
+        if (field($0, "\"step\":") + 0 >= k) printf "%.3f %.4f\n", a[r + 1], 100 * a[r + 1] / field($0, "\"dt_ms\":")
+      }' "$1")
+    ms=$(echo "$col" | awk '{ print $1 }' | median_f)
+    pct=$(echo "$col" | awk '{ print $2 }' | median_f)
+    out+="${out:+, }rank $r $ms ms ($pct%)"
+  done
+  echo "$out"
+}
+
+# Median of the numbers on stdin, with decimals.
+median_f() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) printf "%.2f\n", a[(NR + 1) / 2]; else printf "%.2f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 # ---------------------------------------------------------------- report
 rows=()  # "topology|ratio|fast|slow|even|speed"
@@ -426,6 +465,27 @@ run_motivating() {
   printf '%-26s %10s %9s\n' "pair, --balance speed" "$tps" "$(ratio_of "$tps" "$first")"
 }
 
+# --data-wait: the d4 pair over the namespaces at full speed, served (node 1's folder empty) and
+# with --local-data.
+run_data_wait() {
+  local empty served served_waits
+  cg_wrap=()
+  empty=$(mktemp -d /tmp/nanochat-empty-node1.XXXXXX)
+  n1_dir=$empty
+  run_pair dw-served netns speed
+  served=$tps served_waits=$waits
+  [ -z "$(ls -A "$empty" | grep -v fma_peak.json)" ] || echo "$me: note: node 1 wrote into its empty folder $empty"
+  rm -rf "$empty"
+  n1_dir=$dir pair_flags=(--local-data)
+  run_pair dw-local netns speed
+  echo
+  echo "d$depth, T $seq_len, B $dev_batch, total batch $batch, two namespaces over $rate, both nodes at full speed;" \
+       "median over steps $skip..$((steps - 1)); logs in $logs"
+  printf '%-44s %8s   %s\n' run tok/s "data wait per step (median)"
+  printf '%-44s %8s   %s\n' "node 0 serves the data (node 1's folder empty)" "$served" "$served_waits"
+  printf '%-44s %8s   %s\n' "every node reads its own copy (--local-data)" "$tps" "$waits"
+}
+
 main() {
   parse_args "$@"
   check_requirements
@@ -440,7 +500,14 @@ main() {
   pick_cores
   [ "$topology" = host ] || make_netns
   prepare_data
-  if [ "$motivating" = 1 ]; then run_motivating; else run_table; fi
+  n1_dir=$dir
+  if [ "$motivating" = 1 ]; then
+    run_motivating
+  elif [ "$data_wait" = 1 ]; then
+    run_data_wait
+  else
+    run_table
+  fi
 }
 
 # one line: bash has read the exit before main runs, so editing this file during a run is harmless
