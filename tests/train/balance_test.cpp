@@ -110,4 +110,10 @@ TEST(StepBalancer, FasterWithoutNamesARankThatHoldsTheJobBack) {
   EXPECT_EQ(faster_without({300.0, 30.0}, {0.01, 0.01}, 24, 0.104).rank, -1);  // within 5%: keep it
   EXPECT_EQ(faster_without({300.0, 300.0}, {0.01, 0.01}, 24, 0.06).rank, -1);  // both pull their weight
   EXPECT_EQ(faster_without({300.0}, {0.01}, 24, 1.0).rank, -1);                // one rank: nothing to leave out
+  // A step that is mostly waiting (a loaded machine): leaving out the fast rank 0 would pass the
+  // 5% test too (12 rows at 60 rows/s: 0.20 s < 0.95 x 0.22 s), but without the slow rank 1 the
+  // step is far shorter (0.06 s): rank 1 is named.
+  const FasterWithout w = faster_without({200.0, 60.0}, {0.0, 0.0}, 12, 0.22);
+  EXPECT_EQ(w.rank, 1);
+  EXPECT_NEAR(w.seconds, 0.06, 1e-9);
 }

@@ -114,6 +114,7 @@ FasterWithout faster_without(const std::vector<double>& speeds, const std::vecto
                              int64_t step_rows, double step_seconds) {
   const size_t W = speeds.size();
   if (W < 2 || opt_seconds.size() != W) return {};
+  FasterWithout best;
   for (size_t r = 0; r < W; ++r) {
     double others = 0, opt = 0;
     for (size_t q = 0; q < W; ++q)
@@ -121,9 +122,9 @@ FasterWithout faster_without(const std::vector<double>& speeds, const std::vecto
     if (others <= 0) continue;
     const double fewer = static_cast<double>(W - 1);
     const double alone = static_cast<double>(step_rows) / others + opt / fewer * static_cast<double>(W) / fewer;
-    if (alone < 0.95 * step_seconds) return {static_cast<int>(r), alone};
+    if (alone < 0.95 * step_seconds && (best.rank < 0 || alone < best.seconds)) best = {static_cast<int>(r), alone};
   }
-  return {};
+  return best;
 }
 
 std::string split_percentages(const std::vector<int64_t>& rows) {

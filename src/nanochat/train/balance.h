@@ -82,8 +82,10 @@ class StepBalancer {
 /// The rank the job would be faster without, if any: for each rank r, the step time of the others
 /// alone is estimated as step_rows / (sum of their speeds, rows/s) plus their optimizer seconds
 /// spread over one rank fewer (opt_seconds[q]: rank q's optimizer compute in the last step; the
-/// update is sharded W ways). Returns the first r whose estimate is under 0.95 x step_seconds (the
-/// job's measured step time), with that estimate; -1 when none.
+/// update is sharded W ways). Of the ranks whose estimate is under 0.95 x step_seconds (the job's
+/// measured step time) returns the one whose absence would make the step shortest, with that
+/// estimate (when the step is mostly waiting, leaving out a fast rank can pass the test too);
+/// -1 when none.
 struct FasterWithout {
   int rank = -1;
   double seconds = 0;  ///< the estimated step time without it
