@@ -160,8 +160,8 @@ TEST(ServedData, ACorruptShardMetMidRunStopsEveryNodeNamingIt) {
   EXPECT_EQ(r.code, 0) << r.out;
 }
 
-// Two hosts (network namespaces, 1 Gbit/s): the worker's base directory is empty, and the run
-// ends where the one-process run ends.
+// Two hosts (network namespaces, 1 Gbit/s): the worker's base directory is empty, the run ends
+// where the one-process run ends, and node 0's checkpoint alone resumes it with 1 and 3 ranks.
 TEST(ServedData, OverTwoNamespacesTheWorkerNeedsNoFiles) {
   NetnsPair net("sd");
   const std::string why = net.make();
@@ -179,7 +179,7 @@ TEST(ServedData, OverTwoNamespacesTheWorkerNeedsNoFiles) {
       argv.push_back(a);
     argv.push_back(std::to_string(n));
     argv.insert(argv.begin() + 4, nanochat_binary());
-    std::istringstream in(kServe);
+    std::istringstream in(std::string(kServe) + " --save-every 3");
     for (std::string w; in >> w;) argv.push_back(w);
     return Proc::spawn(argv, {"NANOCHAT_BASE_DIR=" + (n == 0 ? n0.dir : n1.dir), "NANOCHAT_JOB_TOKEN=served-data",
                               "NANOCHAT_RENDEZVOUS_TIMEOUT=60", "NANOCHAT_COLLECTIVE_TIMEOUT=60"});
@@ -191,6 +191,13 @@ TEST(ServedData, OverTwoNamespacesTheWorkerNeedsNoFiles) {
   ASSERT_TRUE(p1.exited_ok()) << p1.output();
   EXPECT_TRUE(has(p0.output(), "node 0 serves the data")) << p0.output();
   EXPECT_TRUE(n1.contents().empty());
-  EXPECT_LE(max_rel_diff(load_safetensors(model_file(u.dir, 5)), load_safetensors(model_file(n0.dir, 5))), 1e-4);
+  const StFile uninterrupted = load_safetensors(model_file(u.dir, 5));
+  EXPECT_LE(max_rel_diff(uninterrupted, load_safetensors(model_file(n0.dir, 5))), 1e-4);
   expect_same_bpb(val_bpb(one.out), val_bpb(p0.output()));
+  for (const std::string& launch :
+       {std::string(), " run --nproc-per-node 3 --threads-per-rank 1 --master-port " + std::to_string(test_port())}) {
+    auto r = run(n0, launch + kServe + " --resume-from-step 3");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_LE(max_rel_diff(uninterrupted, load_safetensors(model_file(n0.dir, 5))), 1e-4) << launch;
+  }
 }
