@@ -160,8 +160,9 @@ TEST(ServedData, ACorruptShardMetMidRunStopsEveryNodeNamingIt) {
   EXPECT_EQ(r.code, 0) << r.out;
 }
 
-// Two hosts (network namespaces, 1 Gbit/s): the worker's base directory is empty, the run ends
-// where the one-process run ends, and node 0's checkpoint alone resumes it with 1 and 3 ranks.
+// Two hosts (network namespaces, 1 Gbit/s, one --port-range): the worker's base directory is empty,
+// the run ends where the one-process run ends, and node 0's checkpoint alone resumes it with 1
+// and 3 ranks.
 TEST(ServedData, OverTwoNamespacesTheWorkerNeedsNoFiles) {
   NetnsPair net("sd");
   const std::string why = net.make();
@@ -175,7 +176,7 @@ TEST(ServedData, OverTwoNamespacesTheWorkerNeedsNoFiles) {
   auto node = [&](int n) {
     std::vector<std::string> argv = net.exec_in(n);
     for (const char* a : {"run", "--nnodes", "2", "--nproc-per-node", "1", "--threads-per-rank", "1", "--master-addr",
-                          NetnsPair::kAddrA, "--master-port", "29500", "--node-rank"})
+                          NetnsPair::kAddrA, "--master-port", "29500", "--port-range", "29600-29601", "--node-rank"})
       argv.push_back(a);
     argv.push_back(std::to_string(n));
     argv.insert(argv.begin() + 4, nanochat_binary());
@@ -190,6 +191,8 @@ TEST(ServedData, OverTwoNamespacesTheWorkerNeedsNoFiles) {
   ASSERT_TRUE(p0.exited_ok()) << p0.output() << "\n--- node 1:\n" << p1.output();
   ASSERT_TRUE(p1.exited_ok()) << p1.output();
   EXPECT_TRUE(has(p0.output(), "node 0 serves the data")) << p0.output();
+  // the data goes over the --port-range port Gloo's pairs used first (one range opened in a firewall)
+  EXPECT_TRUE(has(p0.output(), "sends every rank its rows (port 29600)")) << p0.output();
   EXPECT_TRUE(n1.contents().empty());
   const StFile uninterrupted = load_safetensors(model_file(u.dir, 5));
   EXPECT_LE(max_rel_diff(uninterrupted, load_safetensors(model_file(n0.dir, 5))), 1e-4);
