@@ -117,18 +117,14 @@ class ServingSource : public StepSource {
         first_(first_step),
         ahead_(std::max(1, ahead)),
         asked_(first_step - 1) {
-    try {
-      loader_ = std::make_unique<data::DataLoader>(tok, train_loader_options(plan), state);
-      initial_ = loader_->state();
-      FeedFrame f;
-      f.kind = FeedKind::Step;
-      f.seq = first_step - 1;  // no rows: the state before the first step
-      f.text = initial_.dump();
-      for (int r = 1; r < server_.world_size(); ++r) server_.send(r, f, dist::feed_step_deadline());
-    } catch (const Error& e) {
-      server_.send_error(e.what());
-      throw;
-    }
+    // an error here (no shards, no val shard) reaches the workers through run_base_train's handler
+    loader_ = std::make_unique<data::DataLoader>(tok, train_loader_options(plan), state);
+    initial_ = loader_->state();
+    FeedFrame f;
+    f.kind = FeedKind::Step;
+    f.seq = first_step - 1;  // no rows: the state before the first step
+    f.text = initial_.dump();
+    for (int r = 1; r < server_.world_size(); ++r) server_.send(r, f, dist::feed_step_deadline());
     thread_ = std::thread([this] { produce(); });
   }
 
