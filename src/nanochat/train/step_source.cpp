@@ -190,9 +190,10 @@ class ServingSource : public StepSource {
         FeedFrame f;
         f.kind = FeedKind::Step;
         f.seq = s;
-        f.tokens = sr.rows;
+        f.tokens = std::move(sr.rows);  // lent to the frame for the sends, then taken back
         f.text = sr.loader_state.dump();
         for (int r = 1; r < server_.world_size(); ++r) server_.send(r, f, dist::feed_step_deadline());
+        sr.rows = std::move(f.tokens);
         std::lock_guard<std::mutex> lk(mu_);
         ready_.push_back(std::move(sr));
         cv_.notify_all();
