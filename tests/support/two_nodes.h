@@ -15,11 +15,14 @@
 
 namespace nctest {
 
-/// A port in 32000-32999 that was free a moment ago (spread by pid, so parallel tests differ).
+/// A port that was free a moment ago, from a block of 100 ports of this process's own (21000-30999,
+/// below Linux's ephemeral range, chosen by pid): tests running in parallel processes then pick
+/// different ports instead of racing for the same free one.
 inline int test_port() {
-  static int next = static_cast<int>(::getpid() % 1000);
-  for (int tries = 0; tries < 1000; ++tries) {
-    const int port = 32000 + (next++ % 1000);
+  static int next = 0;
+  const int base = 21000 + static_cast<int>(::getpid() % 100) * 100;
+  for (int tries = 0; tries < 100; ++tries) {
+    const int port = base + (next++ % 100);
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -29,7 +32,7 @@ inline int test_port() {
     ::close(fd);
     if (ok) return port;
   }
-  return 32999;
+  return base + 99;
 }
 
 /// Runs the binary with NANOCHAT_BASE_DIR=dir, extra environment `env`, bounded by 300 s.
