@@ -73,15 +73,6 @@ void read_rows(data::DataLoader& loader, int64_t n, int T, std::vector<int32_t>*
   }
 }
 
-// (B, T+1) rows -> inputs and targets, each (B, T).
-void split_rows(const std::vector<int32_t>& rows, int B, int T, int32_t* x, int32_t* y) {
-  for (int b = 0; b < B; ++b) {
-    const int32_t* row = rows.data() + static_cast<size_t>(b) * (static_cast<size_t>(T) + 1);
-    std::memcpy(x + static_cast<size_t>(b) * T, row, sizeof(int32_t) * static_cast<size_t>(T));
-    std::memcpy(y + static_cast<size_t>(b) * T, row + 1, sizeof(int32_t) * static_cast<size_t>(T));
-  }
-}
-
 class LocalSource : public StepSource {
  public:
   LocalSource(const Tokenizer& tok, const TrainPlan& plan, const json* state)
@@ -255,7 +246,7 @@ class ReceivedSource : public StepSource {
       if (f.tokens.size() != static_cast<size_t>(B) * (static_cast<size_t>(T) + 1))
         fail("rank ", rank_, ": ", client_.server(), " sent a validation batch of ", f.tokens.size(),
              " tokens, expected ", B, " x ", T + 1);
-      split_rows(f.tokens, B, T, x, y);
+      split_rows(f.tokens.data(), B, T, x, y);
     };
   }
 
@@ -304,6 +295,15 @@ Tokenizer receive_tokenizer(dist::FeedClient& client) {
 }
 
 }  // namespace
+
+void split_rows(const int32_t* rows, int64_t n, int T, int32_t* inputs, int32_t* targets) {
+  const size_t t = static_cast<size_t>(T);
+  for (int64_t b = 0; b < n; ++b) {
+    const int32_t* row = rows + static_cast<size_t>(b) * (t + 1);
+    std::memcpy(inputs + static_cast<size_t>(b) * t, row, sizeof(int32_t) * t);
+    std::memcpy(targets + static_cast<size_t>(b) * t, row + 1, sizeof(int32_t) * t);
+  }
+}
 
 DataFeed::DataFeed() = default;
 DataFeed::DataFeed(DataFeed&&) noexcept = default;

@@ -32,6 +32,9 @@ struct StepRows {
   nlohmann::json loader_state;  ///< the train loader's state after these rows (what a checkpoint stores)
 };
 
+/// Rows (n, T+1) into inputs = row[0:T] and targets = row[1:T+1], each (n, T) row-major.
+void split_rows(const int32_t* rows, int64_t n, int T, int32_t* inputs, int32_t* targets);
+
 /// One rank's supply of training rows and validation batches.
 class StepSource {
  public:
@@ -76,7 +79,8 @@ Tokenizer load_tokenizer(DataFeed& feed);
 /// NANOCHAT_STARTUP_TIMEOUT for rank 0's initial loader state). `state`: the loader state to
 /// resume from (null: the start; unused on a worker). A read error on rank 0 (a corrupt shard met
 /// mid-run) is sent to the workers in place of the step and thrown by next() on every rank at
-/// that step. Throws nanochat::Error like data::DataLoader's constructor (rank 0 sends it on).
+/// that step. Throws nanochat::Error like data::DataLoader's constructor (run_base_train passes
+/// rank 0's on to the workers).
 std::unique_ptr<StepSource> open_step_source(DataFeed& feed, const Tokenizer& tok, const TrainPlan& plan,
                                              const nlohmann::json* state, int64_t first_step, int rank);
 

@@ -251,16 +251,6 @@ class TrainLoop {
     }
   }
 
-  // Inputs and targets of `n` rows of the step from row `first` on, into x_/y_ ((n, T) each).
-  void take_rows(const StepRows& rows, int64_t first, int64_t n) {
-    const size_t T = static_cast<size_t>(plan_.T);
-    for (int64_t i = 0; i < n; ++i) {
-      const int32_t* row = rows.rows.data() + static_cast<size_t>(first + i) * (T + 1);
-      std::copy(row, row + T, x_.data() + static_cast<size_t>(i) * T);
-      std::copy(row + 1, row + T + 1, y_.data() + static_cast<size_t>(i) * T);
-    }
-  }
-
   // This rank's micro-batches of the step (the rows the balancer gave it), timed.
   void run_micro_batches(const StepRows& rows, StepTimes& my) {
     const int64_t step = st_.step;
@@ -269,7 +259,8 @@ class TrainLoop {
     const TestFault& f = hooks_.fault;
     int64_t next_row = balancer_.first_row(rank);
     for (size_t micro = 0; micro < mine.size(); ++micro) {
-      take_rows(rows, next_row, mine[micro]);
+      split_rows(rows.rows.data() + static_cast<size_t>(next_row) * (static_cast<size_t>(plan_.T) + 1), mine[micro],
+                 plan_.T, x_.data(), y_.data());
       next_row += mine[micro];
       Timer tc;
       const float loss = accum_.micro_batch(static_cast<int>(micro), x_.data(), y_.data(), mine[micro], plan_.T);
