@@ -11,6 +11,7 @@
 #include "nanochat/core/format.h"
 #include "nanochat/dist/env.h"
 #include "nanochat/dist/mesh.h"
+#include "nanochat/dist/startup.h"
 
 namespace nanochat::dist {
 
@@ -62,9 +63,9 @@ int read_hello(int fd, int world, std::string* host, Clock::time_point deadline)
 
 }  // namespace
 
-Clock::time_point feed_startup_deadline() { return Clock::now() + env_seconds("NANOCHAT_STARTUP_TIMEOUT", Ms(900000)); }
+Clock::time_point feed_startup_deadline() { return Clock::now() + startup_timeout(); }
 
-Clock::time_point feed_step_deadline() { return Clock::now() + env_seconds("NANOCHAT_COLLECTIVE_TIMEOUT", Ms(300000)); }
+Clock::time_point feed_step_deadline() { return Clock::now() + *DistOptions{}.resolved().collective_timeout; }
 
 FeedServer::FeedServer(Communicator& comm, Clock::time_point deadline) {
   const int W = comm.world_size();

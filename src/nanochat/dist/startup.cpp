@@ -50,7 +50,7 @@ void startup_barrier(Communicator& comm, const std::string& stage) {
   auto* g = dynamic_cast<GlooCommunicator*>(&comm);
   if (!g) return;
   Store& store = g->store();
-  const Ms limit = env_seconds("NANOCHAT_STARTUP_TIMEOUT", Ms(900000));
+  const Ms limit = startup_timeout();
   const std::string k = "startup/" + stage + "/";
   const auto t0 = Clock::now(), deadline = t0 + limit;
   store.set(str_cat(k, "arrived/", r), "1");
@@ -105,5 +105,7 @@ void startup_barrier(Communicator& comm, const std::string& stage) {
   (void)stage;
 #endif
 }
+
+Ms startup_timeout() { return env_seconds("NANOCHAT_STARTUP_TIMEOUT", Ms(900000)); }
 
 }  // namespace nanochat::dist

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "nanochat/comm/communicator.h"
+#include "nanochat/dist/net.h"
 
 namespace nanochat::dist {
 
@@ -21,5 +22,9 @@ namespace nanochat::dist {
 /// seconds pass, and at once when a rank that has not arrived died (its store connection dropped)
 /// or another rank gave up waiting.
 void startup_barrier(Communicator& comm, const std::string& stage);
+
+/// The start-up deadline's length: NANOCHAT_STARTUP_TIMEOUT seconds, default 900 (also bounds the
+/// data feed's set-up, dist/feed_link.h).
+Ms startup_timeout();
 
 }  // namespace nanochat::dist
