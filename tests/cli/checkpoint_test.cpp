@@ -231,7 +231,10 @@ TEST(Checkpoint, NodeZeroWritesTheWholeCheckpointThatAloneResumesAtAnyWorldSize)
   EXPECT_EQ(complete_checkpoint_steps(n0.ckpt()), (std::vector<int64_t>{3, 5}));
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(fs::exists(CheckpointPaths{n0.ckpt(), 3}.optim(r)));
   // saved under the optimizer layout of the measured speeds: the slower rank 1 owns fewer rows
-  EXPECT_NE(a0.out.find("Optimizer work per rank from step 1 on: "), std::string::npos) << a0.out;
+  // (moved after step 0 or 1: the first step's speeds are noisy on a loaded machine, and a small
+  // gain is not worth the move)
+  const auto moved = a0.out.find("Optimizer work per rank from step ");
+  EXPECT_LT(moved, a0.out.find("model_000003.safetensors")) << a0.out;
   const auto layout =
       nlohmann::json::parse(load_safetensors(CheckpointPaths{n0.ckpt(), 3}.optim(1)).metadata.at("layout"));
   const auto lm_rows = layout.at("adamw").at("lm_head.weight").get<std::vector<int64_t>>();
