@@ -16,6 +16,7 @@
 #include "nanochat/core/timer.h"
 #include "nanochat/kernels/gemm.h"
 #include "nanochat/kernels/lm_head_loss.h"
+#include "nanochat/kernels/packed_gemm.h"
 
 using namespace nanochat;
 
@@ -106,6 +107,39 @@ int main(int argc, char** argv) {
         "  plain GEMMs on (N,V): fwd %.1f ms (%.0f GFLOP/s), dx %.1f ms (%.0f), dW^T %.1f ms "
         "(%.0f); sum %.1f ms = %.1f GFLOP/s\n",
         tf * 1e3, g / tf, tx * 1e3, g / tx, tw * 1e3, g / tw, (tf + tx + tw) * 1e3, flops * 1e-9 / (tf + tx + tw));
+    // the same products through our packed GEMM (kernels/packed_gemm.h); dW in its own (V, C) layout
+    const double pf = best_of(
+        repeats, [&] { packed_sgemm(false, true, N, V, C, 1.f, x.f32(), C, W.f32(), C, 0.f, logits.f32(), V); });
+    const double px = best_of(
+        repeats, [&] { packed_sgemm(false, false, N, C, V, 1.f, logits.f32(), V, W.f32(), C, 0.f, dx.f32(), C); });
+    const double pwt = best_of(
+        repeats, [&] { packed_sgemm(true, false, C, V, N, 1.f, x.f32(), C, logits.f32(), V, 0.f, dWt.f32(), V); });
+    const double pw = best_of(
+        repeats, [&] { packed_sgemm(true, false, V, C, N, 1.f, logits.f32(), V, x.f32(), C, 0.f, dW.f32(), C); });
+    // the forward as the fused kernel calls it: chunks of 256 rows times vocab blocks of 1024
+    PackedB wt;
+    const int64_t cr = 256, vb = 1024;
+    const double bf = best_of(repeats, [&] {
+      for (int64_t r0 = 0; r0 < N; r0 += cr)
+        for (int64_t j0 = 0; j0 < V; j0 += vb)
+          sgemm(false, true, std::min(cr, N - r0), std::min(vb, V - j0), C, 1.f, x.f32() + r0 * C, C, W.f32() + j0 * C,
+                C, 0.f, logits.f32() + r0 * V + j0, V);
+    });
+    const double of = best_of(repeats, [&] {
+      pack_b(true, C, V, W.f32(), C, wt);
+      for (int64_t r0 = 0; r0 < N; r0 += cr)
+        for (int64_t j0 = 0; j0 < V; j0 += vb)
+          packed_sgemm_packed_b(false, std::min(cr, N - r0), std::min(vb, V - j0), C, 1.f, x.f32() + r0 * C, C, wt, j0,
+                                0.f, logits.f32() + r0 * V + j0, V);
+    });
+    std::printf(
+        "  fwd in blocks of %lld x %lld: oneDNN %.1f ms (%.0f GFLOP/s), ours with W packed once %.1f ms (%.0f)\n",
+        static_cast<long long>(cr), static_cast<long long>(vb), bf * 1e3, g / bf, of * 1e3, g / of);
+    std::printf(
+        "  ours (%s):   fwd %.1f ms (%.0f GFLOP/s), dx %.1f ms (%.0f), dW^T %.1f ms (%.0f), dW %.1f ms (%.0f); "
+        "fwd + dx + dW %.1f ms = %.1f GFLOP/s\n",
+        packed_gemm_kernel(), pf * 1e3, g / pf, px * 1e3, g / px, pwt * 1e3, g / pwt, pw * 1e3, g / pw,
+        (pf + px + pw) * 1e3, flops * 1e-9 / (pf + px + pw));
   }
   return 0;
 }
