@@ -47,8 +47,8 @@ void check(const Case& c, bool ta, bool tb, float alpha, float beta, uint64_t se
   for (int64_t i = 0; i < c.M; ++i) {
     for (int64_t j = 0; j < c.N; ++j)
       ASSERT_NEAR(C[i * ldc + j], ref[i * c.N + j], tol)
-          << "M=" << c.M << " N=" << c.N << " K=" << c.K << " ta=" << ta << " tb=" << tb << " beta=" << beta
-          << " at (" << i << ", " << j << ")";
+          << "M=" << c.M << " N=" << c.N << " K=" << c.K << " ta=" << ta << " tb=" << tb << " beta=" << beta << " at ("
+          << i << ", " << j << ")";
     for (int64_t j = c.N; j < ldc; ++j)  // the padding past each row is never written
       ASSERT_TRUE(std::isnan(before[i * ldc + j]) ? std::isnan(C[i * ldc + j]) : C[i * ldc + j] == before[i * ldc + j]);
   }
@@ -56,11 +56,11 @@ void check(const Case& c, bool ta, bool tb, float alpha, float beta, uint64_t se
 
 }  // namespace
 
-// Partial panels in both directions (sizes not multiples of 12/32 or 6/16), K over two k blocks
+// Partial panels in both directions (sizes not multiples of 6/64 or 6/16), K over two k blocks
 // and a partial third, shapes with one row and one column, every transpose and beta.
 TEST(PackedGemm, MatchesNaiveForAllTransposesAndEdges) {
-  const std::vector<Case> cases = {{1, 1, 1}, {7, 5, 9}, {13, 33, 17}, {50, 70, 600}, {1, 100, 40}, {100, 1, 40},
-                                   {37, 300, 64}};
+  const std::vector<Case> cases = {{1, 1, 1},    {7, 5, 9},    {13, 33, 17}, {50, 70, 600},
+                                   {1, 100, 40}, {100, 1, 40}, {37, 300, 64}};
   uint64_t seed = 1;
   for (int threads : {1, 2}) {
     set_num_threads(threads);

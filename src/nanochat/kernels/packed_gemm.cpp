@@ -29,7 +29,7 @@ constexpr int kMr = 6, kNr = 64;  // 24 accumulators + 4 B vectors + 1 broadcast
 #else
 constexpr int kMr = 6, kNr = 16;  // 12 accumulators + 2 B vectors + 1 broadcast of 16 registers
 #endif
-constexpr int64_t kKc = 256;       // k per packed block: an A micro-panel and a B micro-panel fit L1/L2
+constexpr int64_t kKc = 256;         // k per packed block: an A micro-panel and a B micro-panel fit L1/L2
 constexpr int64_t kMcMax = 8 * kMr;  // rows of A one task packs (stays in L2)
 constexpr int64_t kNcMax = 512;      // columns of C one task covers (its packed B, kKc x 512, stays in L2)
 
@@ -90,8 +90,9 @@ inline void tile_step(Vec (&c)[kMr][kNv], const float* __restrict A, int64_t ars
 // kAcc adds to C, otherwise C is overwritten. Kept out of line: inlined into the OpenMP body, GCC
 // runs out of registers for the 24 accumulators and spills them.
 template <bool kAcc, bool kDirect, bool kDirectB>
-__attribute__((noinline)) void micro_kernel(int64_t kc, const float* __restrict A, int64_t ars, const float* __restrict Bp, int64_t brs,
-                  float alpha, float* __restrict C, int64_t ldc) {
+__attribute__((noinline)) void micro_kernel(int64_t kc, const float* __restrict A, int64_t ars,
+                                            const float* __restrict Bp, int64_t brs, float alpha, float* __restrict C,
+                                            int64_t ldc) {
   constexpr int64_t a_step = kDirect ? 1 : kMr;
   if (!kDirectB) brs = kNr;
   Vec c[kMr][kNv];
@@ -134,8 +135,8 @@ inline void gather_column(const float* src, int64_t ld, int64_t count, float sca
     _mm512_mask_storeu_ps(d + i, st, _mm512_mul_ps(vs, v));
   }
 #else
-  const __m256i step = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                          _mm256_set1_epi32(static_cast<int32_t>(ld)));
+  const __m256i step =
+      _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int32_t>(ld)));
   const __m256 vs = _mm256_set1_ps(scale);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (; i < n; i += 8) {
@@ -228,14 +229,22 @@ void run_kernel(bool acc, bool direct_a, bool direct_b, int64_t kc, const float*
                 int64_t brs, float alpha, float* C, int64_t ldc) {
   const int which = (acc ? 4 : 0) | (direct_a ? 2 : 0) | (direct_b ? 1 : 0);
   switch (which) {
-    case 0: return micro_kernel<false, false, false>(kc, A, ars, B, brs, alpha, C, ldc);
-    case 1: return micro_kernel<false, false, true>(kc, A, ars, B, brs, alpha, C, ldc);
-    case 2: return micro_kernel<false, true, false>(kc, A, ars, B, brs, alpha, C, ldc);
-    case 3: return micro_kernel<false, true, true>(kc, A, ars, B, brs, alpha, C, ldc);
-    case 4: return micro_kernel<true, false, false>(kc, A, ars, B, brs, alpha, C, ldc);
-    case 5: return micro_kernel<true, false, true>(kc, A, ars, B, brs, alpha, C, ldc);
-    case 6: return micro_kernel<true, true, false>(kc, A, ars, B, brs, alpha, C, ldc);
-    default: return micro_kernel<true, true, true>(kc, A, ars, B, brs, alpha, C, ldc);
+    case 0:
+      return micro_kernel<false, false, false>(kc, A, ars, B, brs, alpha, C, ldc);
+    case 1:
+      return micro_kernel<false, false, true>(kc, A, ars, B, brs, alpha, C, ldc);
+    case 2:
+      return micro_kernel<false, true, false>(kc, A, ars, B, brs, alpha, C, ldc);
+    case 3:
+      return micro_kernel<false, true, true>(kc, A, ars, B, brs, alpha, C, ldc);
+    case 4:
+      return micro_kernel<true, false, false>(kc, A, ars, B, brs, alpha, C, ldc);
+    case 5:
+      return micro_kernel<true, false, true>(kc, A, ars, B, brs, alpha, C, ldc);
+    case 6:
+      return micro_kernel<true, true, false>(kc, A, ars, B, brs, alpha, C, ldc);
+    default:
+      return micro_kernel<true, true, true>(kc, A, ars, B, brs, alpha, C, ldc);
   }
 }
 
@@ -309,8 +318,7 @@ void gemm(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const floa
       const bool acc = p0 > 0 || beta != 0.f;
       // this k block's B panels: packed by pack_b, or packed now where op(B) = B^T or a last
       // panel is partial (op(B) = B's full panels are read where they are)
-      const float* const Bk =
-          src.packed ? src.packed->buf.f32() + p0 * src.packed->n_padded + src.col0 * kc : Bp;
+      const float* const Bk = src.packed ? src.packed->buf.f32() + p0 * src.packed->n_padded + src.col0 * kc : Bp;
       if (!src.packed) {
 #pragma omp for schedule(dynamic, 4)
         for (int64_t q = trans_b ? 0 : N / kNr; q < b_panels; ++q)
@@ -366,8 +374,8 @@ void check_sizes(bool trans_a, int64_t M, int64_t N, int64_t K, int64_t lda, int
 
 }  // namespace
 
-void packed_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void packed_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   check_sizes(trans_a, M, N, K, lda, ldc);
   if (ldb < std::max<int64_t>(1, trans_b ? K : N))
     fail("internal: packed_sgemm leading dimension ldb=", ldb, " too small for K=", K, " N=", N,
@@ -408,8 +416,8 @@ void packed_sgemm_packed_b(bool trans_a, int64_t M, int64_t N, int64_t K, float 
 
 const char* packed_gemm_kernel() { return "none: oneDNN"; }
 
-void packed_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void packed_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

@@ -36,8 +36,8 @@ struct PackedB {
 };
 
 /// C(M,N) = alpha * op(A) * op(B) + beta * C, all row-major; arguments as gemm.h's sgemm.
-void packed_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void packed_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 /// Packs op(B) (B is (K, N) with ldb >= N, or (N, K) with ldb >= K when trans_b) into out
 /// (its buffer grows when needed). Throws nanochat::Error on bad sizes.
