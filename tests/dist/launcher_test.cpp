@@ -147,11 +147,18 @@ TEST(Launcher, RanksStartedByHandNameAPeerKilledMidCollective) {
     for (auto& p : ranks) ASSERT_TRUE(p.wait_for_output("iteration 0 ok", Ms(30000))) << p.output();
     ranks[victim].signal(SIGKILL);
     auto t0 = Clock::now();
+    std::vector<bool> in_time(3, true);
+    for (int r = 0; r < 3; ++r)
+      if (r != victim) in_time[r] = ranks[r].wait(std::chrono::duration_cast<Ms>(t0 + Ms(10000) - Clock::now()));
+    // a late rank: what it and the others printed, and whether it ends at all (for the diagnosis)
+    std::string all;
+    for (int r = 0; r < 3; ++r) {
+      if (!in_time[r]) all += str_cat("(rank ", r, " ended within 20 s more: ", ranks[r].wait(Ms(20000)), ")\n");
+      all += str_cat("--- rank ", r, ":\n", ranks[r].output());
+    }
     for (int r = 0; r < 3; ++r) {
       if (r == victim) continue;
-      ASSERT_TRUE(ranks[r].wait(Ms(10000)))
-          << "rank " << r << " still running 10 s after rank " << victim << " was killed:\n"
-          << ranks[r].output();
+      ASSERT_TRUE(in_time[r]) << "rank " << r << " still running 10 s after rank " << victim << " was killed:\n" << all;
       const std::string& out = ranks[r].output();
       EXPECT_EQ(ranks[r].exit_code(), 1) << out;
       EXPECT_THAT(out, HasSubstr(str_cat("nanochat: error: rank ", r, " (host ")));

@@ -193,8 +193,16 @@ struct GlooCommunicator::Impl {
     client.reset();  // goodbye: no last will
     if (server) {
       // The other ranks may still need the store (to finish, to diagnose a failure, or to learn
-      // that rendezvous failed), so the host lingers until they disconnect (bounded).
-      server->wait_clients_at_most(0, clean ? Ms(60000) : Ms(10000));
+      // that rendezvous failed), so the host lingers until they disconnect (bounded), and says so
+      // when that takes more than a moment.
+      const Ms limit = clean ? Ms(60000) : Ms(10000), quiet(2000);
+      if (!server->wait_clients_at_most(0, quiet)) {
+        std::fprintf(stderr, "%s: keeping the job's store up until the other ranks disconnect (at most %ld s more)%s\n",
+                     me().c_str(), static_cast<long>((limit - quiet).count() / 1000),
+                     clean ? "" : "; this rank's error follows");
+        std::fflush(stderr);
+        server->wait_clients_at_most(0, limit - quiet);
+      }
       server.reset();
     }
   }
