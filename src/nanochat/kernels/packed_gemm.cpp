@@ -150,6 +150,19 @@ inline void gather_column(const float* src, int64_t ld, int64_t count, float sca
   for (; i < n; ++i) d[i] = i < count ? scale * src[i * ld] : 0.f;
 }
 
+// dst[k * width + r] = src[r * ld + k] for r < count and k < kc, zeros for r in [count, width):
+// `count` rows of kc floats made into a k-major micro-panel, one gather of the rows per k.
+void pack_transposed(const float* src, int64_t ld, int64_t count, int64_t kc, int width, float* dst) {
+  if (gather_ok(ld)) {
+    for (int64_t k = 0; k < kc; ++k) gather_column(src + k, ld, count, 1.f, dst + k * width, width);
+    return;
+  }
+  for (int64_t r = 0; r < count; ++r)
+    for (int64_t k = 0; k < kc; ++k) dst[k * width + r] = src[r * ld + k];
+  for (int64_t r = count; r < width; ++r)
+    for (int64_t k = 0; k < kc; ++k) dst[k * width + r] = 0.f;
+}
+
 // Packs rows [r0, r0 + rows) (rows <= MR) and k [p0, p0 + kc) of op(A) into one k-major
 // micro-panel of MR floats per k; rows past `rows` are zero.
 void pack_a_panel(bool trans_a, const float* A, int64_t lda, int64_t r0, int64_t rows, int64_t p0, int64_t kc,
@@ -171,16 +184,7 @@ void pack_a_panel(bool trans_a, const float* A, int64_t lda, int64_t r0, int64_t
     }
     return;
   }
-  // op(A)[i][k] = A[i][k]: a transpose of MR rows, one gather of the MR rows per k
-  const float* src = A + r0 * lda + p0;
-  if (gather_ok(lda)) {
-    for (int64_t k = 0; k < kc; ++k) gather_column(src + k, lda, rows, 1.f, dst + k * kMr, kMr);
-    return;
-  }
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t k = 0; k < kc; ++k) dst[k * kMr + r] = src[r * lda + k];
-  for (int64_t r = rows; r < kMr; ++r)
-    for (int64_t k = 0; k < kc; ++k) dst[k * kMr + r] = 0.f;
+  pack_transposed(A + r0 * lda + p0, lda, rows, kc, kMr, dst);  // op(A)[i][k] = A[i][k]
 }
 
 // Packs columns [c0, c0 + cols) (cols <= NR) and k [p0, p0 + kc) of op(B) into one k-major
@@ -200,16 +204,7 @@ void pack_b_panel(bool trans_b, const float* B, int64_t ldb, int64_t c0, int64_t
     }
     return;
   }
-  // op(B)[k][j] = B[j][k]: a transpose of NR rows of B, one gather of the NR rows per k
-  const float* src = B + c0 * ldb + p0;
-  if (gather_ok(ldb)) {
-    for (int64_t k = 0; k < kc; ++k) gather_column(src + k, ldb, cols, 1.f, dst + k * kNr, kNr);
-    return;
-  }
-  for (int64_t j = 0; j < cols; ++j)
-    for (int64_t k = 0; k < kc; ++k) dst[k * kNr + j] = src[j * ldb + k];
-  for (int64_t j = cols; j < kNr; ++j)
-    for (int64_t k = 0; k < kc; ++k) dst[k * kNr + j] = 0.f;
+  pack_transposed(B + c0 * ldb + p0, ldb, cols, kc, kNr, dst);  // op(B)[k][j] = B[j][k]
 }
 
 // C(M,N) *= beta (beta = 0 writes zeros, so NaNs in C do not survive, as in BLAS).
