@@ -220,27 +220,15 @@ void scale_c(float* C, int64_t M, int64_t N, int64_t ldc, float beta) {
 }
 
 // micro_kernel with its template arguments chosen at run time.
+using Kernel = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float, float*, int64_t);
+template <int kWhich>
+constexpr Kernel kernel_of = &micro_kernel<(kWhich & 4) != 0, (kWhich & 2) != 0, (kWhich & 1) != 0>;
+constexpr Kernel kKernels[8] = {kernel_of<0>, kernel_of<1>, kernel_of<2>, kernel_of<3>,
+                                kernel_of<4>, kernel_of<5>, kernel_of<6>, kernel_of<7>};
+
 void run_kernel(bool acc, bool direct_a, bool direct_b, int64_t kc, const float* A, int64_t ars, const float* B,
                 int64_t brs, float alpha, float* C, int64_t ldc) {
-  const int which = (acc ? 4 : 0) | (direct_a ? 2 : 0) | (direct_b ? 1 : 0);
-  switch (which) {
-    case 0:
-      return micro_kernel<false, false, false>(kc, A, ars, B, brs, alpha, C, ldc);
-    case 1:
-      return micro_kernel<false, false, true>(kc, A, ars, B, brs, alpha, C, ldc);
-    case 2:
-      return micro_kernel<false, true, false>(kc, A, ars, B, brs, alpha, C, ldc);
-    case 3:
-      return micro_kernel<false, true, true>(kc, A, ars, B, brs, alpha, C, ldc);
-    case 4:
-      return micro_kernel<true, false, false>(kc, A, ars, B, brs, alpha, C, ldc);
-    case 5:
-      return micro_kernel<true, false, true>(kc, A, ars, B, brs, alpha, C, ldc);
-    case 6:
-      return micro_kernel<true, true, false>(kc, A, ars, B, brs, alpha, C, ldc);
-    default:
-      return micro_kernel<true, true, true>(kc, A, ars, B, brs, alpha, C, ldc);
-  }
+  kKernels[(acc ? 4 : 0) | (direct_a ? 2 : 0) | (direct_b ? 1 : 0)](kc, A, ars, B, brs, alpha, C, ldc);
 }
 
 // How the C matrix is cut into tasks: row blocks of `panels` A micro-panels and column blocks of
