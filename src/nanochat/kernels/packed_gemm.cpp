@@ -119,42 +119,40 @@ __attribute__((noinline)) void micro_kernel(int64_t kc, const float* __restrict 
 // Gathers with 32-bit indices reach up to 31 rows of ld floats.
 bool gather_ok(int64_t ld) { return ld <= (int64_t{1} << 31) / (4 * 32); }
 
-// d[0, n) = scale * src[i * ld] for i < count, zeros past count (n is MR or NR: 6, 12, 16 or 32).
-inline void gather_column(const float* src, int64_t ld, int64_t count, float scale, float* d, int n) {
+// d[0, n) = src[i * ld] for i < count, zeros past count (n is MR or NR: 6, 16 or 64).
+inline void gather_column(const float* src, int64_t ld, int64_t count, float* d, int n) {
   int i = 0;
 #if defined(__AVX512F__)
   const __m512i step = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                           _mm512_set1_epi32(static_cast<int32_t>(ld)));
-  const __m512 vs = _mm512_set1_ps(scale);
   for (; i < n; i += 16) {
     const int64_t left = std::clamp<int64_t>(count - i, 0, 16);
     const __mmask16 m = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
     const int64_t lanes = std::min(16, n - i);
     const __mmask16 st = lanes >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << lanes) - 1);
     const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, step, src + i * ld, 4);
-    _mm512_mask_storeu_ps(d + i, st, _mm512_mul_ps(vs, v));
+    _mm512_mask_storeu_ps(d + i, st, v);
   }
 #else
   const __m256i step =
       _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int32_t>(ld)));
-  const __m256 vs = _mm256_set1_ps(scale);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (; i < n; i += 8) {
     const int32_t left = static_cast<int32_t>(std::clamp<int64_t>(count - i, 0, 8));
     const int32_t lanes = std::min(8, n - i);
     const __m256 m = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane));
     const __m256 v = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), src + i * ld, step, m, 4);
-    _mm256_maskstore_ps(d + i, _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), lane), _mm256_mul_ps(vs, v));
+    _mm256_maskstore_ps(d + i, _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes), lane), v);
   }
 #endif
-  for (; i < n; ++i) d[i] = i < count ? scale * src[i * ld] : 0.f;
+  for (; i < n; ++i) d[i] = i < count ? src[i * ld] : 0.f;
 }
 
 // dst[k * width + r] = src[r * ld + k] for r < count and k < kc, zeros for r in [count, width):
 // `count` rows of kc floats made into a k-major micro-panel, one gather of the rows per k.
 void pack_transposed(const float* src, int64_t ld, int64_t count, int64_t kc, int width, float* dst) {
   if (gather_ok(ld)) {
-    for (int64_t k = 0; k < kc; ++k) gather_column(src + k, ld, count, 1.f, dst + k * width, width);
+    for (int64_t k = 0; k < kc; ++k) gather_column(src + k, ld, count, dst + k * width, width);
     return;
   }
   for (int64_t r = 0; r < count; ++r)
