@@ -14,8 +14,12 @@
 // --list-configs prints the config table (as JSON lines with --json) and exits; --peak-only
 // measures and prints the FMA peak per thread count and exits. With --json, one progress line
 // per step goes to stderr (a driver that times the run out still sees how far it got).
-// Each row is followed by its profile: wall time per op family (core/profile.h) and its share of
-// the step (the JSON line carries it as profile_s, seconds per step per family).
+// Each row is followed by its profile: wall time per op family (core/profile.h), its share of
+// the step, the family's model FLOPs (GPT::flops_per_token_by_family) and their rate against the
+// FMA peak, the rate of the same GEMM calls run alone, and the points of MFU the family loses
+// (MFU + the points lost = 100); then the optimizer's own FLOPs (Muon's Polar Express) and the MFU
+// ceiling they leave at this batch. The JSON line carries the profile as profile_s (seconds per
+// step per family).
 // peak_rss_bytes is getrusage(RUSAGE_SELF).ru_maxrss after that row, i.e. the process-wide peak
 // so far: run one config per process for a per-config figure (bench/peer does).
 // Page faults per step (median over the timed steps, JSON page_faults_per_step) show whether the
@@ -24,6 +28,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,8 +41,10 @@
 #include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/kernels/gemm.h"
+#include "nanochat/kernels/lm_head_loss.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
+#include "nanochat/optim/optim_math.h"
 #include "nanochat/train/plan.h"
 
 using namespace nanochat;
@@ -113,21 +120,133 @@ void print_list(const std::vector<double>& v) {
   std::printf("]");
 }
 
-/// Prints the per-op-family share of the measured steps (wall time; see core/profile.h).
-/// The rest row is time inside the step but outside every profiled scope (zeroing gradients,
-/// input checks). Data is zero here: the benchmark feeds random tokens (base-train --profile
-/// measures the loader).
-void print_profile(double step_seconds_total, int steps) {
+/// Model FLOPs per op family for `tokens` tokens (GPT::flops_per_token_by_family).
+std::array<double, prof::kNumOps> family_flops(const ModelConfig& cfg, int64_t tokens) {
+  std::array<double, prof::kNumOps> f{};
+  const auto per_token = GPT::flops_per_token_by_family(cfg);
+  for (size_t k = 0; k < prof::kNumOps; ++k) f[k] = static_cast<double>(per_token[k]) * static_cast<double>(tokens);
+  return f;
+}
+
+/// Seconds per step of the model's GEMM calls run on their own: the same calls with the same
+/// shapes as GPT::forward_backward (per Linear: forward, weight gradient, input gradient; the
+/// lm_head's chunked forward blocks, input and transposed weight gradients), on random operands,
+/// with nothing in between. Per family; 0 for the families without GEMMs. A family whose step
+/// time is close to this is bound by the GEMM library's speed on its shapes.
+std::array<double, prof::kNumOps> gemms_alone(const ModelConfig& cfg, int64_t N, int64_t chunk_rows) {
+  std::array<double, prof::kNumOps> out{};
+  const int64_t C = cfg.n_embd, D = cfg.head_dim(), HD = cfg.n_head * D, QKV = HD + 2 * cfg.n_kv_head * D;
+  const int64_t V = cfg.vocab_size;
+  struct Linear {
+    prof::Op op;
+    int64_t in, out;
+    float beta;  // the forward adds into the residual stream
+  };
+  const Linear linears[] = {{prof::Op::GemmQKV, C, QKV, 0.f},
+                            {prof::Op::GemmAttnProj, HD, C, 1.f},
+                            {prof::Op::GemmMlpFc, C, 4 * C, 0.f},
+                            {prof::Op::GemmMlpProj, 4 * C, C, 1.f}};
+  const int64_t wide = std::max({4 * C, QKV, HD});
+  const int64_t m = std::max<int64_t>(1, std::min(chunk_rows, N));
+  Rng rng(1);
+  auto filled = [&rng](size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = static_cast<float>(rng.uniform(-0.05, 0.05));
+    return v;
+  };
+  std::vector<float> x = filled(N * wide), dy = filled(N * wide), y(N * wide), dx(N * wide);
+  std::vector<float> W = filled(std::max(wide * wide, V * C)), dW(std::max(wide * wide, V * C), 0.f);
+  std::vector<float> scratch(std::max(wide * wide, V * C)), q = filled(m * V);
+  for (const Linear& l : linears) {
+    auto run = [&] {
+      linear_fwd(x.data(), W.data(), y.data(), N, l.in, l.out, l.beta);
+      linear_bwd_w_acc(dy.data(), x.data(), dW.data(), N, l.in, l.out, scratch.data());
+      linear_bwd_x(dy.data(), W.data(), dx.data(), N, l.in, l.out);
+    };
+    run();  // warm-up (oneDNN kernel generation, first touch)
+    Timer t;
+    run();
+    out[static_cast<size_t>(l.op)] += t.seconds() * static_cast<double>(cfg.n_layer);
+  }
+  // lm_head: the fused kernel's GEMM calls per chunk of m rows (kernels/lm_head_loss.cpp)
+  auto chunk = [&](int64_t r0, int64_t rows) {
+    for (int64_t j0 = 0; j0 < V; j0 += kLmHeadVocabBlock)
+      sgemm(false, true, rows, std::min(kLmHeadVocabBlock, V - j0), C, 1.f, x.data() + r0 * C, C, W.data() + j0 * C, C,
+            0.f, q.data() + j0, V);
+    linear_bwd_x(q.data(), W.data(), dx.data() + r0 * C, rows, C, V);
+    sgemm(true, false, C, V, rows, 1.f, x.data() + r0 * C, C, q.data(), V, r0 == 0 ? 0.f : 1.f, scratch.data(), V);
+  };
+  chunk(0, m);  // warm-up
+  Timer t;
+  for (int64_t r0 = 0; r0 < N; r0 += m) chunk(r0, std::min(m, N - r0));
+  add_transposed(scratch.data(), dW.data(), V, C);
+  out[static_cast<size_t>(prof::Op::LmHeadLoss)] = t.seconds();
+  return out;
+}
+
+/// Prints the per-op-family profile of the measured steps (wall time; see core/profile.h) with
+/// each family's model FLOPs, their rate against the FMA peak, the rate of its GEMM calls run
+/// alone (gemms_alone) and the points of MFU it loses: (its time - its FLOPs / peak) / step time,
+/// so that MFU (over the mean step) + the points lost = 100. The rest row is time inside the step
+/// but outside every profiled scope (zeroing gradients, input checks). Data is zero here: the
+/// benchmark feeds random tokens (base-train --profile measures the loader).
+void print_profile(double step_seconds_total, int steps, const std::array<double, prof::kNumOps>& flops,
+                   const std::array<double, prof::kNumOps>& alone, double peak_gflops) {
   const double covered = prof::total_seconds();
-  std::printf("    profile (wall time per step, share of the step):\n");
+  const double mean_step = step_seconds_total / steps, peak = peak_gflops * 1e9;
+  std::printf(
+      "    profile per step: wall time, share, model GFLOP, their rate (%% of the FMA peak), the same GEMM calls "
+      "alone, MFU points lost\n");
+  double lost_sum = 0, useful = 0;
+  auto row = [&](const char* name, double s, double fl, double alone_s) {
+    const double lost = 100.0 * (s - fl / peak) / mean_step;
+    lost_sum += lost;
+    useful += fl / peak;
+    std::printf("      %-16s %9.1f ms %6.1f%%", name, 1e3 * s, 100.0 * s / mean_step);
+    if (fl >= 0.05e9)
+      std::printf(" %8.1f %7.1f (%5.1f%%)", fl / 1e9, fl / s / 1e9, 100.0 * fl / s / peak);
+    else if (fl > 0)  // the gates' small projections
+      std::printf(" %8s %7s  %6s ", "<0.1", "-", "");
+    else
+      std::printf(" %8s %7s  %6s ", "-", "-", "");
+    if (alone_s > 0)
+      std::printf(" %7.1f (%5.1f%%)", fl / alone_s / 1e9, 100.0 * fl / alone_s / peak);
+    else
+      std::printf(" %7s  %6s ", "-", "");
+    std::printf(" %6.1f\n", lost);
+  };
   for (size_t k = 0; k < prof::kNumOps; ++k) {
     const auto op = static_cast<prof::Op>(k);
     if (op == prof::Op::Data) continue;
-    const double s = prof::seconds(op);
-    std::printf("      %-16s %9.1f ms %6.1f%%\n", prof::name(op), 1e3 * s / steps, 100.0 * s / step_seconds_total);
+    row(prof::name(op), prof::seconds(op) / steps, flops[k], alone[k]);
   }
-  const double rest = step_seconds_total - covered;
-  std::printf("      %-16s %9.1f ms %6.1f%%\n", "rest", 1e3 * rest / steps, 100.0 * rest / step_seconds_total);
+  row("rest", (step_seconds_total - covered) / steps, 0.0, 0.0);
+  std::printf("      MFU over the mean step %.1f%% + points lost %.1f = %.1f\n", 100.0 * useful / mean_step, lost_sum,
+              100.0 * useful / mean_step + lost_sum);
+}
+
+/// The optimizer's own work per step: Muon's Polar Express FLOPs (optim_math.h), not model FLOPs,
+/// and the AdamW parameter count; prints the MFU this step could reach if every op, the
+/// optimizer's products included, ran at the peak: model / (model + Polar Express) FLOPs.
+void print_optimizer_bound(const MuonAdamW& opt, double model_flops, double opt_seconds, double peak_gflops) {
+  double muon = 0, adam_elems = 0;
+  for (const OptGroup& g : opt.groups()) {
+    if (g.kind == OptKind::Muon)
+      muon +=
+          static_cast<double>(g.params.size()) * static_cast<double>(polar_express_flops(g.rows, g.cols, g.ns_steps));
+    else
+      for (int i : g.params) {
+        double n = 1;
+        for (int64_t d : opt.params()[static_cast<size_t>(i)].shape) n *= static_cast<double>(d);
+        adam_elems += n;
+      }
+  }
+  std::printf(
+      "    optimizer: %.2f s; Muon's Polar Express multiplies %.1f GFLOP (%.1f%% of the model's %.1f, %.2f s at "
+      "the peak), AdamW updates %.1f M parameters; MFU ceiling of this step with every product at the peak: "
+      "%.1f%%\n",
+      opt_seconds, muon / 1e9, 100.0 * muon / model_flops, model_flops / 1e9, muon / (peak_gflops * 1e9),
+      adam_elems / 1e6, 100.0 * model_flops / (model_flops + muon));
 }
 
 void usage(const char* argv0, FILE* to = stderr) {
@@ -322,7 +441,12 @@ int main(int argc, char** argv) {
         std::printf("%-6s %3d %3d %5d | %9.1f %9.0f | %10.1f %7.1f%% | %6.2f GB | %.1f (%s; oneDNN %s)\n", bc.name, nt,
                     bc.B, bc.T, med * 1e3, tps, gflops, 100.0 * gflops / peak, rss / 1e9, peak, fma_peak_isa(),
                     gemm_isa());
-        print_profile(sum_times, steps);
+        const auto flops = family_flops(cfg, static_cast<int64_t>(bc.B) * bc.T);
+        print_profile(sum_times, steps, flops,
+                      gemms_alone(cfg, static_cast<int64_t>(bc.B) * bc.T, model.lm_head_chunk()), peak);
+        double model_flops = 0;
+        for (double f : flops) model_flops += f;
+        print_optimizer_bound(opt, model_flops, prof::seconds(prof::Op::Optimizer) / steps, peak);
         std::printf("    page faults per step (median): %.0f\n", median(faults));
         // where the peak RSS goes: the big buffers the program holds (GB = 1e9 bytes)
         const double pg = 2.0 * 4.0 * static_cast<double>(model.num_params()) / 1e9;

@@ -420,6 +420,40 @@ TEST(Gpt, WholeModelGradientMatchesFiniteDifferences) {
   }
 }
 
+TEST(Gpt, FlopsPerFamilyAddUpAndMatchTheGemmsATrainingStepRuns) {
+  // Per family the FLOPs sum to estimate_flops, and the GEMM families' share is exactly the
+  // multiply-adds sgemm runs in a forward + backward (vocab 64: no padding, so the lm_head's
+  // padded rows do not differ from what the fused loss multiplies).
+  ModelConfig c = tiny_config();
+  c.vocab_size = 64;
+  for (int64_t heads : {1, 2}) {  // head_dim 32 (MHA), then 16 (GQA, one kv head)
+    c.n_head = heads;
+    c.n_kv_head = 1;
+    const auto f = GPT::flops_per_token_by_family(c);
+    int64_t sum = 0;
+    for (int64_t v : f) sum += v;
+    EXPECT_EQ(sum, GPT::flops_per_token(c));
+    const auto at = [&f](prof::Op op) { return f[static_cast<size_t>(op)]; };
+    const int64_t C = c.n_embd, Dq = c.n_head * c.head_dim(), Dkv = c.n_kv_head * c.head_dim();
+    EXPECT_EQ(at(prof::Op::GemmQKV), 6 * c.n_layer * C * (Dq + 2 * Dkv));
+    EXPECT_EQ(at(prof::Op::GemmMlpFc), 6 * c.n_layer * C * 4 * C);
+    EXPECT_EQ(at(prof::Op::LmHeadLoss), 6 * 64 * C);
+    EXPECT_EQ(at(prof::Op::Optimizer), 0);
+
+    GPT m(c);
+    randomize(m, 5);
+    Rng rng(9);
+    const int B = 2, T = 16;
+    const auto idx = random_tokens(rng, B * T, c.vocab_size), tgt = random_tokens(rng, B * T, c.vocab_size);
+    m.zero_grad();
+    const int64_t before = sgemm_flops_issued();
+    m.forward_backward(idx.data(), tgt.data(), B, T, 1.f);
+    const int64_t gemm_families = at(prof::Op::GemmQKV) + at(prof::Op::GemmAttnProj) + at(prof::Op::GemmMlpFc) +
+                                  at(prof::Op::GemmMlpProj) + at(prof::Op::LmHeadLoss);
+    EXPECT_EQ(sgemm_flops_issued() - before, int64_t{B} * T * gemm_families);
+  }
+}
+
 TEST(Gpt, SteadyStateTrainingStepAllocatesNothing) {
   GPT m(tiny_config());
   randomize(m, 41);

@@ -7,6 +7,7 @@
 
 #include "nanochat/core/error.h"
 #include "nanochat/core/rng.h"
+#include "nanochat/kernels/gemm.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/optim/optim_math.h"
 #include "support/optim_test_util.h"
@@ -144,6 +145,27 @@ TEST(PolarExpress, MatchesDoublePrecisionIteration) {
     }
     EXPECT_LE(err, 1e-5 * mag);
   }
+}
+
+TEST(PolarExpress, FlopCountIsWhatItRuns) {
+  // The closed form against the FLOPs sgemm was actually asked for (kernels/gemm.h counter), and
+  // against the plain count 2 m n k per product for a small square matrix worked out by hand.
+  EXPECT_EQ(polar_express_flops(32, 32, 5), 5 * (3 * 2 * 32 * 32 * 32));
+  EXPECT_EQ(polar_express_flops(32, 32, 0), 0);
+  Rng rng(3);
+  for (auto [m, n] :
+       {std::pair<int64_t, int64_t>{40, 24}, {24, 40}, {160, 135}, {135, 160}, {128, 384}, {384, 128}, {127, 300}}) {
+    SCOPED_TRACE(::testing::PrintToString(std::make_pair(m, n)));
+    Scratch s(m, n);
+    auto x = randn(rng, m * n, 0.01);
+    std::copy(x.begin(), x.end(), s.x.begin());
+    for (int steps : {1, 5}) {
+      const int64_t before = sgemm_flops_issued();
+      polar_express(s.x.data(), m, n, s.s, steps);
+      EXPECT_EQ(sgemm_flops_issued() - before, polar_express_flops(m, n, steps)) << steps << " steps";
+    }
+  }
+  EXPECT_THROW(polar_express_flops(8, 8, 6), Error);
 }
 
 TEST(PolarExpress, SingularValuesClusteredAndMuonPlusNorm) {

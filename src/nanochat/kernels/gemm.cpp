@@ -1,6 +1,7 @@
 #include "nanochat/kernels/gemm.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -27,6 +28,8 @@ bool apply_isa_cap() {
 #endif
   return true;
 }
+
+std::atomic<int64_t> g_flops_issued{0};
 
 void ensure_isa_cap() {
   static const bool capped = apply_isa_cap();  // once, thread-safe
@@ -63,11 +66,14 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   ensure_isa_cap();
+  g_flops_issued.fetch_add(2 * M * N * K, std::memory_order_relaxed);
   dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (st != dnnl_success)
     fail("internal: dnnl_sgemm failed with status ", static_cast<int>(st), " for M=", M, " N=", N, " K=", K,
          " lda=", lda, " ldb=", ldb, " ldc=", ldc);
 }
+
+int64_t sgemm_flops_issued() { return g_flops_issued.load(std::memory_order_relaxed); }
 
 void add_transposed(const float* src, float* dst, int64_t rows, int64_t cols) {
   constexpr int64_t kTile = 32;

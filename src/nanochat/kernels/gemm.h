@@ -22,6 +22,11 @@ const char* gemm_isa();
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+/// Multiply-add FLOPs (2*M*N*K per call) that sgemm has been asked to run in this process so
+/// far, over all threads. For tests and benchmarks that check a closed-form FLOP count against
+/// what the code actually runs; one relaxed atomic add per call.
+int64_t sgemm_flops_issued();
+
 /// y(M,N) = x(M,K) * W(N,K)^T (+ beta*y): PyTorch's Linear forward with weight (out, in).
 inline void linear_fwd(const float* x, const float* W, float* y, int64_t M, int64_t K, int64_t N, float beta = 0.f) {
   sgemm(false, true, M, N, K, 1.f, x, K, W, K, beta, y, N);

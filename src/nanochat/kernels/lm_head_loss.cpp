@@ -222,7 +222,7 @@ float softcap_segment(float* seg, int64_t n, float cap, bool store_q) {
   return total;
 }
 
-constexpr int64_t kVocabBlock = 1024;  // logit columns per GEMM block: chunk x block stays in L2
+constexpr int64_t kVocabBlock = kLmHeadVocabBlock;
 
 }  // namespace
 

@@ -24,6 +24,10 @@ double softcap_ce_row(T* row, int64_t V, int32_t target, T cap, T grad_scale, bo
 /// z[i] = cap * tanh(z[i] / cap) for n values, in place (vectorised).
 void softcap_inplace(float* z, int64_t n, float cap);
 
+/// Logit columns per forward GEMM call of lm_head_softcap_ce: a (chunk rows, block) tile of logits
+/// stays in L2 while the softcap pass consumes it.
+inline constexpr int64_t kLmHeadVocabBlock = 1024;
+
 /// Floats of scratch lm_head_softcap_ce needs for N rows in chunks of chunk_rows.
 int64_t lm_head_scratch_floats(int64_t chunk_rows, int64_t N, int64_t C, int64_t V);
 

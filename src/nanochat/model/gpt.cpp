@@ -675,6 +675,34 @@ int64_t GPT::flops_per_token(const ModelConfig& cfg) {
   return 6 * matmul_params(cfg) + attn;
 }
 
+std::array<int64_t, prof::kNumOps> GPT::flops_per_token_by_family(const ModelConfig& cfg) {
+  std::array<int64_t, prof::kNumOps> f{};
+  auto add = [&f](Op op, int64_t flops) { f[static_cast<size_t>(op)] += flops; };
+  auto ends_with = [](const std::string& s, const char* tail) { return s.ends_with(tail); };
+  for (const auto& p : param_table(cfg)) {
+    const int64_t six_n = 6 * static_cast<int64_t>(p.numel);
+    if (p.name == "lm_head.weight")
+      add(Op::LmHeadLoss, six_n);
+    else if (p.name == "smear_gate.weight" || ends_with(p.name, ".attn.ve_gate.weight"))
+      add(Op::NormRotary, six_n);
+    else if (ends_with(p.name, ".attn.c_q.weight") || ends_with(p.name, ".attn.c_k.weight") ||
+             ends_with(p.name, ".attn.c_v.weight"))
+      add(Op::GemmQKV, six_n);
+    else if (ends_with(p.name, ".attn.c_proj.weight"))
+      add(Op::GemmAttnProj, six_n);
+    else if (ends_with(p.name, ".mlp.c_fc.weight"))
+      add(Op::GemmMlpFc, six_n);
+    else if (ends_with(p.name, ".mlp.c_proj.weight"))
+      add(Op::GemmMlpProj, six_n);
+  }
+  const int64_t H = cfg.n_head, D = cfg.head_dim(), T = cfg.sequence_len;
+  for (int w : cfg.window_sizes()) add(Op::Attention, 12 * H * D * std::min<int64_t>(w, T));
+  int64_t sum = 0;
+  for (int64_t v : f) sum += v;
+  NC_CHECK(sum == flops_per_token(cfg), "internal: FLOPs per family do not add up to estimate_flops");
+  return f;
+}
+
 ScalingParams GPT::scaling_params(const ModelConfig& cfg) {
   ScalingParams m;
   for (const auto& p : param_table(cfg)) {

@@ -8,6 +8,7 @@
 // tokens reallocates it once. Nothing is allocated inside forward_backward in the steady state.
 // The lm_head + softcap + cross-entropy is fused and chunked over tokens (kernels/lm_head_loss.h),
 // so (B*T, V) logits never exist in training or loss evaluation.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "nanochat/core/arena.h"
+#include "nanochat/core/profile.h"
 #include "nanochat/model/config.h"
 
 namespace nanochat {
@@ -116,6 +118,11 @@ class GPT {
   /// The same counts computed from a config alone (no buffers are allocated).
   static std::vector<ParamInfo> param_table(const ModelConfig& cfg);
   static int64_t flops_per_token(const ModelConfig& cfg);
+  /// flops_per_token split by the op family that runs them (core/profile.h): the 6 * params of
+  /// each Linear go to its GEMM family (lm_head: LmHeadLoss; the ve_gate and smear_gate
+  /// projections: NormRotary), the attention term to Attention; the other families carry none.
+  /// The entries sum to flops_per_token(cfg).
+  static std::array<int64_t, prof::kNumOps> flops_per_token_by_family(const ModelConfig& cfg);
   static int64_t matmul_params(const ModelConfig& cfg);
   static ScalingParams scaling_params(const ModelConfig& cfg);
 
@@ -124,6 +131,8 @@ class GPT {
 
   /// Rows of the fused lm_head chunk (tokens per chunk; default 256). For tuning/tests.
   void set_lm_head_chunk(int64_t rows);
+  /// Rows of the fused lm_head chunk in use.
+  int64_t lm_head_chunk() const { return lm_head_chunk_; }
   /// Activation recompute for the MLP (off by default): the c_fc output (N, 4C) is not kept per
   /// layer but recomputed in the backward (one more c_fc GEMM per layer, ~+11% block GEMM FLOPs; 6-8% more step time at
   /// d6b32, bench/README.md), which saves (L-1) (N, 4C) floats, the largest activation. Gradients are bit-identical.

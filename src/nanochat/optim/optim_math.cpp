@@ -120,7 +120,20 @@ void gram(const float* X, int64_t k, int64_t len, bool tall, float* G) {
     for (int64_t j = 0; j < h; ++j) G[(h + i) * k + j] = G[j * k + h + i];
 }
 
+// FLOPs of gram(X, k, len): one (k, k, len) product, or the three block products.
+int64_t gram_flops(int64_t k, int64_t len) {
+  if (k < kBlockedGramSide) return 2 * k * k * len;
+  const int64_t h = k / 2, h2 = k - h;
+  return 2 * len * (h * h + h * h2 + h2 * h2);
+}
+
 }  // namespace
+
+int64_t polar_express_flops(int64_t m, int64_t n, int steps) {
+  NC_CHECK(steps >= 0 && steps <= 5, "Polar Express has coefficients for at most 5 steps");
+  const int64_t k = std::min(m, n), len = std::max(m, n);
+  return steps * (gram_flops(k, len) + gram_flops(k, k) + 2 * m * n * k);
+}
 
 float* polar_express(float* x, int64_t m, int64_t n, const MuonScratch& s, int steps) {
   NC_CHECK(steps >= 0 && steps <= 5, "Polar Express has coefficients for at most 5 steps");
