@@ -51,9 +51,9 @@ std::vector<float> filled(Rng& rng, size_t n, double scale) {
   return v;
 }
 
-int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--config d4|d6|d12] [--threads N] [--repeats R]\n", argv0);
-  return 2;
+int usage(const char* argv0, FILE* to = stderr, int rc = 2) {
+  std::fprintf(to, "usage: %s [--config d4|d6|d12] [--threads N] [--repeats R]\n", argv0);
+  return rc;
 }
 
 }  // namespace
@@ -68,12 +68,24 @@ int main(int argc, char** argv) {
       threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc)
       repeats = std::atoi(argv[++i]);
-    else
+    else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h"))
+      return usage(argv[0], stdout, 0);
+    else {
+      std::fprintf(stderr, "bench_optimizer: unknown or incomplete option '%s'\n", argv[i]);
       return usage(argv[0]);
+    }
   }
   const std::map<std::string, std::pair<int, int>> depth_head = {{"d4", {4, 128}}, {"d6", {6, 64}}, {"d12", {12, 128}}};
   const auto it = depth_head.find(config);
-  if (it == depth_head.end() || threads < 1 || repeats < 1) return usage(argv[0]);
+  if (it == depth_head.end()) {
+    std::fprintf(stderr, "bench_optimizer: unknown --config '%s' (known: d4, d6, d12; d6b32 has d6's parameters)\n",
+                 config.c_str());
+    return 2;
+  }
+  if (threads < 1 || repeats < 1) {
+    std::fprintf(stderr, "bench_optimizer: --threads and --repeats must be >= 1\n");
+    return usage(argv[0]);
+  }
   set_num_threads(threads);
   const ModelConfig cfg =
       ModelConfig::from_depth(it->second.first, 64, it->second.second, 512, 32768, config == "d6" ? "L" : "SSSL");
