@@ -575,9 +575,12 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
              "as nanochat on CPU, torch2-compile = torch.compile(dynamic=False) of the forward+loss "
              f"and of the optimizer kernels ({max(a.warmup, a.compile_warmup)} untimed steps: the "
              "first compiles)")
-    L.append(f"- rounds: {a.rounds} (per config and thread count the runs go ours, "
-             + ", ".join(a.variant_list) + " and again; tok/s = mean of the rounds, each round "
-             "in parentheses)")
+    order = "ours, " + ", ".join(a.variant_list)
+    if a.rounds > 1:
+        L.append(f"- rounds: {a.rounds} (per config and thread count the runs go {order} and again; "
+                 "tok/s = mean of the rounds, each round in parentheses)")
+    else:
+        L.append(f"- rounds: 1 (per config and thread count the runs go {order})")
     L.append(f"- steps: {a.warmup} warm-up + {a.steps} timed per run, median step reported; "
              "one process per run (peak RSS = that run's ru_maxrss)")
     src = "given (--peak-gflops)" if peak_fixed else (
