@@ -222,8 +222,6 @@ float softcap_segment(float* seg, int64_t n, float cap, bool store_q) {
   return total;
 }
 
-constexpr int64_t kVocabBlock = kLmHeadVocabBlock;
-
 }  // namespace
 
 int64_t lm_head_scratch_floats(int64_t chunk_rows, int64_t N, int64_t C, int64_t V) {
@@ -249,8 +247,8 @@ double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets
     const int32_t* tr = targets + r0;
     std::fill(row_sum, row_sum + m, 0.0);
     // logits block by block (each block is consumed while it is hot in cache)
-    for (int64_t j0 = 0; j0 < V; j0 += kVocabBlock) {
-      const int64_t nb = std::min(kVocabBlock, V - j0);
+    for (int64_t j0 = 0; j0 < V; j0 += kLmHeadVocabBlock) {
+      const int64_t nb = std::min(kLmHeadVocabBlock, V - j0);
       sgemm(false, true, m, nb, C, 1.f, xr, C, W + j0 * C, C, 0.f, q + j0, V);
 #pragma omp parallel for schedule(guided) if (m * nb > 32768)
       for (int64_t i = 0; i < m; ++i) {
