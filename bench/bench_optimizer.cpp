@@ -8,18 +8,16 @@
 // The sum (AdamW + every Muon matrix's update) is what one optimizer step costs on one rank;
 // bench_train_step prints the optimizer's share of the step.
 //
-// usage: bench_optimizer [--config d4|d6|d12] [--threads N] [--repeats R]
-//   d4: depth 4, head_dim 128; d6: depth 6, head_dim 64, window L; d12: depth 12, head_dim 128
-//   (vocab 32768, aspect ratio 64: the configs of bench_train_step)
+// usage: bench_optimizer [--config d4|d6|d6b32|d12] [--threads N] [--repeats R]
+//   the configs of bench_train_step (bench_configs.h; d6b32 has d6's parameters)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "bench_configs.h"
 #include "nanochat/core/peak.h"
 #include "nanochat/core/rng.h"
 #include "nanochat/core/threads.h"
@@ -52,7 +50,7 @@ std::vector<float> filled(Rng& rng, size_t n, double scale) {
 }
 
 int usage(const char* argv0, FILE* to = stderr, int rc = 2) {
-  std::fprintf(to, "usage: %s [--config d4|d6|d12] [--threads N] [--repeats R]\n", argv0);
+  std::fprintf(to, "usage: %s [--config d4|d6|d6b32|d12] [--threads N] [--repeats R]\n", argv0);
   return rc;
 }
 
@@ -75,11 +73,11 @@ int main(int argc, char** argv) {
       return usage(argv[0]);
     }
   }
-  const std::map<std::string, std::pair<int, int>> depth_head = {{"d4", {4, 128}}, {"d6", {6, 64}}, {"d12", {12, 128}}};
-  const auto it = depth_head.find(config);
-  if (it == depth_head.end()) {
-    std::fprintf(stderr, "bench_optimizer: unknown --config '%s' (known: d4, d6, d12; d6b32 has d6's parameters)\n",
-                 config.c_str());
+  const bench::BenchConfig* bc = nullptr;
+  for (const auto& c : bench::kConfigs)
+    if (config == c.name) bc = &c;
+  if (bc == nullptr) {
+    std::fprintf(stderr, "bench_optimizer: unknown --config '%s' (known: d4, d6, d6b32, d12)\n", config.c_str());
     return 2;
   }
   if (threads < 1 || repeats < 1) {
@@ -87,8 +85,7 @@ int main(int argc, char** argv) {
     return usage(argv[0]);
   }
   set_num_threads(threads);
-  const ModelConfig cfg =
-      ModelConfig::from_depth(it->second.first, 64, it->second.second, 512, 32768, config == "d6" ? "L" : "SSSL");
+  const ModelConfig cfg = bench::model_config(*bc);
   GPT model(cfg);  // only for the parameter list the optimizer groups
   std::vector<OptParam> ps;
   for (const auto& p : model.params())
@@ -101,14 +98,7 @@ int main(int argc, char** argv) {
   // AdamW: every AdamW parameter's elements in one call (the per-parameter calls add nothing but
   // their count).
   Rng rng(5);
-  size_t adam_elems = 0;
-  for (const OptGroup& g : opt.groups())
-    if (g.kind == OptKind::AdamW)
-      for (int i : g.params) {
-        size_t n = 1;
-        for (int64_t d : opt.params()[static_cast<size_t>(i)].shape) n *= static_cast<size_t>(d);
-        adam_elems += n;
-      }
+  const auto adam_elems = static_cast<size_t>(bench::adamw_elements(opt));
   double t_adam = 0;
   {
     auto p = filled(rng, adam_elems, 0.02), g = filled(rng, adam_elems, 1e-3), m = filled(rng, adam_elems, 1e-4);

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_configs.h"
 #include "nanochat/core/peak.h"
 #include "nanochat/core/profile.h"
 #include "nanochat/core/rng.h"
@@ -51,21 +52,9 @@ using namespace nanochat;
 
 namespace {
 
-struct BenchConfig {
-  const char* name;
-  int depth, head_dim, T, B;
-  const char* pattern;
-};
-
-constexpr int kVocab = 32768;
-constexpr int kAspect = 64;
-
-const BenchConfig kConfigs[] = {
-    {"d4", 4, 128, 512, 8, "SSSL"},
-    {"d6", 6, 64, 512, 8, "L"},
-    {"d6b32", 6, 64, 512, 32, "L"},
-    {"d12", 12, 128, 1024, 4, "SSSL"},
-};
+using bench::BenchConfig;
+using bench::kConfigs;
+using bench::kVocab;
 
 std::vector<std::string> split(const char* s) {
   std::vector<std::string> out;
@@ -232,18 +221,12 @@ void print_profile(double step_seconds_total, int steps, const std::array<double
 /// and the AdamW parameter count; prints the MFU this step could reach if every op, the
 /// optimizer's products included, ran at the peak: model / (model + Polar Express) FLOPs.
 void print_optimizer_bound(const MuonAdamW& opt, double model_flops, double opt_seconds, double peak_gflops) {
-  double muon = 0, adam_elems = 0;
-  for (const OptGroup& g : opt.groups()) {
+  double muon = 0;
+  for (const OptGroup& g : opt.groups())
     if (g.kind == OptKind::Muon)
       muon +=
           static_cast<double>(g.params.size()) * static_cast<double>(polar_express_flops(g.rows, g.cols, g.ns_steps));
-    else
-      for (int i : g.params) {
-        double n = 1;
-        for (int64_t d : opt.params()[static_cast<size_t>(i)].shape) n *= static_cast<double>(d);
-        adam_elems += n;
-      }
-  }
+  const double adam_elems = bench::adamw_elements(opt);
   std::printf(
       "    optimizer: %.2f s; Muon's Polar Express multiplies %.1f GFLOP (%.1f%% of the model's %.1f, %.2f s at "
       "the peak), AdamW updates %.1f M parameters; MFU ceiling of this step with every product at the peak: "
@@ -317,7 +300,7 @@ int main(int argc, char** argv) {
 
   if (list_only) {
     for (const BenchConfig* bc : selected) {
-      ModelConfig cfg = ModelConfig::from_depth(bc->depth, kAspect, bc->head_dim, bc->T, kVocab, bc->pattern);
+      ModelConfig cfg = bench::model_config(*bc);
       if (json) {
         std::printf(
             "{\"config\":\"%s\",\"depth\":%d,\"head_dim\":%d,\"n_embd\":%lld,\"n_head\":%lld,"
@@ -360,7 +343,7 @@ int main(int argc, char** argv) {
     const double peak = measure_fma_peak_gflops(nt, peak_seconds);
     for (const BenchConfig* bcp : selected) {
       const BenchConfig& bc = *bcp;
-      ModelConfig cfg = ModelConfig::from_depth(bc.depth, kAspect, bc.head_dim, bc.T, kVocab, bc.pattern);
+      ModelConfig cfg = bench::model_config(bc);
       GPT model(cfg);
       model.init_weights(42);
       model.set_recompute_mlp(recompute_mlp);
