@@ -277,6 +277,7 @@ NodeCtx plan_node(const LaunchOptions& o) {
   c.port = o.master_port;
   c.rdzv = o.rendezvous_timeout;
   c.token = token;
+  c.started = wall_seconds();
   c.tag = str_cat("nanochat run (node ", c.k, " on ", c.host, "): ");
   return c;
 }
@@ -438,6 +439,7 @@ void Supervisor::reap() {
 
 void Supervisor::check_remote() {
   try {
+    remote = read_superseded(store_, c_);
     for (int j = 0; j < c_.N && !remote; ++j) {
       if (j == c_.k) continue;
       remote = read_remote_failure(store_, j, "disappeared (its connection to the store dropped)");

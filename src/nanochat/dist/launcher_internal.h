@@ -2,9 +2,12 @@
 // The phases of `nanochat run` (dist/launcher.h) that launcher.cpp and launcher_rendezvous.cpp
 // share, and the pure pieces its tests check. Not an API for other code: use launch().
 //
-// Store keys of the launchers (under "nc/launch/"): "claim/<node>", "node/<node>" (its shape),
-// "go", "error", "failure/<node>" (failure_report() of its first failed rank), "gone/<node>" (its
-// will: set by the store when its connection drops) and "done/<node>" (its ranks all succeeded).
+// Store keys of the launchers (under "nc/launch/"): "claim/<node>", "node/<node>" (its shape, host,
+// pid and start time), "go" (the wall-clock second the job started), "error", "failure/<node>"
+// (failure_report() of its first failed rank), "gone/<node>" (its will: set by the store when its
+// connection drops), "done/<node>" (its ranks all succeeded) and "superseded" (node 0 was launched
+// again: the new launch's host, pid and start time; every launcher of the earlier one stops).
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,6 +63,7 @@ struct NodeCtx {
   int port = 0;              ///< the store's port
   Ms rdzv{0};                ///< how long launchers wait for each other
   std::string token;         ///< the job token
+  int64_t started = 0;       ///< wall-clock second this launcher started (wall_seconds())
   std::string tag;           ///< "nanochat run (node K on HOST): ", the prefix of its messages
 };
 
@@ -75,6 +79,16 @@ struct LauncherStore {
 /// 128+signal when a signal arrived meanwhile (after saying so; other nodes learn it through
 /// "error"). Throws nanochat::Error on a mismatch, a busy port or when c.rdzv passes.
 int join_launchers(const NodeCtx& c, LauncherStore& ls);
+
+/// Wall-clock seconds since the epoch (the launch times the launchers exchange).
+int64_t wall_seconds();
+/// "18:40:02": the local time of day of `epoch_s`, for messages.
+std::string clock_time(int64_t epoch_s);
+
+/// When node 0 was launched again ("superseded" is set): what that means for node c.k of the
+/// earlier launch and what to do, as a crash-like failure. nullopt otherwise. Throws
+/// nanochat::Error when the store cannot be reached.
+std::optional<Failure> read_superseded(Store& store, const NodeCtx& c);
 
 /// Node 0 after its ranks all succeeded: keeps the store up until every other node says done.
 /// Sets `remote` when one reports a failure, vanishes or does not finish within c.rdzv (then it

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <cstdio>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -68,8 +69,11 @@ void register_node(PrefixStore& store, const NodeCtx& c) {
          pid.empty() ? "" : str_cat(" (`kill ", pid, "` on that host)"),
          " and start again; otherwise give every node a distinct --node-rank in [0, ", c.N, ")");
   }
-  nlohmann::json me = {
-      {"nnodes", c.N}, {"nproc_per_node", c.P}, {"host", c.host}, {"pid", static_cast<long>(getpid())}};
+  nlohmann::json me = {{"nnodes", c.N},
+                       {"nproc_per_node", c.P},
+                       {"host", c.host},
+                       {"pid", static_cast<long>(getpid())},
+                       {"started", c.started}};
   store.set(str_cat("node/", c.k), me.dump());
 }
 
@@ -130,18 +134,141 @@ std::vector<int> missing_nodes(PrefixStore& store, const NodeCtx& c, bool check)
   return missing;
 }
 
+// Node 0 was launched again while this launcher waited for the others (read_superseded()).
+struct Superseded {
+  std::string msg;
+};
+
+// "node 0 was launched again on host H (pid P, at T)" and "node 0's earlier launch (pid Q on host
+// G, started at S)", when "superseded" is set.
+std::optional<std::pair<std::string, std::string>> superseded_parts(Store& store) {
+  auto v = store.try_get("superseded");
+  if (!v) return std::nullopt;
+  const auto j = nlohmann::json::parse(*v, nullptr, false);
+  const bool ok = j.is_object();
+  std::string again = str_cat("node 0 was launched again on host ", ok ? j.value("host", std::string("?")) : "?",
+                              " (pid ", ok ? j.value("pid", -1L) : -1L, ", at ",
+                              clock_time(ok ? j.value("started", int64_t{0}) : 0), ")");
+  std::string old = "node 0's earlier launch";
+  if (auto n0 = store.try_get("node/0")) {
+    const auto o = nlohmann::json::parse(*n0, nullptr, false);
+    if (o.is_object())
+      old = str_cat("node 0's earlier launch (pid ", o.value("pid", -1L), " on host ", o.value("host", std::string("?")),
+                    ", started at ", clock_time(o.value("started", int64_t{0})), ")");
+  }
+  return std::make_pair(again, old);
+}
+
+// In the rendezvous: node 0 of an earlier launch stops (telling the nodes that joined it); another
+// node throws Superseded to join the new launch.
+void check_superseded(PrefixStore& store, const NodeCtx& c) {
+  auto parts = superseded_parts(store);
+  if (!parts) return;
+  if (c.k != 0) {
+    store.add("error_seen", 1);
+    throw Superseded{str_cat(parts->first, " to replace ", parts->second)};
+  }
+  const std::string e = read_superseded(store, c)->desc;
+  publish_error(store, c, e);
+  fail(e);
+}
+
+// What holds node 0's port, when it is an earlier launch of node 0 of this job (it answers with
+// this job's token, --nnodes and --nproc-per-node): sets "superseded" in its store, so that it and
+// the nodes that joined it stop, and returns its description. A job that started more than the
+// rendezvous timeout ago is not touched: that throws `busy` with its description. Any other holder
+// (not a store, another job): nullopt.
+std::optional<std::string> supersede_earlier_launch(const NodeCtx& c, const std::string& busy) {
+  std::unique_ptr<StoreClient> client;
+  std::optional<std::string> node0, go;
+  try {
+    StoreClientOptions co;
+    co.host = c.master;
+    co.port = c.port;
+    co.job_token = c.token;
+    co.connect_timeout = Ms(0);
+    co.op_timeout = Ms(5000);
+    co.identity = str_cat("a new launch of node 0 on ", c.host, " (pid ", getpid(), ")");
+    client = std::make_unique<StoreClient>(co);
+    node0 = client->try_get("nc/launch/node/0");
+    go = client->try_get("nc/launch/go");
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  if (!node0) return std::nullopt;
+  const auto j = nlohmann::json::parse(*node0, nullptr, false);
+  if (!j.is_object() || j.value("nnodes", 0) != c.N || j.value("nproc_per_node", 0) != c.P) return std::nullopt;
+  std::string who = str_cat("an earlier launch of node 0 of this job (pid ", j.value("pid", -1L), " on host ",
+                            j.value("host", std::string("?")), ", started at ",
+                            clock_time(j.value("started", int64_t{0})), ")");
+  if (go) {
+    const int64_t since = std::atoll(go->c_str());
+    const double limit = c.rdzv.count() / 1000.0;
+    if (static_cast<double>(wall_seconds() - since) > limit)
+      fail(busy, ". It is ", who, ", running this job since ", clock_time(since),
+           ": a new launch of node 0 replaces an earlier one only while that one waits for its nodes or started "
+           "less than the rendezvous timeout (",
+           limit, " s) ago; stop it first if you mean to start the job again");
+    who += str_cat(", running the job since ", clock_time(since));
+  } else {
+    who += ", still waiting for its nodes";
+  }
+  try {
+    client->set("nc/launch/superseded",
+                nlohmann::json{{"host", c.host}, {"pid", static_cast<long>(getpid())}, {"started", c.started}}.dump());
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  return who;
+}
+
+// Node 0's store on c.port. When an earlier launch of node 0 of this job holds the port, this
+// launch replaces it (supersede_earlier_launch()) and takes the port once it is released, waiting
+// at most until `deadline`.
+std::unique_ptr<StoreServer> host_store(const NodeCtx& c, WaitReporter& report, Clock::time_point deadline) {
+  const std::string label = c.master == "127.0.0.1" ? c.host : c.master;
+  std::string busy;
+  try {
+    return std::make_unique<StoreServer>(c.port, c.token, label);
+  } catch (const Error& e) {
+    busy = e.what();
+  }
+  const auto earlier = supersede_earlier_launch(c, busy);
+  if (!earlier) fail(busy);
+  std::fprintf(stderr,
+               "%sport %d is held by %s: this new launch replaces it, so it stops (and the nodes that joined it "
+               "stop and say how to join this launch); waiting for it to release the port\n",
+               c.tag.c_str(), c.port, earlier->c_str());
+  std::fflush(stderr);
+  for (;;) {
+    throw_if_signalled();
+    std::this_thread::sleep_for(Ms(200));
+    try {
+      return std::make_unique<StoreServer>(c.port, c.token, label);
+    } catch (const Error& e) {
+      busy = e.what();
+    }
+    if (Clock::now() >= deadline)
+      fail(busy, ". It is ", *earlier, "; it was told to stop but did not release the port within ",
+           c.rdzv.count() / 1000.0, " s");
+    report.tick([&] { return str_cat("waiting for ", *earlier, " to release port ", c.port); });
+  }
+}
+
 // The launchers of all nodes meet in the store: each registers its shape, node 0 checks them and
 // says "go" once all have joined. Prints what it waits for every wait_report_interval(). Throws
 // Interrupted on a signal, nanochat::Error on a mismatch or when the rendezvous deadline passes.
 void meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::time_point deadline) {
   const int N = c.N, k = c.k;
   const std::string at = host_port(c.master, c.port);
+  check_superseded(store, c);
   register_node(store, c);
   // Node 0 checks every node each round; the others only look for "go" (and, when they report or
   // give up, for who is missing), so the store's load does not grow with the square of the nodes.
   bool checked_node0 = k == 0;
   for (;;) {
     throw_if_signalled();
+    check_superseded(store, c);
     fail_on_published_error(store, c);
     if (store.try_get("go")) return;
     if (!checked_node0) {
@@ -154,7 +281,7 @@ void meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::tim
     if (k == 0) {
       missing = missing_nodes(store, c, true);
       if (missing.empty()) {
-        store.set("go", "1");
+        store.set("go", std::to_string(wall_seconds()));
         return;
       }
     }
@@ -179,6 +306,28 @@ void meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::tim
 }
 
 }  // namespace
+
+int64_t wall_seconds() { return static_cast<int64_t>(std::time(nullptr)); }
+
+std::string clock_time(int64_t epoch_s) {
+  const std::time_t t = static_cast<std::time_t>(epoch_s);
+  std::tm tm{};
+  char buf[16];
+  if (epoch_s <= 0 || !localtime_r(&t, &tm) || std::strftime(buf, sizeof buf, "%H:%M:%S", &tm) == 0) return "?";
+  return buf;
+}
+
+std::optional<Failure> read_superseded(Store& store, const NodeCtx& c) {
+  auto parts = superseded_parts(store);
+  if (!parts) return std::nullopt;
+  if (c.k == 0)
+    return Failure{str_cat(parts->first, " and replaces this earlier launch (pid ", getpid(), ", started at ",
+                           clock_time(c.started), "), which stops; the new launch goes on"),
+                   true};
+  return Failure{str_cat("this node joined ", parts->second, ", but ", parts->first,
+                         " to replace it, so this node stops: run this node's command again to join the new launch"),
+                 true};
+}
 
 std::string failure_report(const Failure& f) {
   nlohmann::json j = {{"desc", f.desc}, {"crash", f.crash}};
@@ -220,41 +369,57 @@ std::string describe_failures(const std::vector<Failure>& local, const std::opti
 }
 
 int join_launchers(const NodeCtx& c, LauncherStore& ls) {
-  try {
-    if (c.k == 0)
-      ls.server = std::make_unique<StoreServer>(c.port, c.token, c.master == "127.0.0.1" ? c.host : c.master);
-    WaitReporter report(c.tag, c.rdzv);
-    StoreClientOptions co;
-    co.host = c.master;
-    co.port = c.port;
-    co.job_token = c.token;
-    co.connect_timeout = c.rdzv;
-    co.identity = str_cat("launcher of node ", c.k, " on ", c.host, " (pid ", getpid(), ")");
-    co.on_retry = [&](const std::string& err) {
-      throw_if_signalled();
-      report.tick([&] { return str_cat("waiting for node 0's store at ", host_port(c.master, c.port), ": ", err); });
-    };
-    ls.client = std::make_unique<StoreClient>(co);
-    ls.store = std::make_unique<PrefixStore>(*ls.client, "nc/launch/");
-    ls.client->set_will(str_cat("nc/launch/gone/", c.k), str_cat("node ", c.k, "'s launcher (host ", c.host, ")"));
-    meet(*ls.store, c, report, Clock::now() + c.rdzv);
-  } catch (const Interrupted& i) {
-    if (ls.store) try {
-        publish_error(*ls.store, c,
-                      str_cat("node ", c.k, "'s launcher (host ", c.host, ") was stopped by ", signal_name(i.sig),
-                              " before the job started"));
-        if (c.k == 0) keep_store_until_error_read(*ls.store, c);
-      } catch (const Error&) {
+  const auto deadline = Clock::now() + c.rdzv;
+  bool said_rejoin = false;
+  for (;;) {
+    try {
+      WaitReporter report(c.tag, c.rdzv);
+      if (c.k == 0) ls.server = host_store(c, report, deadline);
+      StoreClientOptions co;
+      co.host = c.master;
+      co.port = c.port;
+      co.job_token = c.token;
+      co.connect_timeout = remaining(deadline);
+      co.identity = str_cat("launcher of node ", c.k, " on ", c.host, " (pid ", getpid(), ")");
+      co.on_retry = [&](const std::string& err) {
+        throw_if_signalled();
+        report.tick([&] { return str_cat("waiting for node 0's store at ", host_port(c.master, c.port), ": ", err); });
+      };
+      ls.client = std::make_unique<StoreClient>(co);
+      ls.store = std::make_unique<PrefixStore>(*ls.client, "nc/launch/");
+      ls.client->set_will(str_cat("nc/launch/gone/", c.k), str_cat("node ", c.k, "'s launcher (host ", c.host, ")"));
+      meet(*ls.store, c, report, deadline);
+      return 0;
+    } catch (const Superseded& s) {
+      // Node 0 was launched again before the job started: join the new launch once it is up.
+      if (!said_rejoin) {
+        std::fprintf(stderr, "%s%s; joining the new launch\n", c.tag.c_str(), s.msg.c_str());
+        std::fflush(stderr);
+        said_rejoin = true;
       }
-    std::fprintf(stderr, "%sgot %s while waiting for the other nodes; stopped (no rank was started)\n", c.tag.c_str(),
-                 signal_name(i.sig).c_str());
-    std::fflush(stderr);
-    return 128 + i.sig;
-  } catch (const Error&) {
-    if (c.k == 0 && ls.store) keep_store_until_error_read(*ls.store, c);
-    throw;
+      ls.store.reset();
+      ls.client.reset();
+      if (Clock::now() >= deadline)
+        fail(s.msg, ", but the new launch did not answer at ", host_port(c.master, c.port), " within ",
+             c.rdzv.count() / 1000.0, " s; start node 0 and then this node again");
+      std::this_thread::sleep_for(Ms(300));
+    } catch (const Interrupted& i) {
+      if (ls.store) try {
+          publish_error(*ls.store, c,
+                        str_cat("node ", c.k, "'s launcher (host ", c.host, ") was stopped by ", signal_name(i.sig),
+                                " before the job started"));
+          if (c.k == 0) keep_store_until_error_read(*ls.store, c);
+        } catch (const Error&) {
+        }
+      std::fprintf(stderr, "%sgot %s while waiting for the other nodes; stopped (no rank was started)\n",
+                   c.tag.c_str(), signal_name(i.sig).c_str());
+      std::fflush(stderr);
+      return 128 + i.sig;
+    } catch (const Error&) {
+      if (c.k == 0 && ls.store) keep_store_until_error_read(*ls.store, c);
+      throw;
+    }
   }
-  return 0;
 }
 
 int wait_for_nodes_to_finish(Store& store, const NodeCtx& c, std::optional<Failure>& remote) {

@@ -1,0 +1,112 @@
+// Launcher and rendezvous faults that multi-node users run into, each reproduced through the
+// binary with every node on 127.0.0.1 (`nanochat run` with the hidden `dist-selftest`): a
+// relaunch next to a launch left waiting, a master name that is this host's loopback name, two
+// nodes given one --node-rank, a worker's own start-up error. Each must end in a message that says
+// what happened and what to do, on the node where the user looks, within the deadlines set here.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "nanochat/core/error.h"
+#include "nanochat/dist/net.h"
+#include "support/proc_util.h"
+
+using namespace nanochat;
+using namespace nanochat::dist;
+using nctest::Proc;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+namespace {
+
+// Short deadlines so that a bug fails the test instead of hanging it.
+std::vector<std::string> base_env() {
+  return {"NANOCHAT_RENDEZVOUS_TIMEOUT=40", "NANOCHAT_COLLECTIVE_TIMEOUT=30", "NANOCHAT_JOB_TOKEN",
+          "NANOCHAT_WAIT_REPORT_INTERVAL=1"};
+}
+
+Proc run_cli(std::vector<std::string> args, std::vector<std::string> env = {}) {
+  args.insert(args.begin(), nctest::nanochat_binary());
+  auto e = base_env();
+  e.insert(e.end(), env.begin(), env.end());
+  return Proc::spawn(args, e);
+}
+
+// One node of a two-node job on this host, running dist-selftest with `selftest` flags.
+Proc node(int port, int k, const std::vector<std::string>& selftest, int nnodes = 2) {
+  std::vector<std::string> a = {"run",          "--nnodes",      std::to_string(nnodes),
+                                "--node-rank",  std::to_string(k), "--master-addr",
+                                "127.0.0.1",    "--allow-loopback-master",
+                                "--master-port", std::to_string(port), "dist-selftest"};
+  a.insert(a.end(), selftest.begin(), selftest.end());
+  return run_cli(a);
+}
+
+// Waits until something listens on `port` (node 0's store is up); false after 20 s.
+bool wait_port_busy(int port) {
+  for (auto until = nctest::Clock::now() + Ms(20000); nctest::Clock::now() < until;) {
+    if (!tcp_port_free(port)) return true;
+    usleep(50000);
+  }
+  return false;
+}
+
+const std::vector<std::string> kShort = {"--iterations", "2"};
+const std::vector<std::string> kLong = {"--iterations", "100000", "--size", "100000"};
+
+}  // namespace
+
+// Node 0 left waiting for its nodes, then both commands run again, node 0 first: the new node 0
+// replaces the earlier one (which stops and says so) and the new node 1 joins the new node 0.
+TEST(Relaunch, ANewNode0ReplacesAnEarlierLaunchLeftWaiting) {
+  const int port = pick_free_port();
+  Proc orphan = node(port, 0, kShort);
+  ASSERT_TRUE(wait_port_busy(port)) << orphan.output();
+  Proc n0 = node(port, 0, kShort);
+  ASSERT_TRUE(n0.wait_for_output("this new launch replaces it", Ms(20000))) << n0.output();
+  Proc n1 = node(port, 1, kShort);
+  ASSERT_TRUE(orphan.wait(Ms(30000))) << orphan.output();
+  ASSERT_TRUE(n0.wait(Ms(60000))) << n0.output();
+  ASSERT_TRUE(n1.wait(Ms(60000))) << n1.output();
+  EXPECT_EQ(orphan.exit_code(), 1) << orphan.output();
+  EXPECT_THAT(orphan.output(), HasSubstr(str_cat("node 0 was launched again on host ", host_name(), " (pid ", n0.pid())));
+  EXPECT_THAT(orphan.output(), Not(HasSubstr("[rank ")));  // it never started a rank
+  EXPECT_THAT(n0.output(), HasSubstr(str_cat("port ", port, " is held by an earlier launch of node 0 of this job (pid ",
+                                             orphan.pid(), " on host ", host_name())));
+  EXPECT_THAT(n0.output(), HasSubstr("still waiting for its nodes"));
+  EXPECT_TRUE(n0.exited_ok()) << n0.output();
+  EXPECT_TRUE(n1.exited_ok()) << n1.output();
+  EXPECT_THAT(n0.output(), HasSubstr("[rank 0] dist-selftest: rank 0 of 2: OK"));
+  EXPECT_THAT(n1.output(), HasSubstr("[rank 1] dist-selftest: rank 1 of 2: OK"));
+}
+
+// The same relaunch with node 1 first: it joins the node 0 left waiting and the job starts; once
+// the new node 0 comes, the earlier job stops on both nodes, node 1 saying what happened and to
+// run its command again, which then joins the new node 0.
+TEST(Relaunch, ANode1ThatJoinedTheEarlierLaunchStopsAndSaysToRunAgain) {
+  const int port = pick_free_port();
+  Proc orphan = node(port, 0, kLong);
+  ASSERT_TRUE(wait_port_busy(port)) << orphan.output();
+  Proc n1 = node(port, 1, kLong);
+  ASSERT_TRUE(n1.wait_for_output("rank 1 of 2: iteration 0 ok", Ms(30000))) << n1.output();
+  Proc n0 = node(port, 0, kShort);
+  ASSERT_TRUE(n1.wait(Ms(40000))) << n1.output();
+  ASSERT_TRUE(orphan.wait(Ms(40000))) << orphan.output();
+  EXPECT_EQ(n1.exit_code(), 1) << n1.output();
+  EXPECT_THAT(n1.output(), HasSubstr(str_cat("this node joined node 0's earlier launch (pid ", orphan.pid())));
+  EXPECT_THAT(n1.output(), HasSubstr(str_cat("node 0 was launched again on host ", host_name(), " (pid ", n0.pid())));
+  EXPECT_THAT(n1.output(), HasSubstr("run this node's command again to join the new launch"));
+  EXPECT_EQ(orphan.exit_code(), 1) << orphan.output();
+  EXPECT_THAT(orphan.output(), HasSubstr("node 0 was launched again"));
+  Proc again = node(port, 1, kShort);
+  ASSERT_TRUE(n0.wait(Ms(60000))) << n0.output();
+  ASSERT_TRUE(again.wait(Ms(60000))) << again.output();
+  EXPECT_TRUE(n0.exited_ok()) << n0.output();
+  EXPECT_TRUE(again.exited_ok()) << again.output();
+  EXPECT_THAT(n0.output(), HasSubstr("running the job since"));
+  EXPECT_THAT(again.output(), HasSubstr("[rank 1] dist-selftest: rank 1 of 2: OK"));
+}
