@@ -110,3 +110,62 @@ TEST(Relaunch, ANode1ThatJoinedTheEarlierLaunchStopsAndSaysToRunAgain) {
   EXPECT_THAT(n0.output(), HasSubstr("running the job since"));
   EXPECT_THAT(again.output(), HasSubstr("[rank 1] dist-selftest: rank 1 of 2: OK"));
 }
+
+namespace {
+
+// Runs `args` of the binary with /etc/hosts replaced (in a private mount namespace) by one that
+// maps `name` to 127.0.1.1, as Debian and Ubuntu map a machine's own name. "" when that cannot be
+// set up here (needs root and unshare), else the output; *rc gets the exit code.
+std::string with_hosts_entry(const std::string& name, const std::string& args, int* rc) {
+  char tmpl[] = "/tmp/nc_hosts_XXXXXX";
+  const int fd = mkstemp(tmpl);
+  if (fd < 0) return "";
+  const std::string entry = "127.0.0.1 localhost\n127.0.1.1 " + name + "\n";
+  if (write(fd, entry.data(), entry.size()) != static_cast<ssize_t>(entry.size())) return "";
+  close(fd);
+  const std::string hosts = tmpl;
+  auto probe = nctest::shell("unshare -m sh -c 'mount --bind " + hosts + " /etc/hosts && getent hosts " + name + "'");
+  if (probe.first != 0 || probe.second.find("127.0.1.1") == std::string::npos) {
+    unlink(hosts.c_str());
+    return "";
+  }
+  auto r = nctest::shell("NANOCHAT_RENDEZVOUS_TIMEOUT=40 timeout 30 unshare -m sh -c 'mount --bind " + hosts +
+                         " /etc/hosts && exec " + nctest::nanochat_binary() + " " + args + "'");
+  unlink(hosts.c_str());
+  *rc = r.first;
+  return r.second;
+}
+
+}  // namespace
+
+// `--master-addr $(hostname)` on a host whose name maps to 127.0.1.1: refused at once (not after
+// the rendezvous timeout) by `run` on any node and by `doctor`, naming what the name resolved to.
+TEST(LoopbackName, AMasterNameThatResolvesToLoopbackIsRefusedAtOnce) {
+  const int port = pick_free_port();
+  int rc = -1;
+  const std::string run = with_hosts_entry(
+      "nc-desk", str_cat("run --nnodes 2 --node-rank 1 --master-addr nc-desk --master-port ", port, " dist-selftest"),
+      &rc);
+  if (run.empty()) GTEST_SKIP() << "cannot replace /etc/hosts in a private mount namespace here (needs root)";
+  EXPECT_EQ(rc, 1) << run;  // 124 would be the 30 s bound: a wait for the rendezvous
+  EXPECT_THAT(run, HasSubstr("nanochat: error: --master-addr nc-desk resolves to 127.0.1.1 on this host"));
+  EXPECT_THAT(run, HasSubstr("which no other host can reach"));
+  EXPECT_THAT(run, HasSubstr("in /etc/hosts on every node"));
+  EXPECT_THAT(run, Not(HasSubstr("[rank ")));
+  // Node 0 too (its ranks would bind the loopback address).
+  const std::string run0 = with_hosts_entry(
+      "nc-desk", str_cat("run --nnodes 2 --node-rank 0 --master-addr nc-desk --master-port ", port, " dist-selftest"),
+      &rc);
+  EXPECT_EQ(rc, 1) << run0;
+  EXPECT_THAT(run0, HasSubstr("--master-addr nc-desk resolves to 127.0.1.1"));
+  const std::string doctor =
+      with_hosts_entry("nc-desk", str_cat("doctor --nnodes 2 --master-addr nc-desk --master-port ", port), &rc);
+  EXPECT_EQ(rc, 1) << doctor;
+  EXPECT_THAT(doctor, HasSubstr("--master-addr nc-desk resolves to 127.0.1.1"));
+  EXPECT_THAT(doctor, Not(HasSubstr("no problems found")));
+  // With every node on this machine on purpose, the name is accepted.
+  const std::string allowed = with_hosts_entry(
+      "nc-desk",
+      str_cat("run --nnodes 1 --master-addr nc-desk --master-port ", port, " dist-selftest --iterations 1"), &rc);
+  EXPECT_EQ(rc, 0) << allowed;
+}

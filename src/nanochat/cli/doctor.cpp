@@ -62,13 +62,13 @@ int doctor(const DoctorArgs& a) {
                          " needs --master-addr (or MASTER_ADDR): node 0's address on a network "
                          "every node shares"));
     ++problems;
-  } else if (a.nnodes > 1 && is_loopback_literal(master)) {
+  } else if (const std::string why = loopback_master_problem(master, a.nnodes); !why.empty()) {
     const char* allow = std::getenv("NANOCHAT_ALLOW_LOOPBACK_MASTER");
     if (allow && std::string(allow) == "1") {
-      line("warn", str_cat("master ", master, " is a loopback address: with --nnodes ", a.nnodes,
+      line("warn", str_cat("master ", master, " is a loopback address here: with --nnodes ", a.nnodes,
                            " every node must run on this machine (NANOCHAT_ALLOW_LOOPBACK_MASTER=1)"));
     } else {
-      line("FAIL", loopback_master_error(master, a.nnodes));
+      line("FAIL", why);
       ++problems;
     }
   }

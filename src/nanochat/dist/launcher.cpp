@@ -263,8 +263,10 @@ NodeCtx plan_node(const LaunchOptions& o) {
       fail("--master-addr is required with --nnodes ", o.nnodes, ": give every node the address of node 0");
     master = "127.0.0.1";
   }
-  if (o.nnodes > 1 && is_loopback_literal(master) && !loopback_master_allowed(o))
-    fail(loopback_master_error(master, o.nnodes));
+  if (o.nnodes > 1 && !loopback_master_allowed(o)) {
+    std::string why = loopback_master_problem(master, o.nnodes);
+    if (!why.empty()) fail(why);
+  }
   std::string token = o.job_token.empty() ? job_token_from_env() : o.job_token;
   if (token.empty() && o.nnodes == 1) token = random_token();
 
@@ -522,6 +524,24 @@ std::string loopback_master_error(const std::string& master, int nnodes) {
                  "address on a network they share (e.g. --master-addr 10.0.0.1; `nanochat doctor --nnodes ",
                  nnodes,
                  " --master-addr ADDR` checks it). To run all the nodes on this one machine (tests), pass "
+                 "--allow-loopback-master or set NANOCHAT_ALLOW_LOOPBACK_MASTER=1");
+}
+
+std::string loopback_master_problem(const std::string& master, int nnodes) {
+  if (nnodes <= 1) return "";
+  if (is_loopback_literal(master)) return loopback_master_error(master, nnodes);
+  if (!resolves_to_loopback(master)) return "";
+  std::string addrs;
+  for (const auto& a : resolve_numeric(master)) addrs += (addrs.empty() ? "" : ", ") + a;
+  return str_cat("--master-addr ", master, " resolves to ", addrs, " on this host (", host_name(),
+                 "): a loopback address (Debian and Ubuntu map a machine's own name to 127.0.1.1 in /etc/hosts), "
+                 "which no other host can reach, so with --nnodes ",
+                 nnodes,
+                 " the nodes would wait for each other until the rendezvous timeout. Give every node node 0's "
+                 "address on your LAN instead (e.g. --master-addr 192.168.1.10; `hostname -I` on node 0 lists its "
+                 "addresses), or map ",
+                 master, " to that address in /etc/hosts on every node; `nanochat doctor --nnodes ", nnodes,
+                 " --master-addr ADDR` checks it. To run all the nodes on this one machine (tests), pass "
                  "--allow-loopback-master or set NANOCHAT_ALLOW_LOOPBACK_MASTER=1");
 }
 

@@ -46,6 +46,12 @@ int launch(const LaunchOptions& opts);
 /// Why a loopback `master` cannot serve `nnodes` > 1 nodes, and what to do (launcher, doctor).
 std::string loopback_master_error(const std::string& master, int nnodes);
 
+/// Why `master` cannot serve `nnodes` > 1 nodes, or "" when it can: written as a loopback address
+/// (loopback_master_error()), or a name that resolves only to loopback addresses on this host (a
+/// Debian/Ubuntu machine's own name maps to 127.0.1.1): the message names what it resolved to and
+/// what to do. Resolves `master` (getaddrinfo).
+std::string loopback_master_problem(const std::string& master, int nnodes);
+
 /// Physical cores available to this process (distinct core ids of the CPUs in its affinity mask);
 /// falls back to the logical CPU count.
 int physical_cores();

@@ -260,6 +260,17 @@ bool resolves_to_loopback(const std::string& host) {
   return true;
 }
 
+std::vector<std::string> resolve_numeric(const std::string& host) {
+  std::vector<std::string> out;
+  AddrInfoList ai;
+  if (resolve(host, 0, SOCK_STREAM, &ai) != 0) return out;
+  for (addrinfo* a = ai.head; a; a = a->ai_next) {
+    std::string h = numeric_host(a->ai_addr, a->ai_addrlen);
+    if (std::find(out.begin(), out.end(), h) == out.end()) out.push_back(h);
+  }
+  return out;
+}
+
 bool is_loopback_literal(const std::string& host) {
   std::string h = host;
   std::transform(h.begin(), h.end(), h.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });

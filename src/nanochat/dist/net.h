@@ -83,6 +83,10 @@ std::string interface_of_address(const std::string& address);
 /// True if every address `host` resolves to is a loopback address (127.0.0.0/8, ::1).
 bool resolves_to_loopback(const std::string& host);
 
+/// The distinct numeric addresses `host` resolves to on this host (getaddrinfo order); empty when
+/// it does not resolve. Never throws.
+std::vector<std::string> resolve_numeric(const std::string& host);
+
 /// True if `host` is written as a loopback address: an IPv4 literal in 127.0.0.0/8, ::1 (or
 /// ::ffff:127.x.y.z), or a loopback name ("localhost", "*.localhost", "ip6-localhost",
 /// "ip6-loopback"). Names are not resolved: a host name that maps to 127.0.1.1 in this machine's
