@@ -169,3 +169,35 @@ TEST(LoopbackName, AMasterNameThatResolvesToLoopbackIsRefusedAtOnce) {
       str_cat("run --nnodes 1 --master-addr nc-desk --master-port ", port, " dist-selftest --iterations 1"), &rc);
   EXPECT_EQ(rc, 0) << allowed;
 }
+
+// Two launchers given --node-rank 1 of three nodes: the second stops at once (as before), and the
+// launchers already waiting (node 0 and the first node 1) say so at once instead of only blaming a
+// missing node when the rendezvous times out; node 0's final error names the duplicate too.
+TEST(DuplicateRank, TheLaunchersAlreadyWaitingAreToldAtOnce) {
+  const int port = pick_free_port();
+  auto start = [&](int k) {
+    return run_cli({"run", "--nnodes", "3", "--node-rank", std::to_string(k), "--master-addr", "127.0.0.1",
+                    "--allow-loopback-master", "--master-port", std::to_string(port), "--rendezvous-timeout", "10",
+                    "dist-selftest"});
+  };
+  Proc n0 = start(0);
+  Proc first = start(1);
+  ASSERT_TRUE(n0.wait_for_output("waiting for node 2 of 3 to join", Ms(20000))) << n0.output();
+  ASSERT_TRUE(first.wait_for_output("waiting for node 2 of 3 to join", Ms(20000))) << first.output();
+  Proc second = start(1);
+  ASSERT_TRUE(second.wait(Ms(20000))) << second.output();
+  EXPECT_EQ(second.exit_code(), 1);
+  EXPECT_THAT(second.output(), HasSubstr("--node-rank 1 is used twice"));
+  const std::string notice = str_cat("(pid ", second.pid(), ") was also started with --node-rank 1");
+  // Told while still waiting (the notice, with what is still missing, is not part of the final
+  // error): node 0 and the launcher that holds --node-rank 1.
+  for (Proc* p : {&n0, &first}) {
+    ASSERT_TRUE(p->wait_for_output(notice, Ms(20000))) << p->output();
+    ASSERT_TRUE(p->wait_for_output("Still missing: node 2 of 3", Ms(20000))) << p->output();
+  }
+  ASSERT_TRUE(n0.wait(Ms(30000))) << n0.output();
+  ASSERT_TRUE(first.wait(Ms(30000))) << first.output();
+  EXPECT_EQ(n0.exit_code(), 1);
+  EXPECT_THAT(n0.output(), HasSubstr("node 2 of --nnodes 3 never joined"));
+  EXPECT_THAT(n0.output(), HasSubstr("meanwhile a launcher on host"));
+}

@@ -64,6 +64,14 @@ void register_node(PrefixStore& store, const NodeCtx& c) {
       if (Clock::now() >= until) break;
       std::this_thread::sleep_for(Ms(100));
     }
+    // Tell the launchers already waiting (the first one with this --node-rank among them) at once.
+    try {
+      const int64_t n = store.add("duplicates", 1);
+      store.set(str_cat("duplicate/", n), str_cat("a launcher on host ", c.host, " (pid ", getpid(),
+                                                  ") was also started with --node-rank ", c.k, ", which ", other,
+                                                  " already has; that second launcher stopped"));
+    } catch (const Error&) {
+    }
     fail("--node-rank ", c.k, " is used twice: by this launcher (host ", c.host, ") and by ", other,
          ". If that is a launcher left over from an earlier run of this job (e.g. its SSH session dropped), stop it",
          pid.empty() ? "" : str_cat(" (`kill ", pid, "` on that host)"),
@@ -255,6 +263,25 @@ std::unique_ptr<StoreServer> host_store(const NodeCtx& c, WaitReporter& report, 
   }
 }
 
+// Prints (and appends to `seen`) the notices of launchers that were refused because their
+// --node-rank was taken (register_node()), so that the launchers still waiting say so at once
+// instead of blaming a missing node only when the rendezvous times out.
+void report_duplicates(PrefixStore& store, const NodeCtx& c, std::vector<std::string>& seen) {
+  const int64_t n = store.add("duplicates", 0);
+  for (auto i = static_cast<int64_t>(seen.size()) + 1; i <= n; ++i) {
+    auto d = store.try_get(str_cat("duplicate/", i));
+    if (!d) break;
+    seen.push_back(*d);
+    const auto missing = missing_nodes(store, c, false);
+    std::fprintf(stderr, "%s%s. %s\n", c.tag.c_str(), d->c_str(),
+                 missing.empty() ? "Every node has joined; nothing to do"
+                                 : str_cat("Still missing: ", node_list(missing), " of ", c.N,
+                                           ": start that launcher again with the --node-rank of a missing node")
+                                       .c_str());
+    std::fflush(stderr);
+  }
+}
+
 // The launchers of all nodes meet in the store: each registers its shape, node 0 checks them and
 // says "go" once all have joined. Prints what it waits for every wait_report_interval(). Throws
 // Interrupted on a signal, nanochat::Error on a mismatch or when the rendezvous deadline passes.
@@ -266,7 +293,9 @@ void meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::tim
   // Node 0 checks every node each round; the others only look for "go" (and, when they report or
   // give up, for who is missing), so the store's load does not grow with the square of the nodes.
   bool checked_node0 = k == 0;
-  for (;;) {
+  std::vector<std::string> dups;  // notices of launchers refused for a --node-rank already taken
+  for (int round = 0;; ++round) {
+    if (round % 5 == 0) report_duplicates(store, c, dups);
     throw_if_signalled();
     check_superseded(store, c);
     fail_on_published_error(store, c);
@@ -293,6 +322,7 @@ void meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::tim
                            " s; start `nanochat run` on every node with the same --master-addr/--master-port")
                  : str_cat("node 0 (", at, ") did not start the job within ", c.rdzv.count() / 1000.0,
                            " s: ", missing.empty() ? "it has not said go" : node_list(missing) + " never joined");
+      for (const auto& d : dups) e += "; meanwhile " + d + " (was it meant to be one of the missing nodes?)";
       if (k == 0) publish_error(store, c, e);
       fail(e);
     }
