@@ -201,3 +201,20 @@ TEST(DuplicateRank, TheLaunchersAlreadyWaitingAreToldAtOnce) {
   EXPECT_THAT(n0.output(), HasSubstr("node 2 of --nnodes 3 never joined"));
   EXPECT_THAT(n0.output(), HasSubstr("meanwhile a launcher on host"));
 }
+
+// A worker's own start-up error (here a malformed flag that only node 1 was given) reaches node 0's
+// terminal as that rank's last stderr lines, not only as "exited with status 1".
+TEST(WorkerError, NodeZeroShowsTheWorkersOwnMessage) {
+  const int port = pick_free_port();
+  Proc n0 = node(port, 0, kShort);
+  Proc n1 = node(port, 1, {"--iterations", "2", "--fact-on-rank", "not-a-fact"});
+  ASSERT_TRUE(n0.wait(Ms(60000))) << n0.output();
+  ASSERT_TRUE(n1.wait(Ms(60000))) << n1.output();
+  EXPECT_EQ(n1.exit_code(), 1);
+  EXPECT_EQ(n0.exit_code(), 1);
+  // Node 0's own output: it names rank 1 and quotes rank 1's error, which only node 1's rank printed.
+  const std::string own = "--fact-on-rank expects R:KEY=VALUE, got 'not-a-fact'";
+  EXPECT_THAT(n0.output(), HasSubstr("nanochat: error: rank 1 (host "));
+  EXPECT_THAT(n0.output(), HasSubstr("the last lines that rank wrote to stderr on its node:\n    nanochat: error: " + own));
+  EXPECT_THAT(n0.output(), Not(HasSubstr("[rank 1]")));
+}

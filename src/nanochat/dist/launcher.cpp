@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -147,6 +148,7 @@ struct Child {
   pid_t pid = -1;
   Fd out, err;
   std::string out_buf, err_buf;
+  std::deque<std::string> err_tail;  // its last kTailLines lines on stderr (failure reports)
   bool exited = false;
   int status = 0;
 };
@@ -166,8 +168,16 @@ void write_line(int fd, const std::string& prefix, const std::string& line) {
   }
 }
 
-// Reads what is available; emits complete lines with the rank prefix. Returns false at EOF.
-bool pump(Fd& fd, std::string& buf, int out_fd, const std::string& prefix) {
+// Keeps the last kTailLines lines (each shortened to 400 bytes) of a rank's stderr.
+void keep_tail(std::deque<std::string>* tail, const std::string& line) {
+  if (!tail || line.empty()) return;
+  tail->push_back(line.size() > 400 ? line.substr(0, 400) + "..." : line);
+  while (tail->size() > kTailLines) tail->pop_front();
+}
+
+// Reads what is available; emits complete lines with the rank prefix (and keeps them in `tail`
+// when given). Returns false at EOF.
+bool pump(Fd& fd, std::string& buf, int out_fd, const std::string& prefix, std::deque<std::string>* tail = nullptr) {
   char tmp[65536];
   for (;;) {
     ssize_t k = ::read(fd.get(), tmp, sizeof(tmp));
@@ -176,18 +186,23 @@ bool pump(Fd& fd, std::string& buf, int out_fd, const std::string& prefix) {
       size_t start = 0, nl;
       while ((nl = buf.find('\n', start)) != std::string::npos) {
         write_line(out_fd, prefix, buf.substr(start, nl - start));
+        keep_tail(tail, buf.substr(start, nl - start));
         start = nl + 1;
       }
       buf.erase(0, start);
       if (buf.size() > (1u << 16)) {  // an endless line: emit it in pieces
         write_line(out_fd, prefix, buf);
+        keep_tail(tail, buf);
         buf.clear();
       }
       continue;
     }
     if (k < 0 && errno == EINTR) continue;
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-    if (!buf.empty()) write_line(out_fd, prefix, buf);
+    if (!buf.empty()) {
+      write_line(out_fd, prefix, buf);
+      keep_tail(tail, buf);
+    }
     buf.clear();
     fd.reset();
     return false;
@@ -384,7 +399,7 @@ void Supervisor::relay_output() {
   for (auto& c : kids_) {
     std::string prefix = str_cat("[rank ", c.rank, "] ");
     if (c.out) pump(c.out, c.out_buf, 1, prefix);
-    if (c.err) pump(c.err, c.err_buf, 2, prefix);
+    if (c.err) pump(c.err, c.err_buf, 2, prefix, &c.err_tail);
   }
 }
 
@@ -428,6 +443,10 @@ void Supervisor::reap() {
     f.desc = str_cat("rank ", c.rank, " (host ", c_.host, ", pid ", c.pid, ") ", describe_status(st));
     f.crash = WIFSIGNALED(st) && !term_sent;
     f.induced = stopping_ && (remote.has_value() || !failures.empty());
+    if (WIFEXITED(st)) {  // its own error: the other nodes show its last words (drained first)
+      if (c.err) pump(c.err, c.err_buf, 2, str_cat("[rank ", c.rank, "] "), &c.err_tail);
+      for (const auto& line : c.err_tail) f.tail += (f.tail.empty() ? "" : "\n") + line;
+    }
     if (failures.empty()) {
       try {
         store_.set(str_cat("failure/", c_.k), failure_report(f));

@@ -23,13 +23,17 @@ struct Failure {
   std::string desc;      ///< "rank 2 (host h, pid 7) was killed by signal 9 (SIGKILL)"
   bool crash = false;    ///< killed by a signal no launcher sent: the likely root cause
   bool induced = false;  ///< stopped by its launcher after a failure elsewhere: never the lead
+  std::string tail = {}; ///< the failed rank's last lines on stderr ("\n"-separated), when it exited
 };
 
-/// The report a launcher stores under "failure/<node>": JSON {"desc": ..., "crash": ...}.
+/// How many of a rank's last stderr lines its launcher keeps for the failure report.
+constexpr size_t kTailLines = 6;
+
+/// The report a launcher stores under "failure/<node>": JSON {"desc": ..., "crash": ..., "stderr": ...}.
 std::string failure_report(const Failure& f);
 
 /// Reads the report of node `node` (failure_report()). A missing "desc" reads as "a rank on node
-/// <node> failed", a missing "crash" as false; a report that is not such JSON reads as a failure
+/// <node> failed", a missing "crash" as false, a missing "stderr" as ""; a report that is not such JSON reads as a failure
 /// of that node that quotes the parse error. Never throws.
 Failure parse_failure_report(const std::string& report, int node);
 
@@ -40,7 +44,8 @@ std::optional<Failure> read_remote_failure(Store& store, int node, const std::st
 
 /// The launcher's final error message: the most likely root cause first (the first crash, else
 /// the first failure), then "; the launcher stopped the other ranks" when `stopped_others`, then
-/// " (also: a; b)" for the others. `local` in the order noticed; at least one failure in all.
+/// " (also: a; b)" for the others, then the remote failure's stderr tail (its lines were not shown
+/// on this node), each line indented. `local` in the order noticed; at least one failure in all.
 std::string describe_failures(const std::vector<Failure>& local, const std::optional<Failure>& remote,
                               bool stopped_others);
 

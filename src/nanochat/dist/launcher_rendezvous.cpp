@@ -361,13 +361,16 @@ std::optional<Failure> read_superseded(Store& store, const NodeCtx& c) {
 
 std::string failure_report(const Failure& f) {
   nlohmann::json j = {{"desc", f.desc}, {"crash", f.crash}};
+  if (!f.tail.empty()) j["stderr"] = f.tail;
   return j.dump();
 }
 
 Failure parse_failure_report(const std::string& report, int node) {
   try {
     auto js = nlohmann::json::parse(report);
-    return Failure{js.value("desc", "a rank on node " + std::to_string(node) + " failed"), js.value("crash", false)};
+    Failure f{js.value("desc", "a rank on node " + std::to_string(node) + " failed"), js.value("crash", false)};
+    f.tail = js.value("stderr", std::string());
+    return f;
   } catch (const nlohmann::json::exception& e) {
     return Failure{str_cat("a rank on node ", node, " failed (its launcher's report is unreadable: ", e.what(), ")"),
                    false};
@@ -395,6 +398,16 @@ std::string describe_failures(const std::vector<Failure>& local, const std::opti
     if (it != primary) others += (others.empty() ? "" : "; ") + it->desc;
   if (stopped_others) msg += "; the launcher stopped the other ranks";
   if (!others.empty()) msg += " (also: " + others + ")";
+  if (remote && !remote->tail.empty()) {
+    msg += "\n  the last lines that rank wrote to stderr on its node:";
+    size_t start = 0;
+    while (start < remote->tail.size()) {
+      size_t nl = remote->tail.find('\n', start);
+      if (nl == std::string::npos) nl = remote->tail.size();
+      msg += "\n    " + remote->tail.substr(start, nl - start);
+      start = nl + 1;
+    }
+  }
   return msg;
 }
 
