@@ -71,7 +71,10 @@ class TwoHosts : public ::testing::Test {
     ASSERT_TRUE(n1.wait(Ms(60000))) << n1.output();
     EXPECT_TRUE(n0.exited_ok()) << n0.output();
     EXPECT_TRUE(n1.exited_ok()) << n1.output();
-    // Each rank bound its namespace's veth address, not a loopback address.
+    // Each launcher says at start which address and interface its ranks use, and each rank bound
+    // its namespace's veth address, not a loopback address.
+    EXPECT_THAT(n0.output(), HasSubstr(str_cat("Gloo on 10.78.0.1 (", va_, ", the interface that routes to")));
+    EXPECT_THAT(n1.output(), HasSubstr(str_cat("Gloo on 10.78.0.2 (", vb_, ", the interface that routes to")));
     EXPECT_THAT(n0.output(), HasSubstr(str_cat("[rank 0] dist-selftest: rank 0 of 2: Gloo bound 10.78.0.1 on ", va_)));
     EXPECT_THAT(n1.output(), HasSubstr(str_cat("[rank 1] dist-selftest: rank 1 of 2: Gloo bound 10.78.0.2 on ", vb_)));
     EXPECT_THAT(n0.output(), HasSubstr("[rank 0] dist-selftest: rank 0 of 2: OK, 14 checks passed"));

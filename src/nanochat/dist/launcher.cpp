@@ -306,6 +306,19 @@ std::string rank_threads(const LaunchOptions& o) {
   return std::to_string(std::max(1, physical_cores() / o.nproc_per_node));
 }
 
+// "Gloo on 10.0.0.2 (eth0, the interface that routes to MASTER_ADDR m)": the address and
+// interface this node's ranks will use (the choice every rank makes, dist/env.h choose_device()).
+std::string rank_address(const LaunchOptions& o, const NodeCtx& c) {
+  std::string iface = o.iface;
+  if (iface.empty()) iface = DistOptions{}.resolved().iface.value_or("");
+  try {
+    const DeviceChoice d = choose_device(c.master, c.port, iface);
+    return str_cat("Gloo on ", d.address, " (", d.iface.empty() ? "" : d.iface + ", ", d.reason, ")");
+  } catch (const Error& e) {
+    return str_cat("Gloo address unknown here (", e.what(), ")");
+  }
+}
+
 // Starts this node's P ranks with their environment; their output comes through pipes.
 std::vector<Child> start_ranks(const LaunchOptions& o, const NodeCtx& ctx, const std::string& threads) {
   const int P = ctx.P, k = ctx.k, W = ctx.N * ctx.P;
@@ -571,8 +584,9 @@ int launch(const LaunchOptions& o) {
   if (int rc = join_launchers(c, ls)) return rc;
 
   const std::string threads = rank_threads(o);
-  std::fprintf(stderr, "%s%s of WORLD_SIZE=%d, OMP_NUM_THREADS=%s, store at %s\n", c.tag.c_str(),
-               rank_range(c.k * c.P, c.P).c_str(), c.N * c.P, threads.c_str(), host_port(c.master, c.port).c_str());
+  std::fprintf(stderr, "%s%s of WORLD_SIZE=%d, OMP_NUM_THREADS=%s, store at %s, %s\n", c.tag.c_str(),
+               rank_range(c.k * c.P, c.P).c_str(), c.N * c.P, threads.c_str(), host_port(c.master, c.port).c_str(),
+               rank_address(o, c).c_str());
   std::fflush(stderr);
   std::vector<Child> kids = start_ranks(o, c, threads);
 
