@@ -218,3 +218,20 @@ TEST(WorkerError, NodeZeroShowsTheWorkersOwnMessage) {
   EXPECT_THAT(n0.output(), HasSubstr("the last lines that rank wrote to stderr on its node:\n    nanochat: error: " + own));
   EXPECT_THAT(n0.output(), Not(HasSubstr("[rank 1]")));
 }
+
+// SIGTERM to node 0's launcher while the job runs: node 1 names the signal and node 0's launcher
+// as the cause (not only a vanished peer).
+TEST(Signal, NodeOneNamesTheSignalThatStoppedNodeZero) {
+  const int port = pick_free_port();
+  Proc n0 = node(port, 0, kLong);
+  Proc n1 = node(port, 1, kLong);
+  ASSERT_TRUE(n0.wait_for_output("rank 0 of 2: iteration 0 ok", Ms(30000))) << n0.output();
+  ASSERT_TRUE(n1.wait_for_output("rank 1 of 2: iteration 0 ok", Ms(30000))) << n1.output();
+  n0.signal(SIGTERM);
+  ASSERT_TRUE(n0.wait(Ms(40000))) << n0.output();
+  ASSERT_TRUE(n1.wait(Ms(40000))) << n1.output();
+  EXPECT_EQ(n0.exit_code(), 128 + SIGTERM) << n0.output();
+  EXPECT_EQ(n1.exit_code(), 1) << n1.output();
+  EXPECT_THAT(n1.output(), HasSubstr(str_cat("nanochat: error: node 0's launcher (host ", host_name(), ", pid ",
+                                             n0.pid(), ") got SIGTERM and stopped its ranks")));
+}

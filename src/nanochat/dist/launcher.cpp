@@ -524,6 +524,13 @@ void Supervisor::start_stopping() {
 int conclude(Supervisor& s, const NodeCtx& c, LauncherStore& ls) {
   if (s.interrupted) {
     std::fprintf(stderr, "%sstopped all ranks after %s\n", c.tag.c_str(), signal_name(s.interrupted).c_str());
+    // Node 0 hosts the store: keep it up (at most 5 s, or until another signal) so that the other
+    // nodes read which signal stopped this one, rather than find the store gone.
+    if (ls.server && c.N > 1) {
+      std::fflush(stderr);
+      for (const auto until = Clock::now() + Ms(5000); Clock::now() < until && !pending_signal();)
+        if (ls.server->wait_clients_at_most(1, Ms(100))) break;
+    }
     return 128 + s.interrupted;
   }
   // A local failure is often the echo of a remote one: give the other launchers a moment to report.
