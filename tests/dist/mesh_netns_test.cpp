@@ -218,7 +218,10 @@ TEST(PortRange, ABusyPortIsNamed) {
   EXPECT_NE(p.exit_code(), 0);
   EXPECT_THAT(p.output(), HasSubstr("rank 1 (host "));
   EXPECT_THAT(p.output(), HasSubstr("cannot listen on its data-plane port 34131 (--port-range 34130-34139, local "
-                                    "rank 1) on 127.0.0.1: Address already in use; another process holds it"));
+                                    "rank 1) on 127.0.0.1: Address already in use; it is held by pid "));
+  // The holder is this test process, named by its pid and program.
+  EXPECT_THAT(p.output(), HasSubstr(str_cat("it is held by pid ", getpid(), " (")));
+  EXPECT_THAT(p.output(), HasSubstr("test_dist"));
 }
 
 TEST(PortRange, ARangeSmallerThanTheNodeIsRefused) {

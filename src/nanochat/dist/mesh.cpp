@@ -122,9 +122,16 @@ MeshCheck::MeshCheck(const DistEnv& env, const std::string& host, const std::str
   if (listener_) return;
   if (!range_)
     fail("rank ", r, " (host ", host_, ") cannot listen on ", address_, " for the data plane: ", errno_str(err));
+  std::string busy;
+  if (err == EADDRINUSE) {
+    std::string who;
+    for (const PortHolder& h : tcp_port_holders(want)) who += str_cat(who.empty() ? "" : "; ", "pid ", h.pid, " (", h.command, ")");
+    busy = who.empty() ? "; another process holds it (one this user cannot see; `ss -ltnp` as root names it): stop it "
+                         "or pick another --port-range"
+                       : str_cat("; it is held by ", who, ": stop it or pick another --port-range");
+  }
   fail("rank ", r, " (host ", host_, ") cannot listen on its data-plane port ", want, " (--port-range ", range_->str(),
-       ", local rank ", env_.local_rank, ") on ", address_, ": ", errno_str(err),
-       err == EADDRINUSE ? "; another process holds it: stop it or pick another --port-range" : "");
+       ", local rank ", env_.local_rank, ") on ", address_, ": ", errno_str(err), busy);
 }
 
 MeshCheck::~MeshCheck() = default;
