@@ -287,6 +287,7 @@ TEST(Checkpoint, AKillOfNodeZeroDuringASaveLeavesThePreviousCheckpointResumable)
   BaseDir b("nc_ck_kill");
   const std::string log = b.dir + "/log.txt";
   const std::string flags = std::string(kCk) + " --num-iterations 6 --save-every 2 --eval-every -1";
+  pid_t rank0 = -1;
   {
     BgJob job(b, launch2() + flags, log, "NANOCHAT_COLLECTIVE_TIMEOUT=120 NANOCHAT_TEST_FAULT=save-stall:4");
     const auto deadline = Clock::now() + std::chrono::seconds(180);
@@ -296,18 +297,25 @@ TEST(Checkpoint, AKillOfNodeZeroDuringASaveLeavesThePreviousCheckpointResumable)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     EXPECT_TRUE(fs::exists(CheckpointPaths{b.ckpt(), 4}.optim(0)));  // the save was under way
-    const pid_t rank0 = child_with_rank(job.pid, 0);
+    rank0 = child_with_rank(job.pid, 0);
     ASSERT_GT(rank0, 0) << slurp(log);
     ASSERT_EQ(::kill(rank0, SIGKILL), 0);
     ASSERT_TRUE(job.wait_until(Clock::now() + std::chrono::seconds(150))) << slurp(log);
     EXPECT_NE(job.code(), 0) << slurp(log);
   }
   ASSERT_EQ(complete_checkpoint_steps(b.ckpt()), std::vector<int64_t>{2}) << slurp(log);
+  // A kill in the middle of a file's write leaves its temporary file, named by the writer's pid (the
+  // killed rank 0 here): the next job on this folder removes it, but not one whose writer lives.
+  const std::string stale = CheckpointPaths{b.ckpt(), 4}.model() + ".tmp." + std::to_string(rank0) + ".0";
+  const std::string live = CheckpointPaths{b.ckpt(), 4}.meta() + ".tmp." + std::to_string(::getpid()) + ".0";
+  for (const auto& f : {stale, live}) std::ofstream(f) << "partial";
   for (int W : {1, 2}) {
     const std::string launch = W == 1 ? std::string() : launch2();
     auto r = run(b, launch + flags + " --resume-from-step 2");
     EXPECT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("Resumed from step 2"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(stale)) << r.out;
+    EXPECT_TRUE(fs::exists(live));
   }
 }
 

@@ -1,12 +1,14 @@
 #include "nanochat/train/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -74,10 +76,29 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   rename_into_place(tmp, path);
 }
 
+size_t remove_stale_checkpoint_tmp(const std::string& dir) {
+  size_t removed = 0;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos) continue;
+    const char* digits = name.c_str() + at + 5;
+    char* end = nullptr;
+    const long pid = std::strtol(digits, &end, 10);
+    if (end == digits || *end != '.' || pid <= 0 || pid == static_cast<long>(::getpid())) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // its writer may still be at work
+    std::error_code rm;
+    if (fs::remove(e.path(), rm)) ++removed;
+  }
+  return removed;
+}
+
 void begin_checkpoint(const CheckpointPaths& p) {
   std::error_code ec;
   fs::create_directories(p.dir, ec);
   if (ec) fail("cannot create checkpoint directory ", p.dir, ": ", ec.message());
+  remove_stale_checkpoint_tmp(p.dir);
   // Other ranks sharing this directory may remove the same marker at the same moment.
   if (fs::remove(p.marker(), ec)) fsync_dir(p.dir);
   if (ec) fail("cannot remove ", p.marker(), ": ", ec.message());

@@ -40,8 +40,14 @@ void write_safetensors_atomic(const std::string& path, const std::vector<StWrite
 /// Writes a text file atomically (tmp + fsync + rename + dir fsync).
 void write_text_atomic(const std::string& path, const std::string& text);
 
-/// Creates the checkpoint directory and invalidates step S (removes its marker) before its files
-/// are rewritten (rank 0, train/job_checkpoint.h).
+/// Removes the temporary files of write_*_atomic() ("<file>.tmp.<pid>.<n>") in `dir` whose writing
+/// process no longer exists on this host (a save interrupted by a signal or a crash leaves one, as
+/// large as the file). Returns how many were removed; never throws.
+size_t remove_stale_checkpoint_tmp(const std::string& dir);
+
+/// Creates the checkpoint directory, removes stale temporary files (remove_stale_checkpoint_tmp())
+/// and invalidates step S (removes its marker) before its files are rewritten (rank 0,
+/// train/job_checkpoint.h).
 /// Throws nanochat::Error naming the directory when it cannot be created or the marker removed.
 void begin_checkpoint(const CheckpointPaths& p);
 /// Marks step S complete after every rank has written its files: writes the marker with `crcs`

@@ -115,6 +115,7 @@ bool intact_here(const std::string& dir, int64_t step, int rank, int world_size)
 
 void prepare_checkpoint_dirs(Communicator& comm, const std::string& dir) {
   const std::string err = comm.rank() == 0 ? create_dir(dir) : std::string();
+  if (comm.rank() == 0 && err.empty()) remove_stale_checkpoint_tmp(dir);  // left by a save that was stopped
   dist::throw_if_any_rank_failed(comm, err, str_cat("Nothing was trained. ", kFolderHint));
 }
 
