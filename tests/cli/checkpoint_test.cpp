@@ -255,6 +255,19 @@ TEST(Checkpoint, NodeZeroWritesTheWholeCheckpointThatAloneResumesAtAnyWorldSize)
   EXPECT_EQ(b0.code, 0) << b0.out << "\n--- node 1:\n" << b1.out;
   EXPECT_NE(b0.out.find("Read the optimizer state of all 2 ranks"), std::string::npos) << b0.out;
   EXPECT_LE(max_rel_diff(uninterrupted, load_safetensors(n0.ckpt() + "/model_000005.safetensors")), 1e-4);
+  // a corrupt file of node 0's newest step: both nodes' advice names node 0's folder (the worker has
+  // none), where the way back is
+  flip_byte(CheckpointPaths{n0.ckpt(), 5}.model(), 50);
+  auto [c0, c1] = two_nodes(n0.dir, n1.dir, std::string(kEq) + " --resume-from-step 5", "");
+  EXPECT_NE(c0.code, 0);
+  EXPECT_NE(c1.code, 0);
+  const std::string advice = "newest intact checkpoint in " + n0.ckpt() + " (rank 0's folder, on host ";
+  EXPECT_NE(c0.out.find(advice), std::string::npos) << c0.out;
+  EXPECT_NE(c1.out.find("[rank 1] nanochat: error: checkpoint file " + CheckpointPaths{n0.ckpt(), 5}.model()),
+            std::string::npos)
+      << c1.out;
+  EXPECT_NE(c1.out.find(advice), std::string::npos) << c1.out;
+  EXPECT_NE(c1.out.find("is step 3: resume with --resume-from-step 3"), std::string::npos) << c1.out;
 }
 
 // Node 0 cannot write: before the first step (its folder) and in the middle of a save (test-only
@@ -337,8 +350,10 @@ TEST(Checkpoint, CorruptFileIsNamedWithTheNewestIntactStep) {
     const std::string line = "[rank " + std::to_string(rank) + "] nanochat: error: " + msg;
     EXPECT_NE(bad.out.find(line), std::string::npos) << line << "\n" << bad.out;
   }
-  EXPECT_NE(bad.out.find("newest intact checkpoint in " + b.ckpt() + " is step 4: resume with --resume-from-step 4"),
+  EXPECT_NE(bad.out.find("newest intact checkpoint in " + b.ckpt() + " (rank 0's folder, on host "),
             std::string::npos)
+      << bad.out;
+  EXPECT_NE(bad.out.find(" is step 4: resume with --resume-from-step 4"), std::string::npos)
       << bad.out;
   // the weights of step 4 too: the way back is step 2; one process (re-sharding) reads both shards
   flip_byte(s4.model(), 50);

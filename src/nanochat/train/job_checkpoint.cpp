@@ -227,10 +227,16 @@ void agree_on_checkpoint_load(Communicator& comm, const CheckpointPaths& cp, con
     if (!first_error.empty()) fail(first_error);
     return;
   }
-  // Rank 0's complete steps, newest first: the first one intact on every rank is the way back.
-  std::string steps_text = comm.rank() == 0 ? json(complete_checkpoint_steps(cp.dir)).dump() : std::string();
+  // Rank 0's complete steps, newest first: the first one intact on every rank is the way back. The
+  // advice names rank 0's folder and host (the one that writes checkpoints), on every rank.
+  std::string steps_text =
+      comm.rank() == 0
+          ? json{{"steps", complete_checkpoint_steps(cp.dir)}, {"dir", cp.dir}, {"host", dist::host_name()}}.dump()
+          : std::string();
   steps_text = dist::all_gather_strings(comm, steps_text).front();
-  const auto steps = json::parse(steps_text).get<std::vector<int64_t>>();
+  const json rank0 = json::parse(steps_text);
+  const auto steps = rank0.at("steps").get<std::vector<int64_t>>();
+  const std::string where = str_cat(rank0.value("dir", cp.dir), " (rank 0's folder, on host ", rank0.value("host", "?"), ")");
   std::optional<int64_t> intact;
   for (auto it = steps.rbegin(); it != steps.rend() && !intact; ++it) {
     if (*it == cp.step) continue;
@@ -239,9 +245,9 @@ void agree_on_checkpoint_load(Communicator& comm, const CheckpointPaths& cp, con
     if (bad == 0.0) intact = *it;
   }
   if (intact)
-    fail(first_corrupt, ". The newest intact checkpoint in ", cp.dir, " is step ", *intact,
+    fail(first_corrupt, ". The newest intact checkpoint in ", where, " is step ", *intact,
          ": resume with --resume-from-step ", *intact);
-  fail(first_corrupt, ". ", cp.dir, " holds no other intact checkpoint: start afresh (without --resume-from-step)");
+  fail(first_corrupt, ". ", where, " holds no other intact checkpoint: start afresh (without --resume-from-step)");
 }
 
 }  // namespace nanochat
