@@ -350,11 +350,9 @@ TEST(Checkpoint, CorruptFileIsNamedWithTheNewestIntactStep) {
     const std::string line = "[rank " + std::to_string(rank) + "] nanochat: error: " + msg;
     EXPECT_NE(bad.out.find(line), std::string::npos) << line << "\n" << bad.out;
   }
-  EXPECT_NE(bad.out.find("newest intact checkpoint in " + b.ckpt() + " (rank 0's folder, on host "),
-            std::string::npos)
+  EXPECT_NE(bad.out.find("newest intact checkpoint in " + b.ckpt() + " (rank 0's folder, on host "), std::string::npos)
       << bad.out;
-  EXPECT_NE(bad.out.find(" is step 4: resume with --resume-from-step 4"), std::string::npos)
-      << bad.out;
+  EXPECT_NE(bad.out.find(" is step 4: resume with --resume-from-step 4"), std::string::npos) << bad.out;
   // the weights of step 4 too: the way back is step 2; one process (re-sharding) reads both shards
   flip_byte(s4.model(), 50);
   auto one = run(b, flags + " --resume-from-step 4");

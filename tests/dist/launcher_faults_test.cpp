@@ -38,10 +38,10 @@ Proc run_cli(std::vector<std::string> args, std::vector<std::string> env = {}) {
 
 // One node of a two-node job on this host, running dist-selftest with `selftest` flags.
 Proc node(int port, int k, const std::vector<std::string>& selftest, int nnodes = 2) {
-  std::vector<std::string> a = {"run",          "--nnodes",      std::to_string(nnodes),
-                                "--node-rank",  std::to_string(k), "--master-addr",
-                                "127.0.0.1",    "--allow-loopback-master",
-                                "--master-port", std::to_string(port), "dist-selftest"};
+  std::vector<std::string> a = {
+      "run",           "--nnodes",  std::to_string(nnodes),    "--node-rank",   std::to_string(k),
+      "--master-addr", "127.0.0.1", "--allow-loopback-master", "--master-port", std::to_string(port),
+      "dist-selftest"};
   a.insert(a.end(), selftest.begin(), selftest.end());
   return run_cli(a);
 }
@@ -73,7 +73,8 @@ TEST(Relaunch, ANewNode0ReplacesAnEarlierLaunchLeftWaiting) {
   ASSERT_TRUE(n0.wait(Ms(60000))) << n0.output();
   ASSERT_TRUE(n1.wait(Ms(60000))) << n1.output();
   EXPECT_EQ(orphan.exit_code(), 1) << orphan.output();
-  EXPECT_THAT(orphan.output(), HasSubstr(str_cat("node 0 was launched again on host ", host_name(), " (pid ", n0.pid())));
+  EXPECT_THAT(orphan.output(),
+              HasSubstr(str_cat("node 0 was launched again on host ", host_name(), " (pid ", n0.pid())));
   EXPECT_THAT(orphan.output(), Not(HasSubstr("[rank ")));  // it never started a rank
   EXPECT_THAT(n0.output(), HasSubstr(str_cat("port ", port, " is held by an earlier launch of node 0 of this job (pid ",
                                              orphan.pid(), " on host ", host_name())));
@@ -165,8 +166,8 @@ TEST(LoopbackName, AMasterNameThatResolvesToLoopbackIsRefusedAtOnce) {
   EXPECT_THAT(doctor, Not(HasSubstr("no problems found")));
   // With every node on this machine on purpose, the name is accepted.
   const std::string allowed = with_hosts_entry(
-      "nc-desk",
-      str_cat("run --nnodes 1 --master-addr nc-desk --master-port ", port, " dist-selftest --iterations 1"), &rc);
+      "nc-desk", str_cat("run --nnodes 1 --master-addr nc-desk --master-port ", port, " dist-selftest --iterations 1"),
+      &rc);
   EXPECT_EQ(rc, 0) << allowed;
 }
 
@@ -215,7 +216,8 @@ TEST(WorkerError, NodeZeroShowsTheWorkersOwnMessage) {
   // Node 0's own output: it names rank 1 and quotes rank 1's error, which only node 1's rank printed.
   const std::string own = "--fact-on-rank expects R:KEY=VALUE, got 'not-a-fact'";
   EXPECT_THAT(n0.output(), HasSubstr("nanochat: error: rank 1 (host "));
-  EXPECT_THAT(n0.output(), HasSubstr("the last lines that rank wrote to stderr on its node:\n    nanochat: error: " + own));
+  EXPECT_THAT(n0.output(),
+              HasSubstr("the last lines that rank wrote to stderr on its node:\n    nanochat: error: " + own));
   EXPECT_THAT(n0.output(), Not(HasSubstr("[rank 1]")));
 }
 

@@ -20,10 +20,10 @@ namespace nanochat::dist::launcher_detail {
 
 /// A failed rank, local or reported by another node's launcher.
 struct Failure {
-  std::string desc;      ///< "rank 2 (host h, pid 7) was killed by signal 9 (SIGKILL)"
-  bool crash = false;    ///< killed by a signal no launcher sent: the likely root cause
-  bool induced = false;  ///< stopped by its launcher after a failure elsewhere: never the lead
-  std::string tail = {}; ///< the failed rank's last lines on stderr ("\n"-separated), when it exited
+  std::string desc;       ///< "rank 2 (host h, pid 7) was killed by signal 9 (SIGKILL)"
+  bool crash = false;     ///< killed by a signal no launcher sent: the likely root cause
+  bool induced = false;   ///< stopped by its launcher after a failure elsewhere: never the lead
+  std::string tail = {};  ///< the failed rank's last lines on stderr ("\n"-separated), when it exited
 };
 
 /// How many of a rank's last stderr lines its launcher keeps for the failure report.
@@ -33,8 +33,8 @@ constexpr size_t kTailLines = 6;
 std::string failure_report(const Failure& f);
 
 /// Reads the report of node `node` (failure_report()). A missing "desc" reads as "a rank on node
-/// <node> failed", a missing "crash" as false, a missing "stderr" as ""; a report that is not such JSON reads as a failure
-/// of that node that quotes the parse error. Never throws.
+/// <node> failed", a missing "crash" as false, a missing "stderr" as ""; a report that is not such JSON reads as a
+/// failure of that node that quotes the parse error. Never throws.
 Failure parse_failure_report(const std::string& report, int node);
 
 /// What another node's launcher left in the store: its failure report, else its will (it vanished;

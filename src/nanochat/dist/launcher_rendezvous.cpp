@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -67,9 +67,9 @@ void register_node(PrefixStore& store, const NodeCtx& c) {
     // Tell the launchers already waiting (the first one with this --node-rank among them) at once.
     try {
       const int64_t n = store.add("duplicates", 1);
-      store.set(str_cat("duplicate/", n), str_cat("a launcher on host ", c.host, " (pid ", getpid(),
-                                                  ") was also started with --node-rank ", c.k, ", which ", other,
-                                                  " already has; that second launcher stopped"));
+      store.set(str_cat("duplicate/", n),
+                str_cat("a launcher on host ", c.host, " (pid ", getpid(), ") was also started with --node-rank ", c.k,
+                        ", which ", other, " already has; that second launcher stopped"));
     } catch (const Error&) {
     }
     fail("--node-rank ", c.k, " is used twice: by this launcher (host ", c.host, ") and by ", other,
@@ -154,15 +154,16 @@ std::optional<std::pair<std::string, std::string>> superseded_parts(Store& store
   if (!v) return std::nullopt;
   const auto j = nlohmann::json::parse(*v, nullptr, false);
   const bool ok = j.is_object();
-  std::string again = str_cat("node 0 was launched again on host ", ok ? j.value("host", std::string("?")) : "?",
-                              " (pid ", ok ? j.value("pid", -1L) : -1L, ", at ",
-                              clock_time(ok ? j.value("started", int64_t{0}) : 0), ")");
+  std::string again =
+      str_cat("node 0 was launched again on host ", ok ? j.value("host", std::string("?")) : "?", " (pid ",
+              ok ? j.value("pid", -1L) : -1L, ", at ", clock_time(ok ? j.value("started", int64_t{0}) : 0), ")");
   std::string old = "node 0's earlier launch";
   if (auto n0 = store.try_get("node/0")) {
     const auto o = nlohmann::json::parse(*n0, nullptr, false);
     if (o.is_object())
-      old = str_cat("node 0's earlier launch (pid ", o.value("pid", -1L), " on host ", o.value("host", std::string("?")),
-                    ", started at ", clock_time(o.value("started", int64_t{0})), ")");
+      old =
+          str_cat("node 0's earlier launch (pid ", o.value("pid", -1L), " on host ", o.value("host", std::string("?")),
+                  ", started at ", clock_time(o.value("started", int64_t{0})), ")");
   }
   return std::make_pair(again, old);
 }
@@ -206,9 +207,9 @@ std::optional<std::string> supersede_earlier_launch(const NodeCtx& c, const std:
   if (!node0) return std::nullopt;
   const auto j = nlohmann::json::parse(*node0, nullptr, false);
   if (!j.is_object() || j.value("nnodes", 0) != c.N || j.value("nproc_per_node", 0) != c.P) return std::nullopt;
-  std::string who = str_cat("an earlier launch of node 0 of this job (pid ", j.value("pid", -1L), " on host ",
-                            j.value("host", std::string("?")), ", started at ",
-                            clock_time(j.value("started", int64_t{0})), ")");
+  std::string who =
+      str_cat("an earlier launch of node 0 of this job (pid ", j.value("pid", -1L), " on host ",
+              j.value("host", std::string("?")), ", started at ", clock_time(j.value("started", int64_t{0})), ")");
   if (go) {
     const int64_t since = std::atoll(go->c_str());
     const double limit = c.rdzv.count() / 1000.0;
@@ -454,8 +455,8 @@ int join_launchers(const NodeCtx& c, LauncherStore& ls) {
           if (c.k == 0) keep_store_until_error_read(*ls.store, c);
         } catch (const Error&) {
         }
-      std::fprintf(stderr, "%sgot %s while waiting for the other nodes; stopped (no rank was started)\n",
-                   c.tag.c_str(), signal_name(i.sig).c_str());
+      std::fprintf(stderr, "%sgot %s while waiting for the other nodes; stopped (no rank was started)\n", c.tag.c_str(),
+                   signal_name(i.sig).c_str());
       std::fflush(stderr);
       return 128 + i.sig;
     } catch (const Error&) {

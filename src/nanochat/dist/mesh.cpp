@@ -125,7 +125,8 @@ MeshCheck::MeshCheck(const DistEnv& env, const std::string& host, const std::str
   std::string busy;
   if (err == EADDRINUSE) {
     std::string who;
-    for (const PortHolder& h : tcp_port_holders(want)) who += str_cat(who.empty() ? "" : "; ", "pid ", h.pid, " (", h.command, ")");
+    for (const PortHolder& h : tcp_port_holders(want))
+      who += str_cat(who.empty() ? "" : "; ", "pid ", h.pid, " (", h.command, ")");
     busy = who.empty() ? "; another process holds it (one this user cannot see; `ss -ltnp` as root names it): stop it "
                          "or pick another --port-range"
                        : str_cat("; it is held by ", who, ": stop it or pick another --port-range");

@@ -236,7 +236,8 @@ void agree_on_checkpoint_load(Communicator& comm, const CheckpointPaths& cp, con
   steps_text = dist::all_gather_strings(comm, steps_text).front();
   const json rank0 = json::parse(steps_text);
   const auto steps = rank0.at("steps").get<std::vector<int64_t>>();
-  const std::string where = str_cat(rank0.value("dir", cp.dir), " (rank 0's folder, on host ", rank0.value("host", "?"), ")");
+  const std::string where =
+      str_cat(rank0.value("dir", cp.dir), " (rank 0's folder, on host ", rank0.value("host", "?"), ")");
   std::optional<int64_t> intact;
   for (auto it = steps.rbegin(); it != steps.rend() && !intact; ++it) {
     if (*it == cp.step) continue;
