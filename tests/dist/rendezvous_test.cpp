@@ -155,14 +155,17 @@ TEST(Rendezvous, ANodeStoppedBySighupIsNamedByTheOtherNode) {
   EXPECT_THAT(n0.output(), HasSubstr(str_cat(", pid ", n1.pid(), ") got SIGHUP and stopped its ranks"))) << n0.output();
 }
 
-// A node 0 relaunched while the previous one still runs (its SSH session dropped): the error names
-// the old launcher by pid and command line.
+// A node 0 started while a node 0 of another job (another token) still holds the port, e.g. one
+// whose SSH session dropped: the error names the old launcher by pid and command line, and the
+// old launcher is left alone (only an earlier launch of the same job is replaced:
+// launcher_faults_test.cpp).
 TEST(Rendezvous, ARelaunchedNodeZeroNamesTheLauncherHoldingItsPort) {
   int port = pick_free_port();
   Proc old = run_cli(node_args(0, port));
   ASSERT_TRUE(old.wait_for_output("waiting for node 1 of 2", Ms(10000))) << old.output();
-  Proc again = run_cli(node_args(0, port));
+  Proc again = run_cli(node_args(0, port, {"--job-token", "another-job", "dist-selftest"}));
   ASSERT_TRUE(again.wait(Ms(10000))) << again.output();
+  EXPECT_FALSE(old.done()) << old.output();
   EXPECT_EQ(again.exit_code(), 1) << again.output();
   EXPECT_THAT(again.output(), HasSubstr(str_cat("is already in use by pid ", old.pid(), " (")));
   EXPECT_THAT(again.output(), HasSubstr(str_cat("nanochat run --nnodes 2 --node-rank 0")));
