@@ -1,13 +1,15 @@
 // Starting a data-parallel base-train through the binary: a rank slow to start (a test-only
 // start-up delay) is waited for at the start-up barrier and named, rather than failing the others
 // at the short collective timeout; and ranks started directly by srun or mpirun (their environment
-// variables set by hand, on loopback) form one job without `nanochat run`.
+// variables set by hand, on loopback) form one job without `nanochat run`; a worker's own start-up
+// error is shown on node 0's terminal.
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <thread>
 
 #include "support/cli_util.h"
+#include "support/two_nodes.h"
 
 using namespace nctest;
 
@@ -74,4 +76,21 @@ TEST(DistStart, RanksStartedByMpirunFormOneJobAndNeedAMaster) {
   EXPECT_EQ(none.code, 1) << none.out;
   EXPECT_TRUE(has(none.out, "but MASTER_ADDR is not set")) << none.out;
   EXPECT_TRUE(has(none.out, "mpirun -x MASTER_ADDR=")) << none.out;
+}
+
+// Node 1 alone is given a --device-batch-size that does not fit the total batch: node 0's terminal
+// shows node 1's own error (its rank's last stderr lines), not only "rank 1 ... exited with status 1".
+TEST(DistStart, AWorkersOwnStartUpErrorIsShownOnNodeZero) {
+  BaseDir n0("nc_ds_worker0"), n1("nc_ds_worker1");
+  auto [a0, a1] = two_nodes(n0.dir, n1.dir, kFlags, "", " --device-batch-size 3");
+  EXPECT_NE(a0.code, 0) << a0.out;
+  EXPECT_NE(a1.code, 0) << a1.out;
+  // node 1's own error line, as its rank printed it there
+  const size_t at = a1.out.find("[rank 1] nanochat: error: ");
+  ASSERT_NE(at, std::string::npos) << a1.out;
+  const std::string own = a1.out.substr(at + 9, a1.out.find('\n', at) - at - 9);
+  EXPECT_TRUE(has(a0.out, "nanochat: error: rank 1 (host ")) << a0.out;
+  EXPECT_TRUE(has(a0.out, "the last lines that rank wrote to stderr on its node:")) << a0.out;
+  EXPECT_TRUE(has(a0.out, "    " + own)) << "node 0 does not quote: " << own << "\n" << a0.out;
+  EXPECT_TRUE(has(a0.out, "--device-batch-size 3")) << a0.out;
 }
