@@ -112,6 +112,24 @@ TEST(Relaunch, ANode1ThatJoinedTheEarlierLaunchStopsAndSaysToRunAgain) {
   EXPECT_THAT(again.output(), HasSubstr("[rank 1] dist-selftest: rank 1 of 2: OK"));
 }
 
+// Three nodes: node 1 waits with the node 0 left waiting (node 2 not there yet) when node 0 is
+// launched again; node 1 moves over to the new launch by itself and the job runs there.
+TEST(Relaunch, ANodeStillInTheRendezvousMovesToTheNewLaunch) {
+  const int port = pick_free_port();
+  Proc orphan = node(port, 0, kShort, 3);
+  ASSERT_TRUE(wait_port_busy(port)) << orphan.output();
+  Proc n1 = node(port, 1, kShort, 3);
+  ASSERT_TRUE(n1.wait_for_output("waiting for node 2 of 3", Ms(20000))) << n1.output();
+  Proc n0 = node(port, 0, kShort, 3);
+  ASSERT_TRUE(n1.wait_for_output("; joining the new launch", Ms(20000))) << n1.output();
+  Proc n2 = node(port, 2, kShort, 3);
+  for (Proc* p : {&orphan, &n0, &n1, &n2}) ASSERT_TRUE(p->wait(Ms(60000))) << p->output();
+  EXPECT_EQ(orphan.exit_code(), 1) << orphan.output();
+  EXPECT_THAT(n1.output(), HasSubstr(str_cat("node 0 was launched again on host ", host_name(), " (pid ", n0.pid())));
+  for (Proc* p : {&n0, &n1, &n2}) EXPECT_TRUE(p->exited_ok()) << p->output();
+  EXPECT_THAT(n1.output(), HasSubstr("[rank 1] dist-selftest: rank 1 of 3: OK"));
+}
+
 namespace {
 
 // Runs `args` of the binary with /etc/hosts replaced (in a private mount namespace) by one that
