@@ -7,6 +7,10 @@
 // is one clear error on every node instead of a hang. Output lines of rank R are prefixed with
 // "[rank R] ". Ctrl-C / SIGTERM are forwarded (SIGHUP stops the ranks with SIGTERM); if a rank fails, the other ranks
 // (on every node) are stopped: a few seconds to exit on their own, then SIGTERM, then SIGKILL after a grace period.
+// A failed rank's last stderr lines travel with its failure report, so every node quotes them. A
+// node 0 launched again while an earlier launch of the same job still holds the port (waiting for
+// its nodes, or started less than the rendezvous timeout ago) replaces it: the earlier one and the
+// nodes running with it stop, nodes still waiting move over (docs/architecture.md 7.1.1).
 #include <chrono>
 #include <string>
 #include <vector>
@@ -40,7 +44,8 @@ struct LaunchOptions {
 /// finish) it prints what it waits for every wait_report_interval() (dist/env.h). Throws
 /// nanochat::Error naming the failed rank, its host and its exit status when a rank fails (here or
 /// on another node), and for setup errors (busy port, with the process holding it; unreachable
-/// master; a loopback master with nnodes > 1; mismatched --nnodes between nodes).
+/// master; a loopback master, or a name resolving to one, with nnodes > 1; mismatched --nnodes
+/// between nodes; a taken --node-rank; node 0 launched again while this launch waited or ran).
 int launch(const LaunchOptions& opts);
 
 /// Why a loopback `master` cannot serve `nnodes` > 1 nodes, and what to do (launcher, doctor).
