@@ -17,6 +17,7 @@
 #include <optional>
 #include <thread>
 
+#include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
 #include "nanochat/dist/gloo_mesh.h"
 #include "nanochat/dist/mesh.h"
@@ -42,11 +43,15 @@ namespace {
 // Slot prefixes for our own ring collectives; Gloo's collectives use 0x01..0x08.
 constexpr uint8_t kReduceScatterSlotPrefix = 0x41;
 constexpr uint8_t kAllgatherSlotPrefix = 0x42;
+constexpr uint8_t kSendRecvSlotPrefix = 0x43;
+constexpr uint8_t kGatherSlotPrefix = 0x44;
+constexpr uint8_t kScatterSlotPrefix = 0x45;
 // Reduce-scatter pipelines chunks of this many floats (1 MiB) with kInFlight receives posted.
 // Gloo's TCP transport sends only once the receiver has posted its receive, so more than two
 // in flight keeps the link busy while this thread is descheduled or adding.
 constexpr size_t kChunk = size_t(1) << 18;
 constexpr size_t kInFlight = 4;
+constexpr size_t kChunkBytes = kChunk * sizeof(float);  // the all-gather's chunk, in bytes
 
 template <typename T>
 void sum_into(void* out, const void* a, const void* b, size_t n) {
@@ -163,16 +168,23 @@ std::vector<size_t> offsets_of(const std::vector<size_t>& counts) {
 }  // namespace
 
 struct GlooCommunicator::Impl {
-  DistEnv env;
+  DistEnv env;  // a sub-communicator's: rank and world_size within its group
   DistOptions opts;
   Ms coll_timeout{0};
-  int waiting_on = -1;  // comm thread: the rank whose data the last failed receive waited for
+  int waiting_on = -1;        // comm thread: the rank the last failed wait waited for
+  bool waiting_send = false;  // ... for its receive of our send (else for its data)
   std::string host;
   DeviceChoice dev_choice;
   std::unique_ptr<StoreServer> server;
-  std::unique_ptr<StoreClient> client;
-  std::unique_ptr<PrefixStore> store;
+  std::shared_ptr<StoreClient> client;  // shared with sub-communicators (split)
+  std::shared_ptr<PrefixStore> store;
   std::vector<PeerInfo> peers;
+  std::vector<int> job_rank;  // rank here -> rank in the job (the store's keys use the job's)
+  std::string group;          // "" for the job, else "group <color> of split <k>" (for messages)
+  std::string key_prefix;     // store keys of this communicator's Gloo mesh ("" for the job's)
+  int gloo_port = 0;          // --port-range: the port every pair of this rank listens on
+  std::string port_range;
+  uint64_t splits = 0;  // split() calls so far (identical on every rank)
   std::shared_ptr<gloo::transport::Device> dev;
   std::shared_ptr<gloo::Context> ctx;
 
@@ -207,11 +219,18 @@ struct GlooCommunicator::Impl {
     }
   }
 
-  std::string me() const { return str_cat("rank ", env.rank, " (host ", host, ")"); }
+  std::string me() const {
+    if (group.empty()) return str_cat("rank ", env.rank, " (host ", host, ")");
+    return str_cat("rank ", env.rank, " of ", group, " (job rank ", job_rank[env.rank], ", host ", host, ")");
+  }
   std::string rank_desc(int r) const {
+    const std::string in_group =
+        group.empty() || r < 0 || r >= static_cast<int>(job_rank.size()) ? std::string()
+                                                                           : str_cat(" of ", group);
+    const std::string job = in_group.empty() ? std::string() : str_cat("job rank ", job_rank[r], ", ");
     if (r >= 0 && r < static_cast<int>(peers.size()) && !peers[r].host.empty())
-      return str_cat("rank ", r, " (host ", peers[r].host, ", pid ", peers[r].pid, ")");
-    return str_cat("rank ", r);
+      return str_cat("rank ", r, in_group, " (", job, "host ", peers[r].host, ", pid ", peers[r].pid, ")");
+    return str_cat("rank ", r, in_group);
   }
 
   void rendezvous();
@@ -222,8 +241,16 @@ struct GlooCommunicator::Impl {
   int silent_peer(const std::string& gloo_msg) const;
   WorkPtr submit(std::string what, std::function<void()> fn);
   void recv_from(gloo::transport::UnboundBuffer& buf, int peer);
+  // Waits for one send / receive per rank of `pending` (any order), naming the first one still
+  // pending when the deadline passes.
+  void wait_sends(gloo::transport::UnboundBuffer& buf, std::vector<int> pending);
+  void wait_recvs(gloo::transport::UnboundBuffer& buf, std::vector<int> pending);
   void ring_reduce_scatter(float* in, float* out, const std::vector<size_t>& counts);
-  void ring_all_gather(const float* in, float* out, const std::vector<size_t>& counts);
+  void ring_all_gather(const void* in, void* out, const std::vector<size_t>& bytes);
+  void gather_to(const void* in, void* out, const std::vector<size_t>& bytes, int root);
+  void scatter_from(const void* in, void* out, const std::vector<size_t>& bytes, int root);
+  // A sub-communicator of this one: the ranks `members` (ascending, this rank among them).
+  std::unique_ptr<Impl> child(uint64_t split, int color, const std::vector<int>& members) const;
 };
 
 void GlooCommunicator::Impl::rendezvous() {
@@ -252,9 +279,9 @@ void GlooCommunicator::Impl::rendezvous() {
                  err.c_str(), std::lround(std::chrono::duration<double>(now - t0).count()), rdzv.count() / 1000.0);
     std::fflush(stderr);
   };
-  client = std::make_unique<StoreClient>(co);
+  client = std::make_shared<StoreClient>(co);
   const std::string prefix = str_cat("nc/g", opts.generation, "/");
-  store = std::make_unique<PrefixStore>(*client, prefix);
+  store = std::make_shared<PrefixStore>(*client, prefix);
   client->set_will(str_cat(prefix, "dead/", r), str_cat("rank ", r, " (host ", host, ", pid ", getpid(), ")"));
 
   dev_choice = choose_device(env.master_addr, env.master_port, *opts.iface);
@@ -304,6 +331,7 @@ void GlooCommunicator::Impl::rendezvous() {
          "MASTER_ADDR/MASTER_PORT");
   }
   peers.resize(W);
+  for (int j = 0; j < W; ++j) job_rank.push_back(j);
   std::vector<nlohmann::json> infos(W);
   std::string ws_mismatch;
   for (int j = 0; j < W; ++j) {
@@ -320,9 +348,10 @@ void GlooCommunicator::Impl::rendezvous() {
          ". Start every node with the same --nnodes and --nproc-per-node");
   const Ms probe = mesh_check_timeout();
   if (probe > Ms(0)) mesh->run(*store, infos, probe, Clock::now() + probe + std::max(rdzv / 10, Ms(30000)));
-  const int port = mesh->gloo_port();  // 0: the kernel picks each pair's port
-  mesh.reset();                        // closes its listener before Gloo binds the same port
-  connect_gloo(port, range ? range->str() : std::string(), deadline);
+  gloo_port = mesh->gloo_port();  // 0: the kernel picks each pair's port
+  port_range = range ? range->str() : std::string();
+  mesh.reset();  // closes its listener before Gloo binds the same port
+  connect_gloo(gloo_port, port_range, deadline);
 }
 
 void GlooCommunicator::Impl::connect_gloo(int port, const std::string& range, Clock::time_point deadline) {
@@ -338,7 +367,7 @@ void GlooCommunicator::Impl::connect_gloo(int port, const std::string& range, Cl
       a.hostname = dev_choice.address;
     }
     Ms connect_t = std::clamp<Ms>(rdzv / 5, Ms(1000), Ms(12000));
-    PrefixStore gloo_keys(*store, "gloo/");
+    PrefixStore gloo_keys(*store, key_prefix + "gloo/");
     if (port > 0) {  // --port-range: every pair of this rank listens on `port`, one after another
       auto c = std::make_shared<OnePortContext>(r, W);
       c->setTimeout(connect_t);
@@ -346,7 +375,7 @@ void GlooCommunicator::Impl::connect_gloo(int port, const std::string& range, Cl
       dev = c->getDevice();
       ctx = c;
     } else {
-      dev = gloo::transport::tcp::CreateDevice(a);
+      if (!dev) dev = gloo::transport::tcp::CreateDevice(a);  // a sub-communicator shares the job's
       auto c = std::make_shared<gloo::rendezvous::Context>(r, W);
       c->setTimeout(connect_t);
       GlooStoreAdapter adapter(gloo_keys, std::max(remaining(deadline), Ms(1000)));
@@ -381,7 +410,7 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
   const int W = env.world_size;
   bool store_ok = true;
   try {
-    store->set(str_cat("error/", env.rank), str_cat(me(), ": ", what, " failed: ", gloo_msg));
+    store->set(str_cat("error/", job_rank[env.rank]), str_cat(me(), ": ", what, " failed: ", gloo_msg));
   } catch (const std::exception&) {
     store_ok = false;
   }
@@ -399,9 +428,9 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
         errors.clear();
         for (int j = 0; j < W; ++j) {
           if (j == env.rank) continue;
-          auto e = store->try_get(str_cat("error/", j));
+          auto e = store->try_get(str_cat("error/", job_rank[j]));
           if (e) errors.push_back(*e);
-          if (auto v = store->try_get(str_cat("dead/", j)); v && !e) dead.push_back(*v);
+          if (auto v = store->try_get(str_cat("dead/", job_rank[j])); v && !e) dead.push_back(*v);
         }
         if (!dead.empty() || Clock::now() >= until) break;
         std::this_thread::sleep_for(Ms(50));
@@ -421,7 +450,13 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
     std::string host_of_store = env.store_hosted ? "node 0's `nanochat run`" : rank_desc(0);
     msg += str_cat(client->where(), " is unreachable as well, so the process hosting it (", host_of_store,
                    ") has probably died");
-  } else if (const int silent = silent_peer(gloo_msg); silent >= 0) {
+  } else if (const int silent = silent_peer(gloo_msg); silent >= 0 && waiting_send) {
+    msg += str_cat(rank_desc(silent), " did not receive this rank's data within the collective timeout (",
+                   secs(coll_timeout),
+                   " s, NANOCHAT_COLLECTIVE_TIMEOUT) and no rank reported a failure: that rank is hung or "
+                   "stopped, the network to it failed, or it never posts the matching receive (a send with no "
+                   "recv, or two ranks that both send first)");
+  } else if (silent >= 0) {
     msg += str_cat("no data from ", rank_desc(silent), " within the collective timeout (", secs(coll_timeout),
                    " s, NANOCHAT_COLLECTIVE_TIMEOUT) and no rank reported a failure: that rank (or one before it in "
                    "the ring) is probably hung or stopped, or the network to it failed");
@@ -494,7 +529,38 @@ void GlooCommunicator::Impl::recv_from(gloo::transport::UnboundBuffer& buf, int 
     if (!buf.waitRecv(coll_timeout)) fail("receive from ", rank_desc(peer), " aborted");
   } catch (...) {
     waiting_on = peer;
+    waiting_send = false;
     throw;
+  }
+}
+
+void GlooCommunicator::Impl::wait_sends(gloo::transport::UnboundBuffer& buf, std::vector<int> pending) {
+  while (!pending.empty()) {
+    int to = -1;
+    try {
+      if (!buf.waitSend(&to, coll_timeout)) fail("send to ", rank_desc(pending.front()), " aborted");
+    } catch (...) {
+      waiting_on = pending.front();
+      waiting_send = true;
+      throw;
+    }
+    auto it = std::find(pending.begin(), pending.end(), to);
+    pending.erase(it == pending.end() ? pending.begin() : it);
+  }
+}
+
+void GlooCommunicator::Impl::wait_recvs(gloo::transport::UnboundBuffer& buf, std::vector<int> pending) {
+  while (!pending.empty()) {
+    int from = -1;
+    try {
+      if (!buf.waitRecv(&from, coll_timeout)) fail("receive from ", rank_desc(pending.front()), " aborted");
+    } catch (...) {
+      waiting_on = pending.front();
+      waiting_send = false;
+      throw;
+    }
+    auto it = std::find(pending.begin(), pending.end(), from);
+    pending.erase(it == pending.end() ? pending.begin() : it);
   }
 }
 
@@ -551,20 +617,21 @@ void GlooCommunicator::Impl::ring_reduce_scatter(float* in, float* out, const st
   if (counts[r] > 0 && out != in + off[r]) std::memmove(out, in + off[r], counts[r] * sizeof(float));
 }
 
-// Ring all-gather with unequal segments: step s sends segment (r-s) to the next rank and receives
-// segment (r-s-1) from the previous one, directly into its place in `out`. Segments travel in
-// chunks of kChunk floats, a window of them in flight, and a received chunk is forwarded at once
-// (the segment received at step s is the one sent at step s+1).
-void GlooCommunicator::Impl::ring_all_gather(const float* in, float* out, const std::vector<size_t>& counts) {
+// Ring all-gather with unequal segments (of bytes): step s sends segment (r-s) to the next rank and
+// receives segment (r-s-1) from the previous one, directly into its place in `out`. Segments
+// travel in chunks of kChunkBytes, a window of them in flight, and a received chunk is forwarded
+// at once (the segment received at step s is the one sent at step s+1).
+void GlooCommunicator::Impl::ring_all_gather(const void* in, void* out_v, const std::vector<size_t>& bytes) {
   const int W = env.world_size, r = env.rank;
-  const auto off = offsets_of(counts);
+  char* out = static_cast<char*>(out_v);
+  const auto off = offsets_of(bytes);
   const size_t total = off[W];
-  if (counts[r] > 0 && in != out + off[r]) std::memmove(out + off[r], in, counts[r] * sizeof(float));
+  if (bytes[r] > 0 && in != out + off[r]) std::memmove(out + off[r], in, bytes[r]);
   if (total == 0) return;
   auto seg = [&](int k) { return ((k % W) + W) % W; };
   const int next = (r + 1) % W, prev = (r - 1 + W) % W;
   const uint64_t slot = gloo::Slot::build(kAllgatherSlotPrefix, 0);
-  auto buf = ctx->createUnboundBuffer(out, total * sizeof(float));
+  auto buf = ctx->createUnboundBuffer(out, total);
   size_t sends = 0;
   struct Piece {
     size_t begin, len;
@@ -573,27 +640,101 @@ void GlooCommunicator::Impl::ring_all_gather(const float* in, float* out, const 
   std::vector<Piece> recvs;
   for (int s = 0; s < W - 1; ++s) {
     int j = seg(r - s - 1);
-    for (size_t b = 0; b < counts[j]; b += kChunk) recvs.push_back({off[j] + b, std::min(kChunk, counts[j] - b), s});
+    for (size_t b = 0; b < bytes[j]; b += kChunkBytes)
+      recvs.push_back({off[j] + b, std::min(kChunkBytes, bytes[j] - b), s});
   }
   constexpr size_t kWindow = 2 * kInFlight;
-  auto post_recv = [&](size_t q) {
-    buf->recv(prev, slot, recvs[q].begin * sizeof(float), recvs[q].len * sizeof(float));
-  };
-  for (size_t b = 0; b < counts[r]; b += kChunk) {
-    buf->send(next, slot, (off[r] + b) * sizeof(float), std::min(kChunk, counts[r] - b) * sizeof(float));
+  auto post_recv = [&](size_t q) { buf->recv(prev, slot, recvs[q].begin, recvs[q].len); };
+  for (size_t b = 0; b < bytes[r]; b += kChunkBytes) {
+    buf->send(next, slot, off[r] + b, std::min(kChunkBytes, bytes[r] - b));
     ++sends;
   }
   for (size_t q = 0; q < recvs.size() && q < kWindow; ++q) post_recv(q);
   for (size_t q = 0; q < recvs.size(); ++q) {
     recv_from(*buf, prev);
     if (recvs[q].step < W - 2) {
-      buf->send(next, slot, recvs[q].begin * sizeof(float), recvs[q].len * sizeof(float));
+      buf->send(next, slot, recvs[q].begin, recvs[q].len);
       ++sends;
     }
     if (q + kWindow < recvs.size()) post_recv(q + kWindow);
   }
   for (size_t i = 0; i < sends; ++i)
     if (!buf->waitSend(coll_timeout)) fail("send aborted");
+}
+
+// Gather: every other rank sends its bytes straight to the root, which posts all receives at once.
+void GlooCommunicator::Impl::gather_to(const void* in, void* out_v, const std::vector<size_t>& bytes, int root) {
+  const int W = env.world_size, r = env.rank;
+  const uint64_t slot = gloo::Slot::build(kGatherSlotPrefix, 0);
+  if (r != root) {
+    if (bytes[r] == 0) return;
+    auto buf = ctx->createUnboundBuffer(const_cast<void*>(in), bytes[r]);
+    buf->send(root, slot);
+    wait_sends(*buf, {root});
+    return;
+  }
+  char* out = static_cast<char*>(out_v);
+  const auto off = offsets_of(bytes);
+  if (bytes[r] > 0 && in != out + off[r]) std::memmove(out + off[r], in, bytes[r]);
+  if (off[W] == 0) return;
+  auto buf = ctx->createUnboundBuffer(out, off[W]);
+  std::vector<int> from;
+  for (int j = 0; j < W; ++j)
+    if (j != r && bytes[j] > 0) {
+      buf->recv(j, slot, off[j], bytes[j]);
+      from.push_back(j);
+    }
+  wait_recvs(*buf, from);
+}
+
+// Scatter: the root posts one send per other rank at once; each receives its part from the root.
+void GlooCommunicator::Impl::scatter_from(const void* in_v, void* out, const std::vector<size_t>& bytes, int root) {
+  const int W = env.world_size, r = env.rank;
+  const uint64_t slot = gloo::Slot::build(kScatterSlotPrefix, 0);
+  if (r != root) {
+    if (bytes[r] == 0) return;
+    auto buf = ctx->createUnboundBuffer(out, bytes[r]);
+    buf->recv(root, slot);
+    wait_recvs(*buf, {root});
+    return;
+  }
+  const char* in = static_cast<const char*>(in_v);
+  const auto off = offsets_of(bytes);
+  if (bytes[r] > 0 && out != in + off[r]) std::memmove(out, in + off[r], bytes[r]);
+  if (off[W] == 0) return;
+  auto buf = ctx->createUnboundBuffer(const_cast<char*>(in), off[W]);
+  std::vector<int> to;
+  for (int j = 0; j < W; ++j)
+    if (j != r && bytes[j] > 0) {
+      buf->send(j, slot, off[j], bytes[j]);
+      to.push_back(j);
+    }
+  wait_sends(*buf, to);
+}
+
+std::unique_ptr<GlooCommunicator::Impl> GlooCommunicator::Impl::child(uint64_t split, int color,
+                                                                     const std::vector<int>& members) const {
+  auto c = std::make_unique<Impl>();
+  c->env = env;
+  c->env.world_size = static_cast<int>(members.size());
+  c->env.rank = static_cast<int>(std::find(members.begin(), members.end(), env.rank) - members.begin());
+  c->opts = opts;
+  c->coll_timeout = coll_timeout;
+  c->host = host;
+  c->dev_choice = dev_choice;
+  c->client = client;
+  c->store = store;
+  for (int m : members) {
+    c->peers.push_back(peers[m]);
+    c->job_rank.push_back(job_rank[m]);
+  }
+  c->group = str_cat("group ", color, " of split ", split, group.empty() ? "" : " of ", group);
+  c->key_prefix = str_cat(key_prefix, "split/", split, "/", color, "/");
+  c->gloo_port = gloo_port;
+  c->port_range = port_range;
+  if (gloo_port == 0) c->dev = dev;  // ephemeral ports: the job's device makes the new pairs
+  c->connect_gloo(c->gloo_port, c->port_range, Clock::now() + *opts.rendezvous_timeout);
+  return c;
 }
 
 GlooCommunicator::GlooCommunicator(const DistEnv& env, const DistOptions& options) : impl_(new Impl) {
@@ -603,6 +744,12 @@ GlooCommunicator::GlooCommunicator(const DistEnv& env, const DistOptions& option
   impl_->coll_timeout = *impl_->opts.collective_timeout;
   SigpipeBlock no_sigpipe;  // Gloo's threads created here inherit the blocked SIGPIPE
   impl_->rendezvous();
+  start_thread();
+}
+
+GlooCommunicator::GlooCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { start_thread(); }
+
+void GlooCommunicator::start_thread() {
   impl_->thread = std::thread([this] {
     sigset_t set;
     sigemptyset(&set);
@@ -671,9 +818,13 @@ WorkPtr GlooCommunicator::all_gather(const float* in, float* out, const std::vec
     fail("all_gather needs one count per rank (", world_size(), "), got ", counts.size());
   Impl* I = impl_.get();
   size_t total = 0;
-  for (size_t c : counts) total += c;
+  std::vector<size_t> bytes;
+  for (size_t c : counts) {
+    total += c;
+    bytes.push_back(c * sizeof(float));
+  }
   return I->submit(str_cat("all_gather of ", total, " floats"),
-                   [I, in, out, counts] { I->ring_all_gather(in, out, counts); });
+                   [I, in, out, bytes] { I->ring_all_gather(in, out, bytes); });
 }
 
 WorkPtr GlooCommunicator::broadcast(void* data, size_t bytes, int root) {
@@ -696,6 +847,78 @@ WorkPtr GlooCommunicator::barrier() {
     o.setTimeout(I->coll_timeout);
     gloo::barrier(o);
   });
+}
+
+namespace {
+
+void check_peer(const GlooCommunicator& c, int peer, const char* what) {
+  if (peer < 0 || peer >= c.world_size() || peer == c.rank())
+    fail(what, ": peer ", peer, " is not another rank in [0, ", c.world_size(), ") (this is rank ", c.rank(), ")");
+}
+
+size_t check_sizes(const GlooCommunicator& c, const std::vector<size_t>& bytes, int root, const char* what) {
+  if (bytes.size() != static_cast<size_t>(c.world_size()))
+    fail(what, " needs one size per rank (", c.world_size(), "), got ", bytes.size());
+  if (root < 0 || root >= c.world_size()) fail(what, " root ", root, " is not a rank in [0, ", c.world_size(), ")");
+  size_t total = 0;
+  for (size_t b : bytes) total += b;
+  return total;
+}
+
+}  // namespace
+
+WorkPtr GlooCommunicator::send(const void* data, size_t bytes, int peer) {
+  check_peer(*this, peer, "send");
+  Impl* I = impl_.get();
+  return I->submit(str_cat("send of ", bytes, " bytes to ", I->rank_desc(peer)), [I, data, bytes, peer] {
+    if (bytes == 0) return;
+    auto buf = I->ctx->createUnboundBuffer(const_cast<void*>(data), bytes);
+    buf->send(peer, gloo::Slot::build(kSendRecvSlotPrefix, 0));
+    I->wait_sends(*buf, {peer});
+  });
+}
+
+WorkPtr GlooCommunicator::recv(void* data, size_t bytes, int peer) {
+  check_peer(*this, peer, "recv");
+  Impl* I = impl_.get();
+  return I->submit(str_cat("recv of ", bytes, " bytes from ", I->rank_desc(peer)), [I, data, bytes, peer] {
+    if (bytes == 0) return;
+    auto buf = I->ctx->createUnboundBuffer(data, bytes);
+    buf->recv(peer, gloo::Slot::build(kSendRecvSlotPrefix, 0));
+    I->wait_recvs(*buf, {peer});
+  });
+}
+
+WorkPtr GlooCommunicator::gather(const void* in, void* out, const std::vector<size_t>& bytes, int root) {
+  const size_t total = check_sizes(*this, bytes, root, "gather");
+  Impl* I = impl_.get();
+  return I->submit(str_cat("gather of ", total, " bytes to rank ", root),
+                   [I, in, out, bytes, root] { I->gather_to(in, out, bytes, root); });
+}
+
+WorkPtr GlooCommunicator::scatter(const void* in, void* out, const std::vector<size_t>& bytes, int root) {
+  const size_t total = check_sizes(*this, bytes, root, "scatter");
+  Impl* I = impl_.get();
+  return I->submit(str_cat("scatter of ", total, " bytes from rank ", root),
+                   [I, in, out, bytes, root] { I->scatter_from(in, out, bytes, root); });
+}
+
+WorkPtr GlooCommunicator::all_gather_bytes(const void* in, void* out, const std::vector<size_t>& bytes) {
+  const size_t total = check_sizes(*this, bytes, 0, "all_gather_bytes");
+  Impl* I = impl_.get();
+  return I->submit(str_cat("all_gather_bytes of ", total, " bytes"),
+                   [I, in, out, bytes] { I->ring_all_gather(in, out, bytes); });
+}
+
+std::unique_ptr<Communicator> GlooCommunicator::split(int color) {
+  if (color < 0) fail(impl_->me(), ": split: color ", color, " is negative; every rank passes a color >= 0");
+  const std::vector<int> colors = all_gather_value<int>(*this, color);
+  const uint64_t n = ++impl_->splits;
+  std::vector<int> members;
+  for (int j = 0; j < world_size(); ++j)
+    if (colors[static_cast<size_t>(j)] == color) members.push_back(j);
+  SigpipeBlock no_sigpipe;  // a pinned port's new device starts Gloo threads
+  return std::unique_ptr<Communicator>(new GlooCommunicator(impl_->child(n, color, members)));
 }
 
 #endif  // NANOCHAT_HAVE_GLOO
