@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nanochat/comm/communicator.h"
@@ -139,6 +140,18 @@ class MuonAdamW {
   /// Loads this rank's part of a whole state (under the current layout). Throws nanochat::Error
   /// if the sizes do not match this optimizer.
   void load_whole_state(const WholeState& whole);
+  /// Rank `rank`'s part of a whole state under the current layout, so that a resume sends each
+  /// rank only its part: per AdamW parameter (group order) the exp_avg then the exp_avg_sq of the
+  /// rows that rank owns (every row of a small, replicated parameter), then per Muon group the
+  /// momentum_buffer then the second_momentum_buffer of the matrices it owns, ascending.
+  /// Throws nanochat::Error for a rank out of range or a whole state of another size.
+  std::vector<float> whole_state_part(const WholeState& whole, int rank) const;
+  /// Number of floats of whole_state_part(., rank).
+  size_t whole_state_part_floats(int rank) const;
+  /// Loads this rank's part (whole_state_part(whole, rank())) and the AdamW step counts
+  /// (WholeState::steps). load_whole_state(w) == load_whole_state_part(whole_state_part(w, rank()),
+  /// w.steps). Throws nanochat::Error if the sizes do not match this optimizer.
+  void load_whole_state_part(const std::vector<float>& part, const std::vector<int64_t>& steps);
 
   /// The current layout; at construction the equal one.
   const OptLayout& layout() const { return layout_; }
@@ -180,6 +193,7 @@ class MuonAdamW {
   struct MuonSlot;
   struct SavedLayout;
   SavedLayout saved_layout(const StFile& f, int world) const;
+  std::vector<std::pair<size_t, size_t>> part_runs(int rank) const;
 
   void build_groups(const OptimConfig& cfg);
   void allocate();

@@ -542,34 +542,86 @@ MuonAdamW::WholeState MuonAdamW::assemble_whole_state(const std::vector<StFile>&
   return out;
 }
 
+// Rank `rank`'s part of the whole state as runs {offset in the whole state, floats}, in the
+// order of whole_state_part (the current layout).
+std::vector<std::pair<size_t, size_t>> MuonAdamW::part_runs(int rank) const {
+  if (rank < 0 || rank >= world_) fail("optimizer re-shard: rank ", rank, " is not in [0, ", world_, ")");
+  std::vector<std::pair<size_t, size_t>> runs;
+  size_t at = 0;  // offset in the whole state
+  for (size_t k = 0; k < adam_.size(); ++k) {
+    const AdamSlot& s = adam_[k];
+    const size_t numel = static_cast<size_t>(numel_of(params_[s.param].shape));
+    const std::vector<int64_t>& rows = layout_.adam_rows[k];  // empty: every rank holds every row
+    size_t off = 0, n = numel;
+    if (!rows.empty()) {
+      off = static_cast<size_t>(starts_of(rows)[static_cast<size_t>(rank)] * s.row_elems);
+      n = static_cast<size_t>(rows[static_cast<size_t>(rank)] * s.row_elems);
+    }
+    runs.push_back({at + off, n});
+    runs.push_back({at + numel + off, n});
+    at += 2 * numel;
+  }
+  for (size_t g = 0; g < muon_.size(); ++g) {
+    const MuonSlot& s = muon_[g];
+    for (const size_t per : {s.mn, static_cast<size_t>(s.nv)}) {
+      for (int64_t k = 0; k < s.K; ++k)
+        if (layout_.muon_owner[g][static_cast<size_t>(k)] == rank) runs.push_back({at + static_cast<size_t>(k) * per, per});
+      at += static_cast<size_t>(s.K) * per;
+    }
+  }
+  return runs;
+}
+
+size_t MuonAdamW::whole_state_part_floats(int rank) const {
+  size_t n = 0;
+  for (const auto& r : part_runs(rank)) n += r.second;
+  return n;
+}
+
+std::vector<float> MuonAdamW::whole_state_part(const WholeState& whole, int rank) const {
+  if (whole.values.size() != whole_state_floats())
+    fail("optimizer re-shard: the whole state has ", whole.values.size(), " values but this optimizer needs ",
+         whole_state_floats(), " (another model?)");
+  std::vector<float> part;
+  part.reserve(whole_state_part_floats(rank));
+  for (const auto& [off, n] : part_runs(rank))
+    part.insert(part.end(), whole.values.begin() + static_cast<std::ptrdiff_t>(off),
+                whole.values.begin() + static_cast<std::ptrdiff_t>(off + n));
+  return part;
+}
+
 void MuonAdamW::load_whole_state(const WholeState& whole) {
   if (whole.values.size() != whole_state_floats() || whole.steps.size() != adam_.size())
     fail("optimizer re-shard: the whole state has ", whole.values.size(), " values and ", whole.steps.size(),
          " step counts but this optimizer needs ", whole_state_floats(), " and ", adam_.size(), " (another model?)");
-  const float* src = whole.values.data();
-  int64_t steps = 0;
+  load_whole_state_part(whole_state_part(whole, rank_), whole.steps);
+}
+
+// The part's runs are this rank's state buffers in order: per AdamW slot m then v (its owned
+// elements), per Muon group the momentum then the second-moment buffers of its matrices.
+void MuonAdamW::load_whole_state_part(const std::vector<float>& part, const std::vector<int64_t>& steps) {
+  if (part.size() != whole_state_part_floats(rank_) || steps.size() != adam_.size())
+    fail("optimizer re-shard: rank ", rank_, "'s part has ", part.size(), " values and ", steps.size(),
+         " step counts but this optimizer needs ", whole_state_part_floats(rank_), " and ", adam_.size(),
+         " (another model or layout?)");
+  const float* src = part.data();
+  auto take = [&](float* dst, size_t n) {
+    if (n > 0) std::memcpy(dst, src, n * sizeof(float));  // a rank may own no rows
+    src += n;
+  };
+  int64_t max_step = 0;
   for (size_t k = 0; k < adam_.size(); ++k) {
     AdamSlot& s = adam_[k];
-    const int64_t numel = numel_of(params_[s.param].shape);
-    const size_t off = s.sharded ? static_cast<size_t>(s.row0 * s.row_elems) : 0;
-    if (s.owned > 0) {  // a rank may own no rows (then its buffers are empty)
-      std::memcpy(s.m.f32(), src + off, s.owned * sizeof(float));
-      std::memcpy(s.v.f32(), src + numel + off, s.owned * sizeof(float));
-    }
-    src += 2 * numel;
-    s.step = whole.steps[k];
-    steps = std::max(steps, s.step);
+    take(s.m.f32(), s.owned);
+    take(s.v.f32(), s.owned);
+    s.step = steps[k];
+    max_step = std::max(max_step, s.step);
   }
   for (auto& s : muon_) {
-    for (int part = 0; part < 2; ++part) {
-      const size_t per = part == 0 ? s.mn : static_cast<size_t>(s.nv);
-      float* dst = part == 0 ? s.momentum.f32() : s.second.f32();
-      for (size_t j = 0; j < s.mine.size(); ++j)
-        std::memcpy(dst + j * per, src + static_cast<size_t>(s.mine[j]) * per, per * sizeof(float));
-      src += static_cast<size_t>(s.K) * per;
-    }
+    take(s.momentum.f32(), s.mine.size() * s.mn);
+    take(s.second.f32(), s.mine.size() * static_cast<size_t>(s.nv));
   }
-  steps_ = steps;
+  steps_ = max_step;
 }
 
 }  // namespace nanochat
