@@ -206,9 +206,8 @@ void unanswered(bool send) {
         }
         std::vector<char> buf(100, 'x');
         const auto t0 = std::chrono::steady_clock::now();
-        const std::string e = nctest::error_of([&] {
-          (send ? c.send(buf.data(), buf.size(), 1) : c.recv(buf.data(), buf.size(), 1))->wait();
-        });
+        const std::string e = nctest::error_of(
+            [&] { (send ? c.send(buf.data(), buf.size(), 1) : c.recv(buf.data(), buf.size(), 1))->wait(); });
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         std::printf("after %.1f s: %s\n", secs, e.c_str());
       },

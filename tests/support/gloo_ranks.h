@@ -48,7 +48,7 @@ constexpr int kExitError = 3;
 
 // Runs fn(comm) in W forked processes; returns them after they exited (deadline 40 s).
 inline std::vector<nctest::Proc> run_ranks(int W, const std::function<void(GlooCommunicator&)>& fn,
-                                    const std::function<DistOptions(int)>& opts_of = nullptr, int world = 0) {
+                                           const std::function<DistOptions(int)>& opts_of = nullptr, int world = 0) {
   const int port = pick_free_port();
   std::vector<nctest::Proc> ps;
   for (int r = 0; r < W; ++r) {

@@ -15,10 +15,10 @@
 #include <cstring>
 #include <deque>
 #include <functional>
-#include <string>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "nanochat/comm/communicator.h"
@@ -32,12 +32,22 @@ class ThreadHub {
       : world_(world), p2p_timeout_(p2p_timeout), next_(world, 0) {}
   int world() const { return world_; }
 
-  enum class Kind { AllReduce, AllReduceF64, ReduceScatter, AllGather, Broadcast, Barrier, Gather, Scatter, AllGatherBytes };
+  enum class Kind {
+    AllReduce,
+    AllReduceF64,
+    ReduceScatter,
+    AllGather,
+    Broadcast,
+    Barrier,
+    Gather,
+    Scatter,
+    AllGatherBytes
+  };
   struct Part {
     Kind kind = Kind::Barrier;
     const void* in = nullptr;
     void* out = nullptr;
-    size_t n = 0;  // elements (all-reduce) or bytes (broadcast)
+    size_t n = 0;                // elements (all-reduce) or bytes (broadcast)
     std::vector<size_t> counts;  // elements (reduce-scatter, all-gather) or bytes (gather, scatter, ...)
     int root = 0;
   };
@@ -296,7 +306,8 @@ class ThreadCommunicator final : public Communicator {
   }
 
  private:
-  ThreadCommunicator(std::shared_ptr<ThreadHub> owned, int rank) : hub_(*owned), rank_(rank), owned_(std::move(owned)) {}
+  ThreadCommunicator(std::shared_ptr<ThreadHub> owned, int rank)
+      : hub_(*owned), rank_(rank), owned_(std::move(owned)) {}
   void check_peer(int peer) const {
     if (peer < 0 || peer >= hub_.world() || peer == rank_)
       fail("rank ", rank_, ": peer ", peer, " is not another rank in [0, ", hub_.world(), ")");

@@ -23,8 +23,7 @@ std::vector<T> all_gather_value(Communicator& comm, const T& mine) {
   const size_t W = static_cast<size_t>(comm.world_size());
   std::vector<T> all(W);
   all[static_cast<size_t>(comm.rank())] = mine;
-  comm.all_gather_bytes(&all[static_cast<size_t>(comm.rank())], all.data(), std::vector<size_t>(W, sizeof(T)))
-      ->wait();
+  comm.all_gather_bytes(&all[static_cast<size_t>(comm.rank())], all.data(), std::vector<size_t>(W, sizeof(T)))->wait();
   return all;
 }
 
