@@ -17,6 +17,11 @@
 // compute, launch its gathers; wait for every gather and copy the Muon stacks back.
 // With no communicator (or world size 1) it is plain single-process math with no copies.
 //
+// Sources, one concern each (the contract of each file opens it): muon_adamw.cpp (groups and the
+// update math, no communicator; kernels in optim/optim_math.h), muon_adamw_shard.cpp (the ZeRO-2
+// sharding: layout, step schedule and overlap, rebalance, state moves), muon_adamw_state.cpp (the
+// checkpoint format and the whole state of a re-shard).
+//
 // The optimizer only sees OptParam views (name, shape, parameter and gradient pointers), so it is
 // independent of the model class. All buffers are allocated in the constructor; step() allocates
 // nothing itself (a communicator may allocate its own handles).
@@ -202,9 +207,12 @@ class MuonAdamW {
   void check_layout(const OptLayout& l) const;
   void move_adam(AdamSlot& s, const std::vector<int64_t>& to);
   void move_muon(MuonSlot& s, const std::vector<int>& to);
+  // muon_adamw.cpp: the update of the rows / matrices this rank owns (no communicator).
+  void update_adam(AdamSlot& s, const OptGroup& g, float grad_scale);
+  void update_muon(MuonSlot& s, const OptGroup& g, float grad_scale);
+  // muon_adamw_shard.cpp: the step's communication.
   void launch_reductions();
-  void compute_adamw(AdamSlot& s, const OptGroup& g, float grad_scale);
-  void compute_muon(MuonSlot& s, const OptGroup& g, float grad_scale);
+  void wait_reduce(WorkPtr& w);
   void finish_gathers();
 
   std::vector<OptParam> params_;
