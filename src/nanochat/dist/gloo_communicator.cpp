@@ -17,8 +17,8 @@
 #include <optional>
 #include <thread>
 
-#include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
+#include "nanochat/dist/gloo_communicator_impl.h"
 #include "nanochat/dist/gloo_mesh.h"
 #include "nanochat/dist/mesh.h"
 
@@ -38,20 +38,9 @@ namespace nanochat::dist {
 
 #ifdef NANOCHAT_HAVE_GLOO
 
-namespace {
+using namespace gloo_detail;
 
-// Slot prefixes for our own ring collectives; Gloo's collectives use 0x01..0x08.
-constexpr uint8_t kReduceScatterSlotPrefix = 0x41;
-constexpr uint8_t kAllgatherSlotPrefix = 0x42;
-constexpr uint8_t kSendRecvSlotPrefix = 0x43;
-constexpr uint8_t kGatherSlotPrefix = 0x44;
-constexpr uint8_t kScatterSlotPrefix = 0x45;
-// Reduce-scatter pipelines chunks of this many floats (1 MiB) with kInFlight receives posted.
-// Gloo's TCP transport sends only once the receiver has posted its receive, so more than two
-// in flight keeps the link busy while this thread is descheduled or adding.
-constexpr size_t kChunk = size_t(1) << 18;
-constexpr size_t kInFlight = 4;
-constexpr size_t kChunkBytes = kChunk * sizeof(float);  // the all-gather's chunk, in bytes
+namespace {
 
 template <typename T>
 void sum_into(void* out, const void* a, const void* b, size_t n) {
@@ -98,14 +87,6 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
   Ms timeout_;
 };
 
-// Completion state shared by a Work handle and the comm thread.
-struct OpState {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  std::string error;
-};
-
 class GlooWork final : public Work {
  public:
   explicit GlooWork(std::shared_ptr<OpState> st) : st_(std::move(st)) {}
@@ -128,130 +109,7 @@ void finish(OpState& st, std::string error) {
   st.cv.notify_all();
 }
 
-struct Task {
-  std::string what;
-  std::function<void()> fn;
-  std::shared_ptr<OpState> st;
-};
-
-// Gloo writes to its sockets without MSG_NOSIGNAL, so a peer that died turns the next write into
-// SIGPIPE, which would kill this rank before it can name the peer (PyTorch survives only because
-// Python ignores SIGPIPE). Rather than change the process-wide disposition, the threads that run
-// Gloo code block SIGPIPE: Gloo's device loop thread inherits the mask of the thread that creates
-// the device (the constructor's), and the comm thread blocks it for good. The write then fails
-// with EPIPE, which Gloo reports as an error.
-class SigpipeBlock {
- public:
-  SigpipeBlock() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set_, &old_);
-  }
-  ~SigpipeBlock() {
-    // Discard a SIGPIPE raised while blocked, so unblocking does not deliver it.
-    timespec zero{0, 0};
-    while (sigtimedwait(&set_, nullptr, &zero) > 0) {
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  sigset_t set_, old_;
-};
-
-std::vector<size_t> offsets_of(const std::vector<size_t>& counts) {
-  std::vector<size_t> o(counts.size() + 1, 0);
-  for (size_t i = 0; i < counts.size(); ++i) o[i + 1] = o[i] + counts[i];
-  return o;
-}
-
 }  // namespace
-
-struct GlooCommunicator::Impl {
-  DistEnv env;  // a sub-communicator's: rank and world_size within its group
-  DistOptions opts;
-  Ms coll_timeout{0};
-  int waiting_on = -1;        // comm thread: the rank the last failed wait waited for
-  bool waiting_send = false;  // ... for its receive of our send (else for its data)
-  std::string host;
-  DeviceChoice dev_choice;
-  std::unique_ptr<StoreServer> server;
-  std::shared_ptr<StoreClient> client;  // shared with sub-communicators (split)
-  std::shared_ptr<PrefixStore> store;
-  std::vector<PeerInfo> peers;
-  std::vector<int> job_rank;  // rank here -> rank in the job (the store's keys use the job's)
-  std::string group;          // "" for the job, else "group <color> of split <k>" (for messages)
-  std::string key_prefix;     // store keys of this communicator's Gloo mesh ("" for the job's)
-  int gloo_port = 0;          // --port-range: the port every pair of this rank listens on
-  std::string port_range;
-  uint64_t splits = 0;  // split() calls so far (identical on every rank)
-  std::shared_ptr<gloo::transport::Device> dev;
-  std::shared_ptr<gloo::Context> ctx;
-
-  std::thread thread;
-  std::mutex qmu;
-  std::condition_variable qcv;
-  std::deque<Task> queue;
-  bool stopping = false;
-  std::string broken;  // first failure, guarded by qmu
-  uint64_t seq = 0;    // collectives submitted (for messages)
-  std::vector<float> scratch;
-
-  ~Impl() {
-    bool clean = broken.empty();
-    ctx.reset();
-    dev.reset();
-    store.reset();
-    client.reset();  // goodbye: no last will
-    if (server) {
-      // The other ranks may still need the store (to finish, to diagnose a failure, or to learn
-      // that rendezvous failed), so the host lingers until they disconnect (bounded), and says so
-      // when that takes more than a moment.
-      const Ms limit = clean ? Ms(60000) : Ms(10000), quiet(2000);
-      if (!server->wait_clients_at_most(0, quiet)) {
-        std::fprintf(stderr, "%s: keeping the job's store up until the other ranks disconnect (at most %ld s more)%s\n",
-                     me().c_str(), static_cast<long>((limit - quiet).count() / 1000),
-                     clean ? "" : "; this rank's error follows");
-        std::fflush(stderr);
-        server->wait_clients_at_most(0, limit - quiet);
-      }
-      server.reset();
-    }
-  }
-
-  std::string me() const {
-    if (group.empty()) return str_cat("rank ", env.rank, " (host ", host, ")");
-    return str_cat("rank ", env.rank, " of ", group, " (job rank ", job_rank[env.rank], ", host ", host, ")");
-  }
-  std::string rank_desc(int r) const {
-    const std::string in_group =
-        group.empty() || r < 0 || r >= static_cast<int>(job_rank.size()) ? std::string()
-                                                                           : str_cat(" of ", group);
-    const std::string job = in_group.empty() ? std::string() : str_cat("job rank ", job_rank[r], ", ");
-    if (r >= 0 && r < static_cast<int>(peers.size()) && !peers[r].host.empty())
-      return str_cat("rank ", r, in_group, " (", job, "host ", peers[r].host, ", pid ", peers[r].pid, ")");
-    return str_cat("rank ", r, in_group);
-  }
-
-  void rendezvous();
-  // Connects Gloo's pairs, all on `port` when it is not 0 (--port-range `range`).
-  void connect_gloo(int port, const std::string& range, Clock::time_point deadline);
-  void run_thread();
-  std::string diagnose(const std::string& what, const std::string& gloo_msg);
-  int silent_peer(const std::string& gloo_msg) const;
-  WorkPtr submit(std::string what, std::function<void()> fn);
-  void recv_from(gloo::transport::UnboundBuffer& buf, int peer);
-  // Waits for one send / receive per rank of `pending` (any order), naming the first one still
-  // pending when the deadline passes.
-  void wait_sends(gloo::transport::UnboundBuffer& buf, std::vector<int> pending);
-  void wait_recvs(gloo::transport::UnboundBuffer& buf, std::vector<int> pending);
-  void ring_reduce_scatter(float* in, float* out, const std::vector<size_t>& counts);
-  void ring_all_gather(const void* in, void* out, const std::vector<size_t>& bytes);
-  void gather_to(const void* in, void* out, const std::vector<size_t>& bytes, int root);
-  void scatter_from(const void* in, void* out, const std::vector<size_t>& bytes, int root);
-  // A sub-communicator of this one: the ranks `members` (ascending, this rank among them).
-  std::unique_ptr<Impl> child(uint64_t split, int color, const std::vector<int>& members) const;
-};
 
 void GlooCommunicator::Impl::rendezvous() {
   const auto t0 = Clock::now();
@@ -534,36 +392,6 @@ void GlooCommunicator::Impl::recv_from(gloo::transport::UnboundBuffer& buf, int 
   }
 }
 
-void GlooCommunicator::Impl::wait_sends(gloo::transport::UnboundBuffer& buf, std::vector<int> pending) {
-  while (!pending.empty()) {
-    int to = -1;
-    try {
-      if (!buf.waitSend(&to, coll_timeout)) fail("send to ", rank_desc(pending.front()), " aborted");
-    } catch (...) {
-      waiting_on = pending.front();
-      waiting_send = true;
-      throw;
-    }
-    auto it = std::find(pending.begin(), pending.end(), to);
-    pending.erase(it == pending.end() ? pending.begin() : it);
-  }
-}
-
-void GlooCommunicator::Impl::wait_recvs(gloo::transport::UnboundBuffer& buf, std::vector<int> pending) {
-  while (!pending.empty()) {
-    int from = -1;
-    try {
-      if (!buf.waitRecv(&from, coll_timeout)) fail("receive from ", rank_desc(pending.front()), " aborted");
-    } catch (...) {
-      waiting_on = pending.front();
-      waiting_send = false;
-      throw;
-    }
-    auto it = std::find(pending.begin(), pending.end(), from);
-    pending.erase(it == pending.end() ? pending.begin() : it);
-  }
-}
-
 // Ring reduce-scatter with unequal segment sizes. Step s (0..W-2): send segment (r-1-s) to the next
 // rank, receive segment (r-2-s) from the previous one and add it in place; after W-1 steps
 // segment r holds the sum over all ranks. Segments travel in chunks of kChunk floats so the
@@ -660,81 +488,6 @@ void GlooCommunicator::Impl::ring_all_gather(const void* in, void* out_v, const 
   }
   for (size_t i = 0; i < sends; ++i)
     if (!buf->waitSend(coll_timeout)) fail("send aborted");
-}
-
-// Gather: every other rank sends its bytes straight to the root, which posts all receives at once.
-void GlooCommunicator::Impl::gather_to(const void* in, void* out_v, const std::vector<size_t>& bytes, int root) {
-  const int W = env.world_size, r = env.rank;
-  const uint64_t slot = gloo::Slot::build(kGatherSlotPrefix, 0);
-  if (r != root) {
-    if (bytes[r] == 0) return;
-    auto buf = ctx->createUnboundBuffer(const_cast<void*>(in), bytes[r]);
-    buf->send(root, slot);
-    wait_sends(*buf, {root});
-    return;
-  }
-  char* out = static_cast<char*>(out_v);
-  const auto off = offsets_of(bytes);
-  if (bytes[r] > 0 && in != out + off[r]) std::memmove(out + off[r], in, bytes[r]);
-  if (off[W] == 0) return;
-  auto buf = ctx->createUnboundBuffer(out, off[W]);
-  std::vector<int> from;
-  for (int j = 0; j < W; ++j)
-    if (j != r && bytes[j] > 0) {
-      buf->recv(j, slot, off[j], bytes[j]);
-      from.push_back(j);
-    }
-  wait_recvs(*buf, from);
-}
-
-// Scatter: the root posts one send per other rank at once; each receives its part from the root.
-void GlooCommunicator::Impl::scatter_from(const void* in_v, void* out, const std::vector<size_t>& bytes, int root) {
-  const int W = env.world_size, r = env.rank;
-  const uint64_t slot = gloo::Slot::build(kScatterSlotPrefix, 0);
-  if (r != root) {
-    if (bytes[r] == 0) return;
-    auto buf = ctx->createUnboundBuffer(out, bytes[r]);
-    buf->recv(root, slot);
-    wait_recvs(*buf, {root});
-    return;
-  }
-  const char* in = static_cast<const char*>(in_v);
-  const auto off = offsets_of(bytes);
-  if (bytes[r] > 0 && out != in + off[r]) std::memmove(out, in + off[r], bytes[r]);
-  if (off[W] == 0) return;
-  auto buf = ctx->createUnboundBuffer(const_cast<char*>(in), off[W]);
-  std::vector<int> to;
-  for (int j = 0; j < W; ++j)
-    if (j != r && bytes[j] > 0) {
-      buf->send(j, slot, off[j], bytes[j]);
-      to.push_back(j);
-    }
-  wait_sends(*buf, to);
-}
-
-std::unique_ptr<GlooCommunicator::Impl> GlooCommunicator::Impl::child(uint64_t split, int color,
-                                                                     const std::vector<int>& members) const {
-  auto c = std::make_unique<Impl>();
-  c->env = env;
-  c->env.world_size = static_cast<int>(members.size());
-  c->env.rank = static_cast<int>(std::find(members.begin(), members.end(), env.rank) - members.begin());
-  c->opts = opts;
-  c->coll_timeout = coll_timeout;
-  c->host = host;
-  c->dev_choice = dev_choice;
-  c->client = client;
-  c->store = store;
-  for (int m : members) {
-    c->peers.push_back(peers[m]);
-    c->job_rank.push_back(job_rank[m]);
-  }
-  c->group = str_cat("group ", color, " of split ", split, group.empty() ? "" : " of ", group);
-  c->key_prefix = str_cat(key_prefix, "split/", split, "/", color, "/");
-  c->gloo_port = gloo_port;
-  c->port_range = port_range;
-  if (gloo_port == 0) c->dev = dev;  // ephemeral ports: the job's device makes the new pairs
-  c->connect_gloo(c->gloo_port, c->port_range, Clock::now() + *opts.rendezvous_timeout);
-  return c;
 }
 
 GlooCommunicator::GlooCommunicator(const DistEnv& env, const DistOptions& options) : impl_(new Impl) {
@@ -847,78 +600,6 @@ WorkPtr GlooCommunicator::barrier() {
     o.setTimeout(I->coll_timeout);
     gloo::barrier(o);
   });
-}
-
-namespace {
-
-void check_peer(const GlooCommunicator& c, int peer, const char* what) {
-  if (peer < 0 || peer >= c.world_size() || peer == c.rank())
-    fail(what, ": peer ", peer, " is not another rank in [0, ", c.world_size(), ") (this is rank ", c.rank(), ")");
-}
-
-size_t check_sizes(const GlooCommunicator& c, const std::vector<size_t>& bytes, int root, const char* what) {
-  if (bytes.size() != static_cast<size_t>(c.world_size()))
-    fail(what, " needs one size per rank (", c.world_size(), "), got ", bytes.size());
-  if (root < 0 || root >= c.world_size()) fail(what, " root ", root, " is not a rank in [0, ", c.world_size(), ")");
-  size_t total = 0;
-  for (size_t b : bytes) total += b;
-  return total;
-}
-
-}  // namespace
-
-WorkPtr GlooCommunicator::send(const void* data, size_t bytes, int peer) {
-  check_peer(*this, peer, "send");
-  Impl* I = impl_.get();
-  return I->submit(str_cat("send of ", bytes, " bytes to ", I->rank_desc(peer)), [I, data, bytes, peer] {
-    if (bytes == 0) return;
-    auto buf = I->ctx->createUnboundBuffer(const_cast<void*>(data), bytes);
-    buf->send(peer, gloo::Slot::build(kSendRecvSlotPrefix, 0));
-    I->wait_sends(*buf, {peer});
-  });
-}
-
-WorkPtr GlooCommunicator::recv(void* data, size_t bytes, int peer) {
-  check_peer(*this, peer, "recv");
-  Impl* I = impl_.get();
-  return I->submit(str_cat("recv of ", bytes, " bytes from ", I->rank_desc(peer)), [I, data, bytes, peer] {
-    if (bytes == 0) return;
-    auto buf = I->ctx->createUnboundBuffer(data, bytes);
-    buf->recv(peer, gloo::Slot::build(kSendRecvSlotPrefix, 0));
-    I->wait_recvs(*buf, {peer});
-  });
-}
-
-WorkPtr GlooCommunicator::gather(const void* in, void* out, const std::vector<size_t>& bytes, int root) {
-  const size_t total = check_sizes(*this, bytes, root, "gather");
-  Impl* I = impl_.get();
-  return I->submit(str_cat("gather of ", total, " bytes to rank ", root),
-                   [I, in, out, bytes, root] { I->gather_to(in, out, bytes, root); });
-}
-
-WorkPtr GlooCommunicator::scatter(const void* in, void* out, const std::vector<size_t>& bytes, int root) {
-  const size_t total = check_sizes(*this, bytes, root, "scatter");
-  Impl* I = impl_.get();
-  return I->submit(str_cat("scatter of ", total, " bytes from rank ", root),
-                   [I, in, out, bytes, root] { I->scatter_from(in, out, bytes, root); });
-}
-
-WorkPtr GlooCommunicator::all_gather_bytes(const void* in, void* out, const std::vector<size_t>& bytes) {
-  const size_t total = check_sizes(*this, bytes, 0, "all_gather_bytes");
-  Impl* I = impl_.get();
-  return I->submit(str_cat("all_gather_bytes of ", total, " bytes"),
-                   [I, in, out, bytes] { I->ring_all_gather(in, out, bytes); });
-}
-
-std::unique_ptr<Communicator> GlooCommunicator::split(int color) {
-  if (color < 0) fail(impl_->me(), ": split: color ", color, " is negative; every rank passes a color >= 0");
-  const std::vector<int> colors = all_gather_value<int>(*this, color);
-  const uint64_t n = ++impl_->splits;
-  std::vector<int> members;
-  for (int j = 0; j < world_size(); ++j)
-    if (colors[static_cast<size_t>(j)] == color) members.push_back(j);
-  SigpipeBlock no_sigpipe;  // a pinned port's new device starts Gloo threads
-  return std::unique_ptr<Communicator>(new GlooCommunicator(impl_->child(n, color, members)));
 }
 
 #endif  // NANOCHAT_HAVE_GLOO
