@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -312,6 +313,7 @@ class ThreadCommunicator final : public Communicator {
     if (peer < 0 || peer >= hub_.world() || peer == rank_)
       fail("rank ", rank_, ": peer ", peer, " is not another rank in [0, ", hub_.world(), ")");
   }
+  // Runs fn at the first wait(); later waits rethrow its failure, if any (wait() is idempotent).
   class FnWork final : public Work {
    public:
     explicit FnWork(std::function<void()> fn) : fn_(std::move(fn)) {}
@@ -319,13 +321,20 @@ class ThreadCommunicator final : public Communicator {
       if (fn_) {
         auto f = std::move(fn_);
         fn_ = nullptr;
-        f();
+        try {
+          f();
+        } catch (...) {
+          error_ = std::current_exception();
+        }
       }
+      if (error_) std::rethrow_exception(error_);
     }
 
    private:
     std::function<void()> fn_;
+    std::exception_ptr error_;
   };
+
   class HubWork final : public Work {
    public:
     HubWork(ThreadHub& hub, uint64_t seq) : hub_(hub), seq_(seq) {}
