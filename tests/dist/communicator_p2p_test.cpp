@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -180,6 +182,28 @@ TEST(GlooCommunicatorSplit, GroupsRunTheirOwnCollectives) {
     check_eq("job all_reduce after splits", 0, s, 6.0);
     std::printf("rank %d ok\n", r);
   });
+  expect_all_ok(ps);
+  for (int r = 0; r < 4; ++r) EXPECT_THAT(ps[r].output(), HasSubstr("rank " + std::to_string(r) + " ok"));
+}
+
+// With --port-range every pair of a rank listens on its one pinned port; a group's new mesh binds
+// that port again, pair by pair.
+TEST(GlooCommunicatorSplit, GroupsFormOnPinnedDataPlanePorts) {
+  const int first = pick_free_port();
+  ASSERT_EQ(::setenv("NANOCHAT_PORT_RANGE", str_cat(first, "-", first + 3).c_str(), 1), 0);
+  auto ps = run_ranks(4, [](GlooCommunicator& c) {
+    const int r = c.rank();
+    std::unique_ptr<Communicator> g = c.split(r < 3 ? 0 : 1);  // {0, 1, 2} and {3}
+    std::vector<float> x(1000, static_cast<float>(r + 1));
+    g->all_reduce_sum(x.data(), x.size())->wait();
+    check_eq("group all_reduce", 0, x[999], r < 3 ? 6.f : 4.f);
+    g.reset();
+    double s = 1;
+    c.all_reduce_sum_f64(&s, 1)->wait();
+    check_eq("job all_reduce after the split", 0, s, 4.0);
+    std::printf("rank %d ok\n", r);
+  });
+  ::unsetenv("NANOCHAT_PORT_RANGE");
   expect_all_ok(ps);
   for (int r = 0; r < 4; ++r) EXPECT_THAT(ps[r].output(), HasSubstr("rank " + std::to_string(r) + " ok"));
 }
