@@ -1,17 +1,24 @@
 // Optimizer state save/load: a run resumed from saved state continues bit-identically; a state
-// file for another layout is rejected with an error naming the tensor.
+// file for another layout is rejected with an error naming the tensor; the part of a whole state
+// that rank 0 computes for each rank is exactly what that rank's shard holds (round trip through
+// the shard files and assemble_whole_state).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "nanochat/core/error.h"
 #include "nanochat/core/safetensors.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "support/optim_test_util.h"
+#include "support/thread_communicator.h"
 
 namespace nanochat {
 namespace {
@@ -148,6 +155,61 @@ TEST(MuonAdamWState, MismatchNamesTheTensor) {
     FAIL() << "no error for a missing tensor";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("value_embeds.3.weight"), std::string::npos) << e.what();
+  }
+}
+
+// Rank 0 computes every rank's part of a whole state (what a resume sends it); each rank loads
+// its part; their shards, written and read back, reassemble into the same whole state bit for
+// bit (assemble_whole_state reads the files by their recorded layout). At W = 2 and 3 under the
+// equal layout, and at W = 3 under a layout in proportion to unequal speeds.
+TEST(MuonAdamWState, EachRanksPartOfTheWholeStateRoundTripsThroughItsShard) {
+  OptimConfig cfg;
+  cfg.model_dim = 24;
+  for (const auto& [W, speeds] :
+       std::vector<std::pair<int, std::vector<double>>>{{2, {}}, {3, {}}, {3, {1.0, 3.0, 0.5}}}) {
+    testing::ThreadHub hub(W);
+    std::vector<ParamSet> sets(static_cast<size_t>(W), make_params());
+    std::vector<std::unique_ptr<testing::ThreadCommunicator>> comms;
+    std::vector<std::unique_ptr<MuonAdamW>> opts;
+    for (int r = 0; r < W; ++r) {
+      comms.push_back(std::make_unique<testing::ThreadCommunicator>(hub, r));
+      opts.push_back(std::make_unique<MuonAdamW>(sets[static_cast<size_t>(r)].views(), cfg, comms.back().get()));
+    }
+    if (!speeds.empty()) {  // a collective: every rank at once
+      const OptLayout l = opts[0]->layout_for(speeds);
+      ASSERT_NE(l, opts[0]->equal_layout());
+      std::vector<std::thread> ts;
+      for (int r = 0; r < W; ++r) ts.emplace_back([&, r] { opts[static_cast<size_t>(r)]->set_layout(l); });
+      for (auto& t : ts) t.join();
+    }
+    MuonAdamW::WholeState whole;
+    whole.values.resize(opts[0]->whole_state_floats());
+    for (size_t i = 0; i < whole.values.size(); ++i) whole.values[i] = 0.001f * static_cast<float>(i) + 1.f;
+    for (size_t k = 0; k < 8; ++k) whole.steps.push_back(static_cast<int64_t>(10 + k));
+    std::vector<StFile> shards;
+    size_t total = 0;
+    for (int r = 0; r < W; ++r) {
+      const std::vector<float> part = opts[0]->whole_state_part(whole, r);
+      EXPECT_EQ(part.size(), opts[static_cast<size_t>(r)]->whole_state_part_floats(r));
+      total += part.size();
+      opts[static_cast<size_t>(r)]->load_whole_state_part(part, whole.steps);
+      EXPECT_EQ(opts[static_cast<size_t>(r)]->steps_taken(), 17);
+      const std::string path = temp_path(("part" + std::to_string(r)).c_str());
+      save_safetensors(path, opts[static_cast<size_t>(r)]->state_entries(),
+                       opts[static_cast<size_t>(r)]->state_metadata());
+      shards.push_back(load_safetensors(path));
+      std::remove(path.c_str());
+    }
+    EXPECT_LT(total, 2 * whole.values.size()) << "each rank holds its part, not the whole";
+    const MuonAdamW::WholeState back = opts[0]->assemble_whole_state(shards);
+    EXPECT_EQ(back.values, whole.values) << "W=" << W;
+    EXPECT_EQ(back.steps, whole.steps) << "W=" << W;
+    try {
+      opts[1]->load_whole_state_part(std::vector<float>(3), whole.steps);
+      FAIL() << "no error for a part of the wrong size";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 1's part has 3 values"), std::string::npos) << e.what();
+    }
   }
 }
 

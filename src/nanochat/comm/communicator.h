@@ -1,12 +1,19 @@
 #pragma once
 // Communicator: the collectives the engine needs, behind one interface (docs/architecture.md 3.6).
-// Implementations: LocalCommunicator (world size 1, no-ops, here), GlooCommunicator (TCP, dist/).
+// Implementations: LocalCommunicator (world size 1, no-ops, here), GlooCommunicator (TCP, dist/);
+// tests also use an in-process one (tests/support/thread_communicator.h).
 // The interface is its own area (comm, on core only) so that optim and train issue collectives
 // without depending on the transport.
 // Every operation is asynchronous: it returns a Work handle; wait() blocks until done (with the
 // communicator's deadline) and rethrows a failure as nanochat::Error naming the peer rank/host.
 // All ranks must issue the same sequence of collectives. Reductions are SUMs (the engine sends
 // token-weighted sums, never averages).
+// Point to point (send/recv) is not a collective: only the two ranks take part, and the messages
+// of one sender to one receiver arrive in the order they were sent. A send completes only once
+// the receiver has posted the matching recv (Gloo's TCP transport is a rendezvous protocol, and
+// one thread runs a communicator's operations in order), so two ranks that both send to each
+// other before receiving wait for each other until the deadline: the lower rank sends first.
+// Typed helpers over these operations (all_gather_value, gather_strings, ...): comm/typed.h.
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -45,6 +52,38 @@ class Communicator {
   virtual WorkPtr broadcast(void* data, size_t bytes, int root) = 0;
   /// Returns when every rank has entered the barrier.
   virtual WorkPtr barrier() = 0;
+
+  /// Sends `bytes` bytes of `data` to rank `peer` (!= rank()); `data` must stay valid and
+  /// unchanged until wait() returns. The peer's matching recv must ask for the same byte count
+  /// (else both fail). A zero-byte send sends nothing (and needs no recv). wait() throws
+  /// nanochat::Error naming the peer when its recv does not come within the deadline. Throws at
+  /// once for a peer out of range or equal to rank().
+  virtual WorkPtr send(const void* data, size_t bytes, int peer) = 0;
+  /// Receives `bytes` bytes from rank `peer` (!= rank()) into `data`: the next message that peer
+  /// sends to this rank. A zero-byte recv receives nothing. wait() throws nanochat::Error naming
+  /// the peer when its data does not come within the deadline.
+  virtual WorkPtr recv(void* data, size_t bytes, int peer) = 0;
+  /// Gather to `root`: every rank contributes bytes[rank] bytes from `in`; on `root`, `out`
+  /// receives the concatenation of all contributions in rank order (sum(bytes) bytes); `out` is
+  /// not touched on the other ranks (may be null there). Unequal and zero sizes are allowed;
+  /// every rank passes the same `bytes` (one entry per rank). On root, `in` may alias
+  /// out + offset(root).
+  virtual WorkPtr gather(const void* in, void* out, const std::vector<size_t>& bytes, int root) = 0;
+  /// Scatter from `root`: root's `in` holds sum(bytes) bytes, rank-major; every rank receives its
+  /// bytes[rank] bytes into `out`. `in` is not read on the other ranks (may be null there).
+  /// Unequal and zero sizes are allowed; every rank passes the same `bytes`.
+  virtual WorkPtr scatter(const void* in, void* out, const std::vector<size_t>& bytes, int root) = 0;
+  /// All-gather of bytes: every rank contributes bytes[rank] bytes from `in`; every rank's `out`
+  /// receives the concatenation in rank order (sum(bytes) bytes). Unequal and zero sizes are
+  /// allowed; `in` may alias out + offset(rank).
+  virtual WorkPtr all_gather_bytes(const void* in, void* out, const std::vector<size_t>& bytes) = 0;
+  /// Collective, blocking: the ranks that pass the same `color` (>= 0) form a new communicator,
+  /// ranked by their rank here (lower first). Every rank of this communicator must call it (in the
+  /// same place of its sequence of operations, with no operation of its own pending). The new
+  /// communicator is independent of this one (its own operations, order and deadline) and must
+  /// be destroyed before this one. Throws nanochat::Error for a negative color, or naming the
+  /// rank at fault when the group cannot be formed within the deadline.
+  virtual std::unique_ptr<Communicator> split(int color) = 0;
 };
 
 /// World size 1: every collective is an identity (reduce-scatter/all-gather copy), already done.
@@ -58,6 +97,13 @@ class LocalCommunicator final : public Communicator {
   WorkPtr all_gather(const float* in, float* out, const std::vector<size_t>& counts) override;
   WorkPtr broadcast(void*, size_t, int) override;
   WorkPtr barrier() override;
+  /// send/recv throw nanochat::Error at once: a one-rank job has no peer.
+  WorkPtr send(const void* data, size_t bytes, int peer) override;
+  WorkPtr recv(void* data, size_t bytes, int peer) override;
+  WorkPtr gather(const void* in, void* out, const std::vector<size_t>& bytes, int root) override;
+  WorkPtr scatter(const void* in, void* out, const std::vector<size_t>& bytes, int root) override;
+  WorkPtr all_gather_bytes(const void* in, void* out, const std::vector<size_t>& bytes) override;
+  std::unique_ptr<Communicator> split(int color) override;
 };
 
 }  // namespace nanochat

@@ -6,6 +6,7 @@
 #include <set>
 #include <vector>
 
+#include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/version.h"
 #include "nanochat/dist/net.h"
@@ -118,22 +119,18 @@ std::vector<std::string> differences(const std::string& key, const std::vector<s
 }  // namespace
 
 void agree(Communicator& comm, const std::map<std::string, std::string>& facts) {
-  const int W = comm.world_size(), r = comm.rank();
+  const int W = comm.world_size();
   if (W == 1) return;
   auto with_build = facts;
   with_build.emplace("nanochat build", build_id());
   nlohmann::json mine = {{"host", host_name()}, {"facts", with_build}};
   const std::string blob = mine.dump();
 
-  std::vector<double> sizes(W, 0.0);
-  sizes[r] = static_cast<double>(blob.size());
-  comm.all_reduce_sum_f64(sizes.data(), sizes.size())->wait();
-
+  const std::vector<std::string> blobs = nanochat::all_gather_strings(comm, blob);
   std::vector<std::map<std::string, std::string>> all(W);
   std::vector<std::string> hosts(W);
   for (int j = 0; j < W; ++j) {
-    std::string buf = j == r ? blob : std::string(static_cast<size_t>(sizes[j]), '\0');
-    comm.broadcast(buf.data(), buf.size(), j)->wait();
+    const std::string& buf = blobs[j];
     auto js = nlohmann::json::parse(buf);
     hosts[j] = js.at("host").get<std::string>();
     all[j] = js.at("facts").get<std::map<std::string, std::string>>();

@@ -11,8 +11,8 @@
 namespace nanochat::dist {
 
 /// Exchanges `facts` (key -> value) plus the "nanochat build" fact (core/version.h build_id())
-/// between all ranks of `comm` with collectives (an all-reduce of the sizes, then one broadcast per
-/// rank). If any key is missing on some rank or has differing values, every rank throws the same
+/// between all ranks of `comm` with collectives (comm/typed.h all_gather_strings: an all-gather of
+/// the sizes, then one of the bytes). If any key is missing on some rank or has differing values, every rank throws the same
 /// nanochat::Error naming the key and exactly what differs, with the ranks (and hosts) holding
 /// each value: for values that are JSON objects on every rank, one line per differing key path
 /// ("seed: 7 on rank 1 (host b); 42 on rank 0 (host a)"; an entry some ranks lack is shown whole,

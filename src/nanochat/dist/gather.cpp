@@ -2,25 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
 #include "nanochat/dist/net.h"
 
 namespace nanochat::dist {
-
-std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine) {
-  const int W = comm.world_size(), r = comm.rank();
-  if (W == 1) return {mine};
-  std::vector<double> sizes(static_cast<size_t>(W), 0.0);
-  sizes[static_cast<size_t>(r)] = static_cast<double>(mine.size());
-  comm.all_reduce_sum_f64(sizes.data(), sizes.size())->wait();
-  std::vector<std::string> all(static_cast<size_t>(W));
-  for (int j = 0; j < W; ++j) {
-    std::string& buf = all[static_cast<size_t>(j)];
-    buf = j == r ? mine : std::string(static_cast<size_t>(sizes[static_cast<size_t>(j)]), '\0');
-    if (!buf.empty()) comm.broadcast(buf.data(), buf.size(), j)->wait();
-  }
-  return all;
-}
 
 void broadcast_string(Communicator& comm, std::string& s, int root) {
   uint64_t n = s.size();

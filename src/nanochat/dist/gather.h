@@ -7,14 +7,13 @@
 #include <vector>
 
 #include "nanochat/comm/communicator.h"
+#include "nanochat/comm/typed.h"
 
 namespace nanochat::dist {
 
-/// Every rank passes `mine`; every rank gets all ranks' strings in rank order (index = rank).
-/// Collectives: one all-reduce of W doubles (the sizes), then one broadcast per rank. World size
-/// 1 returns {mine} at once. All ranks must call it together. Errors of the collectives themselves
-/// propagate (they name the failed peer).
-std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine);
+/// Every rank passes `mine`; every rank gets all ranks' strings in rank order (comm/typed.h: an
+/// all-gather of the W sizes, then one of the bytes).
+using nanochat::all_gather_strings;
 
 /// "rank R (host H)" for every rank of `comm`, in rank order (one all_gather_strings of
 /// gethostname()). All ranks must call it together.

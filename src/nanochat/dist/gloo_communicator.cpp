@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "nanochat/core/error.h"
+#include "nanochat/dist/gloo_communicator_impl.h"
 #include "nanochat/dist/gloo_mesh.h"
 #include "nanochat/dist/mesh.h"
 
@@ -37,16 +38,9 @@ namespace nanochat::dist {
 
 #ifdef NANOCHAT_HAVE_GLOO
 
-namespace {
+using namespace gloo_detail;
 
-// Slot prefixes for our own ring collectives; Gloo's collectives use 0x01..0x08.
-constexpr uint8_t kReduceScatterSlotPrefix = 0x41;
-constexpr uint8_t kAllgatherSlotPrefix = 0x42;
-// Reduce-scatter pipelines chunks of this many floats (1 MiB) with kInFlight receives posted.
-// Gloo's TCP transport sends only once the receiver has posted its receive, so more than two
-// in flight keeps the link busy while this thread is descheduled or adding.
-constexpr size_t kChunk = size_t(1) << 18;
-constexpr size_t kInFlight = 4;
+namespace {
 
 template <typename T>
 void sum_into(void* out, const void* a, const void* b, size_t n) {
@@ -93,14 +87,6 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
   Ms timeout_;
 };
 
-// Completion state shared by a Work handle and the comm thread.
-struct OpState {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  std::string error;
-};
-
 class GlooWork final : public Work {
  public:
   explicit GlooWork(std::shared_ptr<OpState> st) : st_(std::move(st)) {}
@@ -123,108 +109,7 @@ void finish(OpState& st, std::string error) {
   st.cv.notify_all();
 }
 
-struct Task {
-  std::string what;
-  std::function<void()> fn;
-  std::shared_ptr<OpState> st;
-};
-
-// Gloo writes to its sockets without MSG_NOSIGNAL, so a peer that died turns the next write into
-// SIGPIPE, which would kill this rank before it can name the peer (PyTorch survives only because
-// Python ignores SIGPIPE). Rather than change the process-wide disposition, the threads that run
-// Gloo code block SIGPIPE: Gloo's device loop thread inherits the mask of the thread that creates
-// the device (the constructor's), and the comm thread blocks it for good. The write then fails
-// with EPIPE, which Gloo reports as an error.
-class SigpipeBlock {
- public:
-  SigpipeBlock() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set_, &old_);
-  }
-  ~SigpipeBlock() {
-    // Discard a SIGPIPE raised while blocked, so unblocking does not deliver it.
-    timespec zero{0, 0};
-    while (sigtimedwait(&set_, nullptr, &zero) > 0) {
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  sigset_t set_, old_;
-};
-
-std::vector<size_t> offsets_of(const std::vector<size_t>& counts) {
-  std::vector<size_t> o(counts.size() + 1, 0);
-  for (size_t i = 0; i < counts.size(); ++i) o[i + 1] = o[i] + counts[i];
-  return o;
-}
-
 }  // namespace
-
-struct GlooCommunicator::Impl {
-  DistEnv env;
-  DistOptions opts;
-  Ms coll_timeout{0};
-  int waiting_on = -1;  // comm thread: the rank whose data the last failed receive waited for
-  std::string host;
-  DeviceChoice dev_choice;
-  std::unique_ptr<StoreServer> server;
-  std::unique_ptr<StoreClient> client;
-  std::unique_ptr<PrefixStore> store;
-  std::vector<PeerInfo> peers;
-  std::shared_ptr<gloo::transport::Device> dev;
-  std::shared_ptr<gloo::Context> ctx;
-
-  std::thread thread;
-  std::mutex qmu;
-  std::condition_variable qcv;
-  std::deque<Task> queue;
-  bool stopping = false;
-  std::string broken;  // first failure, guarded by qmu
-  uint64_t seq = 0;    // collectives submitted (for messages)
-  std::vector<float> scratch;
-
-  ~Impl() {
-    bool clean = broken.empty();
-    ctx.reset();
-    dev.reset();
-    store.reset();
-    client.reset();  // goodbye: no last will
-    if (server) {
-      // The other ranks may still need the store (to finish, to diagnose a failure, or to learn
-      // that rendezvous failed), so the host lingers until they disconnect (bounded), and says so
-      // when that takes more than a moment.
-      const Ms limit = clean ? Ms(60000) : Ms(10000), quiet(2000);
-      if (!server->wait_clients_at_most(0, quiet)) {
-        std::fprintf(stderr, "%s: keeping the job's store up until the other ranks disconnect (at most %ld s more)%s\n",
-                     me().c_str(), static_cast<long>((limit - quiet).count() / 1000),
-                     clean ? "" : "; this rank's error follows");
-        std::fflush(stderr);
-        server->wait_clients_at_most(0, limit - quiet);
-      }
-      server.reset();
-    }
-  }
-
-  std::string me() const { return str_cat("rank ", env.rank, " (host ", host, ")"); }
-  std::string rank_desc(int r) const {
-    if (r >= 0 && r < static_cast<int>(peers.size()) && !peers[r].host.empty())
-      return str_cat("rank ", r, " (host ", peers[r].host, ", pid ", peers[r].pid, ")");
-    return str_cat("rank ", r);
-  }
-
-  void rendezvous();
-  // Connects Gloo's pairs, all on `port` when it is not 0 (--port-range `range`).
-  void connect_gloo(int port, const std::string& range, Clock::time_point deadline);
-  void run_thread();
-  std::string diagnose(const std::string& what, const std::string& gloo_msg);
-  int silent_peer(const std::string& gloo_msg) const;
-  WorkPtr submit(std::string what, std::function<void()> fn);
-  void recv_from(gloo::transport::UnboundBuffer& buf, int peer);
-  void ring_reduce_scatter(float* in, float* out, const std::vector<size_t>& counts);
-  void ring_all_gather(const float* in, float* out, const std::vector<size_t>& counts);
-};
 
 void GlooCommunicator::Impl::rendezvous() {
   const auto t0 = Clock::now();
@@ -252,9 +137,9 @@ void GlooCommunicator::Impl::rendezvous() {
                  err.c_str(), std::lround(std::chrono::duration<double>(now - t0).count()), rdzv.count() / 1000.0);
     std::fflush(stderr);
   };
-  client = std::make_unique<StoreClient>(co);
+  client = std::make_shared<StoreClient>(co);
   const std::string prefix = str_cat("nc/g", opts.generation, "/");
-  store = std::make_unique<PrefixStore>(*client, prefix);
+  store = std::make_shared<PrefixStore>(*client, prefix);
   client->set_will(str_cat(prefix, "dead/", r), str_cat("rank ", r, " (host ", host, ", pid ", getpid(), ")"));
 
   dev_choice = choose_device(env.master_addr, env.master_port, *opts.iface);
@@ -304,6 +189,7 @@ void GlooCommunicator::Impl::rendezvous() {
          "MASTER_ADDR/MASTER_PORT");
   }
   peers.resize(W);
+  for (int j = 0; j < W; ++j) job_rank.push_back(j);
   std::vector<nlohmann::json> infos(W);
   std::string ws_mismatch;
   for (int j = 0; j < W; ++j) {
@@ -320,9 +206,10 @@ void GlooCommunicator::Impl::rendezvous() {
          ". Start every node with the same --nnodes and --nproc-per-node");
   const Ms probe = mesh_check_timeout();
   if (probe > Ms(0)) mesh->run(*store, infos, probe, Clock::now() + probe + std::max(rdzv / 10, Ms(30000)));
-  const int port = mesh->gloo_port();  // 0: the kernel picks each pair's port
-  mesh.reset();                        // closes its listener before Gloo binds the same port
-  connect_gloo(port, range ? range->str() : std::string(), deadline);
+  gloo_port = mesh->gloo_port();  // 0: the kernel picks each pair's port
+  port_range = range ? range->str() : std::string();
+  mesh.reset();  // closes its listener before Gloo binds the same port
+  connect_gloo(gloo_port, port_range, deadline);
 }
 
 void GlooCommunicator::Impl::connect_gloo(int port, const std::string& range, Clock::time_point deadline) {
@@ -338,7 +225,7 @@ void GlooCommunicator::Impl::connect_gloo(int port, const std::string& range, Cl
       a.hostname = dev_choice.address;
     }
     Ms connect_t = std::clamp<Ms>(rdzv / 5, Ms(1000), Ms(12000));
-    PrefixStore gloo_keys(*store, "gloo/");
+    PrefixStore gloo_keys(*store, key_prefix + "gloo/");
     if (port > 0) {  // --port-range: every pair of this rank listens on `port`, one after another
       auto c = std::make_shared<OnePortContext>(r, W);
       c->setTimeout(connect_t);
@@ -346,7 +233,7 @@ void GlooCommunicator::Impl::connect_gloo(int port, const std::string& range, Cl
       dev = c->getDevice();
       ctx = c;
     } else {
-      dev = gloo::transport::tcp::CreateDevice(a);
+      if (!dev) dev = gloo::transport::tcp::CreateDevice(a);  // a sub-communicator shares the job's
       auto c = std::make_shared<gloo::rendezvous::Context>(r, W);
       c->setTimeout(connect_t);
       GlooStoreAdapter adapter(gloo_keys, std::max(remaining(deadline), Ms(1000)));
@@ -381,7 +268,7 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
   const int W = env.world_size;
   bool store_ok = true;
   try {
-    store->set(str_cat("error/", env.rank), str_cat(me(), ": ", what, " failed: ", gloo_msg));
+    store->set(str_cat("error/", job_rank[env.rank]), str_cat(me(), ": ", what, " failed: ", gloo_msg));
   } catch (const std::exception&) {
     store_ok = false;
   }
@@ -399,9 +286,9 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
         errors.clear();
         for (int j = 0; j < W; ++j) {
           if (j == env.rank) continue;
-          auto e = store->try_get(str_cat("error/", j));
+          auto e = store->try_get(str_cat("error/", job_rank[j]));
           if (e) errors.push_back(*e);
-          if (auto v = store->try_get(str_cat("dead/", j)); v && !e) dead.push_back(*v);
+          if (auto v = store->try_get(str_cat("dead/", job_rank[j])); v && !e) dead.push_back(*v);
         }
         if (!dead.empty() || Clock::now() >= until) break;
         std::this_thread::sleep_for(Ms(50));
@@ -421,7 +308,13 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
     std::string host_of_store = env.store_hosted ? "node 0's `nanochat run`" : rank_desc(0);
     msg += str_cat(client->where(), " is unreachable as well, so the process hosting it (", host_of_store,
                    ") has probably died");
-  } else if (const int silent = silent_peer(gloo_msg); silent >= 0) {
+  } else if (const int silent = silent_peer(gloo_msg); silent >= 0 && waiting_send) {
+    msg += str_cat(rank_desc(silent), " did not receive this rank's data within the collective timeout (",
+                   secs(coll_timeout),
+                   " s, NANOCHAT_COLLECTIVE_TIMEOUT) and no rank reported a failure: that rank is hung or "
+                   "stopped, the network to it failed, or it never posts the matching receive (a send with no "
+                   "recv, or two ranks that both send first)");
+  } else if (silent >= 0) {
     msg += str_cat("no data from ", rank_desc(silent), " within the collective timeout (", secs(coll_timeout),
                    " s, NANOCHAT_COLLECTIVE_TIMEOUT) and no rank reported a failure: that rank (or one before it in "
                    "the ring) is probably hung or stopped, or the network to it failed");
@@ -494,6 +387,7 @@ void GlooCommunicator::Impl::recv_from(gloo::transport::UnboundBuffer& buf, int 
     if (!buf.waitRecv(coll_timeout)) fail("receive from ", rank_desc(peer), " aborted");
   } catch (...) {
     waiting_on = peer;
+    waiting_send = false;
     throw;
   }
 }
@@ -551,20 +445,21 @@ void GlooCommunicator::Impl::ring_reduce_scatter(float* in, float* out, const st
   if (counts[r] > 0 && out != in + off[r]) std::memmove(out, in + off[r], counts[r] * sizeof(float));
 }
 
-// Ring all-gather with unequal segments: step s sends segment (r-s) to the next rank and receives
-// segment (r-s-1) from the previous one, directly into its place in `out`. Segments travel in
-// chunks of kChunk floats, a window of them in flight, and a received chunk is forwarded at once
-// (the segment received at step s is the one sent at step s+1).
-void GlooCommunicator::Impl::ring_all_gather(const float* in, float* out, const std::vector<size_t>& counts) {
+// Ring all-gather with unequal segments (of bytes): step s sends segment (r-s) to the next rank and
+// receives segment (r-s-1) from the previous one, directly into its place in `out`. Segments
+// travel in chunks of kChunkBytes, a window of them in flight, and a received chunk is forwarded
+// at once (the segment received at step s is the one sent at step s+1).
+void GlooCommunicator::Impl::ring_all_gather(const void* in, void* out_v, const std::vector<size_t>& bytes) {
   const int W = env.world_size, r = env.rank;
-  const auto off = offsets_of(counts);
+  char* out = static_cast<char*>(out_v);
+  const auto off = offsets_of(bytes);
   const size_t total = off[W];
-  if (counts[r] > 0 && in != out + off[r]) std::memmove(out + off[r], in, counts[r] * sizeof(float));
+  if (bytes[r] > 0 && in != out + off[r]) std::memmove(out + off[r], in, bytes[r]);
   if (total == 0) return;
   auto seg = [&](int k) { return ((k % W) + W) % W; };
   const int next = (r + 1) % W, prev = (r - 1 + W) % W;
   const uint64_t slot = gloo::Slot::build(kAllgatherSlotPrefix, 0);
-  auto buf = ctx->createUnboundBuffer(out, total * sizeof(float));
+  auto buf = ctx->createUnboundBuffer(out, total);
   size_t sends = 0;
   struct Piece {
     size_t begin, len;
@@ -573,21 +468,20 @@ void GlooCommunicator::Impl::ring_all_gather(const float* in, float* out, const 
   std::vector<Piece> recvs;
   for (int s = 0; s < W - 1; ++s) {
     int j = seg(r - s - 1);
-    for (size_t b = 0; b < counts[j]; b += kChunk) recvs.push_back({off[j] + b, std::min(kChunk, counts[j] - b), s});
+    for (size_t b = 0; b < bytes[j]; b += kChunkBytes)
+      recvs.push_back({off[j] + b, std::min(kChunkBytes, bytes[j] - b), s});
   }
   constexpr size_t kWindow = 2 * kInFlight;
-  auto post_recv = [&](size_t q) {
-    buf->recv(prev, slot, recvs[q].begin * sizeof(float), recvs[q].len * sizeof(float));
-  };
-  for (size_t b = 0; b < counts[r]; b += kChunk) {
-    buf->send(next, slot, (off[r] + b) * sizeof(float), std::min(kChunk, counts[r] - b) * sizeof(float));
+  auto post_recv = [&](size_t q) { buf->recv(prev, slot, recvs[q].begin, recvs[q].len); };
+  for (size_t b = 0; b < bytes[r]; b += kChunkBytes) {
+    buf->send(next, slot, off[r] + b, std::min(kChunkBytes, bytes[r] - b));
     ++sends;
   }
   for (size_t q = 0; q < recvs.size() && q < kWindow; ++q) post_recv(q);
   for (size_t q = 0; q < recvs.size(); ++q) {
     recv_from(*buf, prev);
     if (recvs[q].step < W - 2) {
-      buf->send(next, slot, recvs[q].begin * sizeof(float), recvs[q].len * sizeof(float));
+      buf->send(next, slot, recvs[q].begin, recvs[q].len);
       ++sends;
     }
     if (q + kWindow < recvs.size()) post_recv(q + kWindow);
@@ -603,6 +497,12 @@ GlooCommunicator::GlooCommunicator(const DistEnv& env, const DistOptions& option
   impl_->coll_timeout = *impl_->opts.collective_timeout;
   SigpipeBlock no_sigpipe;  // Gloo's threads created here inherit the blocked SIGPIPE
   impl_->rendezvous();
+  start_thread();
+}
+
+GlooCommunicator::GlooCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { start_thread(); }
+
+void GlooCommunicator::start_thread() {
   impl_->thread = std::thread([this] {
     sigset_t set;
     sigemptyset(&set);
@@ -671,9 +571,13 @@ WorkPtr GlooCommunicator::all_gather(const float* in, float* out, const std::vec
     fail("all_gather needs one count per rank (", world_size(), "), got ", counts.size());
   Impl* I = impl_.get();
   size_t total = 0;
-  for (size_t c : counts) total += c;
+  std::vector<size_t> bytes;
+  for (size_t c : counts) {
+    total += c;
+    bytes.push_back(c * sizeof(float));
+  }
   return I->submit(str_cat("all_gather of ", total, " floats"),
-                   [I, in, out, counts] { I->ring_all_gather(in, out, counts); });
+                   [I, in, out, bytes] { I->ring_all_gather(in, out, bytes); });
 }
 
 WorkPtr GlooCommunicator::broadcast(void* data, size_t bytes, int root) {

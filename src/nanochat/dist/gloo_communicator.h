@@ -57,11 +57,22 @@ class GlooCommunicator final : public Communicator {
   WorkPtr all_gather(const float* in, float* out, const std::vector<size_t>& counts) override;
   WorkPtr broadcast(void* data, size_t bytes, int root) override;
   WorkPtr barrier() override;
+  WorkPtr send(const void* data, size_t bytes, int peer) override;
+  WorkPtr recv(void* data, size_t bytes, int peer) override;
+  WorkPtr gather(const void* in, void* out, const std::vector<size_t>& bytes, int root) override;
+  WorkPtr scatter(const void* in, void* out, const std::vector<size_t>& bytes, int root) override;
+  WorkPtr all_gather_bytes(const void* in, void* out, const std::vector<size_t>& bytes) override;
+  /// One all_gather_value of the colors here, then a new Gloo mesh among the group's ranks over
+  /// the job's store (keys "split/<k>/<color>/", k = this communicator's split count) and the
+  /// job's device (or, with --port-range, its pinned port), within the rendezvous deadline. The
+  /// new communicator has its own comm thread; its messages name a rank by its rank in the
+  /// group, the group and its job rank. It shares this one's store connection.
+  std::unique_ptr<Communicator> split(int color) override;
 
   /// The job's store, prefixed with this generation ("nc/g<k>/"). Thread-safe, but the comm
   /// thread uses the same connection when diagnosing a failure.
   Store& store();
-  /// Rendezvous data of every rank (index = rank).
+  /// Rendezvous data of every rank (index = rank here).
   const std::vector<PeerInfo>& peers() const;
   /// The device this rank bound.
   const DeviceChoice& device() const;
@@ -70,6 +81,8 @@ class GlooCommunicator final : public Communicator {
 
  private:
   struct Impl;
+  explicit GlooCommunicator(std::unique_ptr<Impl> impl);  // a group of split()
+  void start_thread();
   std::unique_ptr<Impl> impl_;
 };
 #endif

@@ -1,3 +1,8 @@
+// MuonAdamW's groups and update math (optim/muon_adamw.h): the parameter groups of nanochat's
+// optimizer (docs/nanochat.md 2.1), the allocation of every slot and scratch buffer, and the update
+// of the rows and matrices this rank owns (optim/optim_math.h kernels). No communicator here: the
+// ZeRO-2 sharding (layout, step schedule, overlap, rebalance, state moves) is muon_adamw_shard.cpp,
+// the state format muon_adamw_state.cpp.
 #include "nanochat/optim/muon_adamw.h"
 
 #include <algorithm>
@@ -7,8 +12,6 @@
 #include <utility>
 
 #include "nanochat/core/error.h"
-#include "nanochat/core/profile.h"
-#include "nanochat/core/timer.h"
 #include "nanochat/optim/muon_adamw_slots.h"
 #include "nanochat/optim/optim_math.h"
 
@@ -177,79 +180,11 @@ void MuonAdamW::allocate() {
   }
 }
 
-void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight_decay, float grad_scale) {
-  prof::Scope profile_scope(prof::Op::Optimizer);
-  ++steps_;
-  for (auto& g : groups_) {
-    g.lr = g.initial_lr * static_cast<double>(lr_multiplier);
-    if (g.kind == OptKind::Muon) {
-      g.momentum = muon_momentum;
-      g.weight_decay = muon_weight_decay;
-    }
-  }
-  // Phase 1: launch every reduction, in group order.
-  launch_reductions();
-  // Phase 2: per group, wait for its reductions, compute, launch its gathers.
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    const OptGroup& g = groups_[gi];
-    if (g.kind == OptKind::AdamW) {
-      for (size_t k = 0; k < g.params.size(); ++k) compute_adamw(adam_[group_slot_[gi] + k], g, grad_scale);
-    } else {
-      compute_muon(muon_[group_slot_[gi]], g, grad_scale);
-    }
-  }
-  // Phase 3: wait for the gathers, copy the Muon stacks back.
-  finish_gathers();
-}
+// --- the update of what this rank owns (no communicator) ----------------------------------------
 
-void MuonAdamW::grad_ready(size_t param) {
-  if (param >= params_.size()) fail("optimizer: grad_ready(", param, ") but there are ", params_.size(), " parameters");
-  if (world_ == 1) return;
-  if (param_adam_[param] >= 0) {
-    AdamSlot& s = adam_[param_adam_[param]];
-    if (s.sharded && !s.reduce) launch_adam_reduce(s);
-    return;
-  }
-  MuonSlot& s = muon_[param_muon_[param]];
-  if (s.reduce) return;
-  if (++s.ready == s.K) launch_muon_reduce(s, groups_[s.group]);
-}
-
-// Sharded: reduce-scatter by rows into gslice; small: all-reduce in place.
-void MuonAdamW::launch_adam_reduce(AdamSlot& s) {
-  float* g = params_[s.param].g;
-  s.reduce = s.sharded ? comm_->reduce_scatter_sum(g, s.gslice.f32(), s.counts) : comm_->all_reduce_sum(g, s.owned);
-}
-
-void MuonAdamW::launch_muon_reduce(MuonSlot& s, const OptGroup& g) {
-  float* stack = s.stack.f32();
-  for (int64_t pos = 0; pos < s.K; ++pos)
-    std::memcpy(stack + pos * s.mn, params_[g.params[s.order[pos]]].g, s.mn * sizeof(float));
-  s.reduce = comm_->reduce_scatter_sum(stack, s.gchunk.f32(), s.counts);
-}
-
-void MuonAdamW::launch_reductions() {
-  if (world_ == 1) return;
-  // Everything grad_ready() has not launched yet, in group order.
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    const OptGroup& g = groups_[gi];
-    if (g.kind == OptKind::AdamW) {
-      for (size_t k = 0; k < g.params.size(); ++k) {
-        AdamSlot& s = adam_[group_slot_[gi] + k];
-        if (!s.reduce) launch_adam_reduce(s);
-      }
-    } else {
-      MuonSlot& s = muon_[group_slot_[gi]];
-      if (!s.reduce) launch_muon_reduce(s, g);
-    }
-  }
-}
-
-void MuonAdamW::compute_adamw(AdamSlot& s, const OptGroup& g, float grad_scale) {
-  if (s.reduce) {
-    timed_wait(s.reduce);
-    s.reduce.reset();
-  }
+// AdamW (docs/nanochat.md 2.2): a replicated parameter whole, with its all-reduced gradient in
+// place; a sharded one on its owned rows, with the reduce-scattered gradient slice.
+void MuonAdamW::update_adam(AdamSlot& s, const OptGroup& g, float grad_scale) {
   OptParam& p = params_[s.param];
   ++s.step;
   AdamWHyper hp;
@@ -265,15 +200,12 @@ void MuonAdamW::compute_adamw(AdamSlot& s, const OptGroup& g, float grad_scale) 
   }
   float* mine = p.p + s.row0 * s.row_elems;
   if (s.owned > 0) adamw_update(mine, s.gslice.f32(), s.m.f32(), s.v.f32(), s.owned, grad_scale, hp);
-  gathers_.push_back({comm_->all_gather(mine, p.p, s.counts), nullptr});
 }
 
-void MuonAdamW::compute_muon(MuonSlot& s, const OptGroup& g, float grad_scale) {
-  if (s.reduce) {
-    timed_wait(s.reduce);
-    s.reduce.reset();
-  }
-  s.ready = 0;
+// Muon (docs/nanochat.md 2.3-2.4) on the matrices this rank owns: in place at W = 1; at W > 1 on
+// the rank's own positions of the group's stack (the parameter copied in first), with the
+// reduce-scattered gradient chunk, so that the stack can be all-gathered as it is.
+void MuonAdamW::update_muon(MuonSlot& s, const OptGroup& g, float grad_scale) {
   MuonHyper hp;
   hp.lr = g.lr;
   hp.momentum = g.momentum;
@@ -298,28 +230,6 @@ void MuonAdamW::compute_muon(MuonSlot& s, const OptGroup& g, float grad_scale) {
       muon_update(pw, s.gchunk.f32() + j * s.mn, mom, sec, s.m, s.n, grad_scale, hp, scr);
     }
   }
-  if (world_ > 1) {
-    float* stack = s.stack.f32();
-    gathers_.push_back({comm_->all_gather(stack + s.first * s.mn, stack, s.counts), &s});
-  }
-}
-
-void MuonAdamW::timed_wait(const WorkPtr& w) {
-  const double t0 = now_seconds();
-  w->wait();
-  comm_wait_s_ += now_seconds() - t0;
-}
-
-void MuonAdamW::finish_gathers() {
-  for (auto& [work, ms] : gathers_) {
-    timed_wait(work);
-    if (ms) {
-      const OptGroup& g = groups_[ms->group];
-      for (int64_t pos = 0; pos < ms->K; ++pos)
-        std::memcpy(params_[g.params[ms->order[pos]]].p, ms->stack.f32() + pos * ms->mn, ms->mn * sizeof(float));
-    }
-  }
-  gathers_.clear();
 }
 
 }  // namespace nanochat

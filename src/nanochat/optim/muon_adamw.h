@@ -17,12 +17,18 @@
 // compute, launch its gathers; wait for every gather and copy the Muon stacks back.
 // With no communicator (or world size 1) it is plain single-process math with no copies.
 //
+// Sources, one concern each (the contract of each file opens it): muon_adamw.cpp (groups and the
+// update math, no communicator; kernels in optim/optim_math.h), muon_adamw_shard.cpp (the ZeRO-2
+// sharding: layout, step schedule and overlap, rebalance, state moves), muon_adamw_state.cpp (the
+// checkpoint format and the whole state of a re-shard).
+//
 // The optimizer only sees OptParam views (name, shape, parameter and gradient pointers), so it is
 // independent of the model class. All buffers are allocated in the constructor; step() allocates
 // nothing itself (a communicator may allocate its own handles).
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nanochat/comm/communicator.h"
@@ -139,6 +145,18 @@ class MuonAdamW {
   /// Loads this rank's part of a whole state (under the current layout). Throws nanochat::Error
   /// if the sizes do not match this optimizer.
   void load_whole_state(const WholeState& whole);
+  /// Rank `rank`'s part of a whole state under the current layout, so that a resume sends each
+  /// rank only its part: per AdamW parameter (group order) the exp_avg then the exp_avg_sq of the
+  /// rows that rank owns (every row of a small, replicated parameter), then per Muon group the
+  /// momentum_buffer then the second_momentum_buffer of the matrices it owns, ascending.
+  /// Throws nanochat::Error for a rank out of range or a whole state of another size.
+  std::vector<float> whole_state_part(const WholeState& whole, int rank) const;
+  /// Number of floats of whole_state_part(., rank).
+  size_t whole_state_part_floats(int rank) const;
+  /// Loads this rank's part (whole_state_part(whole, rank())) and the AdamW step counts
+  /// (WholeState::steps). load_whole_state(w) == load_whole_state_part(whole_state_part(w, rank()),
+  /// w.steps). Throws nanochat::Error if the sizes do not match this optimizer.
+  void load_whole_state_part(const std::vector<float>& part, const std::vector<int64_t>& steps);
 
   /// The current layout; at construction the equal one.
   const OptLayout& layout() const { return layout_; }
@@ -180,6 +198,7 @@ class MuonAdamW {
   struct MuonSlot;
   struct SavedLayout;
   SavedLayout saved_layout(const StFile& f, int world) const;
+  std::vector<std::pair<size_t, size_t>> part_runs(int rank) const;
 
   void build_groups(const OptimConfig& cfg);
   void allocate();
@@ -188,9 +207,12 @@ class MuonAdamW {
   void check_layout(const OptLayout& l) const;
   void move_adam(AdamSlot& s, const std::vector<int64_t>& to);
   void move_muon(MuonSlot& s, const std::vector<int>& to);
+  // muon_adamw.cpp: the update of the rows / matrices this rank owns (no communicator).
+  void update_adam(AdamSlot& s, const OptGroup& g, float grad_scale);
+  void update_muon(MuonSlot& s, const OptGroup& g, float grad_scale);
+  // muon_adamw_shard.cpp: the step's communication.
   void launch_reductions();
-  void compute_adamw(AdamSlot& s, const OptGroup& g, float grad_scale);
-  void compute_muon(MuonSlot& s, const OptGroup& g, float grad_scale);
+  void wait_reduce(WorkPtr& w);
   void finish_gathers();
 
   std::vector<OptParam> params_;

@@ -1,6 +1,10 @@
 #pragma once
-// MuonAdamW's per-parameter and per-group state (optim/muon_adamw.h), shared by muon_adamw.cpp (the
-// update) and muon_adamw_state.cpp (layouts, checkpoints, re-sharding). Internal to optim.
+// MuonAdamW's per-parameter and per-group state (optim/muon_adamw.h) and the layout helpers its
+// three files share. Internal to optim. The files, along the optimizer's own boundaries:
+//   muon_adamw.cpp        groups, allocation, the update math of what this rank owns (no communicator)
+//   muon_adamw_shard.cpp  ZeRO-2: layout, the step's schedule and overlap, rebalance, state moves
+//   muon_adamw_state.cpp  the state format: checkpoint tensors, saved layouts, the whole state
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,6 +26,40 @@ inline int64_t numel_of(const std::vector<int64_t>& shape) {
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 std::string shape_str(const std::vector<int64_t>& s);
+
+// The equal split of n items over W ranks: blocks of ceil(n / W), trailing ranks fewer (or none).
+inline std::vector<int64_t> equal_counts(int64_t n, int W) {
+  std::vector<int64_t> out(static_cast<size_t>(W));
+  const int64_t c = ceil_div(n, W);
+  for (int r = 0; r < W; ++r) out[static_cast<size_t>(r)] = std::min(n, (r + 1) * c) - std::min(n, r * c);
+  return out;
+}
+
+// Where each of `counts`' segments starts, and the total last (counts.size() + 1 entries).
+template <typename T>
+std::vector<T> starts_of(const std::vector<T>& counts) {
+  std::vector<T> s(counts.size() + 1, 0);
+  for (size_t i = 0; i < counts.size(); ++i) s[i + 1] = s[i] + counts[i];
+  return s;
+}
+
+// The equal layout of a model's slots at world size `world` (blocks of ceil(n / world)); AdamW
+// tensors are split when world > 1 and they have kSmallAdamW elements or more.
+template <typename AdamSlots, typename MuonSlots>
+OptLayout equal_layout_of(const AdamSlots& adam, const MuonSlots& muon, int world) {
+  OptLayout l;
+  for (const auto& s : adam) {
+    const bool split = world > 1 && s.rows * s.row_elems >= kSmallAdamW;
+    l.adam_rows.push_back(split ? equal_counts(s.rows, world) : std::vector<int64_t>{});
+  }
+  for (const auto& s : muon) {
+    std::vector<int> owner;
+    const std::vector<int64_t> counts = equal_counts(s.K, world);
+    for (int r = 0; r < world; ++r) owner.insert(owner.end(), static_cast<size_t>(counts[static_cast<size_t>(r)]), r);
+    l.muon_owner.push_back(std::move(owner));
+  }
+  return l;
+}
 
 }  // namespace optim_detail
 

@@ -153,10 +153,19 @@ void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GP
   };
   if (rank == 0)
     write(cp.optim(0), [&] { write_safetensors_atomic(cp.optim(0), opt.state_entries(), optim_metadata); });
-  for (int r = 1; r < W; ++r) {
-    std::string packed = rank == r ? pack_shard(opt.state_entries(), optim_metadata) : std::string();
-    dist::broadcast_string(comm, packed, r);
-    if (rank == 0) write(cp.optim(r), [&] { write_packed_shard(cp.optim(r), packed, str_cat("rank ", r)); });
+  for (int r = 1; r < W; ++r) {  // rank r sends its shard's size, then the shard, to rank 0 alone
+    if (rank == r) {
+      const std::string packed = pack_shard(opt.state_entries(), optim_metadata);
+      const uint64_t n = packed.size();
+      comm.send(&n, sizeof n, 0)->wait();
+      comm.send(packed.data(), packed.size(), 0)->wait();
+    } else if (rank == 0) {
+      uint64_t n = 0;
+      comm.recv(&n, sizeof n, r)->wait();
+      std::string packed(static_cast<size_t>(n), '\0');
+      comm.recv(packed.data(), packed.size(), r)->wait();
+      write(cp.optim(r), [&] { write_packed_shard(cp.optim(r), packed, str_cat("rank ", r)); });
+    }
   }
   if (rank == 0) {
     write(cp.model(), [&] {

@@ -26,7 +26,8 @@ class MuonAdamW;
 void prepare_checkpoint_dirs(Communicator& comm, const std::string& dir);
 
 /// Saves step cp.step into rank 0's directory: rank 0 creates it and drops the step's old marker;
-/// each rank r >= 1 in turn sends rank 0 its optimizer shard (with `optim_metadata`), which rank 0
+/// each rank r >= 1 in turn sends rank 0 alone (point to point, comm/communicator.h send/recv) its
+/// optimizer shard (with `optim_metadata`), which rank 0
 /// writes as optim_<S>_rank<r>; rank 0 writes its own shard, the weights and `meta`, each atomically,
 /// and last the completion marker holding every file's CRC32 (a kill at any moment leaves the
 /// earlier steps complete). A rank 0 that cannot write makes every rank throw the same

@@ -119,13 +119,12 @@ void read_old_shards(const CheckpointPaths& cp, const json& marker, int W0, int 
   states_text = json(std::vector<json>(static_cast<size_t>(W), state)).dump();
 }
 
-// Another world size: rank 0 reassembles the whole optimizer state and sends it to every rank,
-// which keeps its own part; returns this rank's loader state.
+// Another world size: rank 0 reassembles the whole optimizer state and sends each rank only its
+// part (point to point, one rank after the other); returns this rank's loader state.
 json reshard(Communicator& comm, const CheckpointPaths& cp, const json& marker, int W0, bool one_rank_stream,
              MuonAdamW& opt) {
   const int W = comm.world_size();
   MuonAdamW::WholeState whole;
-  whole.values.resize(opt.whole_state_floats());
   std::string states_text, error, corrupt;
   if (comm.rank() == 0) try {
       read_old_shards(cp, marker, W0, W, one_rank_stream, opt, whole, states_text, corrupt);
@@ -138,9 +137,18 @@ json reshard(Communicator& comm, const CheckpointPaths& cp, const json& marker, 
   comm.broadcast(&nsteps, sizeof nsteps, 0)->wait();
   whole.steps.resize(static_cast<size_t>(nsteps));
   comm.broadcast(whole.steps.data(), whole.steps.size() * sizeof(int64_t), 0)->wait();
-  comm.broadcast(whole.values.data(), whole.values.size() * sizeof(float), 0)->wait();
+  if (comm.rank() == 0) {
+    opt.load_whole_state(whole);
+    for (int r = 1; r < W; ++r) {
+      const std::vector<float> part = opt.whole_state_part(whole, r);
+      comm.send(part.data(), part.size() * sizeof(float), r)->wait();
+    }
+  } else {
+    std::vector<float> part(opt.whole_state_part_floats(comm.rank()));
+    comm.recv(part.data(), part.size() * sizeof(float), 0)->wait();
+    opt.load_whole_state_part(part, whole.steps);
+  }
   dist::broadcast_string(comm, states_text, 0);
-  opt.load_whole_state(whole);
   if (W0 == W && one_rank_stream)
     print0(comm, str_cat("Read the optimizer state of all ", W0, " ranks from ", cp.dir, " on rank 0"));
   else

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "nanochat/comm/communicator.h"
+#include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/format.h"
 #include "nanochat/core/paths.h"
@@ -108,14 +109,9 @@ std::vector<OptParam> optimizer_params(GPT& model) {
 }
 
 // Every rank's --device-batch-size, in rank order.
-std::vector<int> gather_device_batches(Communicator& comm, int B) {
-  std::vector<double> all(static_cast<size_t>(comm.world_size()), 0.0);
-  all[static_cast<size_t>(comm.rank())] = B;
-  comm.all_reduce_sum_f64(all.data(), all.size())->wait();
-  return std::vector<int>(all.begin(), all.end());
-}
+std::vector<int> gather_device_batches(Communicator& comm, int B) { return all_gather_value<int>(comm, B); }
 
-// One rank's part of a step, gathered to every rank after the step (all_reduce of disjoint slots).
+// One rank's part of a step, gathered to every rank after the step (all_gather_value).
 struct StepTimes {
   double rows = 0;         // rows run
   double compute = 0;      // forward+backward seconds
@@ -123,21 +119,11 @@ struct StepTimes {
   double data = 0;         // seconds reading the stream
   double dt = 0;           // the step's wall seconds
   double last_loss = 0;    // loss of its last micro-batch
-  static constexpr size_t kFields = 6;
 };
 
 std::vector<StepTimes> gather_step_times(Communicator& comm, const StepTimes& mine) {
-  const size_t W = static_cast<size_t>(comm.world_size()), F = StepTimes::kFields;
-  std::vector<double> all(W * F, 0.0);
-  const double v[F] = {mine.rows, mine.compute, mine.opt_compute, mine.data, mine.dt, mine.last_loss};
-  std::copy(v, v + F, all.begin() + static_cast<int64_t>(static_cast<size_t>(comm.rank()) * F));
-  if (W > 1) comm.all_reduce_sum_f64(all.data(), all.size())->wait();
-  std::vector<StepTimes> out(W);
-  for (size_t r = 0; r < W; ++r) {
-    const double* x = all.data() + r * F;
-    out[r] = StepTimes{x[0], x[1], x[2], x[3], x[4], x[5]};
-  }
-  return out;
+  if (comm.world_size() == 1) return {mine};
+  return all_gather_value<StepTimes>(comm, mine);
 }
 
 // One rank's run of base_train after the set-up: the loop and its parts.

@@ -1,0 +1,414 @@
+// MuonAdamW's ZeRO-2 sharding (optim/muon_adamw.h, docs/architecture.md 3.8): everything that
+// involves the Communicator or another rank.
+//  - Layout: who owns which AdamW rows and Muon matrices (equal at construction, layout_for in
+//    proportion to speeds, optim/shard_plan.h), and the slot geometry and buffers that follow
+//    from it (shape_adam, shape_muon).
+//  - Schedule: step() runs nanochat's three phases (launch every reduction in group order; per
+//    group wait, update, launch its gathers; wait for every gather and copy the Muon stacks back);
+//    the per-slot update itself is muon_adamw.cpp's (no communicator). grad_ready() starts a
+//    reduction early so that it overlaps the backward.
+//  - Rebalance and state moves: set_layout() sends each piece of state whose owner changes to its
+//    new owner with one all-gather per tensor or group that moves; rebalance() switches layouts
+//    when the predicted optimizer time gains enough.
+// Every rank calls the collectives here in the same order with the same arguments; every wait is
+// a Work::wait() with the communicator's deadline (its error names the peer). The checkpoint
+// format of the state is muon_adamw_state.cpp's.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <utility>
+
+#include "nanochat/core/error.h"
+#include "nanochat/core/profile.h"
+#include "nanochat/core/timer.h"
+#include "nanochat/optim/muon_adamw.h"
+#include "nanochat/optim/muon_adamw_slots.h"
+#include "nanochat/optim/shard_plan.h"
+
+namespace nanochat {
+
+using optim_detail::equal_layout_of;
+using optim_detail::starts_of;
+
+namespace {
+
+using Range = std::pair<int64_t, int64_t>;  // [first, end)
+
+// Rows of [a.first, a.second) outside [b.first, b.second), in order (at most two ranges).
+std::vector<Range> minus(Range a, Range b) {
+  std::vector<Range> out;
+  if (a.first < std::min(a.second, b.first)) out.push_back({a.first, std::min(a.second, b.first)});
+  if (std::max(a.first, b.second) < a.second) out.push_back({std::max(a.first, b.second), a.second});
+  return out;
+}
+
+int64_t total_rows(const std::vector<Range>& rs) {
+  int64_t n = 0;
+  for (const Range& r : rs) n += r.second - r.first;
+  return n;
+}
+
+std::vector<size_t> float_counts(const std::vector<int64_t>& items, size_t per) {
+  std::vector<size_t> out;
+  for (int64_t c : items) out.push_back(static_cast<size_t>(c) * per);
+  return out;
+}
+
+}  // namespace
+
+// --- the step's communication schedule -----------------------------------------------------------
+
+void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight_decay, float grad_scale) {
+  prof::Scope profile_scope(prof::Op::Optimizer);
+  ++steps_;
+  for (auto& g : groups_) {
+    g.lr = g.initial_lr * static_cast<double>(lr_multiplier);
+    if (g.kind == OptKind::Muon) {
+      g.momentum = muon_momentum;
+      g.weight_decay = muon_weight_decay;
+    }
+  }
+  // Phase 1: launch every reduction, in group order.
+  launch_reductions();
+  // Phase 2: per group, wait for its reductions, compute (muon_adamw.cpp), launch its gathers.
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const OptGroup& g = groups_[gi];
+    if (g.kind == OptKind::AdamW) {
+      for (size_t k = 0; k < g.params.size(); ++k) {
+        AdamSlot& s = adam_[group_slot_[gi] + k];
+        wait_reduce(s.reduce);
+        update_adam(s, g, grad_scale);
+        if (s.sharded) {
+          OptParam& p = params_[s.param];
+          gathers_.push_back({comm_->all_gather(p.p + s.row0 * s.row_elems, p.p, s.counts), nullptr});
+        }
+      }
+    } else {
+      MuonSlot& s = muon_[group_slot_[gi]];
+      wait_reduce(s.reduce);
+      s.ready = 0;
+      update_muon(s, g, grad_scale);
+      if (world_ > 1) {
+        float* stack = s.stack.f32();
+        gathers_.push_back({comm_->all_gather(stack + s.first * s.mn, stack, s.counts), &s});
+      }
+    }
+  }
+  // Phase 3: wait for the gathers, copy the Muon stacks back.
+  finish_gathers();
+}
+
+void MuonAdamW::grad_ready(size_t param) {
+  if (param >= params_.size()) fail("optimizer: grad_ready(", param, ") but there are ", params_.size(), " parameters");
+  if (world_ == 1) return;
+  if (param_adam_[param] >= 0) {
+    AdamSlot& s = adam_[param_adam_[param]];
+    if (s.sharded && !s.reduce) launch_adam_reduce(s);
+    return;
+  }
+  MuonSlot& s = muon_[param_muon_[param]];
+  if (s.reduce) return;
+  if (++s.ready == s.K) launch_muon_reduce(s, groups_[s.group]);
+}
+
+// Sharded: reduce-scatter by rows into gslice; small: all-reduce in place.
+void MuonAdamW::launch_adam_reduce(AdamSlot& s) {
+  float* g = params_[s.param].g;
+  s.reduce = s.sharded ? comm_->reduce_scatter_sum(g, s.gslice.f32(), s.counts) : comm_->all_reduce_sum(g, s.owned);
+}
+
+void MuonAdamW::launch_muon_reduce(MuonSlot& s, const OptGroup& g) {
+  float* stack = s.stack.f32();
+  for (int64_t pos = 0; pos < s.K; ++pos)
+    std::memcpy(stack + pos * s.mn, params_[g.params[s.order[pos]]].g, s.mn * sizeof(float));
+  s.reduce = comm_->reduce_scatter_sum(stack, s.gchunk.f32(), s.counts);
+}
+
+void MuonAdamW::launch_reductions() {
+  if (world_ == 1) return;
+  // Everything grad_ready() has not launched yet, in group order.
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const OptGroup& g = groups_[gi];
+    if (g.kind == OptKind::AdamW) {
+      for (size_t k = 0; k < g.params.size(); ++k) {
+        AdamSlot& s = adam_[group_slot_[gi] + k];
+        if (!s.reduce) launch_adam_reduce(s);
+      }
+    } else {
+      MuonSlot& s = muon_[group_slot_[gi]];
+      if (!s.reduce) launch_muon_reduce(s, g);
+    }
+  }
+}
+
+void MuonAdamW::timed_wait(const WorkPtr& w) {
+  const double t0 = now_seconds();
+  w->wait();
+  comm_wait_s_ += now_seconds() - t0;
+}
+
+void MuonAdamW::wait_reduce(WorkPtr& w) {
+  if (!w) return;
+  timed_wait(w);
+  w.reset();
+}
+
+void MuonAdamW::finish_gathers() {
+  for (auto& [work, ms] : gathers_) {
+    timed_wait(work);
+    if (ms) {
+      const OptGroup& g = groups_[ms->group];
+      for (int64_t pos = 0; pos < ms->K; ++pos)
+        std::memcpy(params_[g.params[ms->order[pos]]].p, ms->stack.f32() + pos * ms->mn, ms->mn * sizeof(float));
+    }
+  }
+  gathers_.clear();
+}
+
+// --- layouts -------------------------------------------------------------------------------------
+
+OptLayout MuonAdamW::equal_layout() const { return equal_layout_of(adam_, muon_, world_); }
+
+OptLayout MuonAdamW::layout_for(const std::vector<double>& speeds) const {
+  if (static_cast<int>(speeds.size()) != world_)
+    fail("optimizer layout: ", speeds.size(), " speeds for ", world_, " ranks");
+  OptLayout l;
+  for (const auto& s : adam_)
+    l.adam_rows.push_back(s.sharded ? proportional_rows(s.rows, speeds) : std::vector<int64_t>{});
+  std::vector<double> costs;  // every group's matrices, dealt together
+  for (const auto& s : muon_)
+    costs.insert(costs.end(), static_cast<size_t>(s.K), muon_matrix_cost(s.m, s.n, groups_[s.group].ns_steps));
+  const std::vector<int> owner = deal_whole_items(costs, speeds);
+  size_t i = 0;
+  for (const auto& s : muon_) {
+    l.muon_owner.emplace_back(owner.begin() + static_cast<std::ptrdiff_t>(i),
+                              owner.begin() + static_cast<std::ptrdiff_t>(i + static_cast<size_t>(s.K)));
+    i += static_cast<size_t>(s.K);
+  }
+  return l;
+}
+
+std::vector<double> MuonAdamW::work_per_rank(const OptLayout& l) const {
+  check_layout(l);
+  std::vector<double> w(static_cast<size_t>(world_), 0.0);
+  for (size_t k = 0; k < adam_.size(); ++k)
+    for (int r = 0; r < world_; ++r)
+      w[static_cast<size_t>(r)] +=
+          static_cast<double>(adam_[k].sharded ? l.adam_rows[k][static_cast<size_t>(r)] * adam_[k].row_elems
+                                               : adam_[k].rows * adam_[k].row_elems);
+  for (size_t k = 0; k < muon_.size(); ++k)
+    for (int owner : l.muon_owner[k])
+      w[static_cast<size_t>(owner)] += muon_matrix_cost(muon_[k].m, muon_[k].n, groups_[muon_[k].group].ns_steps);
+  return w;
+}
+
+void MuonAdamW::check_layout(const OptLayout& l) const {
+  if (l.adam_rows.size() != adam_.size() || l.muon_owner.size() != muon_.size())
+    fail("optimizer layout: ", l.adam_rows.size(), " AdamW and ", l.muon_owner.size(),
+         " Muon entries, but this optimizer has ", adam_.size(), " and ", muon_.size());
+  for (size_t k = 0; k < adam_.size(); ++k) {
+    const auto& rows = l.adam_rows[k];
+    const std::string& name = params_[adam_[k].param].name;
+    if (!adam_[k].sharded) {
+      if (!rows.empty()) fail("optimizer layout: '", name, "' is not sharded but the layout splits its rows");
+      continue;
+    }
+    if (static_cast<int>(rows.size()) != world_ || *std::min_element(rows.begin(), rows.end()) < 0 ||
+        std::accumulate(rows.begin(), rows.end(), int64_t{0}) != adam_[k].rows)
+      fail("optimizer layout: the rows of '", name, "' per rank must be ", world_, " counts >= 0 adding up to ",
+           adam_[k].rows);
+  }
+  for (size_t k = 0; k < muon_.size(); ++k) {
+    const auto& owner = l.muon_owner[k];
+    if (static_cast<int64_t>(owner.size()) != muon_[k].K)
+      fail("optimizer layout: ", owner.size(), " owners for the ", muon_[k].K, " matrices of ",
+           groups_[muon_[k].group].label);
+    for (int o : owner)
+      if (o < 0 || o >= world_)
+        fail("optimizer layout: owner rank ", o, " in ", groups_[muon_[k].group].label, " of a ", world_, "-rank job");
+  }
+}
+
+// Geometry of an AdamW slot under `rank_rows` (sharded), with fresh zeroed state buffers.
+void MuonAdamW::shape_adam(AdamSlot& s, const std::vector<int64_t>& rank_rows) {
+  if (s.sharded) {
+    const std::vector<int64_t> start = starts_of(rank_rows);
+    s.counts = float_counts(rank_rows, static_cast<size_t>(s.row_elems));
+    s.row0 = start[static_cast<size_t>(rank_)];
+    s.nrows = rank_rows[static_cast<size_t>(rank_)];
+    s.owned = static_cast<size_t>(s.nrows * s.row_elems);
+    s.state_shape[0] = s.nrows;
+    s.gslice = AlignedBuffer(s.owned * sizeof(float));
+  }
+  s.m = AlignedBuffer(s.owned * sizeof(float));
+  s.v = AlignedBuffer(s.owned * sizeof(float));
+}
+
+// Stack order, this rank's matrices and fresh zeroed state buffers of a Muon group under `owner`.
+void MuonAdamW::shape_muon(MuonSlot& s, const std::vector<int>& owner) {
+  s.order.clear();
+  s.mine.clear();
+  std::vector<int64_t> per_rank(static_cast<size_t>(world_), 0);
+  for (int r = 0; r < world_; ++r)
+    for (int64_t k = 0; k < s.K; ++k)
+      if (owner[static_cast<size_t>(k)] == r) {
+        if (r == rank_) s.mine.push_back(k);
+        s.order.push_back(k);
+        ++per_rank[static_cast<size_t>(r)];
+      }
+  s.first = starts_of(per_rank)[static_cast<size_t>(rank_)];
+  const size_t n = s.mine.size();
+  s.momentum = AlignedBuffer(n * s.mn * sizeof(float));
+  s.second = AlignedBuffer(n * static_cast<size_t>(s.nv) * sizeof(float));
+  if (world_ > 1) {
+    s.counts = float_counts(per_rank, s.mn);
+    s.gchunk = AlignedBuffer(n * s.mn * sizeof(float));
+  }
+}
+
+// --- moving state to a new layout ----------------------------------------------------------------
+
+void MuonAdamW::set_layout(const OptLayout& to) {
+  check_layout(to);
+  for (const auto& s : adam_)
+    if (s.reduce)
+      fail("optimizer: the layout changed while a gradient reduction was pending (between grad_ready and step)");
+  for (const auto& s : muon_)
+    if (s.reduce)
+      fail("optimizer: the layout changed while a gradient reduction was pending (between grad_ready and step)");
+  moved_floats_ = 0;
+  for (size_t k = 0; k < adam_.size(); ++k)
+    if (adam_[k].sharded && to.adam_rows[k] != layout_.adam_rows[k]) {
+      move_adam(adam_[k], to.adam_rows[k]);
+      layout_.adam_rows[k] = to.adam_rows[k];
+    }
+  for (size_t k = 0; k < muon_.size(); ++k)
+    if (to.muon_owner[k] != layout_.muon_owner[k]) {
+      move_muon(muon_[k], to.muon_owner[k]);
+      layout_.muon_owner[k] = to.muon_owner[k];
+    }
+}
+
+// Rows that leave their rank go to every rank in one all-gather (per rank: its leaving rows' exp_avg,
+// then their exp_avg_sq); each rank keeps the rows of its new range.
+void MuonAdamW::move_adam(AdamSlot& s, const std::vector<int64_t>& to) {
+  const std::vector<int64_t>& from = layout_.adam_rows[static_cast<size_t>(&s - adam_.data())];
+  const std::vector<int64_t> a = starts_of(from), b = starts_of(to);
+  const size_t re = static_cast<size_t>(s.row_elems);
+  std::vector<std::vector<Range>> leaving(static_cast<size_t>(world_));
+  std::vector<int64_t> nleave(static_cast<size_t>(world_));
+  for (size_t q = 0; q < leaving.size(); ++q) {
+    leaving[q] = minus({a[q], a[q + 1]}, {b[q], b[q + 1]});
+    nleave[q] = total_rows(leaving[q]);
+  }
+  const std::vector<size_t> counts = float_counts(nleave, 2 * re);
+  const std::vector<size_t> seg = starts_of(counts);
+  const size_t me = static_cast<size_t>(rank_);
+  std::vector<float> all(seg.back());
+  float* mine = all.data() + seg[me];
+  const float* om = s.m.f32();
+  const float* ov = s.v.f32();
+  size_t at = 0;
+  for (const Range& r : leaving[me]) {
+    const size_t n = static_cast<size_t>(r.second - r.first) * re, off = static_cast<size_t>(r.first - a[me]) * re;
+    std::memcpy(mine + at, om + off, n * sizeof(float));
+    std::memcpy(mine + static_cast<size_t>(nleave[me]) * re + at, ov + off, n * sizeof(float));
+    at += n;
+  }
+  if (seg.back() > 0) timed_wait(comm_->all_gather(mine, all.data(), counts));
+  AlignedBuffer old_m = std::move(s.m), old_v = std::move(s.v);
+  shape_adam(s, to);
+  const Range now{b[me], b[me + 1]};
+  // kept rows
+  const int64_t k0 = std::max(a[me], now.first), k1 = std::min(a[me + 1], now.second);
+  if (k0 < k1) {
+    const size_t n = static_cast<size_t>(k1 - k0) * re;
+    std::memcpy(s.m.f32() + static_cast<size_t>(k0 - now.first) * re,
+                old_m.f32() + static_cast<size_t>(k0 - a[me]) * re, n * sizeof(float));
+    std::memcpy(s.v.f32() + static_cast<size_t>(k0 - now.first) * re,
+                old_v.f32() + static_cast<size_t>(k0 - a[me]) * re, n * sizeof(float));
+  }
+  // received rows
+  size_t received = 0;
+  for (size_t q = 0; q < leaving.size(); ++q) {
+    if (q == me) continue;
+    size_t pos = 0;  // rows of q's leaving list before this range
+    for (const Range& r : leaving[q]) {
+      const int64_t x0 = std::max(r.first, now.first), x1 = std::min(r.second, now.second);
+      if (x0 < x1) {
+        const size_t n = static_cast<size_t>(x1 - x0) * re;
+        const size_t src = seg[q] + (pos + static_cast<size_t>(x0 - r.first)) * re;
+        std::memcpy(s.m.f32() + static_cast<size_t>(x0 - now.first) * re, all.data() + src, n * sizeof(float));
+        std::memcpy(s.v.f32() + static_cast<size_t>(x0 - now.first) * re,
+                    all.data() + src + static_cast<size_t>(nleave[q]) * re, n * sizeof(float));
+        received += 2 * n;
+      }
+      pos += static_cast<size_t>(r.second - r.first);
+    }
+  }
+  moved_floats_ += counts[me] + received;
+}
+
+// Matrices that change owner go to every rank in one all-gather (per rank: each leaving matrix's
+// momentum then second-moment buffer, ascending); each rank keeps the matrices it now owns.
+void MuonAdamW::move_muon(MuonSlot& s, const std::vector<int>& to) {
+  const std::vector<int>& from = layout_.muon_owner[static_cast<size_t>(&s - muon_.data())];
+  const size_t per = s.mn + static_cast<size_t>(s.nv), me = static_cast<size_t>(rank_);
+  std::vector<std::vector<int64_t>> leaving(static_cast<size_t>(world_));
+  for (int64_t k = 0; k < s.K; ++k)
+    if (from[static_cast<size_t>(k)] != to[static_cast<size_t>(k)])
+      leaving[static_cast<size_t>(from[static_cast<size_t>(k)])].push_back(k);
+  std::vector<int64_t> nleave;
+  for (const auto& l : leaving) nleave.push_back(static_cast<int64_t>(l.size()));
+  const std::vector<size_t> counts = float_counts(nleave, per);
+  const std::vector<size_t> seg = starts_of(counts);
+  std::vector<float> all(seg.back());
+  auto index_in = [](const std::vector<int64_t>& v, int64_t k) {
+    return static_cast<size_t>(std::lower_bound(v.begin(), v.end(), k) - v.begin());
+  };
+  for (size_t i = 0; i < leaving[me].size(); ++i) {
+    const size_t j = index_in(s.mine, leaving[me][i]);
+    float* dst = all.data() + seg[me] + i * per;
+    std::memcpy(dst, s.momentum.f32() + j * s.mn, s.mn * sizeof(float));
+    std::memcpy(dst + s.mn, s.second.f32() + j * static_cast<size_t>(s.nv), static_cast<size_t>(s.nv) * sizeof(float));
+  }
+  if (seg.back() > 0) timed_wait(comm_->all_gather(all.data() + seg[me], all.data(), counts));
+  const std::vector<int64_t> old_mine = s.mine;
+  AlignedBuffer old_mom = std::move(s.momentum), old_sec = std::move(s.second);
+  shape_muon(s, to);
+  size_t received = 0;
+  for (size_t j = 0; j < s.mine.size(); ++j) {
+    const int64_t k = s.mine[j];
+    const size_t q = static_cast<size_t>(from[static_cast<size_t>(k)]);
+    const float *mom, *sec;
+    if (q == me) {
+      const size_t i = index_in(old_mine, k);
+      mom = old_mom.f32() + i * s.mn;
+      sec = old_sec.f32() + i * static_cast<size_t>(s.nv);
+    } else {
+      mom = all.data() + seg[q] + index_in(leaving[q], k) * per;
+      sec = mom + s.mn;
+      received += per;
+    }
+    std::memcpy(s.momentum.f32() + j * s.mn, mom, s.mn * sizeof(float));
+    std::memcpy(s.second.f32() + j * static_cast<size_t>(s.nv), sec, static_cast<size_t>(s.nv) * sizeof(float));
+  }
+  moved_floats_ += counts[me] + received;
+}
+
+bool MuonAdamW::rebalance(const std::vector<double>& speeds, double min_gain) {
+  if (world_ == 1 || static_cast<int>(speeds.size()) != world_) return false;
+  for (double v : speeds)
+    if (!(v > 0) || !std::isfinite(v)) return false;  // a rank not measured yet
+  OptLayout next = layout_for(speeds);
+  if (next == layout_) return false;
+  const std::vector<double> now_work = work_per_rank(layout_), next_work = work_per_rank(next);
+  const double now_t = predicted_optimizer_time(now_work, std::vector<double>(now_work.size(), 0.0), speeds);
+  const double next_t = predicted_optimizer_time(next_work, std::vector<double>(next_work.size(), 0.0), speeds);
+  if (next_t > (1.0 - min_gain) * now_t) return false;
+  set_layout(next);
+  return true;
+}
+
+}  // namespace nanochat
