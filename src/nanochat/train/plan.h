@@ -147,7 +147,7 @@ struct TrainPlan {
 
 /// Derives the plan; checkpoints go under `base_dir`/base_checkpoints/<tag>. Throws
 /// nanochat::Error, naming the flags, for: no positive horizon flag, a total batch not divisible
-/// by B*T (with the nearest valid settings), bad model flags.
+/// by B*T (with the nearest valid settings), bad model flags, a --balance other than speed or even.
 TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size, const std::string& base_dir = ".");
 
 }  // namespace nanochat
