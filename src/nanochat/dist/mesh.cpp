@@ -204,7 +204,7 @@ void MeshCheck::run(Store& store, const std::vector<json>& infos, Ms probe_timeo
                     " does not accept: pin them with `nanochat run --port-range A-B` (NANOCHAT_PORT_RANGE) on every "
                     "node and open that range in every node's firewall");
   fail("the ranks cannot reach each other's data-plane (Gloo) ports, checked before training:", lines, "\n", advice,
-       " (README: Firewalls). If the hosts have several networks, pick one they share with --iface.");
+       " (docs/multi-machine.md, section 3). If the hosts have several networks, pick one they share with --iface.");
 }
 
 }  // namespace nanochat::dist
