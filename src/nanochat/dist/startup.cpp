@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/test_fault.h"
 #include "nanochat/dist/env.h"
 #include "nanochat/dist/gloo_communicator.h"
 #include "nanochat/dist/net.h"
@@ -21,12 +22,16 @@ namespace {
 // barrier (tests only).
 void test_start_delay(int rank) {
   static bool delayed = false;
-  const char* v = std::getenv("NANOCHAT_TEST_FAULT");
-  if (!v || delayed) return;
+  if (delayed) return;
   delayed = true;
-  int r = -1;
-  double secs = 0;
-  if (std::sscanf(v, "start-delay:%d:%lf", &r, &secs) != 2 || r != rank || !(secs > 0)) return;
+  TestFault f;
+  try {
+    f = test_fault_from_env();
+  } catch (const Error&) {  // base-train reports a malformed value itself
+    return;
+  }
+  const double secs = f.amount;
+  if (f.kind != "start-delay" || f.rank != rank || !(secs > 0)) return;
   std::fprintf(stderr, "rank %d: NANOCHAT_TEST_FAULT: delaying start-up by %g s\n", rank, secs);
   std::fflush(stderr);
   std::this_thread::sleep_for(std::chrono::duration<double>(secs));

@@ -10,12 +10,12 @@
 namespace nanochat {
 
 double evaluate_bpb(GPT& model, const ValBatchReader& read, int B, int T, int64_t steps,
-                    const std::vector<int32_t>& token_bytes, Communicator& comm,
+                    const std::vector<int32_t>& token_bytes, const EvalRanks& ranks,
                     const std::function<void(int64_t done, int64_t steps)>& progress) {
   std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
   std::vector<float> losses(x.size());
   double totals[2] = {0.0, 0.0};  // nats, bytes
-  const int rank = comm.rank(), W = comm.world_size();
+  const int rank = ranks.rank, W = ranks.world_size;
   for (int64_t s = 0; s < steps; ++s) {
     const bool mine = s % W == rank;  // else another rank's batch
     read(s, mine ? x.data() : nullptr, mine ? y.data() : nullptr);
@@ -31,9 +31,17 @@ double evaluate_bpb(GPT& model, const ValBatchReader& read, int B, int T, int64_
     }
     if (progress) progress(s + 1, steps);
   }
-  comm.all_reduce_sum_f64(totals, 2)->wait();
+  ranks.sum(totals, 2);
   if (totals[1] <= 0) return std::numeric_limits<double>::infinity();
   return totals[0] / (std::log(2.0) * totals[1]);
+}
+
+double evaluate_bpb(GPT& model, const ValBatchReader& read, int B, int T, int64_t steps,
+                    const std::vector<int32_t>& token_bytes, Communicator& comm,
+                    const std::function<void(int64_t done, int64_t steps)>& progress) {
+  const EvalRanks ranks{comm.rank(), comm.world_size(),
+                        [&comm](double* v, size_t n) { comm.all_reduce_sum_f64(v, n)->wait(); }};
+  return evaluate_bpb(model, read, B, T, steps, token_bytes, ranks, progress);
 }
 
 double evaluate_bpb(GPT& model, data::DataLoader& loader, int64_t steps, const std::vector<int32_t>& token_bytes,

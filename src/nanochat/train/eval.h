@@ -30,6 +30,19 @@ double evaluate_bpb(GPT& model, const ValBatchReader& read, int B, int T, int64_
                     const std::vector<int32_t>& token_bytes, Communicator& comm,
                     const std::function<void(int64_t done, int64_t steps)>& progress = {});
 
+/// Who evaluates: this rank, the world size and the sum over the ranks of a few doubles (in place;
+/// collective). The trainer's comes from its StepSync (train/sync.h).
+struct EvalRanks {
+  int rank = 0;
+  int world_size = 1;
+  std::function<void(double* v, size_t n)> sum;
+};
+
+/// The same, the ranks given by `ranks` (the version above is this one over `comm`).
+double evaluate_bpb(GPT& model, const ValBatchReader& read, int B, int T, int64_t steps,
+                    const std::vector<int32_t>& token_bytes, const EvalRanks& ranks,
+                    const std::function<void(int64_t done, int64_t steps)>& progress = {});
+
 /// The same over a data::DataLoader of the val split (B and T are the loader's).
 double evaluate_bpb(GPT& model, data::DataLoader& loader, int64_t steps, const std::vector<int32_t>& token_bytes,
                     Communicator& comm, const std::function<void(int64_t done, int64_t steps)>& progress = {});

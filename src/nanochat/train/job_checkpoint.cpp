@@ -78,15 +78,6 @@ void write_packed_shard(const std::string& path, const std::string& packed, cons
   write_safetensors_atomic(path, entries, header.at("metadata").get<std::map<std::string, std::string>>());
 }
 
-// NANOCHAT_TEST_FAULT=save-stall:<step>: rank 0 stops in the middle of writing that step (after
-// its first file) until the test kills it.
-void stall_for_a_kill(const std::string& written) {
-  std::fprintf(stderr, "NANOCHAT_TEST_FAULT: stalled in the middle of a save after writing %s\n", written.c_str());
-  std::fflush(stderr);
-  std::this_thread::sleep_for(std::chrono::minutes(10));
-  fail("NANOCHAT_TEST_FAULT: a stalled save was not killed");
-}
-
 // "" when `dir` exists or was created, else the reason in could_not_write form.
 std::string create_dir(const std::string& dir) {
   std::error_code ec;
@@ -120,8 +111,8 @@ void prepare_checkpoint_dirs(Communicator& comm, const std::string& dir) {
 }
 
 void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GPT& model, const MuonAdamW& opt,
-                         const std::map<std::string, std::string>& optim_metadata, const json& meta, bool fail_write,
-                         bool stall_mid_write) {
+                         const std::map<std::string, std::string>& optim_metadata, const json& meta,
+                         const FaultInjector& faults) {
   const int rank = comm.rank(), W = comm.world_size();
   const std::string hint =
       str_cat("Step ", cp.step, " was not saved. ", kFolderHint, "; then resume from the last complete checkpoint");
@@ -143,10 +134,10 @@ void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GP
     if (!err.empty()) return;
     path = p;
     try {
-      if (fail_write) fail("fault injected by NANOCHAT_TEST_FAULT");
+      faults.before_checkpoint_write(rank);
       body();
       crcs[file_name(p)] = file_crc32(p);
-      if (stall_mid_write) stall_for_a_kill(p);
+      faults.after_checkpoint_file(rank, cp.step, p);
     } catch (const std::exception& e) {  // also a malformed shard's JSON
       err = could_not_write(path, e.what());
     }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "nanochat/train/checkpoint.h"
+#include "nanochat/train/faults.h"
 
 namespace nanochat {
 
@@ -31,13 +32,12 @@ void prepare_checkpoint_dirs(Communicator& comm, const std::string& dir);
 /// writes as optim_<S>_rank<r>; rank 0 writes its own shard, the weights and `meta`, each atomically,
 /// and last the completion marker holding every file's CRC32 (a kill at any moment leaves the
 /// earlier steps complete). A rank 0 that cannot write makes every rank throw the same
-/// nanochat::Error "rank 0 (host H) could not write <path>: <reason>". Test-only faults:
-/// `fail_write` makes rank 0's writes fail; `stall_mid_write` stops rank 0 after its first file
-/// of the step (NANOCHAT_TEST_FAULT=save-stall, for a kill in the middle of a save). All ranks
+/// nanochat::Error "rank 0 (host H) could not write <path>: <reason>". `faults`: the tests' hooks
+/// around each file rank 0 writes (train/faults.h; a failing write, a stall for a kill). All ranks
 /// must call it together. Peak extra memory: one rank's packed shard at a time.
 void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GPT& model, const MuonAdamW& opt,
                          const std::map<std::string, std::string>& optim_metadata, const nlohmann::json& meta,
-                         bool fail_write = false, bool stall_mid_write = false);
+                         const FaultInjector& faults = no_faults());
 
 /// Rank 0 only: replaces meta_<S>.json of a complete step with `meta` without ever leaving a
 /// marker whose checksum the meta file fails (the marker first accepts both versions).

@@ -168,11 +168,11 @@ json checkpoint_meta(const json& run_meta, const LoopState& state) {
 }
 
 CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, const GPT& model, const MuonAdamW& opt,
-                                const json& run_meta, const LoopState& state, bool fail_write, bool stall_mid_write) {
+                                const json& run_meta, const LoopState& state, const FaultInjector& faults) {
   CheckpointPaths cp{dir, state.step};
   auto optim_meta = opt.state_metadata();
   optim_meta["loader_state"] = state.loader_state.dump();
-  save_job_checkpoint(comm, cp, model, opt, optim_meta, checkpoint_meta(run_meta, state), fail_write, stall_mid_write);
+  save_job_checkpoint(comm, cp, model, opt, optim_meta, checkpoint_meta(run_meta, state), faults);
   print0(comm, "Saved checkpoint " + cp.model());
   return cp;
 }

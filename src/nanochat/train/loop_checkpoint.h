@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nanochat/train/checkpoint.h"
+#include "nanochat/train/faults.h"
 #include "nanochat/train/loop_state.h"
 
 namespace nanochat {
@@ -22,12 +23,12 @@ nlohmann::json checkpoint_meta(const nlohmann::json& run_meta, const LoopState& 
 /// Saves step state.step into rank 0's `dir` (CheckpointPaths{dir, state.step}): the weights, the
 /// meta and every rank's optimizer shard carrying state.loader_state, then the marker, all written
 /// by rank 0 (save_job_checkpoint); rank 0 prints "Saved checkpoint <model file>".
-/// `fail_write` / `stall_mid_write`: test-only faults of rank 0's writes (save_job_checkpoint). Throws on every rank
+/// `faults`: the tests' hooks around rank 0's writes (save_job_checkpoint). Throws on every rank
 /// the same nanochat::Error when any rank cannot write (save_job_checkpoint). All ranks call it together. Returns the
 /// paths of the step.
 CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, const GPT& model, const MuonAdamW& opt,
-                                const nlohmann::json& run_meta, const LoopState& state, bool fail_write = false,
-                                bool stall_mid_write = false);
+                                const nlohmann::json& run_meta, const LoopState& state,
+                                const FaultInjector& faults = no_faults());
 
 /// Resumes step `step` from plan.checkpoint_dir into `model` and `opt` and returns the loop state,
 /// with this rank's loader state. Rank 0 reads the weights and the meta and broadcasts them; the

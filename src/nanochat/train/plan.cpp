@@ -32,6 +32,10 @@ std::string TrainPlan::dmodel_lr_scale_line() const {
                  "/768) = ", dmodel_lr_scale);
 }
 
+int64_t TrainPlan::eval_steps_for(int eval_B) const {
+  return std::max<int64_t>(1, eval_tokens / (static_cast<int64_t>(eval_B) * T));
+}
+
 void TrainPlan::check_resume(const nlohmann::json& meta, const std::string& meta_path) const {
   ModelConfig saved = ModelConfig::from_json(meta.at("model_config"));
   if (!(saved == model))
@@ -50,7 +54,12 @@ namespace {
 void derive_run_settings(const BaseTrainArgs& a, const std::string& base_dir, TrainPlan& p) {
   p.B = a.device_batch_size;
   p.T = a.max_seq_len;
-  p.eval_steps = std::max<int64_t>(1, a.eval_tokens / (static_cast<int64_t>(p.B) * p.T));
+  p.eval_tokens = a.eval_tokens;
+  p.eval_steps = p.eval_steps_for(p.B);
+  if (a.balance != "speed" && a.balance != "even") fail("--balance must be speed or even (got ", a.balance, ")");
+  p.balance = a.balance == "even" ? BalanceMode::Even : BalanceMode::Speed;
+  p.data = p.world_size == 1 ? DataSource::OneRank : a.local_data ? DataSource::LocalCopies : DataSource::Served;
+  p.cadence = Cadence{a.eval_every, a.sample_every, a.save_every, a.check_replicas_every, a.resume_from_step};
   p.optim.unembedding_lr = static_cast<float>(a.unembedding_lr * p.batch_lr_scale);
   p.optim.embedding_lr = static_cast<float>(a.embedding_lr * p.batch_lr_scale);
   p.optim.matrix_lr = static_cast<float>(a.matrix_lr * p.batch_lr_scale);

@@ -73,6 +73,35 @@ struct ModelCounts : ScalingParams {
 /// Counts from the config alone (GPT's static counters; no model is allocated).
 ModelCounts count_params(const ModelConfig& cfg);
 
+/// How each step's rows are dealt to the ranks (--balance; train/balance.h).
+enum class BalanceMode { Speed, Even };
+
+/// Where the ranks' rows come from (train/step_source.h): the only rank reads the shards; node 0
+/// reads them and serves every rank its rows; every node reads its own copy (--local-data).
+enum class DataSource { OneRank, Served, LocalCopies };
+
+/// When the loop evaluates, samples, saves and compares the replicas (the flags; <= 0 = never,
+/// except where said). `last`: the step is num_iterations (always evaluated, sampled and saved).
+struct Cadence {
+  int64_t eval_every = 250;            ///< --eval-every
+  int64_t sample_every = 2000;         ///< --sample-every
+  int64_t save_every = -1;             ///< --save-every
+  int64_t check_replicas_every = 100;  ///< --check-replicas-every
+  int64_t resume_step = -1;            ///< --resume-from-step: that step is on disk already (not saved again)
+
+  bool eval_at(int64_t step, bool last) const { return eval_every > 0 && (last || step % eval_every == 0); }
+  bool sample_at(int64_t step, bool last) const {
+    return sample_every > 0 && (last || (step > 0 && step % sample_every == 0));
+  }
+  bool save_at(int64_t step, bool last) const {
+    return last || (step > 0 && step != resume_step && save_every > 0 && step % save_every == 0);
+  }
+  /// Every check_replicas_every steps and at every save (a checkpoint never stores one rank's fault).
+  bool check_replicas_at(int64_t step, bool saving) const {
+    return check_replicas_every > 0 && (saving || (step > 0 && step % check_replicas_every == 0));
+  }
+};
+
 /// Everything base_train derives before the first step (docs/nanochat.md 3.2-3.3).
 struct TrainPlan {
   ModelConfig model;
@@ -86,9 +115,15 @@ struct TrainPlan {
   int64_t num_iterations = 0;
   int64_t grad_accum_steps = 1;  ///< micro-batches per rank with an even split (rounded up)
   int world_size = 1;
-  int B = 1;               ///< --device-batch-size: rows per micro-batch per rank
-  int T = 2048;            ///< --max-seq-len: tokens per row
-  int64_t eval_steps = 1;  ///< val batches of B x T per evaluation, all ranks together (>= 1)
+  int B = 1;     ///< --device-batch-size: rows per micro-batch per rank
+  int T = 2048;  ///< --max-seq-len: tokens per row
+  /// val batches of B x T per evaluation, all ranks together (>= 1): eval_steps_for(B). A job whose
+  /// ranks have other device batches evaluates with the smallest (train/job_layout.h).
+  int64_t eval_steps = 1;
+  int64_t eval_tokens = 0;  ///< --eval-tokens
+  BalanceMode balance = BalanceMode::Speed;
+  DataSource data = DataSource::OneRank;
+  Cadence cadence;
   /// The optimizer's settings: the flags' lrs x batch_lr_scale, the scaled Muon weight decay, the
   /// model width (docs/nanochat.md 2.1).
   OptimConfig optim;
@@ -98,6 +133,10 @@ struct TrainPlan {
   std::string checkpoint_dir;    ///< <base dir>/base_checkpoints/<tag>
   std::vector<std::string> log;  ///< the lines nanochat prints while deriving, in order
 
+  /// Rows of T tokens in one optimizer step, all ranks together: total_batch_size / T.
+  int64_t rows_per_step() const { return total_batch_size / T; }
+  /// Val batches of `eval_B` x T per evaluation: eval_tokens / (eval_B * T), at least 1.
+  int64_t eval_steps_for(int eval_B) const;
   /// The line the trainer prints about dmodel_lr_scale.
   std::string dmodel_lr_scale_line() const;
   /// Checks that the meta of a checkpoint (meta_<step>.json at `meta_path`) was written by a run
@@ -108,7 +147,7 @@ struct TrainPlan {
 
 /// Derives the plan; checkpoints go under `base_dir`/base_checkpoints/<tag>. Throws
 /// nanochat::Error, naming the flags, for: no positive horizon flag, a total batch not divisible
-/// by B*T (with the nearest valid settings), bad model flags.
+/// by B*T (with the nearest valid settings), bad model flags, a --balance other than speed or even.
 TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size, const std::string& base_dir = ".");
 
 }  // namespace nanochat

@@ -33,7 +33,7 @@ data::LoaderOptions train_loader_options(const TrainPlan& plan) {
   lo.split = "train";
   lo.data_dir = data_dir();
   // a step reads every row of the step: keep many ready
-  lo.prefetch_depth = static_cast<int>(std::clamp<int64_t>(plan.total_batch_size / plan.T, 3, 64));
+  lo.prefetch_depth = static_cast<int>(std::clamp<int64_t>(plan.rows_per_step(), 3, 64));
   return lo;
 }
 
@@ -49,8 +49,6 @@ data::LoaderOptions val_loader_options(const TrainPlan& plan, int B) {
 }
 
 constexpr uint64_t kLow63 = ~(uint64_t{1} << 63);
-
-int64_t rows_per_step(const TrainPlan& plan) { return plan.total_batch_size / plan.T; }
 
 // Inputs and targets, each (n, T), back into (n, T+1) rows: row = inputs[0:T] + the last target.
 void join_rows(const int32_t* x, const int32_t* y, int64_t n, int T, int32_t* rows) {
@@ -81,7 +79,7 @@ class LocalSource : public StepSource {
   StepRows next(int64_t step) override {
     StepRows s;
     s.step = step;
-    read_rows(loader_, rows_per_step(plan_), plan_.T, &s.rows);
+    read_rows(loader_, plan_.rows_per_step(), plan_.T, &s.rows);
     s.loader_state = loader_.state();
     return s;
   }
@@ -176,7 +174,7 @@ class ServingSource : public StepSource {
         }
         StepRows sr;
         sr.step = s;
-        read_rows(*loader_, rows_per_step(plan_), plan_.T, &sr.rows);
+        read_rows(*loader_, plan_.rows_per_step(), plan_.T, &sr.rows);
         sr.loader_state = loader_->state();
         FeedFrame f;
         f.kind = FeedKind::Step;
@@ -225,7 +223,7 @@ class ReceivedSource : public StepSource {
 
   StepRows next(int64_t step) override {
     FeedFrame f = client_.next(FeedKind::Step, step, dist::feed_step_deadline(), str_cat("the rows of step ", step));
-    const size_t want = static_cast<size_t>(rows_per_step(plan_)) * (static_cast<size_t>(plan_.T) + 1);
+    const size_t want = static_cast<size_t>(plan_.rows_per_step()) * (static_cast<size_t>(plan_.T) + 1);
     if (f.tokens.size() != want)
       fail("rank ", rank_, ": ", client_.server(), " sent ", f.tokens.size(), " tokens for step ", step, ", expected ",
            want, " (another total batch or sequence length?)");

@@ -1,32 +1,58 @@
 #include "nanochat/train/test_fault.h"
 
-#include <cstdlib>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
-#include <sstream>
-#include <vector>
+#include <thread>
 
 #include "nanochat/core/error.h"
 #include "nanochat/model/gpt.h"
 
 namespace nanochat {
 
-TestFault test_fault_from_env() {
-  const char* env = std::getenv("NANOCHAT_TEST_FAULT");
-  if (env == nullptr || *env == 0) return {};
-  std::vector<std::string> part;
-  std::stringstream ss(env);
-  for (std::string p; std::getline(ss, p, ':');) part.push_back(p);
-  try {
-    if (part.size() == 4 && part[0] == "flip-bit") return {part[0], std::stoi(part[1]), std::stoll(part[2]), part[3]};
-    if (part.size() == 2 && part[0] == "write-fail") return {part[0], std::stoi(part[1]), -1, ""};
-    if (part.size() == 2 && part[0] == "save-stall") return {part[0], 0, std::stoll(part[1]), ""};
-    if (part.size() == 3 && part[0] == "start-delay") return {};  // the start-up barrier's (dist/startup.cpp)
-    if (part.size() == 3 && part[0] == "slow") return {part[0], std::stoi(part[1]), -1, "", std::stod(part[2])};
-  } catch (const std::exception&) {
+namespace {
+
+class HookFaults final : public FaultInjector {
+ public:
+  explicit HookFaults(TrainTestHooks hooks) : h_(std::move(hooks)) {}
+
+  void after_micro_batch(int rank, double seconds) const override {
+    if (f().kind == "slow" && f().rank == rank)  // a machine f.amount times slower
+      std::this_thread::sleep_for(std::chrono::duration<double>((f().amount - 1) * seconds));
   }
-  fail("NANOCHAT_TEST_FAULT='", env,
-       "' is not flip-bit:<rank>:<step>:<tensor>, write-fail:<rank>, save-stall:<step>, start-delay:<rank>:<s> or ",
-       "slow:<rank>:<factor> (it is for tests only)");
+  void after_update(GPT& model, int rank, int64_t step) const override {
+    if (f().kind == "flip-bit" && f().rank == rank && f().step == step) flip_lowest_bit(model, f().tensor);
+  }
+  void before_final_evaluation() const override {
+    if (h_.fault_inject == "final-eval") fail("fault injected into the final evaluation (--fault-inject)");
+  }
+  void before_checkpoint_write(int rank) const override {
+    if (f().kind == "write-fail" && f().rank == rank) fail("fault injected by NANOCHAT_TEST_FAULT");
+  }
+  // save-stall:<step>: rank 0 stops in the middle of writing that step (after its first file)
+  // until the test kills it.
+  void after_checkpoint_file(int rank, int64_t step, const std::string& path) const override {
+    if (f().kind != "save-stall" || f().step != step || rank != 0) return;
+    std::fprintf(stderr, "NANOCHAT_TEST_FAULT: stalled in the middle of a save after writing %s\n", path.c_str());
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::minutes(10));
+    fail("NANOCHAT_TEST_FAULT: a stalled save was not killed");
+  }
+
+ private:
+  const TestFault& f() const { return h_.fault; }
+  TrainTestHooks h_;
+};
+
+}  // namespace
+
+const FaultInjector& no_faults() {
+  static const FaultInjector none;
+  return none;
+}
+
+std::unique_ptr<FaultInjector> make_fault_injector(const TrainTestHooks& hooks) {
+  return std::make_unique<HookFaults>(hooks);
 }
 
 void flip_lowest_bit(GPT& model, const std::string& tensor) {

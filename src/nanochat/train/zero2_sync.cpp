@@ -1,0 +1,114 @@
+#include "nanochat/train/zero2_sync.h"
+
+#include <functional>
+
+#include "nanochat/comm/communicator.h"
+#include "nanochat/comm/typed.h"
+#include "nanochat/core/error.h"
+#include "nanochat/core/format.h"
+#include "nanochat/core/timer.h"
+#include "nanochat/model/gpt.h"
+#include "nanochat/optim/muon_adamw.h"
+#include "nanochat/train/loop_checkpoint.h"
+#include "nanochat/train/replicas.h"
+
+namespace nanochat {
+
+Zero2Sync::Zero2Sync(GPT& model, MuonAdamW& opt, Communicator& comm, const std::vector<int>& device_batches,
+                     int64_t rows_per_step, StepBalancer::Mode mode)
+    : model_(model), opt_(opt), comm_(comm), mode_(mode), balancer_(device_batches, rows_per_step, {mode}) {
+  // On the last micro-batch each finished gradient starts its reduction (grad_accum.h).
+  std::function<void(size_t)> ready;
+  if (comm.world_size() > 1) ready = [this](size_t k) { opt_.grad_ready(k); };
+  accum_ =
+      std::make_unique<GradAccumulator>(model, static_cast<int>(balancer_.max_micro_batches()), comm, std::move(ready));
+}
+
+int Zero2Sync::rank() const { return comm_.rank(); }
+int Zero2Sync::world_size() const { return comm_.world_size(); }
+
+StepShare Zero2Sync::begin_step(int64_t step) {
+  step_ = step;
+  split_ = balancer_.rows();
+  rows_ = 0;
+  loss_sum_ = 0;
+  accum_->begin_step(balancer_.micro_batch_counts());
+  return StepShare{balancer_.first_row(rank()), balancer_.micro_batches(rank())};
+}
+
+float Zero2Sync::micro_batch(int micro, const int32_t* idx, const int32_t* targets, int B, int T) {
+  const int64_t before = accum_->local_tokens();
+  const float loss = accum_->micro_batch(micro, idx, targets, B, T);
+  loss_sum_ += static_cast<double>(loss) * static_cast<double>(accum_->local_tokens() - before);
+  rows_ += B;
+  return loss;
+}
+
+double Zero2Sync::update(const StepSchedule& s) {
+  grad_scale_ = accum_->finish();  // 1 / valid tokens of the step over all ranks
+  const double wait0 = opt_.comm_wait_seconds();
+  Timer t;
+  opt_.step(s.lr_multiplier, s.muon_momentum, s.muon_weight_decay, grad_scale_);
+  const double opt_compute = t.seconds() - (opt_.comm_wait_seconds() - wait0);
+  model_.zero_grad();
+  return opt_compute;
+}
+
+StepStats Zero2Sync::finish(RankStep mine) {
+  mine.rows = static_cast<double>(rows_);
+  mine.loss_sum = loss_sum_;
+  mine.tokens = static_cast<double>(accum_->local_tokens());
+  // every rank's part of the step to every rank
+  StepStats st;
+  st.split = split_;
+  st.ranks = world_size() > 1 ? all_gather_value<RankStep>(comm_, mine) : std::vector<RankStep>{mine};
+  double loss_sum = 0, tokens = 0;
+  for (const RankStep& x : st.ranks) {
+    loss_sum += x.loss_sum;
+    tokens += x.tokens;
+  }
+  st.loss = tokens > 0 ? loss_sum / tokens : 0.0;
+  std::vector<RankStepTimes> times;
+  for (const RankStep& x : st.ranks) times.push_back({x.rows, x.compute});
+  if (balancer_.observe(times)) {
+    std::string speeds;
+    for (size_t r = 0; r < balancer_.speeds().size(); ++r)
+      speeds += str_cat(r ? " / " : "", fixed(balancer_.speeds()[r], 1));
+    st.notes.push_back(str_cat("Rows per rank from step ", step_ + 1, " on: ", split_percentages(balancer_.rows()),
+                               " (measured speeds, rows/s: ", speeds, ")"));
+  }
+  st.speeds = balancer_.speeds();
+  const std::string moved = rebalance_optimizer(step_);
+  if (!moved.empty()) st.notes.push_back(moved);
+  return st;
+}
+
+std::string Zero2Sync::rebalance_optimizer(int64_t step) {
+  if (mode_ == StepBalancer::Mode::Even || world_size() < 2) return {};
+  Timer t;
+  if (!opt_.rebalance(balancer_.speeds())) return {};
+  const double seconds = t.seconds();  // outside every step's time: said here
+  const std::vector<double> work = opt_.work_per_rank(opt_.layout());
+  std::vector<int64_t> parts;
+  for (double w : work) parts.push_back(static_cast<int64_t>(w));
+  return str_cat("Optimizer work per rank from step ", step + 1, " on: ", split_percentages(parts), " (moved ",
+                 fixed(static_cast<double>(opt_.last_moved_floats()) * 4e-6, 1), " MB of optimizer state on rank 0 in ",
+                 fixed(seconds, 2), " s)");
+}
+
+void Zero2Sync::check_replicas(int64_t step) { nanochat::check_replicas(model_, comm_, step); }
+
+void Zero2Sync::sum_over_ranks(double* v, size_t n) {
+  if (world_size() > 1) comm_.all_reduce_sum_f64(v, n)->wait();
+}
+
+void Zero2Sync::save(const std::string& dir, const nlohmann::json& run_meta, const LoopState& state,
+                     const FaultInjector& faults) {
+  save_checkpoint(comm_, dir, model_, opt_, run_meta, state, faults);
+}
+
+LoopState Zero2Sync::resume(const TrainPlan& plan, int64_t step) {
+  return nanochat::resume(comm_, plan, step, model_, opt_);
+}
+
+}  // namespace nanochat

@@ -1,0 +1,68 @@
+#pragma once
+// The product's StepSync (train/sync.h): every step synchronises every rank (ZeRO-2), and the
+// step's rows are dealt to the ranks by measured speed (or evenly). Its parts:
+//  * the split: a StepBalancer (train/balance.h) fed with every rank's times after each step;
+//  * the micro-batches: a GradAccumulator (train/grad_accum.h; token-weighted sums, the small
+//    tensors summed in stream order by OrderedGradSum), whose backward hands every finished
+//    gradient to MuonAdamW::grad_ready on the step's last micro-batch (overlap);
+//  * update: the token-count all-reduce (GradAccumulator::finish), then MuonAdamW::step
+//    (reduce-scatter, update of this rank's shard, all-gather; optim/muon_adamw.h);
+//  * finish: one all-reduce of every rank's times, rows, loss sum and tokens; the next split; and,
+//    with --balance speed, MuonAdamW::rebalance (the optimizer's shards follow the speeds);
+//  * the replica check (train/replicas.h), evaluation's sums, checkpoints (train/loop_checkpoint.h).
+// The ranks' weights are identical after every step: in_sync is always true.
+#include <memory>
+
+#include "nanochat/train/balance.h"
+#include "nanochat/train/grad_accum.h"
+#include "nanochat/train/sync.h"
+
+namespace nanochat {
+
+class Communicator;
+class GPT;
+class MuonAdamW;
+
+class Zero2Sync final : public StepSync {
+ public:
+  /// model, opt (built on `comm`), comm: this rank's; device_batches: every rank's device batch
+  /// (train/job_layout.h); rows_per_step: R; mode: how rows are dealt. Throws nanochat::Error like
+  /// StepBalancer's constructor.
+  Zero2Sync(GPT& model, MuonAdamW& opt, Communicator& comm, const std::vector<int>& device_batches,
+            int64_t rows_per_step, StepBalancer::Mode mode);
+
+  int rank() const override;
+  int world_size() const override;
+  StepShare begin_step(int64_t step) override;
+  float micro_batch(int micro, const int32_t* idx, const int32_t* targets, int B, int T) override;
+  double update(const StepSchedule& schedule) override;
+  StepStats finish(RankStep mine) override;
+  bool in_sync(int64_t) const override { return true; }
+  void check_replicas(int64_t step) override;
+  void sum_over_ranks(double* v, size_t n) override;
+  void save(const std::string& dir, const nlohmann::json& run_meta, const LoopState& state,
+            const FaultInjector& faults) override;
+  LoopState resume(const TrainPlan& plan, int64_t step) override;
+
+  /// The split of the next step (rows per rank).
+  const std::vector<int64_t>& next_split() const { return balancer_.rows(); }
+
+ private:
+  // With --balance speed: the optimizer's share of each rank follows the measured speeds; returns
+  // the line to print when the shards moved.
+  std::string rebalance_optimizer(int64_t step);
+
+  GPT& model_;
+  MuonAdamW& opt_;
+  Communicator& comm_;
+  const StepBalancer::Mode mode_;
+  StepBalancer balancer_;
+  std::unique_ptr<GradAccumulator> accum_;
+  int64_t step_ = 0;
+  std::vector<int64_t> split_;  // of the current step
+  int64_t rows_ = 0;            // this rank's rows in the current step
+  double loss_sum_ = 0;         // sum of (micro-batch mean loss x its valid targets), this rank
+  float grad_scale_ = 0;        // 1 / valid targets of the step over all ranks
+};
+
+}  // namespace nanochat
