@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/tokenizer.h"
@@ -148,7 +149,7 @@ TEST(CoreEval, YamlSubsetReadsCoreYamlsConstructs) {
   EXPECT_EQ(y["icl_tasks"][1]["label"], "b's");
   EXPECT_EQ(y["icl_tasks"][1]["num_fewshot"], json::array({10}));
   EXPECT_EQ(y["icl_tasks"][1]["flag"], true);
-  EXPECT_THROW(parse_yaml_subset("a: &anchor x\n", "t.yaml"), Error);
+  EXPECT_THROW(parse_yaml_subset("a: &anchor x\n", "t.yaml"), nanochat::Error);
   EXPECT_EQ(parse_csv("Eval Task,Random baseline\n\"x, y\",25\r\nz,\"1\"\"\"\n"),
             (std::vector<std::vector<std::string>>{{"Eval Task", "Random baseline"}, {"x, y", "25"}, {"z", "1\""}}));
   EXPECT_EQ(py_strip("\xc2\xa0 a b\t\n\xe3\x80\x80"), "a b");

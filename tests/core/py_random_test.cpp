@@ -25,7 +25,8 @@ TEST(PyRandom, GetrandbitsMatchesPython) {
   ASSERT_EQ(c["getrandbits32"].size(), 6u);
   for (const auto& [seed, words] : c["getrandbits32"].items()) {
     nanochat::PyRandom r(std::stoull(seed));
-    for (size_t i = 0; i < words.size(); ++i) ASSERT_EQ(r.getrandbits(32), words[i].get<uint32_t>()) << seed << " " << i;
+    for (size_t i = 0; i < words.size(); ++i)
+      ASSERT_EQ(r.getrandbits(32), words[i].get<uint32_t>()) << seed << " " << i;
   }
 }
 

@@ -224,7 +224,8 @@ CoreResult evaluate_core(GPT& model, const Tokenizer& tok, const CoreBundle& bun
       tr.correct.push_back(ok ? 1 : 0);
       correct += ok ? 1 : 0;
     }
-    tr.accuracy = static_cast<double>(correct) / static_cast<double>(data.size());
+    // nanochat: the mean of a float32 tensor of 0/1 (.item() of a float32: e.g. 0.1f, not 0.1)
+    tr.accuracy = static_cast<double>(static_cast<float>(correct) / static_cast<float>(data.size()));
     const double b = 0.01 * bundle.random_baseline.at(task.label);
     tr.centered = (tr.accuracy - b) / (1.0 - b);
     tr.seconds = timer.seconds();

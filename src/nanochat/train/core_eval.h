@@ -9,8 +9,8 @@
 //     (the first on ties) must be gold; the answer is the tokens after the prompts' common prefix
 //     (multiple_choice) or the common suffix (schema);
 //   language_modeling: the argmax at every position of the continuation must be its next token.
-// accuracy = correct / examples; centered = (accuracy - b/100) / (1 - b/100) with b the task's
-// random baseline in percent; CORE = the mean of the centered accuracies over the tasks.
+// accuracy = correct / examples, rounded to float32 as nanochat's tensor mean is; centered = (accuracy - b/100) / (1 -
+// b/100) with b the task's random baseline in percent; CORE = the mean of the centered accuracies over the tasks.
 // Sequences are not cropped (nanochat's GPT has no max_seq_len); one longer than the model's
 // rotary table (10 x sequence_len) is an error naming the task.
 #include <cstdint>
