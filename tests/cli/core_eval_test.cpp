@@ -154,3 +154,53 @@ TEST(CoreEval, YamlSubsetReadsCoreYamlsConstructs) {
             (std::vector<std::vector<std::string>>{{"Eval Task", "Random baseline"}, {"x, y", "25"}, {"z", "1\""}}));
   EXPECT_EQ(py_strip("\xc2\xa0 a b\t\n\xe3\x80\x80"), "a b");
 }
+
+// `data download --eval-bundle` fetches the zip (here a file:// URL; a deflated archive written by
+// Python's zipfile like nanochat's) and unpacks its eval_bundle/ folder byte for byte; an archive
+// with a name that climbs out of the folder or a corrupt record is refused, naming it.
+TEST(CoreEval, DataDownloadUnpacksTheEvalBundle) {
+  EmptyDir d("nc_core_bundle_dl");
+  const std::string src = fixture("core_eval/eval_bundle");
+  const std::string zip = d.dir + "/served.zip", evil = d.dir + "/evil.zip";
+  auto [pc, po] = nctest::shell("cd " + src +
+                                "/.. && python3 -c \"import zipfile, os\n"
+                                "with zipfile.ZipFile('" +
+                                zip +
+                                "', 'w', zipfile.ZIP_DEFLATED) as z:\n"
+                                "    for root, dirs, files in os.walk('eval_bundle'):\n"
+                                "        z.write(root)\n"
+                                "        [z.write(os.path.join(root, f)) for f in sorted(files)]\n"
+                                "with zipfile.ZipFile('" +
+                                evil +
+                                "', 'w', zipfile.ZIP_DEFLATED) as z:\n"
+                                "    z.writestr('eval_bundle/core.yaml', 'icl_tasks: []')\n"
+                                "    z.writestr('eval_bundle/../../escaped.txt', 'x')\n\" 2>&1");
+  ASSERT_EQ(pc, 0) << po;
+  const std::string cmd = "NANOCHAT_BASE_DIR=" + d.dir + "/base timeout 60 " + NANOCHAT_BINARY;
+  auto [c1, o1] = nctest::shell(cmd + " data download --eval-bundle --eval-bundle-url file://" + zip + " 2>&1");
+  ASSERT_EQ(c1, 0) << o1;
+  EXPECT_NE(o1.find("Placed eval_bundle directory at " + d.dir + "/base/eval_bundle (8 files)"), std::string::npos)
+      << o1;
+  for (const char* rel :
+       {"core.yaml", "eval_meta_data.csv", "eval_data/mc/capitals.jsonl", "eval_data/lm/greedy.jsonl"})
+    EXPECT_EQ(slurp(d.dir + "/base/eval_bundle/" + rel), slurp(src + "/" + rel)) << rel;
+  EXPECT_FALSE(fs::exists(d.dir + "/base/eval_bundle.zip"));
+
+  auto [c2, o2] = nctest::shell("NANOCHAT_BASE_DIR=" + d.dir + "/b2 timeout 60 " + NANOCHAT_BINARY +
+                                " data download --eval-bundle --eval-bundle-url file://" + evil + " 2>&1");
+  EXPECT_EQ(c2, 1) << o2;
+  EXPECT_NE(o2.find("record 'eval_bundle/../../escaped.txt' has a name that leaves the target folder"),
+            std::string::npos)
+      << o2;
+  EXPECT_FALSE(fs::exists(d.dir + "/escaped.txt"));
+
+  // one flipped byte in a deflated record: its CRC32 (or the inflate) fails, naming the record
+  std::string bytes = slurp(zip);
+  const size_t at = bytes.find("eval_bundle/core.yaml") + std::string("eval_bundle/core.yaml").size() + 8;
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x20);
+  write_file(zip, bytes);
+  auto [c3, o3] = nctest::shell("NANOCHAT_BASE_DIR=" + d.dir + "/b3 timeout 60 " + NANOCHAT_BINARY +
+                                " data download --eval-bundle --eval-bundle-url file://" + zip + " 2>&1");
+  EXPECT_EQ(c3, 1) << o3;
+  EXPECT_NE(o3.find("record 'eval_bundle/core.yaml'"), std::string::npos) << o3;
+}

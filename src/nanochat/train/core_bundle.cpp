@@ -11,8 +11,8 @@
 namespace nanochat {
 
 const char* const kEvalBundleDownloadHint =
-    "download nanochat's bundle https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip and unzip it in "
-    "$NANOCHAT_BASE_DIR (it holds the folder eval_bundle/ with core.yaml, eval_meta_data.csv and eval_data/)";
+    "fetch it with `nanochat data download --eval-bundle` (nanochat's "
+    "https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip, unpacked into $NANOCHAT_BASE_DIR/eval_bundle)";
 
 const char* core_task_type_name(CoreTaskType t) {
   switch (t) {
