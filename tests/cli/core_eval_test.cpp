@@ -2,8 +2,9 @@
 // of nanochat (tests/fixtures/interop/nanochat, d1 step 3) imported, the handmade bundle of
 // tests/fixtures/core_eval/eval_bundle (every task type, zero- and few-shot, custom delimiters),
 // and expected.json written by nanochat's evaluate_example / evaluate_task under PyTorch
-// (tools/core_eval/make_core_fixture.py): per-example correctness, per-task accuracy, centered
-// accuracy and CORE, for all examples and for --max-per-task 5. Then `base-eval --eval core` prints
+// (tools/core_eval/make_core_fixture.py): every example's prompts as nanochat's jinja templates
+// render them, per-example correctness, per-task accuracy, centered accuracy and CORE, for all
+// examples and for --max-per-task 5. Then `base-eval --eval core` prints
 // and writes the same numbers, and a missing or malformed bundle names the file.
 #include <gtest/gtest.h>
 
@@ -65,6 +66,16 @@ TEST(CoreEval, MatchesNanochatsEvaluateCorePerExampleAndPerTask) {
       for (size_t i = 0; i < want_correct.size(); ++i) {
         EXPECT_EQ(got.correct[i] != 0, want_correct[i]) << got.label << " example " << i << " max " << max_per_task;
         (want_correct[i] ? right : wrong) += 1;
+      }
+      // the prompts: the same examples, few-shot draws and rendering as nanochat's jinja templates
+      const CoreTask& task = bundle.tasks[t];
+      const std::vector<CoreItem> data = core_task_examples(read_core_task_data(bundle, task), max_per_task);
+      ASSERT_EQ(data.size(), want["prompts"].size()) << got.label;
+      for (size_t i = 0; i < data.size(); ++i) {
+        std::vector<const CoreItem*> shots;
+        for (size_t k : core_fewshot_indices(task, data.size(), i)) shots.push_back(&data[k]);
+        EXPECT_EQ(render_core_prompts(task, data[i], shots), want["prompts"][i].get<std::vector<std::string>>())
+            << got.label << " example " << i << " max " << max_per_task;
       }
       EXPECT_DOUBLE_EQ(got.accuracy, want["accuracy"].get<double>()) << got.label;
       EXPECT_NEAR(got.centered, want["centered"].get<double>(), 1e-12) << got.label;

@@ -12,7 +12,8 @@
    (default: tests/fixtures/interop/nanochat, tag d1, step 3): per task the per-example
    correctness of core_eval.evaluate_example over the examples base_eval.evaluate_core picks
    (random.Random(1337).shuffle, then max_per_task), the accuracy of core_eval.evaluate_task,
-   the centered accuracy and the CORE metric -- for max_per_task -1 and 5. nanochat's GPT runs
+   the centered accuracy, the CORE metric and every example's prompts as nanochat's jinja
+   templates render them -- for max_per_task -1 and 5. nanochat's GPT runs
    on CPU in float32 with the weights of model_<step>.pt; its tokenizer is tokenizer/tokenizer.pkl.
 With --check-only the bundle is not rewritten and the expected results are printed as JSON
 (for comparing an exported model of this product against `nanochat base-eval --eval core`).
@@ -176,10 +177,19 @@ def evaluate(bundle, model, tok, max_per_task):
         if max_per_task > 0:
             rows = rows[:max_per_task]
         correct = [bool(core_eval.evaluate_example(i, model, tok, rows, "cpu", meta)) for i in range(len(rows))]
+        render = {"multiple_choice": core_eval.render_prompts_mc, "schema": core_eval.render_prompts_schema,
+                  "language_modeling": core_eval.render_prompts_lm}[meta["task_type"]]
+        prompts = []
+        for i in range(len(rows)):  # the few-shot draw of evaluate_example, then nanochat's jinja templates
+            shots = []
+            if meta["num_fewshot"] > 0:
+                others = [j for j in range(len(rows)) if j != i]
+                shots = [rows[j] for j in random.Random(1234 + i).sample(others, meta["num_fewshot"])]
+            prompts.append(render(rows[i], meta["continuation_delimiter"], shots))
         acc = core_eval.evaluate_task(model, tok, rows, "cpu", meta)
         c = (acc - 0.01 * base[t["label"]]) / (1.0 - 0.01 * base[t["label"]])
         centered.append(c)
-        tasks.append({"label": t["label"], "correct": correct, "accuracy": acc, "centered": c})
+        tasks.append({"label": t["label"], "correct": correct, "accuracy": acc, "centered": c, "prompts": prompts})
     return {"max_per_task": max_per_task, "tasks": tasks, "core_metric": sum(centered) / len(centered)}
 
 
