@@ -7,6 +7,7 @@
 // copies of the real file only ever end in success or nanochat::Error naming it.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -92,6 +93,33 @@ TEST(InteropOptim, TwoRankStateExportsAndImportsBitExactAndResumes) {
   EXPECT_EQ(sd["param_groups"][9]["kind"], "muon");
   EXPECT_EQ(sd["param_groups"][9]["ns_steps"], 5);
   EXPECT_EQ(sd["state"]["0"]["step"], 2);
+  // The groups carry what nanochat's base_train set before its last step (it = S-1 = 1 of N = 2),
+  // from the schedule's closed form: lrm = (it+1)/warmup = 2/40; Muon momentum
+  // 0.85 + (0.97-0.85) * it/400; Muon weight decay wd_scaled * 0.5 * (1 + cos(pi * it/N)) with
+  // wd_scaled = 0.28 * sqrt(B/2^19) * D_ref/D, D = int(12 * scaling params), D_ref = 12 * the d12
+  // model's (the same aspect ratio, head dim, T and vocabulary).
+  {
+    const ModelConfig cfg = Opt::config(out + "/base_checkpoints/t/meta_000002.json");
+    const ModelConfig d12 = ModelConfig::from_depth(12, 32, 32, 64, static_cast<int>(cfg.vocab_size), "SL");
+    auto scaling = [](const ModelConfig& c) {
+      const ScalingParams p = GPT::scaling_params(c);
+      return static_cast<double>(p.transformer_matrices + p.lm_head);
+    };
+    const double batch_scale = std::sqrt(256.0 / 524288.0);
+    const double D = std::floor(12.0 * scaling(cfg)), D_ref = 12.0 * scaling(d12);
+    const double wd_scaled = 0.28 * batch_scale * (D_ref / D);
+    const double lrm = 2.0 / 40.0;
+    const json& lm_head = sd["param_groups"][0];
+    const json& muon = sd["param_groups"][9];
+    auto near = [](double got, double want) { return std::abs(got - want) <= 1e-6 * std::abs(want); };
+    EXPECT_TRUE(near(lm_head["lr"], 0.008 * batch_scale * std::pow(64.0 / 768.0, -0.5) * lrm)) << lm_head.dump();
+    EXPECT_TRUE(near(lm_head["initial_lr"], 0.008 * batch_scale * std::pow(64.0 / 768.0, -0.5))) << lm_head.dump();
+    EXPECT_TRUE(near(lm_head["weight_decay"], 0.01)) << lm_head.dump();  // AdamW decays are fixed
+    EXPECT_TRUE(near(muon["lr"], 0.02 * batch_scale * lrm)) << muon.dump();
+    EXPECT_TRUE(near(muon["momentum"], 0.85 + 0.12 * 1.0 / 400.0)) << muon.dump();
+    EXPECT_TRUE(near(muon["weight_decay"], wd_scaled * 0.5 * (1.0 + std::cos(M_PI * 1.0 / 2.0)))) << muon.dump();
+    EXPECT_NE(muon["weight_decay"].get<double>(), 0.28) << "not the unscaled flag value";
+  }
   EXPECT_EQ(sd["state"]["0"]["exp_avg"]["shape"], json::array({512, 64}));  // lm_head, every row
 
   BaseDir dst("nc_iopt_dst");

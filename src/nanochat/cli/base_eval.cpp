@@ -1,5 +1,6 @@
-// `nanochat base-eval`: bits per byte of a trained checkpoint on the train and val splits
-// (the bpb part of nanochat scripts/base_eval.py; docs/nanochat.md 3.6, 8.1 step 5). CORE is not included.
+// `nanochat base-eval`: nanochat scripts/base_eval.py (docs/nanochat.md 3.6, 8.1 step 5): --eval
+// sample (cli/base_eval_modes.h), bpb (bits per byte of a trained checkpoint on the train and val
+// splits) and core (the CORE metric, train/core_eval.h), in that order.
 // While a split is evaluated, rank 0 (RANK unset or 0) prints a progress line at every tenth of
 // its batches and at least every 30 s: "<split>: <done>/<total> batches (<pct>%) | <tokens> tokens
 // | <elapsed> s | <tok/s> tok/s".
@@ -7,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "nanochat/cli/base_eval_modes.h"
 #include "nanochat/cli/commands.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
@@ -31,25 +33,14 @@ struct EvalArgs {
   int device_batch_size = 0;  // 0 = the checkpoint's
   int64_t split_tokens = 40 * 524288;
   int threads = 0;
+  std::string eval = "core,bpb,sample";
+  int64_t max_per_task = -1;
 };
-}  // namespace
 
-void register_base_eval(CLI::App& app) {
-  auto a = std::make_shared<EvalArgs>();
-  CLI::App* c = app.add_subcommand("base-eval", "bits per byte of a checkpoint on the train and val splits");
-  c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  add_checkpoint_options(c, a->ckpt);
-  c->add_option("--device-batch-size", a->device_batch_size, "rows per batch (0 = the checkpoint's)")
-      ->capture_default_str();
-  c->add_option("--split-tokens", a->split_tokens,
-                "tokens evaluated per split (rounded down to whole batches of B x T, at least one)")
-      ->capture_default_str();
-  add_threads_option(c, a->threads);
-  c->callback([a] {
-    if (a->threads > 0) set_num_threads(a->threads);
-    const Tokenizer tok = Tokenizer::load(tokenizer_dir());
-    LoadedModel lm = load_trained_model(a->ckpt.model_tag, a->ckpt.step);
-    require_tokenizer_vocab(lm, tok.vocab_size());
+// train and val bpb over --split-tokens per split (nanochat evaluate_bpb)
+void evaluate_splits(LoadedModel& lm, const Tokenizer& tok, const EvalArgs& args) {
+  const EvalArgs* a = &args;
+  {
     data::LoaderOptions o;
     o.B = a->device_batch_size > 0 ? a->device_batch_size : lm.meta.value("device_batch_size", 8);
     o.T = lm.meta.value("max_seq_len", static_cast<int>(lm.model->config().sequence_len));
@@ -82,6 +73,38 @@ void register_base_eval(CLI::App& app) {
       std::printf("%s bpb: %.6f\n", split, bpb);
       std::fflush(stdout);
     }
+  }
+}
+}  // namespace
+
+void register_base_eval(CLI::App& app) {
+  auto a = std::make_shared<EvalArgs>();
+  CLI::App* c =
+      app.add_subcommand("base-eval", "CORE metric, train/val bits per byte and samples of a base checkpoint");
+  c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_checkpoint_options(c, a->ckpt);
+  c->add_option("--device-batch-size", a->device_batch_size, "rows per batch (0 = the checkpoint's)")
+      ->capture_default_str();
+  c->add_option("--split-tokens", a->split_tokens,
+                "tokens evaluated per split (rounded down to whole batches of B x T, at least one)")
+      ->capture_default_str();
+  add_threads_option(c, a->threads);
+  CLI::Option* eval_opt =
+      c->add_option("--eval", a->eval,
+                    "comma-separated subset of core, bpb, sample (default all; without the eval bundle the default "
+                    "skips core with a note)")
+          ->capture_default_str();
+  c->add_option("--max-per-task", a->max_per_task, "max examples per CORE task (-1 = all)")->capture_default_str();
+  c->callback([a, eval_opt] {
+    const EvalModes modes = parse_eval_modes(a->eval);
+    if (a->threads > 0) set_num_threads(a->threads);
+    const Tokenizer tok = Tokenizer::load(tokenizer_dir());
+    LoadedModel lm = load_trained_model(a->ckpt.model_tag, a->ckpt.step);
+    require_tokenizer_vocab(lm, tok.vocab_size());
+    const bool master = dist::env_int("RANK").value_or(0) == 0;
+    if (modes.sample && master) print_base_samples(lm, tok);
+    if (modes.bpb) evaluate_splits(lm, tok, *a);
+    if (modes.core) run_core_eval(lm, tok, a->max_per_task, eval_opt->count() > 0);
   });
 }
 

@@ -144,14 +144,22 @@ void register_data(CLI::App& app) {
   CLI::App* d = data->add_subcommand(
       "download",
       "Download nanochat's pretraining shards shard_00000..N-1 plus the validation shard 06542 (resumable)");
-  d->add_option("-n,--num-files", dl->num_files, "Number of train shards (-1 = all 6542)")->required();
+  CLI::Option* n_opt = d->add_option("-n,--num-files", dl->num_files, "Number of train shards (-1 = all 6542)");
+  auto bundle = std::make_shared<bool>(false);
+  auto bundle_url = std::make_shared<std::string>(data::kEvalBundleUrl);
+  d->add_flag("--eval-bundle", *bundle,
+              "Fetch nanochat's CORE eval bundle into $NANOCHAT_BASE_DIR/eval_bundle (with -n: the shards too)");
+  d->add_option("--eval-bundle-url", *bundle_url, "Where eval_bundle.zip lives")->capture_default_str();
   d->add_option("--base-url", dl->base_url, "Where the shards live")->capture_default_str();
   d->add_option("--dir", dl->dir,
                 "Target directory (default: $NANOCHAT_DATA_DIR or $NANOCHAT_BASE_DIR/base_data_climbmix)");
   d->add_option("-w,--num-workers", dl->workers, "Parallel downloads")->capture_default_str();
   d->add_option("--retries", dl->attempts, "Attempts per file")->capture_default_str();
   d->add_flag("-q,--quiet", dl->quiet, "No progress bar");
-  d->callback([dl] {
+  d->callback([dl, n_opt, bundle, bundle_url] {
+    if (*bundle) data::download_eval_bundle(base_dir(), *bundle_url, *dl);
+    if (*bundle && n_opt->count() == 0) return;
+    if (n_opt->count() == 0) fail("data download needs -n N (train shards; -1 = all) or --eval-bundle");
     if (dl->dir.empty()) dl->dir = data_dir();
     data::DownloadResult r = data::download_shards(*dl);
     std::printf("%d shard(s) in %s (%d downloaded, %d already present)\n", r.downloaded + r.present, dl->dir.c_str(),

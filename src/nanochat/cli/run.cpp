@@ -23,6 +23,7 @@ struct RunArgs {
   double rendezvous_timeout_s = 0;
   double grace_s = 10;
   std::string port_range;
+  bool standalone = false;
 };
 
 struct SelftestArgs {
@@ -104,12 +105,15 @@ void register_run(CLI::App& app) {
   sub->add_option("--port-range", args->port_range,
                   "A-B: the ports the ranks' Gloo connections listen on (local rank i uses A+i; default "
                   "NANOCHAT_PORT_RANGE, else ephemeral ports); open them in every node's firewall");
+  sub->add_flag("--standalone", args->standalone, "torchrun's one-node job (the default here; refuses --nnodes > 1)");
   sub->add_option("--grace", args->grace_s, "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str();
   sub->callback([args, sub] {
     auto& L = args->launch;
     L.args = sub->remaining();  // the ranks' command line (prefix_command keeps it verbatim)
     if (!L.args.empty() && L.args.front() == "--") L.args.erase(L.args.begin());
+    if (args->standalone && L.nnodes != 1)
+      fail("--standalone is a one-node job; drop it, or --nnodes ", L.nnodes, ", and pass --master-addr");
     if (args->rendezvous_timeout_s > 0) {
       L.rendezvous_timeout = dist::Ms(static_cast<long>(args->rendezvous_timeout_s * 1000));
     } else {

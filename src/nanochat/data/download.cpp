@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/zip_extract.h"
 #include "nanochat/data/parquet.h"
 
 namespace fs = std::filesystem;
@@ -24,6 +25,7 @@ namespace {
 
 struct Job {
   std::string name, url, path;
+  bool parquet = true;  // the finished file must open as Parquet
 };
 
 // Shared progress counters (bytes written by all workers; files finished).
@@ -112,12 +114,12 @@ std::string fetch_once(const Job& job, const DownloadOptions& opt, Progress& pro
   if (rc != CURLE_OK) return str_cat(curl_easy_strerror(rc), errbuf[0] ? std::string(": ") + errbuf : std::string());
   if (have > 0) *resumed = true;
   // The file must be Parquet with an intact footer before it becomes a shard.
-  try {
-    ParquetReader check(tmp);
-  } catch (const Error& e) {
-    fs::remove(tmp, ec);
-    return std::string("downloaded file is not a valid parquet file (") + e.what() + ")";
-  }
+  if (job.parquet) try {
+      ParquetReader check(tmp);
+    } catch (const Error& e) {
+      fs::remove(tmp, ec);
+      return std::string("downloaded file is not a valid parquet file (") + e.what() + ")";
+    }
   fs::rename(tmp, job.path, ec);
   if (ec) {
     *permanent = true;
@@ -256,6 +258,48 @@ DownloadResult download_shards(const DownloadOptions& opt) {
     fail(msg);
   }
   return res;
+}
+
+std::string download_eval_bundle(const std::string& base_dir, const std::string& url, const DownloadOptions& opt) {
+  const std::string dir = (fs::path(base_dir) / "eval_bundle").string();
+  std::error_code ec;
+  if (fs::exists(dir + "/core.yaml", ec)) return dir;
+  if (opt.attempts < 1) fail("data download: --retries must be at least 1");
+  fs::create_directories(base_dir, ec);
+  if (ec) fail("data download: cannot create ", base_dir, ": ", ec.message());
+  Job job{"eval_bundle.zip", url, (fs::path(base_dir) / "eval_bundle.zip").string(), false};
+  if (!fs::exists(job.path, ec)) {
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) fail("data download: libcurl failed to initialise");
+    Progress progress;
+    progress.total = 1;
+    std::string reason;
+    for (int attempt = 1; attempt <= opt.attempts; ++attempt) {
+      bool permanent = false, resumed = false, restart = false;
+      reason = fetch_once(job, opt, progress, &permanent, &resumed, &restart);
+      if (reason.empty() || permanent || attempt == opt.attempts) break;
+      if (restart) continue;
+      const double wait = opt.backoff_s * std::pow(2.0, attempt - 1);
+      if (!opt.quiet)
+        std::fprintf(stderr, "nanochat: eval_bundle.zip: attempt %d/%d failed (%s); retrying in %.1f s\n", attempt,
+                     opt.attempts, reason.c_str(), wait);
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    }
+    curl_global_cleanup();
+    if (!reason.empty())
+      fail("data download: eval_bundle.zip (", url, "): ", reason,
+           "\n(a partial .tmp is kept; rerun the same command to resume)");
+  }
+  const std::string staging = dir + ".tmp";
+  fs::remove_all(staging, ec);
+  const std::vector<std::string> files = extract_zip(job.path, staging, "eval_bundle/");
+  if (!fs::exists(staging + "/core.yaml", ec))
+    fail(job.path, " holds no eval_bundle/core.yaml; it is not nanochat's eval bundle (remove it and download again)");
+  fs::remove_all(dir, ec);
+  fs::rename(staging, dir, ec);
+  if (ec) fail("data download: cannot rename ", staging, " to ", dir, ": ", ec.message());
+  fs::remove(job.path, ec);
+  if (!opt.quiet) std::printf("Placed eval_bundle directory at %s (%zu files)\n", dir.c_str(), files.size());
+  return dir;
 }
 
 }  // namespace nanochat::data

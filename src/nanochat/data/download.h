@@ -36,4 +36,14 @@ struct DownloadResult {
 /// Throws nanochat::Error listing every file that failed, with its URL and the last reason.
 DownloadResult download_shards(const DownloadOptions& opt);
 
+/// nanochat's CORE eval bundle (scripts/base_eval.py EVAL_BUNDLE_URL).
+inline constexpr const char* kEvalBundleUrl = "https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip";
+
+/// nanochat's place_eval_bundle: fetches `url` into <base_dir>/eval_bundle.zip (through a .tmp that
+/// a rerun resumes, with opt's retries, timeouts and backoff; opt.dir and the shard fields are not
+/// used), unpacks the archive's eval_bundle/ folder into <base_dir>/eval_bundle (core/zip_extract.h)
+/// and removes the zip. Does nothing when <base_dir>/eval_bundle/core.yaml exists. Returns the
+/// folder. Throws nanochat::Error naming the URL and the reason, or the archive and record.
+std::string download_eval_bundle(const std::string& base_dir, const std::string& url, const DownloadOptions& opt);
+
 }  // namespace nanochat::data

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <type_traits>
 
 #include "nanochat/core/error.h"
 #include "nanochat/core/torch_file.h"
@@ -152,7 +153,11 @@ std::vector<std::string> nanochat_param_names(const OptGroup& g) {
   return out;
 }
 
-void save_nanochat_optimizer(const std::string& path, const MuonAdamW& opt, const MuonAdamW::WholeState& whole) {
+void save_nanochat_optimizer(const std::string& path, const MuonAdamW& opt, const MuonAdamW::WholeState& whole,
+                             const std::vector<OptGroup>& groups) {
+  if (!groups.empty() && groups.size() != opt.groups().size())
+    fail("cannot write ", path, ": ", groups.size(), " group settings for an optimizer of ", opt.groups().size(),
+         " groups");
   size_t n_adam = 0;
   for (const OptGroup& g : opt.groups())
     if (g.kind == OptKind::AdamW) n_adam += g.params.size();
@@ -169,7 +174,7 @@ void save_nanochat_optimizer(const std::string& path, const MuonAdamW& opt, cons
   w.empty_list();
   w.mark();
   int index = 0;
-  for (const OptGroup& g : opt.groups()) write_group(w, g, index);
+  for (const OptGroup& g : groups.empty() ? opt.groups() : groups) write_group(w, g, index);
   w.appends();
   w.setitems();
   tw.save(path);
@@ -319,22 +324,101 @@ MuonAdamW::WholeState load_nanochat_optimizer(const std::vector<std::string>& ra
   return whole;
 }
 
-OptimConfig optim_config_of_meta(const nlohmann::json& meta, int64_t model_dim) {
-  const nlohmann::json uc = meta.value("user_config", nlohmann::json::object());
-  const int64_t total = meta.value("total_batch_size", int64_t{0});
-  const double scale = total > 0 ? std::sqrt(static_cast<double>(total) / 524288.0) : 1.0;
-  OptimConfig c;
-  auto lr = [&](const char* k, float d) {
-    return static_cast<float>((uc.is_object() ? uc.value(k, static_cast<double>(d)) : d) * scale);
+namespace {
+
+// base_train's flags from a meta's user_config (ours or nanochat's vars(args)); absent flags keep
+// their defaults. Only the flags the plan derives from are read.
+BaseTrainArgs args_of_user_config(const nlohmann::json& uc) {
+  BaseTrainArgs a;
+  auto get = [&](const char* k, auto& v) {
+    if (uc.contains(k) && !uc[k].is_null()) v = uc[k].get<std::remove_reference_t<decltype(v)>>();
   };
-  c.unembedding_lr = lr("unembedding_lr", c.unembedding_lr);
-  c.embedding_lr = lr("embedding_lr", c.embedding_lr);
-  c.matrix_lr = lr("matrix_lr", c.matrix_lr);
-  c.scalar_lr = lr("scalar_lr", c.scalar_lr);
-  if (uc.is_object())
-    c.weight_decay = static_cast<float>(uc.value("weight_decay", static_cast<double>(c.weight_decay)));
+  get("depth", a.depth);
+  get("aspect_ratio", a.aspect_ratio);
+  get("head_dim", a.head_dim);
+  get("max_seq_len", a.max_seq_len);
+  get("window_pattern", a.window_pattern);
+  get("num_iterations", a.num_iterations);
+  get("target_flops", a.target_flops);
+  get("target_param_data_ratio", a.target_param_data_ratio);
+  get("device_batch_size", a.device_batch_size);
+  get("total_batch_size", a.total_batch_size);
+  get("embedding_lr", a.embedding_lr);
+  get("unembedding_lr", a.unembedding_lr);
+  get("weight_decay", a.weight_decay);
+  get("matrix_lr", a.matrix_lr);
+  get("scalar_lr", a.scalar_lr);
+  get("warmup_steps", a.warmup_steps);
+  get("warmdown_ratio", a.warmdown_ratio);
+  get("final_lr_frac", a.final_lr_frac);
+  return a;
+}
+
+bool has_user_config(const nlohmann::json& meta) {
+  return meta.contains("user_config") && meta["user_config"].is_object() && !meta["user_config"].empty();
+}
+
+}  // namespace
+
+TrainPlan plan_of_meta(const nlohmann::json& meta, const std::string& meta_path) {
+  try {
+    BaseTrainArgs a = args_of_user_config(meta.value("user_config", nlohmann::json::object()));
+    // the run's own record of its batch and model wins over the flags (an automatic batch, -1)
+    const ModelConfig cfg = ModelConfig::from_json(meta.at("model_config"));
+    a.total_batch_size = meta.value("total_batch_size", a.total_batch_size);
+    a.device_batch_size = meta.value("device_batch_size", a.device_batch_size);
+    a.max_seq_len = static_cast<int>(cfg.sequence_len);
+    a.depth = static_cast<int>(cfg.n_layer);
+    a.window_pattern = cfg.window_pattern;
+    if (cfg.n_head > 0 && cfg.n_embd % cfg.n_head == 0) a.head_dim = static_cast<int>(cfg.n_embd / cfg.n_head);
+    if (ModelConfig::from_depth(a.depth, a.aspect_ratio, a.head_dim, a.max_seq_len, static_cast<int>(cfg.vocab_size),
+                                a.window_pattern)
+                .n_embd != cfg.n_embd &&
+        cfg.n_embd % cfg.n_layer == 0)
+      a.aspect_ratio = static_cast<int>(cfg.n_embd / cfg.n_layer);
+    TrainPlan p = derive_plan(a, cfg.vocab_size, std::max(1, meta.value("world_size", 1)));
+    if (p.model.n_embd != cfg.n_embd || p.model.n_head != cfg.n_head)
+      fail("its flags give a model of width ", p.model.n_embd, " and ", p.model.n_head, " heads, not the ", cfg.n_embd,
+           " and ", cfg.n_head, " of its model_config");
+    return p;
+  } catch (const std::exception& e) {  // nanochat::Error or a field of the wrong type
+    fail(meta_path, ": cannot derive the training schedule from its user_config: ", e.what());
+  }
+}
+
+OptimConfig optim_config_of_meta(const nlohmann::json& meta, int64_t model_dim) {
+  OptimConfig c;
+  if (has_user_config(meta)) {
+    c = plan_of_meta(meta, "the checkpoint's meta").optim;
+  } else {
+    const int64_t total = meta.value("total_batch_size", int64_t{0});
+    const double scale = total > 0 ? std::sqrt(static_cast<double>(total) / 524288.0) : 1.0;
+    for (float* lr : {&c.unembedding_lr, &c.embedding_lr, &c.matrix_lr, &c.scalar_lr})
+      *lr = static_cast<float>(*lr * scale);
+  }
   c.model_dim = model_dim;
   return c;
+}
+
+std::vector<OptGroup> scheduled_groups(const MuonAdamW& opt, const nlohmann::json& meta, const std::string& meta_path) {
+  std::vector<OptGroup> groups = opt.groups();
+  const int64_t S = meta.value("step", int64_t{0});
+  if (S <= 0) return groups;  // never stepped: the values MuonAdamW was built with
+  if (!has_user_config(meta))
+    fail(meta_path, " has no user_config, so the schedule of its step ", S,
+         " is unknown; export without --with-optimizer");
+  const TrainPlan plan = plan_of_meta(meta, meta_path);
+  const LrSchedule& sch = plan.schedule;
+  const int64_t it = S - 1;  // the last optimizer step made before this checkpoint
+  const double lrm = sch.lr_multiplier(it);
+  for (OptGroup& g : groups) {
+    g.lr = g.initial_lr * lrm;
+    if (g.kind == OptKind::Muon) {
+      g.momentum = sch.muon_momentum(it);
+      g.weight_decay = sch.muon_weight_decay(it, plan.weight_decay_scaled);
+    }
+  }
+  return groups;
 }
 
 MuonAdamW::WholeState read_checkpoint_optimizer(const LoadedModel& lm, const MuonAdamW& opt) {

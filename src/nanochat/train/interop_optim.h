@@ -20,6 +20,7 @@
 
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/train/model_io.h"
+#include "nanochat/train/plan.h"
 
 namespace nanochat {
 
@@ -27,10 +28,12 @@ namespace nanochat {
 std::vector<std::string> nanochat_param_names(const OptGroup& g);
 
 /// Writes `whole` (the state of an optimizer shaped like `opt`) as nanochat's one-rank
-/// optim_<S>_rank0.pt at `path` (written directly; callers rename). The group fields are those of
-/// opt.groups(). Throws nanochat::Error naming the path when it cannot be written or `whole` does
-/// not fit `opt`.
-void save_nanochat_optimizer(const std::string& path, const MuonAdamW& opt, const MuonAdamW::WholeState& whole);
+/// optim_<S>_rank0.pt at `path` (written directly; callers rename). The group fields (lr,
+/// momentum, weight_decay, ...) are those of `groups` (opt.groups() when empty; otherwise one per
+/// group of opt, e.g. scheduled_groups()). Throws nanochat::Error naming the path when it cannot
+/// be written or `whole` does not fit `opt`.
+void save_nanochat_optimizer(const std::string& path, const MuonAdamW& opt, const MuonAdamW::WholeState& whole,
+                             const std::vector<OptGroup>& groups = {});
 
 /// Reads nanochat's optimizer files of one step, rank_files[r] = optim_<S>_rank<r>.pt of a run on
 /// rank_files.size() ranks, into the whole state of `opt` (whose parameters are the checkpoint's
@@ -40,10 +43,26 @@ void save_nanochat_optimizer(const std::string& path, const MuonAdamW& opt, cons
 /// tensor of another shape or dtype, a value of the wrong type.
 MuonAdamW::WholeState load_nanochat_optimizer(const std::vector<std::string>& rank_files, const MuonAdamW& opt);
 
-/// The optimizer settings of a checkpoint of this product, from its meta: the user_config lrs
-/// times sqrt(total_batch_size / 2^19) (what base-train used) and the unscaled Muon weight decay
-/// (nanochat sets the Muon weight decay, momentum and every lr from its schedule before each step).
+/// The base_train plan of a checkpoint's meta: its user_config (base-train's or nanochat's flags;
+/// a missing flag takes its default) derived again with the model's vocabulary size and the
+/// meta's world size (train/plan.h derive_plan). Gives the scaled lrs, the scaled Muon weight
+/// decay and the schedule nanochat's scripts/base_train.py ran under. Throws nanochat::Error
+/// naming `meta_path` when the flags do not derive (e.g. a batch not divisible by B*T).
+TrainPlan plan_of_meta(const nlohmann::json& meta, const std::string& meta_path);
+
+/// The optimizer settings of a checkpoint, from its meta: plan_of_meta's lrs (the flags times
+/// sqrt(total_batch_size / 2^19)) and scaled Muon weight decay -- what base_train constructs its
+/// MuonAdamW with. A meta without user_config gives the defaults with the batch lr scale.
 OptimConfig optim_config_of_meta(const nlohmann::json& meta, int64_t model_dim);
+
+/// opt's groups as nanochat's base_train leaves them in optimizer.state_dict()["param_groups"]
+/// after the meta's step S (scripts/base_train.py sets them before each optimizer.step() at
+/// it = 0..S-1): lr = initial_lr * get_lr_multiplier(S-1) for every group and, for Muon,
+/// momentum = get_muon_momentum(S-1), weight_decay = get_weight_decay(S-1) =
+/// wd_scaled * 0.5 * (1 + cos(pi * (S-1) / N)). At S = 0 the construction values (initial lr,
+/// momentum 0.95, wd_scaled). `opt` must be built with optim_config_of_meta(meta). Throws like
+/// plan_of_meta.
+std::vector<OptGroup> scheduled_groups(const MuonAdamW& opt, const nlohmann::json& meta, const std::string& meta_path);
 
 /// The whole optimizer state of the checkpoint `lm` (all optim_<S>_rank<r>.safetensors of its
 /// world size, checked against the step's checksums), for `opt` built over lm's model. Throws

@@ -1,0 +1,97 @@
+#include "nanochat/cli/base_eval_modes.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "nanochat/core/error.h"
+#include "nanochat/core/paths.h"
+#include "nanochat/model/gpt.h"
+#include "nanochat/tokenizer/tokenizer.h"
+#include "nanochat/train/core_eval.h"
+#include "nanochat/train/model_io.h"
+#include "nanochat/train/sample.h"
+
+namespace nanochat::cli {
+
+EvalModes parse_eval_modes(const std::string& text) {
+  EvalModes m;
+  size_t at = 0;
+  for (;;) {
+    const size_t comma = text.find(',', at);
+    std::string w = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    while (!w.empty() && w.front() == ' ') w.erase(w.begin());
+    while (!w.empty() && w.back() == ' ') w.pop_back();
+    if (w == "core")
+      m.core = true;
+    else if (w == "bpb")
+      m.bpb = true;
+    else if (w == "sample")
+      m.sample = true;
+    else
+      fail("--eval: '", w, "' is not an evaluation; use a comma-separated subset of core, bpb, sample");
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return m;
+}
+
+void print_base_samples(LoadedModel& lm, const Tokenizer& tok) {
+  static const char* kPrompts[] = {"The capital of France is",
+                                   "The chemical symbol of gold is",
+                                   "If yesterday was Friday, then tomorrow will be",
+                                   "The opposite of hot is",
+                                   "The planets of the solar system are:",
+                                   "My favorite color is",
+                                   "If 5*x + 3 = 13, then x is"};
+  const std::string rule(80, '-');
+  auto show = [&](const std::vector<int32_t>& prompt, const std::vector<int32_t>& out) {
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), out.begin(), out.end());
+    std::printf("%s\n%s\n", rule.c_str(), tok.decode(all).c_str());
+    std::fflush(stdout);
+  };
+  std::printf("\nConditioned samples:\n");
+  for (const char* p : kPrompts) {
+    std::vector<int32_t> prompt{tok.bos_id()};
+    for (int32_t id : tok.encode(p)) prompt.push_back(id);
+    SampleOptions o;
+    o.max_tokens = 16;
+    o.temperature = 0.0;
+    o.stop_ids = {tok.bos_id()};
+    show(prompt, generate(*lm.model, prompt, o));
+  }
+  std::printf("\nUnconditioned samples:\n");
+  for (int i = 0; i < 8; ++i) {
+    const std::vector<int32_t> prompt{tok.bos_id()};
+    SampleOptions o;
+    o.max_tokens = 128;
+    o.temperature = 1.0;
+    o.seed = 42 + static_cast<uint64_t>(i);
+    o.stop_ids = {tok.bos_id()};
+    show(prompt, generate(*lm.model, prompt, o));
+  }
+}
+
+void run_core_eval(LoadedModel& lm, const Tokenizer& tok, int64_t max_per_task, bool required) {
+  const std::string dir = base_dir() + "/eval_bundle";
+  if (!required && !std::filesystem::exists(dir + "/core.yaml")) {
+    std::printf("CORE: skipped, %s/core.yaml is missing; %s, or pass --eval bpb,sample\n", dir.c_str(),
+                kEvalBundleDownloadHint);
+    return;
+  }
+  const CoreBundle bundle = read_core_bundle(dir);
+  const CoreResult r = evaluate_core(*lm.model, tok, bundle, max_per_task, [](const CoreTaskResult& t) {
+    std::printf("Evaluating: %s (%d-shot, type: %s)... accuracy: %.4f | centered: %.4f | time: %.2fs\n",
+                t.label.c_str(), t.num_fewshot, core_task_type_name(t.type), t.accuracy, t.centered, t.seconds);
+    std::fflush(stdout);
+  });
+  char name[64];
+  std::snprintf(name, sizeof name, "base_model_%06lld.csv", static_cast<long long>(lm.step));
+  const std::string csv = base_dir() + "/base_eval/" + name;
+  write_core_csv(csv, r);
+  std::printf("\nResults written to: %s\nCORE metric: %.4f\n", csv.c_str(), r.core_metric);
+  std::fflush(stdout);
+}
+
+}  // namespace nanochat::cli

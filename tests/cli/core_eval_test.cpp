@@ -1,0 +1,217 @@
+// The CORE metric against nanochat's own core_eval on the same model and bundle: the fixture model
+// of nanochat (tests/fixtures/interop/nanochat, d1 step 3) imported, the handmade bundle of
+// tests/fixtures/core_eval/eval_bundle (every task type, zero- and few-shot, custom delimiters),
+// and expected.json written by nanochat's evaluate_example / evaluate_task under PyTorch
+// (tools/core_eval/make_core_fixture.py): every example's prompts as nanochat's jinja templates
+// render them, per-example correctness, per-task accuracy, centered accuracy and CORE, for all
+// examples and for --max-per-task 5. Then `base-eval --eval core` prints
+// and writes the same numbers, and a missing or malformed bundle names the file.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "nanochat/core/error.h"
+#include "nanochat/core/paths.h"
+#include "nanochat/model/gpt.h"
+#include "nanochat/tokenizer/tokenizer.h"
+#include "nanochat/train/core_eval.h"
+#include "nanochat/train/model_io.h"
+#include "support/cli_util.h"
+
+using namespace nctest;
+
+namespace {
+
+std::string fixture(const std::string& rel) { return std::string(NANOCHAT_TEST_DATA) + "/" + rel; }
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+}
+
+// A base folder holding nanochat's fixture model imported (tag d1, step 3) and the fixture bundle.
+struct CoreBase {
+  EmptyDir base{"nc_core_eval"};
+  CoreBase() {
+    auto [code, out] = nctest::shell("NANOCHAT_BASE_DIR=" + base.dir + " timeout 300 " + NANOCHAT_BINARY +
+                                     " import --from nanochat " + fixture("interop/nanochat") + " 2>&1");
+    EXPECT_EQ(code, 0) << out;
+    fs::copy(fixture("core_eval/eval_bundle"), base.dir + "/eval_bundle", fs::copy_options::recursive);
+  }
+};
+
+}  // namespace
+
+TEST(CoreEval, MatchesNanochatsEvaluateCorePerExampleAndPerTask) {
+  CoreBase b;
+  ::setenv("NANOCHAT_BASE_DIR", b.base.dir.c_str(), 1);
+  LoadedModel lm = load_trained_model("d1", 3);
+  const Tokenizer tok = Tokenizer::load(tokenizer_dir());
+  const CoreBundle bundle = read_core_bundle(b.base.dir + "/eval_bundle");
+  const json expected = json::parse(slurp(fixture("core_eval/expected.json")));
+  ASSERT_EQ(expected["runs"].size(), 2u);
+  int right = 0, wrong = 0;
+  for (const json& run : expected["runs"]) {
+    const int64_t max_per_task = run["max_per_task"];
+    const CoreResult r = evaluate_core(*lm.model, tok, bundle, max_per_task);
+    ASSERT_EQ(r.tasks.size(), run["tasks"].size());
+    for (size_t t = 0; t < r.tasks.size(); ++t) {
+      const json& want = run["tasks"][t];
+      const CoreTaskResult& got = r.tasks[t];
+      EXPECT_EQ(got.label, want["label"]);
+      const std::vector<bool> want_correct = want["correct"].get<std::vector<bool>>();
+      ASSERT_EQ(got.correct.size(), want_correct.size()) << got.label << " max " << max_per_task;
+      for (size_t i = 0; i < want_correct.size(); ++i) {
+        EXPECT_EQ(got.correct[i] != 0, want_correct[i]) << got.label << " example " << i << " max " << max_per_task;
+        (want_correct[i] ? right : wrong) += 1;
+      }
+      // the prompts: the same examples, few-shot draws and rendering as nanochat's jinja templates
+      const CoreTask& task = bundle.tasks[t];
+      const std::vector<CoreItem> data = core_task_examples(read_core_task_data(bundle, task), max_per_task);
+      ASSERT_EQ(data.size(), want["prompts"].size()) << got.label;
+      for (size_t i = 0; i < data.size(); ++i) {
+        std::vector<const CoreItem*> shots;
+        for (size_t k : core_fewshot_indices(task, data.size(), i)) shots.push_back(&data[k]);
+        EXPECT_EQ(render_core_prompts(task, data[i], shots), want["prompts"][i].get<std::vector<std::string>>())
+            << got.label << " example " << i << " max " << max_per_task;
+      }
+      EXPECT_DOUBLE_EQ(got.accuracy, want["accuracy"].get<double>()) << got.label;
+      EXPECT_NEAR(got.centered, want["centered"].get<double>(), 1e-12) << got.label;
+    }
+    EXPECT_NEAR(r.core_metric, run["core_metric"].get<double>(), 1e-12) << max_per_task;
+  }
+  // the fixture is not trivially all-wrong or all-right
+  EXPECT_GT(right, 5);
+  EXPECT_GT(wrong, 5);
+  ::unsetenv("NANOCHAT_BASE_DIR");
+}
+
+TEST(CoreEval, BaseEvalPrintsTheTasksAndWritesNanochatsCsv) {
+  CoreBase b;
+  const json run = json::parse(slurp(fixture("core_eval/expected.json")))["runs"][1];
+  ASSERT_EQ(run["max_per_task"], 5);
+  auto [code, out] = nctest::shell("NANOCHAT_BASE_DIR=" + b.base.dir + " timeout 300 " + NANOCHAT_BINARY +
+                                   " base-eval -g d1 --eval core --max-per-task 5 --threads 1 2>&1");
+  ASSERT_EQ(code, 0) << out;
+  char want[256];
+  std::snprintf(want, sizeof want, "Evaluating: capitals_mc_3shot (3-shot, type: multiple_choice)... accuracy: %.4f",
+                run["tasks"][1]["accuracy"].get<double>());
+  EXPECT_NE(out.find(want), std::string::npos) << want << "\n" << out;
+  std::snprintf(want, sizeof want, "CORE metric: %.4f", run["core_metric"].get<double>());
+  EXPECT_NE(out.find(want), std::string::npos) << want << "\n" << out;
+  const std::string csv = slurp(b.base.dir + "/base_eval/base_model_000003.csv");
+  std::snprintf(want, sizeof want, "%-35s, %-10s, %-10s\n", "Task", "Accuracy", "Centered");
+  EXPECT_EQ(csv.rfind(want, 0), 0u) << csv;
+  std::snprintf(want, sizeof want, "%-35s, %-10.6f, %-10.6f\n", "pronoun_schema",
+                run["tasks"][2]["accuracy"].get<double>(), run["tasks"][2]["centered"].get<double>());
+  EXPECT_NE(csv.find(want), std::string::npos) << csv;
+  std::snprintf(want, sizeof want, "%-35s, %-10s, %-10.6f\n", "CORE", "", run["core_metric"].get<double>());
+  EXPECT_NE(csv.find(want), std::string::npos) << csv;
+
+  // nanochat's command line, as runcpu.sh types it
+  auto [c2, o2] = nctest::shell("NANOCHAT_BASE_DIR=" + b.base.dir + " timeout 300 " + NANOCHAT_BINARY +
+                                " -m scripts.base_eval -- --model-tag=d1 --eval=core --max-per-task=5 2>&1");
+  ASSERT_EQ(c2, 0) << o2;
+  EXPECT_NE(o2.find("Results written to: " + b.base.dir + "/base_eval/base_model_000003.csv"), std::string::npos) << o2;
+}
+
+TEST(CoreEval, AMissingOrMalformedBundleNamesTheFile) {
+  CoreBase b;
+  const std::string bundle = b.base.dir + "/eval_bundle";
+  const std::string cmd = "NANOCHAT_BASE_DIR=" + b.base.dir + " timeout 300 " + NANOCHAT_BINARY;
+  // asked for: an error naming the path and where the bundle comes from
+  fs::rename(bundle, bundle + ".away");
+  auto [c1, o1] = nctest::shell(cmd + " base-eval -g d1 --eval core 2>&1");
+  EXPECT_EQ(c1, 1) << o1;
+  EXPECT_NE(o1.find(bundle + " is missing"), std::string::npos) << o1;
+  EXPECT_NE(o1.find("eval_bundle.zip"), std::string::npos) << o1;
+  fs::rename(bundle + ".away", bundle);
+
+  // an unknown task type names core.yaml and the type
+  const std::string yaml = slurp(bundle + "/core.yaml");
+  std::string bad = yaml;
+  bad.replace(bad.find("icl_task_type: schema"), 21, "icl_task_type: generation");
+  write_file(bundle + "/core.yaml", bad);
+  auto [c3, o3] = nctest::shell(cmd + " base-eval -g d1 --eval core 2>&1");
+  EXPECT_EQ(c3, 1) << o3;
+  EXPECT_NE(o3.find(bundle + "/core.yaml: icl_tasks[2]: icl_task_type 'generation'"), std::string::npos) << o3;
+  write_file(bundle + "/core.yaml", yaml);
+
+  // a line that is not JSON names the file and line
+  const std::string data = bundle + "/eval_data/mc/animals.jsonl";
+  const std::string rows = slurp(data);
+  write_file(data, rows.substr(0, rows.find('\n') + 1) + "{\"query\": \"x\", \"choices\": [\"a\"], \"gold\": 3}\n");
+  auto [c4, o4] = nctest::shell(cmd + " base-eval -g d1 --eval core 2>&1");
+  EXPECT_EQ(c4, 1) << o4;
+  EXPECT_NE(o4.find(data + ":2: gold 3 is outside the 1 options"), std::string::npos) << o4;
+}
+
+TEST(CoreEval, YamlSubsetReadsCoreYamlsConstructs) {
+  const json y = parse_yaml_subset(
+      "# comment\nicl_tasks:\n- label: a # trailing\n  num_fewshot: [0, 5]\n  continuation_delimiter: \"\\nAnswer: \"\n"
+      "  icl_task_type: multiple_choice\n-\n  label: 'b''s'\n  num_fewshot:\n    - 10\n  flag: true\n",
+      "t.yaml");
+  ASSERT_EQ(y["icl_tasks"].size(), 2u);
+  EXPECT_EQ(y["icl_tasks"][0]["label"], "a");
+  EXPECT_EQ(y["icl_tasks"][0]["num_fewshot"], json::array({0, 5}));
+  EXPECT_EQ(y["icl_tasks"][0]["continuation_delimiter"], "\nAnswer: ");
+  EXPECT_EQ(y["icl_tasks"][1]["label"], "b's");
+  EXPECT_EQ(y["icl_tasks"][1]["num_fewshot"], json::array({10}));
+  EXPECT_EQ(y["icl_tasks"][1]["flag"], true);
+  EXPECT_THROW(parse_yaml_subset("a: &anchor x\n", "t.yaml"), nanochat::Error);
+  EXPECT_EQ(parse_csv("Eval Task,Random baseline\n\"x, y\",25\r\nz,\"1\"\"\"\n"),
+            (std::vector<std::vector<std::string>>{{"Eval Task", "Random baseline"}, {"x, y", "25"}, {"z", "1\""}}));
+  EXPECT_EQ(py_strip("\xc2\xa0 a b\t\n\xe3\x80\x80"), "a b");
+}
+
+// `data download --eval-bundle` fetches the zip (here a file:// URL; a deflated archive written by
+// Python's zipfile like nanochat's) and unpacks its eval_bundle/ folder byte for byte; an archive
+// with a name that climbs out of the folder or a corrupt record is refused, naming it.
+TEST(CoreEval, DataDownloadUnpacksTheEvalBundle) {
+  EmptyDir d("nc_core_bundle_dl");
+  const std::string src = fixture("core_eval/eval_bundle");
+  const std::string zip = d.dir + "/served.zip", evil = d.dir + "/evil.zip";
+  auto [pc, po] = nctest::shell("cd " + src +
+                                "/.. && python3 -c \"import zipfile, os\n"
+                                "with zipfile.ZipFile('" +
+                                zip +
+                                "', 'w', zipfile.ZIP_DEFLATED) as z:\n"
+                                "    for root, dirs, files in os.walk('eval_bundle'):\n"
+                                "        z.write(root)\n"
+                                "        [z.write(os.path.join(root, f)) for f in sorted(files)]\n"
+                                "with zipfile.ZipFile('" +
+                                evil +
+                                "', 'w', zipfile.ZIP_DEFLATED) as z:\n"
+                                "    z.writestr('eval_bundle/core.yaml', 'icl_tasks: []')\n"
+                                "    z.writestr('eval_bundle/../../escaped.txt', 'x')\n\" 2>&1");
+  ASSERT_EQ(pc, 0) << po;
+  const std::string cmd = "NANOCHAT_BASE_DIR=" + d.dir + "/base timeout 60 " + NANOCHAT_BINARY;
+  auto [c1, o1] = nctest::shell(cmd + " data download --eval-bundle --eval-bundle-url file://" + zip + " 2>&1");
+  ASSERT_EQ(c1, 0) << o1;
+  EXPECT_NE(o1.find("Placed eval_bundle directory at " + d.dir + "/base/eval_bundle (8 files)"), std::string::npos)
+      << o1;
+  for (const char* rel :
+       {"core.yaml", "eval_meta_data.csv", "eval_data/mc/capitals.jsonl", "eval_data/lm/greedy.jsonl"})
+    EXPECT_EQ(slurp(d.dir + "/base/eval_bundle/" + rel), slurp(src + "/" + rel)) << rel;
+  EXPECT_FALSE(fs::exists(d.dir + "/base/eval_bundle.zip"));
+
+  auto [c2, o2] = nctest::shell("NANOCHAT_BASE_DIR=" + d.dir + "/b2 timeout 60 " + NANOCHAT_BINARY +
+                                " data download --eval-bundle --eval-bundle-url file://" + evil + " 2>&1");
+  EXPECT_EQ(c2, 1) << o2;
+  EXPECT_NE(o2.find("record 'eval_bundle/../../escaped.txt' has a name that leaves the target folder"),
+            std::string::npos)
+      << o2;
+  EXPECT_FALSE(fs::exists(d.dir + "/escaped.txt"));
+
+  // one flipped byte in a deflated record: its CRC32 (or the inflate) fails, naming the record
+  std::string bytes = slurp(zip);
+  const size_t at = bytes.find("eval_bundle/core.yaml") + std::string("eval_bundle/core.yaml").size() + 8;
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x20);
+  write_file(zip, bytes);
+  auto [c3, o3] = nctest::shell("NANOCHAT_BASE_DIR=" + d.dir + "/b3 timeout 60 " + NANOCHAT_BINARY +
+                                " data download --eval-bundle --eval-bundle-url file://" + zip + " 2>&1");
+  EXPECT_EQ(c3, 1) << o3;
+  EXPECT_NE(o3.find("record 'eval_bundle/core.yaml'"), std::string::npos) << o3;
+}
