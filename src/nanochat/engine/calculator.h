@@ -8,7 +8,8 @@
 //  * Arithmetic: only the characters 0-9 * + - / . ( ) and space, and no "**". Python's
 //    expression grammar over them: int and float literals ("12", "1.5", ".5", "3."; a decimal int
 //    other than zero may not start with 0), unary + and -, binary + - * / // with Python's
-//    precedence and left associativity, parentheses. Python's semantics: int op int stays an
+//    precedence and left associativity, parentheses ("()" alone is Python's empty tuple and gives
+//    "()"). Python's semantics: int op int stays an
 //    exact integer for + - * // (floor division), "/" is true division giving a float, an int
 //    meets a float as a float. The result is written as Python's str() writes it ("7", "2.5",
 //    "0.30000000000000004", "1e+16", "-0.0"). Division by zero, a syntax error, or an integer

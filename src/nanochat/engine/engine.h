@@ -44,8 +44,8 @@ struct GenerateOptions {
 
 /// One token appended to a row's answer, as the callback sees it.
 struct TokenEvent {
-  int row = 0;        ///< 0 .. num_samples-1
-  int32_t token = 0;  ///< never <|assistant_end|> or <|bos|> (those end the row, unreported)
+  int row = 0;          ///< 0 .. num_samples-1
+  int32_t token = 0;    ///< never <|assistant_end|> or <|bos|> (those end the row, unreported)
   bool forced = false;  ///< true for tool output tokens the engine inserted, false when sampled
 };
 
@@ -73,7 +73,7 @@ const char* finish_reason_name(FinishReason r);
 
 /// One row's answer (nanochat generate_batch's row minus the prompt).
 struct GeneratedRow {
-  std::vector<int32_t> tokens;  ///< answer tokens, stop token excluded
+  std::vector<int32_t> tokens;   ///< answer tokens, stop token excluded
   std::vector<uint8_t> sampled;  ///< per token: 1 sampled, 0 forced (nanochat's mask)
   FinishReason finish = FinishReason::Length;
   int32_t stop_token = -1;  ///< the token that ended the row when finish == Stop, else -1

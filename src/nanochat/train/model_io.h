@@ -45,8 +45,7 @@ std::string default_model_tag(const std::string& checkpoints_root);
 /// is missing (a missing source folder is named with the command that writes it), or naming the
 /// file and the newest intact step when the weights or meta fail the CRC32 their completion
 /// marker recorded.
-LoadedModel load_trained_model(const std::string& tag, int64_t step,
-                               CheckpointSource source = CheckpointSource::Base);
+LoadedModel load_trained_model(const std::string& tag, int64_t step, CheckpointSource source = CheckpointSource::Base);
 
 /// Throws nanochat::Error naming the checkpoint when its vocabulary differs from the tokenizer's.
 void require_tokenizer_vocab(const LoadedModel& lm, int tokenizer_vocab);
