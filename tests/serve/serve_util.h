@@ -34,6 +34,7 @@ struct Script {
   std::condition_variable cv;
   bool gate_open = true;
   std::atomic<int> running{0}, started{0}, cancelled{0}, finished{0};
+  std::atomic<int> last_messages{0};  ///< messages in the last request rendered
   void open() {
     {
       std::lock_guard<std::mutex> lk(m);
@@ -117,7 +118,8 @@ inline ServedModel scripted_model(std::shared_ptr<Script> s, int64_t context = 4
   ServedModel m;
   m.id = "scripted";
   m.context_len = context;
-  m.render = [](const std::vector<ChatMessage>& msgs) {
+  m.render = [s](const std::vector<ChatMessage>& msgs) {
+    s->last_messages = static_cast<int>(msgs.size());
     std::vector<int32_t> ids;
     for (const auto& x : msgs) {
       ids.insert(ids.end(), 3, 1);
