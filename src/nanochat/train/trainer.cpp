@@ -385,7 +385,8 @@ class TrainLoop {
     r.loader_state = loader_state_;
     r.total_training_time = st_.total_training_time;
     r.world_size = plan_.world_size;
-    json rank_rows = json::array(), rank_compute = json::array(), rank_wait = json::array(), rank_data = json::array();
+    json rank_rows = json::array(), rank_compute = json::array(), rank_wait = json::array(), rank_data = json::array(),
+         rank_tok = json::array();
     for (size_t q = 0; q < all.size(); ++q) {
       const StepTimes& x = all[q];
       const double compute = x.compute + x.opt_compute;
@@ -396,6 +397,7 @@ class TrainLoop {
       rank_compute.push_back(compute * 1e3);
       rank_wait.push_back(wait * 1e3);
       rank_data.push_back(x.data * 1e3);
+      rank_tok.push_back(r.ranks.back().tok_per_sec);
     }
     r.comm_wait = r.ranks[0].wait;
     print0(step_log_line(r));
@@ -412,6 +414,7 @@ class TrainLoop {
       rec["rank_compute_ms"] = rank_compute;
       rec["rank_wait_ms"] = rank_wait;
       rec["rank_data_ms"] = rank_data;
+      rec["rank_tok_per_sec"] = rank_tok;
     }
     metrics_.record(rec);
   }
