@@ -15,6 +15,7 @@
 #include "nanochat/serve/engine_backend.h"
 #include "nanochat/serve/server.h"
 #include "nanochat/train/model_io.h"
+#include "nanochat/train/runs.h"
 
 namespace nanochat::cli {
 
@@ -27,6 +28,31 @@ struct ChatWebArgs {
 };
 
 serve::ChatServer* g_server = nullptr;
+
+// The page's "Runs" panel: the runs under the base folder (train/runs.h) and each one's chart,
+// read afresh on every request so that a run that trains shows its latest steps.
+serve::RunsProvider runs_under(const std::string& base) {
+  serve::RunsProvider p;
+  p.list_json = [base] {
+    nlohmann::json runs = nlohmann::json::array();
+    for (const auto& r : list_runs(base))
+      runs.push_back({{"kind", r.kind},
+                      {"tag", r.tag},
+                      {"has_metrics", r.has_metrics},
+                      {"last_step", r.last_step},
+                      {"last_update_unix", r.last_update_unix},
+                      {"live", r.live}});
+    return serve::dump_json({{"runs", runs}});
+  };
+  p.chart_svg = [base](const std::string& name) -> std::optional<std::string> {
+    const auto slash = name.find('/');
+    if (slash == std::string::npos) return std::nullopt;
+    const auto run = find_run(base, name.substr(0, slash), name.substr(slash + 1));
+    if (!run) return std::nullopt;
+    return run_chart_svg(*run);
+  };
+  return p;
+}
 
 // SIGINT/SIGTERM end the server cleanly: a thread waits for them and stops it.
 void stop_on_signals() {
@@ -85,7 +111,7 @@ void register_chat_web(CLI::App& app) {
       ->capture_default_str();
   c->callback([a] {
     const CheckpointSource source = parse_checkpoint_source(a->source);
-    serve::ServedModel model = engine_model(source, a->ckpt.model_tag, a->ckpt.step);
+    serve::ServedModel model = serve::engine_model(source, a->ckpt.model_tag, a->ckpt.step);
     const int threads = a->threads > 0
                             ? a->threads
                             : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / a->opt.workers);
@@ -97,6 +123,7 @@ void register_chat_web(CLI::App& app) {
     std::printf("chat-web: model %s (context %lld tokens), %d worker(s) x %d thread(s), queue %d\n", model.id.c_str(),
                 static_cast<long long>(model.context_len), a->opt.workers, threads, a->opt.queue);
     std::fflush(stdout);
+    a->opt.runs = runs_under(base_dir());
     stop_on_signals();
     serve::ChatServer server(a->opt, std::move(model));
     const int port = server.bind();

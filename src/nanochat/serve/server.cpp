@@ -149,11 +149,20 @@ void ChatServer::Impl::routes() {
   }
   http.Get("/runs", [this](const httplib::Request&, httplib::Response& res) {
     if (!opt.runs.list_json) return send_error(res, 404, "not_found", "this server lists no training runs");
-    res.set_content(opt.runs.list_json(), "application/json");
+    try {
+      res.set_content(opt.runs.list_json(), "application/json");
+    } catch (const std::exception& e) {
+      send_error(res, 404, "not_found", e.what());
+    }
   });
   http.Get(R"(/runs/(.+)/chart\.svg)", [this](const httplib::Request& req, httplib::Response& res) {
     const std::string run = req.matches[1];
-    auto svg = opt.runs.chart_svg ? opt.runs.chart_svg(run) : std::nullopt;
+    std::optional<std::string> svg;
+    try {
+      if (opt.runs.chart_svg) svg = opt.runs.chart_svg(run);
+    } catch (const std::exception& e) {
+      return send_error(res, 400, "invalid_request_error", e.what());
+    }
     if (!svg) return send_error(res, 404, "not_found", "no training run named '" + run + "' (see GET /runs)");
     res.set_header("Cache-Control", "no-store");
     res.set_content(*svg, "image/svg+xml");
