@@ -18,9 +18,10 @@ body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; 
 #side { width: 250px; background: var(--panel); border-right: 1px solid var(--line); display: flex; flex-direction: column; }
 #side header { padding: 12px; display: flex; gap: 8px; }
 #convlist { flex: 1; overflow-y: auto; list-style: none; margin: 0; padding: 0 8px 8px; }
-#convlist li { padding: 8px 10px; border-radius: 8px; cursor: pointer; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; display: flex; justify-content: space-between; gap: 6px; }
+#convlist li { padding: 6px 6px 6px 10px; border-radius: 8px; cursor: pointer; display: flex; align-items: center; gap: 6px; }
+#convlist li span { flex: 1; min-width: 0; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
 #convlist li.active { background: var(--user); }
-#convlist li .del { color: var(--muted); border: 0; background: none; cursor: pointer; }
+#convlist li .del { color: var(--muted); border: 0; background: none; cursor: pointer; padding: 0 4px; }
 #main { flex: 1; display: flex; flex-direction: column; min-width: 0; }
 #top { display: flex; align-items: center; gap: 10px; padding: 8px 14px; border-bottom: 1px solid var(--line); background: var(--panel); flex-wrap: wrap; }
 #top .title { font-weight: 600; }
@@ -135,6 +136,7 @@ function renderMessages() {
   for (const m of c.messages) {
     const b = bubble(m.role, m.content);
     if (m.error) b.classList.add("error");
+    if (m.note) { const n = document.createElement("span"); n.className = "note"; n.textContent = m.note; b.appendChild(n); }
   }
   box.scrollTop = box.scrollHeight;
 }

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <exception>
@@ -96,6 +97,12 @@ void ChatServer::Impl::routes() {
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(static_cast<size_t>(opt.max_body_bytes));
   http.set_tcp_nodelay(true);  // each streamed token leaves at once
+  // SO_REUSEADDR only: the library's default also sets SO_REUSEPORT, with which a second server on
+  // the same port would start and silently share the requests instead of being refused.
+  http.set_socket_options([](int sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   http.set_keep_alive_timeout(2);
   http.set_read_timeout(10);
   http.set_write_timeout(10);
