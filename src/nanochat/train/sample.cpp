@@ -1,40 +1,15 @@
 #include "nanochat/train/sample.h"
 
 #include <algorithm>
-#include <cmath>
-#include <numeric>
 
 #include "nanochat/core/error.h"
+#include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
 
 namespace nanochat {
 
 int32_t sample_next_token(const float* logits, int64_t V, double temperature, int top_k, Rng& rng) {
-  if (temperature <= 0.0) {
-    return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
-  }
-  std::vector<int32_t> ids(static_cast<size_t>(V));
-  std::iota(ids.begin(), ids.end(), 0);
-  int64_t k = V;
-  if (top_k > 0 && top_k < V) {
-    k = top_k;
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
-                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-  }
-  double mx = -INFINITY;
-  for (int64_t i = 0; i < k; ++i) mx = std::max(mx, static_cast<double>(logits[ids[i]]));
-  std::vector<double> p(static_cast<size_t>(k));
-  double sum = 0;
-  for (int64_t i = 0; i < k; ++i) {
-    p[i] = std::exp((logits[ids[i]] - mx) / temperature);
-    sum += p[i];
-  }
-  double u = rng.uniform() * sum;
-  for (int64_t i = 0; i < k; ++i) {
-    u -= p[i];
-    if (u < 0) return ids[i];
-  }
-  return ids[k - 1];
+  return sample_token(logits, V, std::max(temperature, 0.0), top_k, 1.0, rng);  // engine/engine.h
 }
 
 std::vector<int32_t> generate(GPT& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
