@@ -16,12 +16,19 @@ using namespace nctest;
 
 namespace {
 
+// kTiny with samples printed at the last step (base-train's samples come from the engine too).
+std::string tiny_with_samples() {
+  std::string a = kTiny;
+  const std::string off = "--sample-every -1";
+  return a.replace(a.find(off), off.size(), "--sample-every 2");
+}
+
 // A tiny base checkpoint, also copied to chatsft_checkpoints/ (the same file format).
 struct ChatDir {
   BaseDir b{"nc_chat"};
   Result train;
   ChatDir() {
-    train = run(b, std::string(kTiny) + " --num-iterations 2");
+    train = run(b, tiny_with_samples() + " --num-iterations 2");
     fs::create_directories(b.dir + "/chatsft_checkpoints");
     if (train.code == 0) fs::copy(b.ckpt(), b.dir + "/chatsft_checkpoints/t", fs::copy_options::recursive);
   }
@@ -61,6 +68,19 @@ TEST(Chat, OneShotPromptIsTheEnginesAnswerToTheRenderedConversation) {
   auto base = run(d.b, " chat -i base -g t -p 'Hello there' -t 0 --max-tokens 12 --threads 1");
   ASSERT_EQ(base.code, 0) << base.out;
   EXPECT_NE(base.out.find("Assistant: " + want + "\n"), std::string::npos) << base.out;
+}
+
+// base-train's samples: each prompt after BOS, then at most 16 greedy tokens from the engine.
+TEST(Chat, BaseTrainPrintsEngineSamples) {
+  ChatDir& d = chat_dir();
+  ASSERT_EQ(d.train.code, 0) << d.train.out;
+  const auto at = d.train.out.find("<|bos|>The capital of France is");
+  ASSERT_NE(at, std::string::npos) << d.train.out;
+  // the same text as `sample` greedy with 16 tokens on the saved weights
+  auto s = run(d.b, " sample -g t -p 'The capital of France is' -n 16 -t 0 --threads 1");
+  ASSERT_EQ(s.code, 0) << s.out;
+  const std::string line = d.train.out.substr(at + 7, d.train.out.find('\n', at) - at - 7);
+  EXPECT_NE(s.out.find("---\n" + line + "\n"), std::string::npos) << s.out << "\ntrainer: " << line;
 }
 
 TEST(Chat, SourceFolderErrors) {
