@@ -9,20 +9,14 @@
 
 #include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
+#include "support/byte_tokenizer.h"
 
 namespace nanochat {
 namespace {
 
 constexpr int kV = 265;  // 256 bytes + the 9 specials
 
-const Tokenizer& byte_tok() {
-  static const Tokenizer t = [] {
-    std::vector<std::string> tokens;
-    for (int i = 0; i < 256; ++i) tokens.push_back(std::string(1, static_cast<char>(i)));
-    return Tokenizer::from_tokens(tokens);
-  }();
-  return t;
-}
+const Tokenizer& byte_tok() { return nctest::byte_tokenizer(); }
 
 ModelConfig tiny() {
   ModelConfig c;

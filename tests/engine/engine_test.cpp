@@ -12,20 +12,13 @@
 #include "nanochat/core/safetensors.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
+#include "support/byte_tokenizer.h"
 #include "support/error_of.h"
 
 namespace nanochat {
 namespace {
 
-// The fixture's byte-level tokenizer: 256 single bytes, the 9 specials at 256..264.
-const Tokenizer& byte_tok() {
-  static const Tokenizer t = [] {
-    std::vector<std::string> tokens;
-    for (int i = 0; i < 256; ++i) tokens.push_back(std::string(1, static_cast<char>(i)));
-    return Tokenizer::from_tokens(tokens);
-  }();
-  return t;
-}
+const Tokenizer& byte_tok() { return nctest::byte_tokenizer(); }
 
 struct EngineFixture {
   std::string name;
