@@ -12,20 +12,13 @@
 #include "nanochat/core/safetensors.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
+#include "support/byte_tokenizer.h"
 #include "support/error_of.h"
 
 namespace nanochat {
 namespace {
 
-// The fixture's byte-level tokenizer: 256 single bytes, the 9 specials at 256..264.
-const Tokenizer& byte_tok() {
-  static const Tokenizer t = [] {
-    std::vector<std::string> tokens;
-    for (int i = 0; i < 256; ++i) tokens.push_back(std::string(1, static_cast<char>(i)));
-    return Tokenizer::from_tokens(tokens);
-  }();
-  return t;
-}
+const Tokenizer& byte_tok() { return nctest::byte_tokenizer(); }
 
 struct EngineFixture {
   std::string name;
@@ -50,6 +43,20 @@ EngineFixture load(const std::string& name) {
 
 const char* kModels[] = {"tool_int", "tool_float", "tool_refused"};
 
+// Greedy options for `rows` rows of at most max_tokens tokens.
+GenerateOptions greedy(int rows, int max_tokens) {
+  GenerateOptions o;
+  o.temperature = 0;
+  o.num_samples = rows;
+  o.max_tokens = max_tokens;
+  return o;
+}
+
+// The first case's prompt of a fixture (it ends with <|assistant_start|>: the tool call follows).
+std::vector<int32_t> tool_prompt(const EngineFixture& fx) {
+  return fx.cases[0].at("prompt").get<std::vector<int32_t>>();
+}
+
 TEST(Engine, GreedyEqualsNanochatEngine) {
   int forced_total = 0, stopped = 0, cut = 0;
   for (const char* name : kModels) {
@@ -58,10 +65,7 @@ TEST(Engine, GreedyEqualsNanochatEngine) {
     ASSERT_GE(fx.cases.size(), 4u);
     for (const auto& c : fx.cases) {
       SCOPED_TRACE(std::string(name) + "/" + c.at("name").get<std::string>());
-      GenerateOptions o;
-      o.temperature = 0;
-      o.num_samples = c.at("num_samples");
-      o.max_tokens = c.at("max_tokens");
+      const GenerateOptions o = greedy(c.at("num_samples"), c.at("max_tokens"));
       const auto prompt = c.at("prompt").get<std::vector<int32_t>>();
       const GenerateResult r = engine.generate(prompt, o);
       ASSERT_EQ(r.rows.size(), c.at("rows").size());
@@ -88,10 +92,8 @@ TEST(Engine, GreedyEqualsNanochatEngine) {
 TEST(Engine, ToolsOffForcesNothing) {
   EngineFixture fx = load("tool_int");
   Engine engine(*fx.model, byte_tok());
-  GenerateOptions o;
-  o.temperature = 0;
-  o.max_tokens = 12;
-  const auto prompt = fx.cases[0].at("prompt").get<std::vector<int32_t>>();
+  GenerateOptions o = greedy(1, 12);
+  const auto prompt = tool_prompt(fx);
   const auto with = engine.generate(prompt, o);
   o.tools = false;
   const auto without = engine.generate(prompt, o);
@@ -102,11 +104,8 @@ TEST(Engine, ToolsOffForcesNothing) {
 TEST(Engine, CallbackStreamsEveryTokenAndCanStop) {
   EngineFixture fx = load("tool_int");
   Engine engine(*fx.model, byte_tok());
-  GenerateOptions o;
-  o.temperature = 0;
-  o.num_samples = 2;
-  o.max_tokens = 30;
-  const auto prompt = fx.cases[0].at("prompt").get<std::vector<int32_t>>();
+  const GenerateOptions o = greedy(2, 30);
+  const auto prompt = tool_prompt(fx);
   std::map<int, std::vector<int32_t>> seen;
   std::map<int, std::vector<uint8_t>> seen_sampled;
   const auto full = engine.generate(prompt, o, [&](const TokenEvent& e) {

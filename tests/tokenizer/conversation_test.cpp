@@ -4,6 +4,8 @@
 // conversations refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "nanochat/tokenizer/conversation.h"
 #include "support/error_of.h"
 #include "support/tok_test_util.h"
@@ -81,6 +83,43 @@ TEST(Conversation, JsonRoundTrip) {
               conversation_from_json(nlohmann::json::parse(R"({"messages": [{"role": "user", "content": 3}]})"));
             }),
             "");
+}
+
+}  // namespace
+}  // namespace nanochat
+
+namespace nanochat {
+namespace {
+
+// Parts recovered from generated tokens render back to the same tokens (the assistant layout).
+TEST(Conversation, AssistantPartsFromTokensInvertTheLayout) {
+  const Tokenizer& t = small_tok();
+  Conversation conv;
+  conv.messages.push_back(Message::plain(Message::Role::User, "How many r's in strawberry?"));
+  Message a;
+  a.role = Message::Role::Assistant;
+  a.parts = {{ContentPart::Kind::Text, "Let me count. "},
+             {ContentPart::Kind::Python, "'strawberry'.count('r')"},
+             {ContentPart::Kind::PythonOutput, "3"},
+             {ContentPart::Kind::Text, "So 3."}};
+  conv.messages.push_back(a);
+  const auto r = render_conversation(t, conv);
+  // The assistant's tokens: after <|assistant_start|> up to and including <|assistant_end|>.
+  const auto as = std::find(r.ids.begin(), r.ids.end(), t.encode_special("<|assistant_start|>"));
+  const std::vector<int32_t> answer(as + 1, r.ids.end());
+  EXPECT_EQ(assistant_parts_from_tokens(t, answer), a.parts);
+  // An unterminated tool call keeps its text; nothing after <|assistant_end|> is read.
+  std::vector<int32_t> open = {t.encode_special("<|python_start|>")};
+  for (int32_t id : t.encode("1+2")) open.push_back(id);
+  auto parts = assistant_parts_from_tokens(t, open);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0], (ContentPart{ContentPart::Kind::Python, "1+2"}));
+  std::vector<int32_t> ended = t.encode("hi");
+  ended.push_back(t.encode_special("<|assistant_end|>"));
+  for (int32_t id : t.encode("more")) ended.push_back(id);
+  parts = assistant_parts_from_tokens(t, ended);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].text, "hi");
 }
 
 }  // namespace

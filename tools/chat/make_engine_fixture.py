@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/chat/engine_<case>.safetensors: greedy generations of nanochat's own
-Engine (nanochat/engine.py Engine.generate, executed as is from a nanochat git directory) on small
-GPTs whose forward is tools/reference/nanochat_ref.py (float64 from float32 weights).
+Engine (nanochat/engine.py Engine.generate) driving nanochat's own GPT (nanochat/gpt.py with its
+KV cache, float32 on the CPU), both executed as they are in a nanochat git directory, on small
+models; every generation is also reproduced with tools/reference/nanochat_ref.py's forward in
+float64 (a cross-check of the fixture).
 
 The tokenizer is byte-level (256 single-byte tokens, no merges, nanochat's 9 specials at 256..264),
 built as a tiktoken.Encoding for nanochat's RustBPETokenizer; the C++ test builds the same one with
@@ -23,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import types
 
 import numpy as np
@@ -41,15 +44,44 @@ SPECIALS = ["<|bos|>", "<|user_start|>", "<|user_end|>", "<|assistant_start|>", 
 SP = {name: 256 + i for i, name in enumerate(SPECIALS)}
 
 
+def show(git_dir, path):
+    return subprocess.check_output(["git", "--git-dir", git_dir, "show", "HEAD:" + path], text=True)
+
+
+def nanochat_gpt_class(git_dir):
+    """nanochat's GPT and GPTConfig from nanochat/gpt.py with its real imports (common, optim,
+    flash_attention: on a CPU its SDPA path), materialised in a temporary package folder."""
+    tmp = tempfile.mkdtemp(prefix="nanochat_src_")
+    os.makedirs(os.path.join(tmp, "nanochat"))
+    for name in ("__init__", "common", "optim", "flash_attention", "gpt"):
+        try:
+            src = show(git_dir, f"nanochat/{name}.py")
+        except subprocess.CalledProcessError:
+            src = ""
+        with open(os.path.join(tmp, "nanochat", name + ".py"), "w") as f:
+            f.write(src)
+    code = ("import sys, json; sys.path.insert(0, %r)\n"
+            "from nanochat.gpt import GPT, GPTConfig\n") % tmp
+    ns = {}
+    saved = {k: sys.modules.pop(k) for k in list(sys.modules) if k == "nanochat" or k.startswith("nanochat.")}
+    try:
+        exec(code, ns)
+    finally:
+        for k in [k for k in sys.modules if k == "nanochat" or k.startswith("nanochat.")]:
+            sys.modules.pop(k)
+        sys.modules.update(saved)
+    return ns["GPT"], ns["GPTConfig"]
+
+
 def nanochat_modules(git_dir):
-    def show(path):
-        return subprocess.check_output(["git", "--git-dir", git_dir, "show", "HEAD:" + path], text=True)
+    def show_head(path):
+        return show(git_dir, path)
 
     sys.modules.setdefault("rustbpe", types.ModuleType("rustbpe"))
     pkg = types.ModuleType("nanochat")
     pkg.__path__ = []
     common = types.ModuleType("nanochat.common")
-    common.COMPUTE_DTYPE = torch.float64
+    common.COMPUTE_DTYPE = torch.float32  # what nanochat.common picks on a CPU
     common.compute_init = common.autodetect_device_type = None
     ckpt = types.ModuleType("nanochat.checkpoint_manager")
     ckpt.load_model = None
@@ -57,7 +89,7 @@ def nanochat_modules(git_dir):
     mods = {}
     for name in ("tokenizer", "engine"):
         m = types.ModuleType("nanochat." + name)
-        exec(compile(show(f"nanochat/{name}.py"), f"nanochat/{name}.py", "exec"), m.__dict__)
+        exec(compile(show_head(f"nanochat/{name}.py"), f"nanochat/{name}.py", "exec"), m.__dict__)
         mods[name] = m
     return mods
 
@@ -87,6 +119,22 @@ class RefModel:
         kv_cache.advance(T)
         logits = ref.forward(self.P, self.config, h)[:, -T:, :]
         top = torch.topk(logits[:, -1, :], 2, dim=-1).values
+        self.gaps.append((top[:, 0] - top[:, 1]).tolist())
+        return logits
+
+
+class Recording:
+    """nanochat's GPT as the Engine sees it, recording each call's top-1/top-2 logit gap per row."""
+
+    def __init__(self, model):
+        self.m, self.config, self.gaps = model, model.config, []
+
+    def get_device(self):
+        return self.m.get_device()
+
+    def forward(self, ids, kv_cache=None):
+        logits = self.m.forward(ids, kv_cache=kv_cache)
+        top = torch.topk(logits[:, -1, :].float(), 2, dim=-1).values
         self.gaps.append((top[:, 0] - top[:, 1]).tolist())
         return logits
 
@@ -122,9 +170,7 @@ def chain(expr):
     return pairs + [(SP["<|output_end|>"], SP["<|assistant_end|>"])]
 
 
-def run_engine(mods, tok, cfg, P, prompt, num_samples, max_tokens):
-    P64 = {k: v.double() for k, v in P.items()}
-    model = RefModel(P64, cfg)
+def run_engine(mods, tok, model, prompt, num_samples, max_tokens):
     engine = mods["engine"].Engine(model, tok)
     ends = (SP["<|assistant_end|>"], SP["<|bos|>"])
     rows = [{"tokens": [], "mask": [], "stop_token": -1} for _ in range(num_samples)]
@@ -165,6 +211,7 @@ MODELS = [
 
 def main():
     git_dir = sys.argv[1] if len(sys.argv) > 1 else "/work/.mirror/karpathy+nanochat/repo"
+    NanochatGPT, NanochatConfig = nanochat_gpt_class(git_dir)
     mods = nanochat_modules(git_dir)
     enc = tiktoken.Encoding(name="bytes", pat_str=PATTERN, mergeable_ranks={bytes([i]): i for i in range(256)},
                             special_tokens=SP)
@@ -173,6 +220,11 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     for name, seed, expr, _ in MODELS:
         cfg, P = make_model(seed, chain(expr))
+        net = NanochatGPT(NanochatConfig(**json.loads(cfg.to_json())))
+        net.init_weights()
+        net.load_state_dict({k: v.clone() for k, v in P.items()}, strict=True)
+        net.eval()
+        P64 = {k: v.double() for k, v in P.items()}
         cases = []
         specs = [
             ("tool_call", render_prompt(tok, "Please compute this."), 1, 40),
@@ -182,7 +234,11 @@ def main():
             ("free_text_in_answer", render_prompt(tok, "Say something.", "Well,"), 2, 20),
         ]
         for cname, prompt, n, mx in specs:
-            rows, gap = run_engine(mods, tok, cfg, P, prompt, n, mx)
+            rows, gap = run_engine(mods, tok, Recording(net), prompt, n, mx)
+            # cross-check: the float64 reference forward makes the same generation
+            ref_rows, _ = run_engine(mods, tok, RefModel(P64, cfg), prompt, n, mx)
+            if ref_rows != rows:
+                sys.exit(f"{name}/{cname}: nanochat's GPT and the reference forward disagree")
             if gap < MIN_GAP:
                 sys.exit(f"{name}/{cname}: a greedy decision has a gap of {gap:.2e} < {MIN_GAP}; change the seed")
             cases.append({"name": cname, "prompt": prompt, "num_samples": n, "max_tokens": mx, "rows": rows,

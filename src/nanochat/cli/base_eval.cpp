@@ -47,9 +47,9 @@ void register_base_eval(CLI::App& app) {
   add_threads_option(c, a->threads);
   c->callback([a] {
     if (a->threads > 0) set_num_threads(a->threads);
-    const Tokenizer tok = Tokenizer::load(tokenizer_dir());
-    LoadedModel lm = load_trained_model(a->ckpt.model_tag, a->ckpt.step);
-    require_tokenizer_vocab(lm, tok.vocab_size());
+    InferenceModel im = load_for_inference(CheckpointSource::Base, a->ckpt.model_tag, a->ckpt.step);
+    const Tokenizer& tok = im.tokenizer;
+    LoadedModel& lm = im.lm;
     data::LoaderOptions o;
     o.B = a->device_batch_size > 0 ? a->device_batch_size : lm.meta.value("device_batch_size", 8);
     o.T = lm.meta.value("max_seq_len", static_cast<int>(lm.model->config().sequence_len));

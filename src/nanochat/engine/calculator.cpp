@@ -46,20 +46,9 @@ namespace {
 
 using Value = std::variant<int64_t, double>;
 
-// Recursive-descent parser and evaluator of the arithmetic subset (calculator.h). Every failure
-// (syntax, division by zero, integer overflow) makes ok false; the caller refuses the expression.
-class Arith {
- public:
-  explicit Arith(std::string_view s) : s_(s) {}
-
-  std::optional<Value> run() {
-    Value v = expr();
-    skip_ws();
-    if (!ok_ || pos_ != s_.size()) return std::nullopt;
-    return v;
-  }
-
- private:
+// Position in an expression with the two moves both parsers make: skip spaces, eat a token.
+struct Scanner {
+  explicit Scanner(std::string_view s) : s_(s) {}
   void skip_ws() {
     while (pos_ < s_.size() && s_[pos_] == ' ') ++pos_;
   }
@@ -69,6 +58,24 @@ class Arith {
     pos_ += tok.size();
     return true;
   }
+  std::string_view s_;
+  size_t pos_ = 0;
+};
+
+// Recursive-descent parser and evaluator of the arithmetic subset (calculator.h). Every failure
+// (syntax, division by zero, integer overflow) makes ok false; the caller refuses the expression.
+class Arith : Scanner {
+ public:
+  explicit Arith(std::string_view s) : Scanner(s) {}
+
+  std::optional<Value> run() {
+    Value v = expr();
+    skip_ws();
+    if (!ok_ || pos_ != s_.size()) return std::nullopt;
+    return v;
+  }
+
+ private:
   Value bad() {
     ok_ = false;
     return int64_t{0};
@@ -213,15 +220,13 @@ class Arith {
     return fl;
   }
 
-  std::string_view s_;
-  size_t pos_ = 0;
   bool ok_ = true;
 };
 
 // The string-counting form: literal(s), then .lower()/.upper()/.strip() calls, then .count(literal).
-class Counter {
+class Counter : Scanner {
  public:
-  explicit Counter(std::string_view s) : s_(s) {}
+  explicit Counter(std::string_view s) : Scanner(s) {}
 
   std::optional<int64_t> run() {
     auto hay = literals();
@@ -252,15 +257,6 @@ class Counter {
   }
 
  private:
-  void skip_ws() {
-    while (pos_ < s_.size() && s_[pos_] == ' ') ++pos_;
-  }
-  bool eat(std::string_view tok) {
-    skip_ws();
-    if (s_.substr(pos_, tok.size()) != tok) return false;
-    pos_ += tok.size();
-    return true;
-  }
   std::string ident() {
     skip_ws();
     const size_t start = pos_;
@@ -292,9 +288,6 @@ class Counter {
     for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + needle.size())) ++c;
     return c;
   }
-
-  std::string_view s_;
-  size_t pos_ = 0;
 };
 
 bool all_in(std::string_view s, std::string_view allowed) {

@@ -19,7 +19,10 @@
 // Greedy decoding therefore equals nanochat's Engine token for token on the same weights.
 //
 // An Engine holds a reference to one GPT, which is not thread-safe: use one Engine (and one GPT)
-// per thread. Caches are allocated per call and sized to prompt + max_tokens (capped at the context).
+// per thread. Caches are allocated per call and sized to prompt + max_tokens positions, or to the
+// whole context (max_context()) when max_tokens < 0: per row n_layer x 2 x positions x n_kv_head x
+// head_dim floats, so give max_tokens for large models. Rows that have ended are still fed (as in
+// nanochat) until every row has ended.
 #include <cstdint>
 #include <functional>
 #include <vector>

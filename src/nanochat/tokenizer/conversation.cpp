@@ -161,6 +161,37 @@ std::vector<int32_t> render_for_reply(const Tokenizer& tok, const Conversation& 
   return ids;
 }
 
+std::vector<ContentPart> assistant_parts_from_tokens(const Tokenizer& tok, const std::vector<int32_t>& tokens) {
+  const Specials sp(tok);
+  std::vector<ContentPart> parts;
+  ContentPart::Kind kind = ContentPart::Kind::Text;
+  std::vector<int32_t> run;
+  auto flush = [&] {
+    if (run.empty() && kind == ContentPart::Kind::Text) return;
+    std::string text = tok.decode(run);
+    if (kind == ContentPart::Kind::Text && !parts.empty() && parts.back().kind == ContentPart::Kind::Text)
+      parts.back().text += text;
+    else
+      parts.push_back({kind, std::move(text)});
+    run.clear();
+  };
+  for (int32_t id : tokens) {
+    if (id == sp.assistant_end || id == sp.bos) break;
+    if (id == sp.python_start || id == sp.output_start) {
+      flush();
+      kind = id == sp.python_start ? ContentPart::Kind::Python : ContentPart::Kind::PythonOutput;
+    } else if ((id == sp.python_end && kind == ContentPart::Kind::Python) ||
+               (id == sp.output_end && kind == ContentPart::Kind::PythonOutput)) {
+      flush();
+      kind = ContentPart::Kind::Text;
+    } else {
+      run.push_back(id);
+    }
+  }
+  flush();
+  return parts;
+}
+
 Conversation conversation_from_json(const nlohmann::json& j) {
   if (!j.is_object() || !j.contains("messages") || !j["messages"].is_array())
     fail("a conversation must be a JSON object with a \"messages\" array");

@@ -84,6 +84,13 @@ std::vector<int32_t> render_for_completion(const Tokenizer& tok, const Conversat
 /// user's. Unlike render_for_completion nothing is cut unless max_tokens says so.
 std::vector<int32_t> render_for_reply(const Tokenizer& tok, const Conversation& conv, int max_tokens = 1 << 30);
 
+/// The parts of an assistant message from the tokens a model generated for it (the inverse of the
+/// assistant layout above): text outside blocks -> Text; <|python_start|> .. <|python_end|> ->
+/// Python; <|output_start|> .. <|output_end|> -> PythonOutput. A block still open at the end
+/// keeps what it has; <|assistant_end|> and <|bos|> end the message (nothing after them is read);
+/// any other special token inside text is kept as its name. Adjacent text is one part.
+std::vector<ContentPart> assistant_parts_from_tokens(const Tokenizer& tok, const std::vector<int32_t>& tokens);
+
 /// "system" / "user" / "assistant".
 const char* role_name(Message::Role role);
 /// The role with that name; throws nanochat::Error listing the three names otherwise.

@@ -24,6 +24,7 @@
 #include "nanochat/data/verify.h"
 #include "nanochat/dist/agree.h"
 #include "nanochat/dist/startup.h"
+#include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/tokenizer.h"
@@ -35,7 +36,6 @@
 #include "nanochat/train/metrics_log.h"
 #include "nanochat/train/replicas.h"
 #include "nanochat/train/report.h"
-#include "nanochat/train/sample.h"
 #include "nanochat/train/step_source.h"
 
 using json = nlohmann::json;
@@ -239,12 +239,15 @@ class TrainLoop {
       metrics_.record({{"step", step}, {"val_bpb", number_or_infinity(st_.val_bpb)}});
     }
     if (a_.sample_every > 0 && comm_.rank() == 0 && (last || (step > 0 && step % a_.sample_every == 0))) {
-      SampleOptions so;
-      so.max_tokens = 16;
+      // nanochat's base_train: Engine.generate_batch, one greedy row of at most 16 tokens
+      Engine engine(model_, tok_);
+      GenerateOptions go;
+      go.max_tokens = 16;
+      go.temperature = 0;
       for (const char* prompt : kSamplePrompts) {
         std::vector<int32_t> ids = tok_.encode(prompt);
         ids.insert(ids.begin(), tok_.bos_id());
-        auto gen = generate(model_, ids, so);
+        const std::vector<int32_t> gen = engine.generate(ids, go).rows[0].tokens;
         ids.insert(ids.end(), gen.begin(), gen.end());
         print0(tok_.decode(ids));
       }
