@@ -21,7 +21,6 @@ namespace nanochat::cli {
 
 namespace {
 struct ChatWebArgs {
-  std::string source = "sft";
   CheckpointChoice ckpt;
   serve::ServeOptions opt;
   int threads = 0;
@@ -74,9 +73,7 @@ void register_chat_web(CLI::App& app) {
   auto a = std::make_shared<ChatWebArgs>();
   CLI::App* c = app.add_subcommand(
       "chat-web", "serve a checkpoint: a chat page and an OpenAI-compatible API (POST /v1/chat/completions)");
-  c->add_option("-i,--source", a->source, "which checkpoints: sft, rl or base")
-      ->check(CLI::IsMember({"sft", "rl", "base"}))
-      ->capture_default_str();
+  add_source_option(c, a->ckpt, "sft");
   add_checkpoint_options(c, a->ckpt);
   auto& o = a->opt;
   c->add_option("--port", o.port, "TCP port (0 = any free port)")->capture_default_str();
@@ -110,7 +107,7 @@ void register_chat_web(CLI::App& app) {
   c->add_option("--threads", a->threads, "OpenMP threads per worker (0 = the cores divided among the workers)")
       ->capture_default_str();
   c->callback([a] {
-    const CheckpointSource source = parse_checkpoint_source(a->source);
+    const CheckpointSource source = parse_checkpoint_source(a->ckpt.source);
     serve::ServedModel model = serve::engine_model(source, a->ckpt.model_tag, a->ckpt.step);
     const int threads = a->threads > 0
                             ? a->threads
