@@ -4,7 +4,8 @@
 // --max-tokens tokens, sampled at temperature 0.8 from a fixed seed, the end-of-turn token ignored
 // by counting what came). Prints per level: time to first token (median, max), each client's
 // tokens/s while its answer streams, and the server's total tokens/s; and, first, the engine alone
-// (no HTTP, one thread) on the same prompt as the reference the ratios use. Asserts nothing.
+// (no HTTP, one thread) on the same prompt as the reference. Each is warmed up with one untimed
+// answer (per worker). Asserts nothing.
 #include <httplib.h>
 
 #include <algorithm>
@@ -133,8 +134,9 @@ int main(int argc, char** argv) {
   try {
     const CheckpointSource source = parse_checkpoint_source(a.source);
     // The engine alone: one thread, same prompt, same token budget (end of turn ignored by taking
-    // the tokens it made per second).
-    {
+    // the tokens it made per second). Run before and after the server, so that a change in the
+    // machine's load between the two shows.
+    auto engine_alone = [&](const char* when) {
       set_num_threads(a.threads);
       InferenceModel im = load_for_inference(source, a.tag, a.step);
       Engine e(*im.lm.model, im.tokenizer);
@@ -144,6 +146,8 @@ int main(int argc, char** argv) {
       GenerateOptions go;
       go.temperature = 0.8;
       go.max_tokens = a.max_tokens;
+      go.seed = 999;
+      e.generate(prompt, go);  // warm-up: first-call allocations are not generation speed
       int toks = 0;
       double gen_s = 0;
       for (int r = 0; r < a.requests; ++r) {
@@ -161,11 +165,13 @@ int main(int argc, char** argv) {
         }
         (void)t0;
       }
-      std::printf("model %s %s (prompt %zu tokens), %d thread(s) per worker\n", a.source.c_str(), im.lm.tag.c_str(),
-                  prompt.size(), a.threads);
-      std::printf("engine alone          : %8.1f tok/s (%d tokens after the first)\n", toks / std::max(gen_s, 1e-9),
-                  toks);
-    }
+      if (std::string(when) == "before")
+        std::printf("model %s %s (prompt %zu tokens), %d thread(s) per worker\n", a.source.c_str(),
+                    im.lm.tag.c_str(), prompt.size(), a.threads);
+      std::printf("engine alone (%s): %.1f tok/s (%d tokens after the first)\n", when,
+                  toks / std::max(gen_s, 1e-9), toks);
+    };
+    engine_alone("before");
     serve::ServedModel model = serve::engine_model(source, a.tag, a.step);
     auto make = model.make;
     const int threads = a.threads;
@@ -182,6 +188,11 @@ int main(int argc, char** argv) {
     serve::ChatServer server(o, std::move(model));
     const int port = server.bind();
     std::thread srv([&] { server.run(); });
+    {  // warm-up: one answer per worker, untimed
+      std::vector<std::thread> warm;
+      for (int w = 0; w < a.workers; ++w) warm.emplace_back([&] { one_request(port, a, 999); });
+      for (auto& t : warm) t.join();
+    }
     for (int clients : {1, a.clients}) {
       std::vector<Sample> samples;
       std::mutex m;
@@ -213,6 +224,7 @@ int main(int argc, char** argv) {
     }
     server.stop();
     srv.join();
+    engine_alone("after");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_serve: %s\n", e.what());
     return 1;
