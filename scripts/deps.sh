@@ -2,8 +2,9 @@
 # Installs the Debian/Ubuntu packages nanochat.cpp needs to build, run and test.
 # Product: oneDNN (GEMM), Gloo (collectives), zstd/snappy/zlib (parquet), PCRE2 (tokenizer regex),
 # nlohmann-json, CLI11, libcurl (data download), cpp-httplib (chat-web's HTTP server);
-# ocl-icd-opencl-dev because the oneDNN CMake config looks for OpenCL even in its CPU build. Tests/benchmarks: GoogleTest, Google Benchmark,
-# iproute2 (network-namespace tests), chromium (the chat page's browser test). Needs root (or sudo).
+# ocl-icd-opencl-dev because the oneDNN CMake config looks for OpenCL even in its CPU build.
+# Tests/benchmarks: GoogleTest, Google Benchmark, iproute2 (network-namespace tests), chromium (the
+# chat page's browser test). Needs root (or sudo).
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config git ca-certificates python3
       libdnnl-dev ocl-icd-opencl-dev libgloo-dev libzstd-dev libsnappy-dev zlib1g-dev libpcre2-dev
