@@ -479,3 +479,24 @@ TEST(TextStream, HoldsBackOnlyWhatCouldStartAStopString) {
   EXPECT_TRUE(u.stopped());
   EXPECT_EQ(u.finish(), "");
 }
+
+// Stopping the server (chat-web's SIGTERM) ends answers still streaming or awaited, at once:
+// the workers are told to stop and the waiting handlers give up.
+TEST(ServeBusy, StoppingTheServerEndsRunningAnswers) {
+  auto s = std::make_shared<Script>();
+  s->pieces = {"x"};
+  s->endless = true;
+  s->piece_delay_ms = 5;
+  ServeOptions o;
+  o.workers = 2;
+  auto ts = std::make_unique<TestServer>(o, scripted_model(s));
+  RawClient streamed(ts->port), whole(ts->port);
+  streamed.post("/v1/chat/completions", user_request("a", {{"stream", true}, {"max_tokens", 2048}}).dump());
+  whole.post("/v1/chat/completions", user_request("b", {{"max_tokens", 2048}}).dump());
+  ASSERT_TRUE(s->wait_running(2));
+  const auto t0 = Clock::now();
+  ts.reset();  // stop() and join
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5)) << "stopping waited for the answers to finish";
+  EXPECT_EQ(s->running.load(), 0);
+  EXPECT_EQ(s->cancelled.load(), 2);
+}

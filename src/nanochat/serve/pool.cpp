@@ -26,6 +26,7 @@ void Job::post(JobEvent e) {
 WorkerPool::WorkerPool(int workers, int queue_capacity, const BackendFactory& make)
     : queue_capacity_(std::max(0, queue_capacity)) {
   if (workers < 1) fail("--workers is ", workers, "; it must be at least 1");
+  running_.resize(static_cast<size_t>(workers));
   for (int i = 0; i < workers; ++i) threads_.emplace_back([this, i, make] { loop(i, make); });
   std::unique_lock<std::mutex> lk(m_);
   ready_cv_.wait(lk, [&] { return ready_ + failed_ == workers; });
@@ -46,6 +47,8 @@ WorkerPool::~WorkerPool() {
     std::lock_guard<std::mutex> lk(m_);
     stopping_ = true;
     left.swap(queue_);
+    for (auto& j : running_)  // answers being generated stop at their next token
+      if (j) j->cancelled_ = true;
   }
   cv_.notify_all();
   for (auto& j : left) {
@@ -122,6 +125,7 @@ void WorkerPool::loop(int index, const BackendFactory& make) {
       job = std::move(queue_.front());
       queue_.pop_front();
       ++busy_;
+      running_[static_cast<size_t>(index)] = job;
     }
     job->started_ = true;
     if (Clock::now() >= job->deadline()) {
@@ -138,6 +142,7 @@ void WorkerPool::loop(int index, const BackendFactory& make) {
     }
     job->post(JobEvent::of(JobEvent::Kind::Finished));
     std::lock_guard<std::mutex> lk(m_);
+    running_[static_cast<size_t>(index)].reset();
     --busy_;
     ++served_;
   }

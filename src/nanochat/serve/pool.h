@@ -104,6 +104,7 @@ class WorkerPool {
   mutable std::mutex m_;
   std::condition_variable cv_, ready_cv_;
   std::deque<std::shared_ptr<Job>> queue_;
+  std::vector<std::shared_ptr<Job>> running_;  // per worker, the job it runs (null when idle)
   std::vector<std::thread> threads_;
   int busy_ = 0, ready_ = 0, failed_ = 0;
   int64_t served_ = 0, rejected_ = 0;

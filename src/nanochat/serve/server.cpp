@@ -51,6 +51,7 @@ struct ChatServer::Impl {
   WorkerPool pool;
   httplib::Server http;
   int port = -1;
+  std::atomic<bool> stopping{false};  // stop(): waiting handlers give up, their jobs are cancelled
 
   Impl(const ServeOptions& o, ServedModel m) : opt(o), model(std::move(m)), pool(o.workers, o.queue, model.make) {}
 
@@ -87,7 +88,9 @@ void ChatServer::run() {
 }
 
 void ChatServer::stop() {
-  if (impl_ && impl_->http.is_running()) impl_->http.stop();
+  if (!impl_) return;
+  impl_->stopping = true;
+  if (impl_->http.is_running()) impl_->http.stop();
 }
 
 void ChatServer::Impl::routes() {
@@ -202,6 +205,10 @@ void ChatServer::Impl::finish_whole(const std::shared_ptr<Job>& job, const Prepa
   WholeAnswer whole(p);
   JobEvent e;
   for (;;) {
+    if (stopping) {
+      pool.cancel(job);
+      return send_error(res, 503, "server_shutting_down", "the server is shutting down");
+    }
     if (!job->next(e, std::chrono::milliseconds(200))) {
       if (!job->started() && Clock::now() >= job->deadline()) {
         pool.cancel(job);
@@ -226,6 +233,7 @@ void ChatServer::Impl::stream(const std::shared_ptr<Job>& job, const Prepared& p
       "text/event-stream",
       [this, job, chunks](size_t, httplib::DataSink& sink) {
         JobEvent e;
+        if (stopping) return false;  // the releaser cancels the job
         if (!job->next(e, std::chrono::milliseconds(250))) {
           // Nothing new: tell the client where it stands; a failed write means it went away.
           if (!job->started() && Clock::now() >= job->deadline()) {
