@@ -56,5 +56,14 @@ TEST(Calculator, RefusesIntegerOverflow) {
   EXPECT_EQ(use_calculator("9223372036854775807").value_or(""), "9223372036854775807");
 }
 
+// Deep nesting is refused, not recursed into without bound (text written by a model).
+TEST(Calculator, BoundsNesting) {
+  EXPECT_EQ(use_calculator(std::string(200, '(') + "1" + std::string(200, ')')).value_or(""), "1");  // Python: 1
+  EXPECT_FALSE(use_calculator(std::string(201, '(') + "1" + std::string(201, ')')).has_value());     // Python: refused
+  EXPECT_FALSE(use_calculator(std::string(100000, '(') + "1" + std::string(100000, ')')).has_value());
+  EXPECT_FALSE(use_calculator(std::string(100000, '-') + "1").has_value());
+  EXPECT_EQ(use_calculator(std::string(100, '-') + "1").value_or(""), "1");
+}
+
 }  // namespace
 }  // namespace nanochat

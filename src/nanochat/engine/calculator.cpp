@@ -115,7 +115,17 @@ class Arith : Scanner {
       }
     }
   }
+  // Nesting (parentheses and unary signs) is bounded like Python's parser, which refuses more than
+  // 200 nested parentheses; it also bounds this parser's recursion on model-written text.
+  static constexpr int kMaxDepth = 201;  // n nested parentheses = n + 1 nested factors
+
   Value factor() {
+    if (++depth_ > kMaxDepth) return bad();
+    Value v = signed_atom();
+    --depth_;
+    return v;
+  }
+  Value signed_atom() {
     if (eat("+")) return factor();  // unary plus: int stays int, float stays float
     if (eat("-")) {
       Value v = factor();
@@ -221,6 +231,7 @@ class Arith : Scanner {
   }
 
   bool ok_ = true;
+  int depth_ = 0;
 };
 
 // The string-counting form: literal(s), then .lower()/.upper()/.strip() calls, then .count(literal).

@@ -22,8 +22,9 @@
 //    Python's str.count (non-overlapping occurrences; an empty needle counts len + 1).
 //    nanochat's eval would also take other Python built from those characters (other str
 //    methods); such text is refused here.
-// Anything else is refused. Evaluation is bounded by the expression's length (no loops, no
-// power operator), so no time limit is needed.
+// Anything else is refused, and so is nesting deeper than 200 parentheses or unary signs (Python
+// refuses more than 200 nested parentheses). Evaluation is bounded by the expression's length (no
+// loops, no power operator), so no time limit is needed.
 #include <optional>
 #include <string>
 #include <string_view>
