@@ -53,7 +53,7 @@ std::vector<std::string> axis_labels(const std::vector<double>& values, double s
     suffix = names[p - 1];
   } else if (amax > 0 && amax < 1e-3) {
     power = static_cast<int>(std::floor(std::log10(amax) + 1e-9));
-    suffix = "e" + std::to_string(power);
+    suffix = std::string(1, 'e').append(std::to_string(power));
   }
   const int decimals = std::max(0, power - k);
   std::vector<std::string> out;
@@ -156,16 +156,18 @@ std::string f1(double v) {
   return b;
 }
 
-// The finite points of a series, thinned to the min and max of 1000 buckets when over 2000.
+// The finite points of a series in x order, thinned when over 2000 to the first and last point
+// and the minimum and maximum of 999 buckets between.
 std::vector<std::pair<double, double>> drawable(const ChartSeries& s) {
   std::vector<std::pair<double, double>> p;
   for (const auto& q : s.points)
     if (std::isfinite(q.first) && std::isfinite(q.second)) p.push_back(q);
+  std::stable_sort(p.begin(), p.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   if (p.size() <= 2000) return p;
-  std::vector<std::pair<double, double>> out;
-  const size_t buckets = 1000;
+  std::vector<std::pair<double, double>> out = {p.front()};
+  const size_t buckets = 999, n = p.size() - 2;  // the points between the first and the last
   for (size_t b = 0; b < buckets; ++b) {
-    const size_t from = b * p.size() / buckets, to = (b + 1) * p.size() / buckets;
+    const size_t from = 1 + b * n / buckets, to = 1 + (b + 1) * n / buckets;
     size_t lo = from, hi = from;
     for (size_t i = from; i < to; ++i) {
       if (p[i].second < p[lo].second) lo = i;
@@ -174,6 +176,7 @@ std::vector<std::pair<double, double>> drawable(const ChartSeries& s) {
     out.push_back(p[std::min(lo, hi)]);
     if (lo != hi) out.push_back(p[std::max(lo, hi)]);
   }
+  out.push_back(p.back());
   return out;
 }
 
@@ -199,82 +202,110 @@ Legend layout_legend(const ChartPanel& p, double width) {
   return l;
 }
 
-// The frame, grid, tick labels, markers and lines of one panel whose title row starts at `y0`;
-// returns where the next panel starts.
+// The stroke of series `i`: the palette's color, dashed from the palette's second round on.
+std::string stroke_of(size_t i, double width) {
+  std::string s = str_cat("stroke-width=\"", width, "\" stroke=\"", kColors[i % 10], "\"");
+  if (i >= 10) s += i >= 20 ? " stroke-dasharray=\"1.5,2\"" : " stroke-dasharray=\"6,3\"";
+  return s;
+}
+
+// Where one panel's parts go: the plot's left edge, width and height, and the shared x axis.
 struct Frame {
   double left, pw, ph;
   AxisTicks xt;
+  double X(double x) const { return left + (x - xt.lo) / (xt.hi - xt.lo) * pw; }
 };
 
-double draw_panel(std::ostringstream& o, const ChartPanel& p,
-                  const std::vector<std::vector<std::pair<double, double>>>& pts, const AxisTicks* yt,
-                  const Legend& legend, const Frame& f, double y0, const std::vector<ChartMarker>& markers,
-                  const std::string* x_label) {
-  const double left = f.left, pw = f.pw, ph = f.ph;
-  const AxisTicks& xt = f.xt;
-  o << "<text x=\"" << left << "\" y=\"" << y0 + 14 << "\" font-weight=\"bold\">"
-    << esc(fit(p.title, kFont * 1.1, kWidth - left - 10)) << "</text>\n";
-  double ly = y0 + 22;
+// The legend rows from `y`; returns the y under them.
+double draw_legend(std::ostringstream& o, const ChartPanel& p, const Legend& legend, double left, double y) {
   for (const auto& row : legend.rows) {
     double lx = left;
     for (size_t i : row) {
-      o << "<line x1=\"" << f1(lx) << "\" x2=\"" << f1(lx + 16) << "\" y1=\"" << f1(ly + 8) << "\" y2=\"" << f1(ly + 8)
-        << "\" stroke-width=\"3\" stroke=\"" << kColors[i % 10] << "\"/>\n"
-        << "<text x=\"" << f1(lx + 22) << "\" y=\"" << f1(ly + 12) << "\">" << esc(p.series[i].name) << "</text>\n";
+      o << "<line x1=\"" << f1(lx) << "\" x2=\"" << f1(lx + 16) << "\" y1=\"" << f1(y + 8) << "\" y2=\"" << f1(y + 8)
+        << "\" " << stroke_of(i, 3) << "/>\n"
+        << "<text x=\"" << f1(lx + 22) << "\" y=\"" << f1(y + 12) << "\">" << esc(p.series[i].name) << "</text>\n";
       lx += 22 + text_width_px(p.series[i].name, kFont) + 14;
     }
-    ly += 16;
+    y += 16;
   }
-  const double top = ly + 4, bottom = top + ph;
-  o << "<rect x=\"" << left << "\" y=\"" << f1(top) << "\" width=\"" << pw << "\" height=\"" << ph
+  return y;
+}
+
+// The frame, x grid and x tick labels of a plot spanning [top, bottom], and the markers' lines.
+void draw_x_axis(std::ostringstream& o, const Frame& f, double top, double bottom,
+                 const std::vector<ChartMarker>& markers) {
+  o << "<rect x=\"" << f.left << "\" y=\"" << f1(top) << "\" width=\"" << f.pw << "\" height=\"" << f.ph
     << "\" fill=\"none\" stroke=\"#888\"/>\n";
-  auto X = [&](double x) { return left + (x - xt.lo) / (xt.hi - xt.lo) * pw; };
-  for (size_t i = 0; i < xt.values.size(); ++i) {
-    const double x = X(xt.values[i]);
+  for (size_t i = 0; i < f.xt.values.size(); ++i) {
+    const double x = f.X(f.xt.values[i]);
     o << "<line x1=\"" << f1(x) << "\" x2=\"" << f1(x) << "\" y1=\"" << f1(top) << "\" y2=\"" << f1(bottom)
       << "\" stroke=\"#eee\"/>\n"
-      << "<text x=\"" << f1(x) << "\" y=\"" << f1(bottom + 16) << "\" text-anchor=\"middle\">" << xt.labels[i]
+      << "<text x=\"" << f1(x) << "\" y=\"" << f1(bottom + 16) << "\" text-anchor=\"middle\">" << f.xt.labels[i]
       << "</text>\n";
   }
-  if (x_label)
-    o << "<text x=\"" << f1(left + pw / 2) << "\" y=\"" << f1(bottom + 34) << "\" text-anchor=\"middle\" fill=\"#555\">"
-      << esc(*x_label) << "</text>\n";
+  for (const auto& m : markers)
+    if (std::isfinite(m.x) && m.x >= f.xt.lo && m.x <= f.xt.hi)
+      o << "<line x1=\"" << f1(f.X(m.x)) << "\" x2=\"" << f1(f.X(m.x)) << "\" y1=\"" << f1(top) << "\" y2=\""
+        << f1(bottom) << "\" stroke=\"#555\" stroke-dasharray=\"4,3\"/>\n";
+}
+
+// The markers' labels at the top of a plot, over the lines (a white halo keeps them readable).
+void draw_marker_labels(std::ostringstream& o, const Frame& f, double top, const std::vector<ChartMarker>& markers) {
   for (const auto& m : markers) {
-    if (!std::isfinite(m.x) || m.x < xt.lo || m.x > xt.hi) continue;
-    const double x = X(m.x);
-    o << "<line x1=\"" << f1(x) << "\" x2=\"" << f1(x) << "\" y1=\"" << f1(top) << "\" y2=\"" << f1(bottom)
-      << "\" stroke=\"#555\" stroke-dasharray=\"4,3\"/>\n";
-    const std::string label = fit(m.label, 10, pw - 6);
-    const bool flip = x + 3 + text_width_px(label, 10) > left + pw;
-    o << "<text x=\"" << f1(flip ? x - 3 : x + 3) << "\" y=\"" << f1(top + 11) << "\" font-size=\"10\" fill=\"#555\""
+    if (!std::isfinite(m.x) || m.x < f.xt.lo || m.x > f.xt.hi) continue;
+    const double x = f.X(m.x);
+    const std::string label = fit(m.label, 10, f.pw - 6);
+    const bool flip = x + 3 + text_width_px(label, 10) > f.left + f.pw;
+    o << "<text x=\"" << f1(flip ? x - 3 : x + 3) << "\" y=\"" << f1(top + 11)
+      << "\" font-size=\"10\" fill=\"#333\" stroke=\"white\" stroke-width=\"3\" paint-order=\"stroke\""
       << (flip ? " text-anchor=\"end\"" : "") << ">" << esc(label) << "</text>\n";
   }
-  if (!yt) {
-    o << "<text x=\"" << f1(left + pw / 2) << "\" y=\"" << f1(top + ph / 2)
-      << "\" text-anchor=\"middle\" fill=\"#888\">"
-      << "no data yet</text>\n";
-    return bottom + 44;
-  }
-  const AxisTicks& t = *yt;
-  auto Y = [&](double y) { return top + (t.hi - y) / (t.hi - t.lo) * ph; };
+}
+
+// The y grid, y tick labels and the series' lines (and dots, for short series) of a plot from `top`.
+void draw_series(std::ostringstream& o, const Frame& f, const AxisTicks& t, double top,
+                 const std::vector<std::vector<std::pair<double, double>>>& pts) {
+  auto Y = [&](double y) { return top + (t.hi - y) / (t.hi - t.lo) * f.ph; };
   for (size_t i = 0; i < t.values.size(); ++i) {
     const double y = Y(t.values[i]);
-    o << "<line x1=\"" << left << "\" x2=\"" << left + pw << "\" y1=\"" << f1(y) << "\" y2=\"" << f1(y)
+    o << "<line x1=\"" << f.left << "\" x2=\"" << f.left + f.pw << "\" y1=\"" << f1(y) << "\" y2=\"" << f1(y)
       << "\" stroke=\"#eee\"/>\n"
-      << "<text x=\"" << left - 6 << "\" y=\"" << f1(y + 4) << "\" text-anchor=\"end\">" << t.labels[i] << "</text>\n";
+      << "<text x=\"" << f.left - 6 << "\" y=\"" << f1(y + 4) << "\" text-anchor=\"end\">" << t.labels[i]
+      << "</text>\n";
   }
   for (size_t si = 0; si < pts.size(); ++si) {
     const auto& s = pts[si];
-    const char* color = kColors[si % 10];
     if (s.size() > 1) {
-      o << "<polyline fill=\"none\" stroke-width=\"1.6\" stroke=\"" << color << "\" points=\"";
-      for (const auto& [x, y] : s) o << f1(X(x)) << "," << f1(Y(y)) << " ";
+      o << "<polyline fill=\"none\" " << stroke_of(si, 1.6) << " points=\"";
+      for (const auto& [x, y] : s) o << f1(f.X(x)) << "," << f1(Y(y)) << " ";
       o << "\"/>\n";
     }
     if (s.size() <= 40)
       for (const auto& [x, y] : s)
-        o << "<circle cx=\"" << f1(X(x)) << "\" cy=\"" << f1(Y(y)) << "\" r=\"2.5\" fill=\"" << color << "\"/>\n";
+        o << "<circle cx=\"" << f1(f.X(x)) << "\" cy=\"" << f1(Y(y)) << "\" r=\"2.5\" fill=\"" << kColors[si % 10]
+          << "\"/>\n";
   }
+}
+
+// One panel whose title row starts at `y0` (markers labelled when `label_markers`, the x axis named
+// when `x_label`); returns where the next panel starts.
+double draw_panel(std::ostringstream& o, const ChartPanel& p,
+                  const std::vector<std::vector<std::pair<double, double>>>& pts, const AxisTicks* yt,
+                  const Legend& legend, const Frame& f, double y0, const std::vector<ChartMarker>& markers,
+                  bool label_markers, const std::string* x_label) {
+  o << "<text x=\"" << f.left << "\" y=\"" << y0 + 14 << "\" font-weight=\"bold\">"
+    << esc(fit(p.title, kFont * 1.1, kWidth - f.left - 10)) << "</text>\n";
+  const double top = draw_legend(o, p, legend, f.left, y0 + 22) + 4, bottom = top + f.ph;
+  draw_x_axis(o, f, top, bottom, markers);
+  if (x_label)
+    o << "<text x=\"" << f1(f.left + f.pw / 2) << "\" y=\"" << f1(bottom + 34)
+      << "\" text-anchor=\"middle\" fill=\"#555\">" << esc(*x_label) << "</text>\n";
+  if (yt)
+    draw_series(o, f, *yt, top, pts);
+  else
+    o << "<text x=\"" << f1(f.left + f.pw / 2) << "\" y=\"" << f1(top + f.ph / 2)
+      << "\" text-anchor=\"middle\" fill=\"#888\">no data yet</text>\n";
+  if (label_markers) draw_marker_labels(o, f, top, markers);
   return bottom + 44;
 }
 
@@ -331,7 +362,7 @@ std::string render_svg_chart(const std::string& title, const std::vector<ChartPa
     << esc(fit(title, kTitleFont, kWidth - 20)) << "</text>\n";
   double y0 = 40;
   for (size_t pi = 0; pi < panels.size(); ++pi)
-    y0 = draw_panel(o, panels[pi], pts[pi], has[pi] ? &yt[pi] : nullptr, legends[pi], f, y0, markers,
+    y0 = draw_panel(o, panels[pi], pts[pi], has[pi] ? &yt[pi] : nullptr, legends[pi], f, y0, markers, pi == 0,
                     pi + 1 == panels.size() ? &x_label : nullptr);
   o << "</svg>\n";
   return o.str();

@@ -42,7 +42,7 @@ std::vector<std::string> axis_labels(const std::vector<double>& values, double s
 /// common ones) plus 2%; characters outside ASCII count as 1 em, control characters as 0.
 double text_width_px(const std::string& text, double font_px);
 
-/// One named series of (x, y) points; non-finite points are skipped when drawn.
+/// One named series of (x, y) points, in any order; non-finite points are skipped when drawn.
 struct ChartSeries {
   std::string name;
   std::vector<std::pair<double, double>> points;
@@ -64,7 +64,9 @@ struct ChartMarker {
 /// The panels as a standalone SVG document (with a viewBox, so that a page may scale it). All
 /// panels share one x range (of all their finite points; `x_whole`: whole-number x ticks); each has
 /// its own y range, padded by 5%. A panel without finite points is drawn empty with "no data yet".
-/// Series longer than 2000 points are thinned to the minimum and maximum of 1000 equal buckets.
+/// A series is drawn in x order; one of more than 2000 points is thinned to at most 2000: its first
+/// and last point and the minimum and maximum of 999 equal buckets between. Series beyond the 10
+/// colors of the palette are drawn dashed. Marker labels are written in the first panel.
 /// Text is escaped, and bytes that are not valid UTF-8 or are control characters become '?'; a
 /// title too wide for the picture is cut with "...". Every label fits inside the picture's width
 /// by text_width_px.
