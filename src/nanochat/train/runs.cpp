@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "nanochat/core/error.h"
 #include "nanochat/train/chart.h"
@@ -188,9 +188,10 @@ void add_ranks(const json& j, int64_t step, MetricsSeries& m) {
 
 MetricsSeries read_metrics(const std::string& path) {
   std::ifstream in(path);
-  if (!in) fail("cannot open ", path, " (", std::strerror(errno), ")");
+  if (!in) fail("cannot open ", path, " (", std::error_code(errno, std::generic_category()).message(), ")");
   MetricsSeries m;
   std::map<int64_t, double> raw;
+  std::map<int64_t, size_t> world;  // ranks of each train record
   for (std::string line; std::getline(in, line);) {
     try {
       const json j = json::parse(line);
@@ -199,7 +200,9 @@ MetricsSeries read_metrics(const std::string& path) {
       if (j.contains("smooth_loss") && j["smooth_loss"].is_number()) m.loss[step] = j["smooth_loss"].get<double>();
       if (j.contains("loss") && j["loss"].is_number()) raw[step] = j["loss"].get<double>();
       if (j.contains("val_bpb") && j["val_bpb"].is_number()) m.bpb[step] = j["val_bpb"].get<double>();
-      if (j.contains("rank_rows") && j["rank_rows"].is_array() && j["rank_rows"].size() > 1) add_ranks(j, step, m);
+      const bool ranks = j.contains("rank_rows") && j["rank_rows"].is_array() && j["rank_rows"].size() > 1;
+      if (ranks) add_ranks(j, step, m);
+      if (j.contains("loss") || j.contains("smooth_loss")) world[step] = ranks ? j["rank_rows"].size() : 1;
       // A record may say that the job's membership changed at its step (a node left or joined).
       if (j.contains("membership") && j["membership"].is_string())
         m.membership[step] = j["membership"].get<std::string>();
@@ -212,10 +215,10 @@ MetricsSeries read_metrics(const std::string& path) {
   if (!m.smooth) m.loss = raw;
   // A change in the number of ranks between two train records is a membership change too.
   size_t prev = 0;
-  for (const auto& [step, v] : m.share) {
-    if (prev && v.size() != prev && !m.membership.count(step))
-      m.membership[step] = str_cat(prev, " -> ", v.size(), " ranks");
-    prev = v.size();
+  for (const auto& [step, w] : world) {
+    if (prev && w != prev && !m.membership.count(step))
+      m.membership[step] = str_cat(prev, " -> ", w, w == 1 ? " rank" : " ranks");
+    prev = w;
   }
   return m;
 }
