@@ -32,6 +32,8 @@ struct RunInfo {
   int64_t last_update_unix = 0;
   /// metrics.jsonl was modified at most `live_window_s` seconds ago (its training is probably
   /// still writing it; a run that stopped, finished or was killed turns false after the window).
+  /// The file changes once per step and evaluation: a window shorter than the longest of those
+  /// shows a training run as not live between two records.
   bool live = false;
 };
 
