@@ -4,12 +4,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "nanochat/core/error.h"
 #include "nanochat/train/chart.h"
@@ -78,12 +79,20 @@ bool describe(const std::string& kind, const std::string& tag, const std::string
   return true;
 }
 
+// `s` for an error message: at most 64 bytes, control characters as '?'.
+std::string shown(const std::string& s) {
+  std::string o = s.size() > 64 ? s.substr(0, 64) + "..." : s;
+  for (char& c : o)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return o;
+}
+
 void check_tag(const std::string& tag) {
   bool bad = tag.empty() || tag.size() > 255 || tag == "." || tag == "..";
   for (unsigned char c : tag)
     if (c == '/' || c == '\\' || c < 0x20 || c == 0x7f) bad = true;
   if (bad)
-    fail("run tag \"", tag.size() > 64 ? tag.substr(0, 64) + "..." : tag,
+    fail("run tag \"", shown(tag),
          "\" is not a folder name: give the name of one folder under base_checkpoints, chatsft_checkpoints or "
          "chatrl_checkpoints (1-255 bytes, no '/', '\\' or control characters, not \".\" or \"..\")");
 }
@@ -93,7 +102,7 @@ void check_tag(const std::string& tag) {
 std::string run_kind_folder(const std::string& kind) {
   for (size_t k = 0; k < 3; ++k)
     if (kind == kKinds[k]) return kKindFolders[k];
-  fail("unknown run kind \"", kind.size() > 64 ? kind.substr(0, 64) + "..." : kind,
+  fail("unknown run kind \"", shown(kind),
        "\": use base (base_checkpoints), sft (chatsft_checkpoints) or rl (chatrl_checkpoints)");
 }
 
@@ -137,24 +146,117 @@ std::optional<RunInfo> find_run(const std::string& base_dir, const std::string& 
   return r;
 }
 
-std::string metrics_chart_svg(const std::string& metrics_path, const std::string& title) {
-  std::ifstream in(metrics_path);
-  if (!in) fail("cannot open ", metrics_path, " (", std::strerror(errno), ")");
-  std::map<int64_t, double> lm, bm;
+namespace {
+
+// What the chart draws from metrics.jsonl, per step (a later record of a step wins).
+struct MetricsSeries {
+  std::map<int64_t, double> loss, bpb;
+  bool smooth = false;  // `loss` holds smooth_loss (else the raw loss of files without it)
+  // Per step with W > 1: each rank's share (%), tok/s and wait (ms).
+  std::map<int64_t, std::vector<double>> share, tok, wait;
+  std::map<int64_t, std::string> membership;  // steps where the ranks changed, with what changed
+};
+
+double num_at(const json& a, size_t i) {
+  return i < a.size() && a[i].is_number() ? a[i].get<double>() : std::numeric_limits<double>::quiet_NaN();
+}
+
+// One train record's rank fields into the per-rank series. Each rank's tok/s is rank_tok_per_sec,
+// or for files written before that field, its rows x T over its step time (compute + wait + data),
+// with T = tok_per_sec x dt / all rows.
+void add_ranks(const json& j, int64_t step, MetricsSeries& m) {
+  const json& rows = j["rank_rows"];
+  const size_t n = rows.size();
+  double all = 0;
+  for (size_t q = 0; q < n; ++q) all += num_at(rows, q);
+  std::vector<double> share(n), tok(n), wait(n);
+  const json none = json::array();
+  const json& rt = j.contains("rank_tok_per_sec") && j["rank_tok_per_sec"].is_array() ? j["rank_tok_per_sec"] : none;
+  const json& rw = j.contains("rank_wait_ms") && j["rank_wait_ms"].is_array() ? j["rank_wait_ms"] : none;
+  const json& rc = j.contains("rank_compute_ms") && j["rank_compute_ms"].is_array() ? j["rank_compute_ms"] : none;
+  const json& rd = j.contains("rank_data_ms") && j["rank_data_ms"].is_array() ? j["rank_data_ms"] : none;
+  const double T = j.value("tok_per_sec", 0.0) * j.value("dt_ms", 0.0) / 1e3 / all;
+  for (size_t q = 0; q < n; ++q) {
+    share[q] = 100.0 * num_at(rows, q) / all;
+    wait[q] = num_at(rw, q);
+    tok[q] = rt.empty() ? num_at(rows, q) * T / ((num_at(rc, q) + num_at(rw, q) + num_at(rd, q)) / 1e3) : num_at(rt, q);
+  }
+  m.share[step] = share;
+  m.tok[step] = tok;
+  m.wait[step] = wait;
+}
+
+MetricsSeries read_metrics(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot open ", path, " (", std::error_code(errno, std::generic_category()).message(), ")");
+  MetricsSeries m;
+  std::map<int64_t, double> raw;
+  std::map<int64_t, size_t> world;  // ranks of each train record
   for (std::string line; std::getline(in, line);) {
     try {
-      json j = json::parse(line);
-      if (!j.is_object() || !j.contains("step") || !j["step"].is_number()) continue;
+      const json j = json::parse(line);
+      if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
       const int64_t step = j["step"].get<int64_t>();
-      if (j.contains("smooth_loss") && j["smooth_loss"].is_number()) lm[step] = j["smooth_loss"];
-      if (j.contains("val_bpb") && j["val_bpb"].is_number()) bm[step] = j["val_bpb"];
+      if (j.contains("smooth_loss") && j["smooth_loss"].is_number()) m.loss[step] = j["smooth_loss"].get<double>();
+      if (j.contains("loss") && j["loss"].is_number()) raw[step] = j["loss"].get<double>();
+      if (j.contains("val_bpb") && j["val_bpb"].is_number()) m.bpb[step] = j["val_bpb"].get<double>();
+      const bool ranks = j.contains("rank_rows") && j["rank_rows"].is_array() && j["rank_rows"].size() > 1;
+      if (ranks) add_ranks(j, step, m);
+      if (j.contains("loss") || j.contains("smooth_loss")) world[step] = ranks ? j["rank_rows"].size() : 1;
+      // A record may say that the job's membership changed at its step (a node left or joined).
+      if (j.contains("membership") && j["membership"].is_string())
+        m.membership[step] = j["membership"].get<std::string>();
     } catch (const std::exception&) {
+      // a line that is not a record (e.g. the partial last line of a file being written) or holds
+      // a field of another type: skipped
     }
   }
-  ChartSeries loss{"train loss (debiased EMA, nats)", {}}, bpb{"validation bpb", {}};
-  for (auto& [s, v] : lm) loss.points.push_back({static_cast<double>(s), v});
-  for (auto& [s, v] : bm) bpb.points.push_back({static_cast<double>(s), v});
-  return render_svg_chart(title, {loss, bpb});
+  m.smooth = !m.loss.empty();
+  if (!m.smooth) m.loss = raw;
+  // A change in the number of ranks between two train records is a membership change too.
+  size_t prev = 0;
+  for (const auto& [step, w] : world) {
+    if (prev && w != prev && !m.membership.count(step))
+      m.membership[step] = str_cat(prev, " -> ", w, w == 1 ? " rank" : " ranks");
+    prev = w;
+  }
+  return m;
+}
+
+ChartSeries series_of(const std::string& name, const std::map<int64_t, double>& m) {
+  ChartSeries s{name, {}};
+  for (const auto& [step, v] : m) s.points.push_back({static_cast<double>(step), v});
+  return s;
+}
+
+// One series per rank ("r0", "r1", ...) of a per-rank map; a rank is absent at the steps the job
+// did not have it.
+std::vector<ChartSeries> per_rank(const std::map<int64_t, std::vector<double>>& m) {
+  std::vector<ChartSeries> out;
+  for (const auto& [step, v] : m)
+    for (size_t q = 0; q < v.size(); ++q) {
+      while (out.size() <= q) out.push_back({std::string(1, 'r').append(std::to_string(out.size())), {}});
+      out[q].points.push_back({static_cast<double>(step), v[q]});
+    }
+  return out;
+}
+
+}  // namespace
+
+std::string metrics_chart_svg(const std::string& metrics_path, const std::string& title) {
+  const MetricsSeries m = read_metrics(metrics_path);
+  std::vector<ChartPanel> panels;
+  panels.push_back({m.smooth ? "train loss (debiased EMA, nats)" : "train loss (nats)",
+                    {series_of(m.smooth ? "smooth_loss" : "loss", m.loss)}});
+  panels.push_back({"validation bpb", {series_of("val_bpb", m.bpb)}});
+  if (!m.share.empty()) {
+    panels.push_back({"each rank's share of the step's rows (%)", per_rank(m.share)});
+    panels.push_back({"each rank's tokens per second", per_rank(m.tok)});
+    panels.push_back({"each rank's wait for the others per step (ms)", per_rank(m.wait)});
+  }
+  std::vector<ChartMarker> markers;
+  for (const auto& [step, what] : m.membership) markers.push_back({static_cast<double>(step), what});
+  return render_svg_chart(title, panels, markers);
 }
 
 std::string run_chart_svg(const RunInfo& run) {
