@@ -77,7 +77,8 @@ int ChatServer::bind() {
   const int port = o.port == 0 ? s.bind_to_any_port(o.host) : (s.bind_to_port(o.host, o.port) ? o.port : -1);
   if (port < 0)
     fail("cannot listen on ", o.host, ":", o.port,
-         ": the port is in use or the host is not an address of this machine; choose another --port or --host");
+         ": the port is in use, needs privileges (below 1024) or the host is not an address of this "
+         "machine; choose another --port or --host");
   impl_->port = port;
   return port;
 }
