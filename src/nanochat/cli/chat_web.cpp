@@ -3,7 +3,9 @@
 // the design.
 #include <signal.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -26,7 +28,7 @@ struct ChatWebArgs {
   int threads = 0;
 };
 
-serve::ChatServer* g_server = nullptr;
+std::atomic<serve::ChatServer*> g_server{nullptr};
 
 // The page's "Runs" panel: the runs under the base folder (train/runs.h) and each one's chart,
 // read afresh on every request so that a run that trains shows its latest steps.
@@ -53,7 +55,9 @@ serve::RunsProvider runs_under(const std::string& base) {
   return p;
 }
 
-// SIGINT/SIGTERM end the server cleanly: a thread waits for them and stops it.
+// SIGINT/SIGTERM end the server cleanly: a thread waits for them and stops it (before the server
+// runs, they end the process as they would have). Called before any other thread exists, so that
+// every thread inherits the blocked signals and only this one takes them.
 void stop_on_signals() {
   sigset_t set;
   sigemptyset(&set);
@@ -64,7 +68,9 @@ void stop_on_signals() {
     int sig = 0;
     sigwait(&set, &sig);
     std::fprintf(stderr, "chat-web: signal %d, stopping\n", sig);
-    if (g_server) g_server->stop();
+    serve::ChatServer* server = g_server.load();
+    if (!server) std::_Exit(128 + sig);
+    server->stop();
   }).detach();
 }
 }  // namespace
@@ -107,6 +113,7 @@ void register_chat_web(CLI::App& app) {
   c->add_option("--threads", a->threads, "OpenMP threads per worker (0 = the cores divided among the workers)")
       ->capture_default_str();
   c->callback([a] {
+    stop_on_signals();
     const CheckpointSource source = parse_checkpoint_source(a->ckpt.source);
     serve::ServedModel model = serve::engine_model(source, a->ckpt.model_tag, a->ckpt.step);
     const int threads = a->threads > 0
@@ -121,7 +128,6 @@ void register_chat_web(CLI::App& app) {
                 static_cast<long long>(model.context_len), a->opt.workers, threads, a->opt.queue);
     std::fflush(stdout);
     a->opt.runs = runs_under(base_dir());
-    stop_on_signals();
     serve::ChatServer server(a->opt, std::move(model));
     const int port = server.bind();
     const std::string& h = a->opt.host;
