@@ -36,9 +36,9 @@ class ChatWeb : public ::testing::Test {
   }
 
   // Starts chat-web on a free port with extra flags; returns its port (-1 on failure).
-  int start(nctest::Proc& p, const std::string& flags = "") {
-    std::vector<std::string> argv = {NANOCHAT_BINARY, "chat-web", "-i",        "base", "-g", "t",
-                                     "--port",        "0",        "--threads", "1"};
+  int start(nctest::Proc& p, const std::string& flags = "", int threads = 1) {
+    std::vector<std::string> argv = {NANOCHAT_BINARY, "chat-web", "-i", "base", "-g", "t", "--port", "0", "--threads"};
+    argv.push_back(std::to_string(threads));
     std::istringstream extra(flags);
     for (std::string f; extra >> f;) argv.push_back(f);
     p = nctest::Proc::spawn(argv, {"NANOCHAT_BASE_DIR=" + g_base->dir});
@@ -119,7 +119,7 @@ TEST_F(ChatWeb, GreedyAnswerEqualsTheEngineOnTheSameCheckpointWholeAndStreamed) 
 
 TEST_F(ChatWeb, LimitsDisconnectsAndParallelClientsOnTheRealModel) {
   nctest::Proc p;
-  const int port = start(p, "--workers 2 --queue 1 --max-messages 3");
+  const int port = start(p, "--workers 2 --queue 1 --max-messages 3", 2);  // 2 threads per worker
   ASSERT_GT(port, 0) << p.output();
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(60, 0);
