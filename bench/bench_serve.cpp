@@ -95,9 +95,8 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Flags as in the usage line; exits 2 on a bad one (0 for --help).
+Args parse_args(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
@@ -128,50 +127,57 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: bench_serve [-i base|sft|rl] [-g TAG] [-s STEP] [--workers 4] [--clients 4] "
                    "[--requests 3] [--max-tokens 64] [--threads 1 (per worker)]\n");
-      return k == "--help" || k == "-h" ? 0 : 2;
+      std::exit(k == "--help" || k == "-h" ? 0 : 2);
     }
   }
+  return a;
+}
+
+// The engine alone: one thread, same prompt, same token budget (end of turn ignored by taking the
+// tokens it made per second). Run before and after the server, so that a change in the machine's
+// load between the two shows.
+void engine_alone(const Args& a, CheckpointSource source, const char* when) {
+  set_num_threads(a.threads);
+  InferenceModel im = load_for_inference(source, a.tag, a.step);
+  Engine e(*im.lm.model, im.tokenizer);
+  Conversation conv;
+  conv.messages.push_back(Message::plain(Message::Role::User, a.prompt));
+  const auto prompt = render_for_reply(im.tokenizer, conv);
+  GenerateOptions go;
+  go.temperature = 0.8;
+  go.max_tokens = a.max_tokens;
+  go.seed = 999;
+  e.generate(prompt, go);  // warm-up: first-call allocations are not generation speed
+  int toks = 0;
+  double gen_s = 0;
+  for (int r = 0; r < a.requests; ++r) {
+    go.seed = 1000 + r;
+    const auto t0 = Clock::now();
+    Clock::time_point first{};
+    int n = 0;
+    e.generate(prompt, go, [&](const TokenEvent&) {
+      if (n++ == 0) first = Clock::now();
+      return StreamControl::Continue;
+    });
+    if (n > 1) {
+      gen_s += secs(Clock::now() - first);
+      toks += n - 1;
+    }
+    (void)t0;
+  }
+  if (std::string(when) == "before")
+    std::printf("model %s %s (prompt %zu tokens), %d thread(s) per worker\n", a.source.c_str(), im.lm.tag.c_str(),
+                prompt.size(), a.threads);
+  std::printf("engine alone (%s): %.1f tok/s (%d tokens after the first)\n", when, toks / std::max(gen_s, 1e-9), toks);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse_args(argc, argv);
   try {
     const CheckpointSource source = parse_checkpoint_source(a.source);
-    // The engine alone: one thread, same prompt, same token budget (end of turn ignored by taking
-    // the tokens it made per second). Run before and after the server, so that a change in the
-    // machine's load between the two shows.
-    auto engine_alone = [&](const char* when) {
-      set_num_threads(a.threads);
-      InferenceModel im = load_for_inference(source, a.tag, a.step);
-      Engine e(*im.lm.model, im.tokenizer);
-      Conversation conv;
-      conv.messages.push_back(Message::plain(Message::Role::User, a.prompt));
-      const auto prompt = render_for_reply(im.tokenizer, conv);
-      GenerateOptions go;
-      go.temperature = 0.8;
-      go.max_tokens = a.max_tokens;
-      go.seed = 999;
-      e.generate(prompt, go);  // warm-up: first-call allocations are not generation speed
-      int toks = 0;
-      double gen_s = 0;
-      for (int r = 0; r < a.requests; ++r) {
-        go.seed = 1000 + r;
-        const auto t0 = Clock::now();
-        Clock::time_point first{};
-        int n = 0;
-        e.generate(prompt, go, [&](const TokenEvent&) {
-          if (n++ == 0) first = Clock::now();
-          return StreamControl::Continue;
-        });
-        if (n > 1) {
-          gen_s += secs(Clock::now() - first);
-          toks += n - 1;
-        }
-        (void)t0;
-      }
-      if (std::string(when) == "before")
-        std::printf("model %s %s (prompt %zu tokens), %d thread(s) per worker\n", a.source.c_str(),
-                    im.lm.tag.c_str(), prompt.size(), a.threads);
-      std::printf("engine alone (%s): %.1f tok/s (%d tokens after the first)\n", when,
-                  toks / std::max(gen_s, 1e-9), toks);
-    };
-    engine_alone("before");
+    engine_alone(a, source, "before");
     serve::ServedModel model = serve::engine_model(source, a.tag, a.step);
     auto make = model.make;
     const int threads = a.threads;
@@ -224,7 +230,7 @@ int main(int argc, char** argv) {
     }
     server.stop();
     srv.join();
-    engine_alone("after");
+    engine_alone(a, source, "after");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_serve: %s\n", e.what());
     return 1;

@@ -55,6 +55,7 @@ struct ChatServer::Impl {
 
   Impl(const ServeOptions& o, ServedModel m) : opt(o), model(std::move(m)), pool(o.workers, o.queue, model.make) {}
 
+  void configure();
   void routes();
   void chat(const httplib::Request& req, httplib::Response& res);
   void finish_whole(const std::shared_ptr<Job>& job, const Prepared& p, httplib::Response& res);
@@ -66,6 +67,7 @@ ChatServer::ChatServer(const ServeOptions& opt, ServedModel model) {
   // is seen and the job cancelled instead.
   ::signal(SIGPIPE, SIG_IGN);
   impl_ = std::make_unique<Impl>(opt, std::move(model));
+  impl_->configure();
   impl_->routes();
 }
 
@@ -94,7 +96,8 @@ void ChatServer::stop() {
   if (impl_->http.is_running()) impl_->http.stop();
 }
 
-void ChatServer::Impl::routes() {
+// Limits, timeouts and the JSON answers of errors that no route writes (404, 413, exceptions).
+void ChatServer::Impl::configure() {
   // Enough connection threads for every admitted request plus a few for the page, /health and the
   // answers that refuse a request; more connections wait in the kernel's accept queue.
   const size_t threads = static_cast<size_t>(opt.workers + opt.queue + 8);
@@ -133,7 +136,9 @@ void ChatServer::Impl::routes() {
     }
     send_error(res, 500, "server_error", "internal error: " + what);
   });
+}
 
+void ChatServer::Impl::routes() {
   http.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(chat_page_html(), "text/html; charset=utf-8");
   });
