@@ -68,7 +68,8 @@ TEST(Conversation, ReplyPrimesTheAssistant) {
 }
 
 TEST(Conversation, JsonRoundTrip) {
-  for (const auto& c : fixture().at("cases")) {
+  const auto fx = fixture();
+  for (const auto& c : fx.at("cases")) {
     const Conversation conv = conversation_from_json(c.at("conversation"));
     EXPECT_EQ(conversation_from_json(conversation_to_json(conv)), conv) << c.at("name");
   }

@@ -12,8 +12,8 @@ namespace nanochat::cli {
 void register_all(CLI::App& app);
 
 /// The trained checkpoint a command loads (nanochat's -g/--model-tag and -s/--step):
-/// <source folder>/<model_tag>/model_<step> (base_checkpoints/ unless -i says otherwise); empty tag = default_model_tag (the largest d<N>,
-/// else the newest tag), step -1 = the last complete one (resolved by load_trained_model).
+/// <source folder>/<model_tag>/model_<step> (base_checkpoints/ unless -i says otherwise); empty tag = default_model_tag
+/// (the largest d<N>, else the newest tag), step -1 = the last complete one (resolved by load_trained_model).
 struct CheckpointChoice {
   std::string model_tag;
   int64_t step = -1;
