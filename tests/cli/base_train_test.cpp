@@ -192,7 +192,7 @@ TEST(BaseTrain, CheckpointServesBaseEvalSampleAndChat) {
   auto s = run(b, " sample -g t -p Elizabeth -n 6 -t 0");
   ASSERT_EQ(s.code, 0) << s.out;
   EXPECT_NE(s.out.find("---\nElizabeth"), std::string::npos) << s.out;
-  auto c = run(b, " chat -g t -s 3 --threads 1 -p hello --max-tokens 5");
+  auto c = run(b, " chat -i base -g t -s 3 --threads 1 -p hello --max-tokens 5");
   ASSERT_EQ(c.code, 0) << c.out;
   EXPECT_NE(c.out.find("Assistant: "), std::string::npos) << c.out;
   auto missing = run(b, " sample -g nope");

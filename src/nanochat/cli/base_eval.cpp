@@ -98,9 +98,9 @@ void register_base_eval(CLI::App& app) {
   c->callback([a, eval_opt] {
     const EvalModes modes = parse_eval_modes(a->eval);
     if (a->threads > 0) set_num_threads(a->threads);
-    const Tokenizer tok = Tokenizer::load(tokenizer_dir());
-    LoadedModel lm = load_trained_model(a->ckpt.model_tag, a->ckpt.step);
-    require_tokenizer_vocab(lm, tok.vocab_size());
+    InferenceModel im = load_for_inference(CheckpointSource::Base, a->ckpt.model_tag, a->ckpt.step);
+    const Tokenizer& tok = im.tokenizer;
+    LoadedModel& lm = im.lm;
     const bool master = dist::env_int("RANK").value_or(0) == 0;
     if (modes.sample && master) print_base_samples(lm, tok);
     if (modes.bpb) evaluate_splits(lm, tok, *a);

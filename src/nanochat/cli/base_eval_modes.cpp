@@ -6,11 +6,11 @@
 
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
+#include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/core_eval.h"
 #include "nanochat/train/model_io.h"
-#include "nanochat/train/sample.h"
 
 namespace nanochat::cli {
 
@@ -51,26 +51,25 @@ void print_base_samples(LoadedModel& lm, const Tokenizer& tok) {
     std::printf("%s\n%s\n", rule.c_str(), tok.decode(all).c_str());
     std::fflush(stdout);
   };
+  // nanochat's base_eval: Engine.generate_batch, greedy rows of 16 tokens for the prompts, then
+  // 8 rows of 128 tokens at temperature 1 from BOS alone (one prefill)
+  Engine engine(*lm.model, tok);
   std::printf("\nConditioned samples:\n");
   for (const char* p : kPrompts) {
     std::vector<int32_t> prompt{tok.bos_id()};
     for (int32_t id : tok.encode(p)) prompt.push_back(id);
-    SampleOptions o;
+    GenerateOptions o;
     o.max_tokens = 16;
     o.temperature = 0.0;
-    o.stop_ids = {tok.bos_id()};
-    show(prompt, generate(*lm.model, prompt, o));
+    show(prompt, engine.generate(prompt, o).rows[0].tokens);
   }
   std::printf("\nUnconditioned samples:\n");
-  for (int i = 0; i < 8; ++i) {
-    const std::vector<int32_t> prompt{tok.bos_id()};
-    SampleOptions o;
-    o.max_tokens = 128;
-    o.temperature = 1.0;
-    o.seed = 42 + static_cast<uint64_t>(i);
-    o.stop_ids = {tok.bos_id()};
-    show(prompt, generate(*lm.model, prompt, o));
-  }
+  const std::vector<int32_t> bos{tok.bos_id()};
+  GenerateOptions o;
+  o.num_samples = 8;
+  o.max_tokens = 128;
+  o.temperature = 1.0;
+  for (const auto& row : engine.generate(bos, o).rows) show(bos, row.tokens);
 }
 
 void run_core_eval(LoadedModel& lm, const Tokenizer& tok, int64_t max_per_task, bool required) {

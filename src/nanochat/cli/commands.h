@@ -12,20 +12,32 @@ namespace nanochat::cli {
 void register_all(CLI::App& app);
 
 /// The trained checkpoint a command loads (nanochat's -g/--model-tag and -s/--step):
-/// base_checkpoints/<model_tag>/model_<step>; empty tag = default_model_tag (the largest d<N>,
-/// else the newest tag), step -1 = the last complete one (resolved by load_trained_model).
+/// <source folder>/<model_tag>/model_<step> (base_checkpoints/ unless -i says otherwise); empty tag = default_model_tag
+/// (the largest d<N>, else the newest tag), step -1 = the last complete one (resolved by load_trained_model).
 struct CheckpointChoice {
   std::string model_tag;
   int64_t step = -1;
+  std::string source = "base";  ///< -i/--source where the command offers it: base, sft or rl
 };
 
 /// Adds -g/--model-tag and -s/--step to `c`; `choice` must outlive the app (hold it in the
 /// command's shared argument struct).
 inline void add_checkpoint_options(CLI::App* c, CheckpointChoice& choice) {
   c->add_option("-g,--model-tag", choice.model_tag,
-                "checkpoint tag under base_checkpoints/ (default: the d<N> tag with the largest N, "
+                "checkpoint tag under the checkpoint folder (default: the d<N> tag with the largest N, "
                 "else the most recently written tag)");
   c->add_option("-s,--step", choice.step, "checkpoint step (default or -1: the last complete one)");
+}
+
+/// Adds -i/--source (nanochat's: which stage's checkpoints, base|sft|rl; train/model_io.h
+/// CheckpointSource) with `default_source` as its default.
+inline void add_source_option(CLI::App* c, CheckpointChoice& choice, const std::string& default_source) {
+  choice.source = default_source;
+  c->add_option("-i,--source", choice.source,
+                "checkpoints to load: base (base_checkpoints/), sft (chatsft_checkpoints/) or rl "
+                "(chatrl_checkpoints/)")
+      ->check(CLI::IsMember({"base", "sft", "rl"}))
+      ->capture_default_str();
 }
 
 /// Adds --threads (OpenMP threads for the model's kernels; 0 = the OpenMP default).

@@ -1,11 +1,10 @@
 #include "nanochat/train/metrics_log.h"
 
-#include <map>
 #include <utility>
 #include <vector>
 
-#include "nanochat/train/chart.h"
 #include "nanochat/train/checkpoint.h"
+#include "nanochat/train/runs.h"
 
 using json = nlohmann::json;
 
@@ -39,20 +38,7 @@ void MetricsLog::record(const json& j) {
 void MetricsLog::write_chart(const std::string& svg_path, const std::string& title) {
   if (!writer_) return;
   out_.close();
-  ChartSeries loss{"train loss (debiased EMA, nats)", {}}, bpb{"validation bpb", {}};
-  std::map<int64_t, double> lm, bm;
-  std::ifstream in(path_);
-  for (std::string line; std::getline(in, line);) {
-    try {
-      json j = json::parse(line);
-      if (j.contains("smooth_loss")) lm[j["step"]] = j["smooth_loss"];
-      if (j.contains("val_bpb") && j["val_bpb"].is_number()) bm[j["step"]] = j["val_bpb"];
-    } catch (const std::exception&) {
-    }
-  }
-  for (auto& [s, v] : lm) loss.points.push_back({static_cast<double>(s), v});
-  for (auto& [s, v] : bm) bpb.points.push_back({static_cast<double>(s), v});
-  write_text_atomic(svg_path, render_svg_chart(title, {loss, bpb}));
+  write_text_atomic(svg_path, metrics_chart_svg(path_, title));
 }
 
 }  // namespace nanochat

@@ -40,8 +40,58 @@ std::string default_model_tag(const std::string& root) {
   fail("no complete checkpoint under ", root, "; train a model first with 'nanochat base-train'");
 }
 
-LoadedModel load_trained_model(const std::string& tag_in, int64_t step) {
-  const std::string root = base_dir() + "/base_checkpoints";
+const char* checkpoint_source_name(CheckpointSource s) {
+  switch (s) {
+    case CheckpointSource::Base:
+      return "base";
+    case CheckpointSource::Sft:
+      return "sft";
+    case CheckpointSource::Rl:
+      return "rl";
+  }
+  return "?";
+}
+
+const char* checkpoint_source_folder(CheckpointSource s) {
+  switch (s) {
+    case CheckpointSource::Base:
+      return "base_checkpoints";
+    case CheckpointSource::Sft:
+      return "chatsft_checkpoints";
+    case CheckpointSource::Rl:
+      return "chatrl_checkpoints";
+  }
+  return "?";
+}
+
+CheckpointSource parse_checkpoint_source(const std::string& name) {
+  if (name == "base") return CheckpointSource::Base;
+  if (name == "sft") return CheckpointSource::Sft;
+  if (name == "rl") return CheckpointSource::Rl;
+  fail("unknown checkpoint source '", name, "' for -i/--source (want base, sft or rl)");
+}
+
+namespace {
+// The command that writes a source's checkpoints, for error messages.
+const char* source_writer(CheckpointSource s) {
+  switch (s) {
+    case CheckpointSource::Base:
+      return "nanochat base-train";
+    case CheckpointSource::Sft:
+      return "nanochat chat-sft";
+    case CheckpointSource::Rl:
+      return "nanochat chat-rl";
+  }
+  return "?";
+}
+}  // namespace
+
+LoadedModel load_trained_model(const std::string& tag_in, int64_t step, CheckpointSource source) {
+  const std::string root = base_dir() + "/" + checkpoint_source_folder(source);
+  std::error_code ec;
+  if (source != CheckpointSource::Base && !fs::is_directory(root, ec))
+    fail("no ", checkpoint_source_name(source), " checkpoints: ", root, " does not exist; it is written by '",
+         source_writer(source), "' (or pass -i base to use a base-train checkpoint)");
   LoadedModel out;
   out.tag = tag_in.empty() ? default_model_tag(root) : tag_in;
   out.dir = root + "/" + out.tag;
@@ -80,6 +130,15 @@ void require_tokenizer_vocab(const LoadedModel& lm, int tokenizer_vocab) {
   if (lm.model->config().vocab_size != tokenizer_vocab)
     fail("checkpoint ", lm.dir, " has vocab ", lm.model->config().vocab_size, " but the tokenizer in ", tokenizer_dir(),
          " has ", tokenizer_vocab, "; use the tokenizer the model was trained with");
+}
+
+InferenceModel load_for_inference(CheckpointSource source, const std::string& tag, int64_t step) {
+  InferenceModel im;
+  im.source = source;
+  im.tokenizer = Tokenizer::load(tokenizer_dir());
+  im.lm = load_trained_model(tag, step, source);
+  require_tokenizer_vocab(im.lm, im.tokenizer.vocab_size());
+  return im;
 }
 
 }  // namespace nanochat

@@ -18,6 +18,7 @@
 #include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/data/verify.h"
+#include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/tokenizer.h"
@@ -28,7 +29,6 @@
 #include "nanochat/train/loop_checkpoint.h"
 #include "nanochat/train/metrics_log.h"
 #include "nanochat/train/report.h"
-#include "nanochat/train/sample.h"
 #include "nanochat/train/step_source.h"
 #include "nanochat/train/zero2_sync.h"
 
@@ -160,12 +160,15 @@ class TrainLoop {
       c_.metrics.record({{"step", step}, {"val_bpb", number_or_infinity(st_.val_bpb)}});
     }
     if (plan_.cadence.sample_at(step, last) && sync_.rank() == 0) {
-      SampleOptions so;
-      so.max_tokens = 16;
+      // nanochat's base_train: Engine.generate_batch, one greedy row of at most 16 tokens
+      Engine engine(model_, c_.tok);
+      GenerateOptions go;
+      go.max_tokens = 16;
+      go.temperature = 0;
       for (const char* prompt : kSamplePrompts) {
         std::vector<int32_t> ids = c_.tok.encode(prompt);
         ids.insert(ids.begin(), c_.tok.bos_id());
-        auto gen = generate(model_, ids, so);
+        const std::vector<int32_t> gen = engine.generate(ids, go).rows[0].tokens;
         ids.insert(ids.end(), gen.begin(), gen.end());
         print0(c_.tok.decode(ids));
       }
@@ -266,7 +269,8 @@ class TrainLoop {
     r.loader_state = loader_state_;
     r.total_training_time = st_.total_training_time;
     r.world_size = plan_.world_size;
-    json rank_rows = json::array(), rank_compute = json::array(), rank_wait = json::array(), rank_data = json::array();
+    json rank_rows = json::array(), rank_compute = json::array(), rank_wait = json::array(), rank_data = json::array(),
+         rank_tok = json::array();
     for (size_t q = 0; q < s.ranks.size(); ++q) {
       const RankStep& x = s.ranks[q];
       const double compute = x.compute + x.opt_compute;
@@ -277,6 +281,7 @@ class TrainLoop {
       rank_compute.push_back(compute * 1e3);
       rank_wait.push_back(wait * 1e3);
       rank_data.push_back(x.data * 1e3);
+      rank_tok.push_back(r.ranks.back().tok_per_sec);
     }
     r.comm_wait = r.ranks[0].wait;
     print0(step_log_line(r));
@@ -293,6 +298,7 @@ class TrainLoop {
       rec["rank_compute_ms"] = rank_compute;
       rec["rank_wait_ms"] = rank_wait;
       rec["rank_data_ms"] = rank_data;
+      rec["rank_tok_per_sec"] = rank_tok;
     }
     c_.metrics.record(rec);
   }
