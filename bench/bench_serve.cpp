@@ -184,11 +184,11 @@ void engine_alone(const Args& a, CheckpointSource source, const char* when, bool
   if (std::string(when) == "before")
     std::printf("model %s %s (prompt %zu tokens), %d thread(s) per worker\n", a.source.c_str(), im.lm.tag.c_str(),
                 prompt.size(), a.threads);
-  std::printf("engine alone (%s): %.1f tok/s (%d tokens after the first), time to first token median %.1f ms\n",
-              when, toks / std::max(gen_s, 1e-9), toks, median(ttft_ms));
+  std::printf("engine alone (%s): %.1f tok/s (%d tokens after the first), time to first token median %.1f ms\n", when,
+              toks / std::max(gen_s, 1e-9), toks, median(ttft_ms));
   if (json_line) {
-    const json j = {{"prompt", prompt},     {"ttft_ms", ttft_ms},        {"tok_s", rates},
-                    {"tokens_after_first", toks}, {"gen_s", gen_s}, {"first_answer", first_answer}};
+    const json j = {{"prompt", prompt},           {"ttft_ms", ttft_ms}, {"tok_s", rates},
+                    {"tokens_after_first", toks}, {"gen_s", gen_s},     {"first_answer", first_answer}};
     std::printf("%s\n", j.dump().c_str());
   }
   std::fflush(stdout);
