@@ -58,6 +58,16 @@ def parse_args(argv):
     return a
 
 
+def med(xs):
+    """Median, NaN for no values (an answer that ended at its first token has no rate)."""
+    xs = list(xs)
+    return statistics.median(xs) if xs else float("nan")
+
+
+def ratio(x, y):
+    return x / y if y > 0 else float("nan")
+
+
 def cpu_model():
     with open("/proc/cpuinfo") as f:
         for line in f:
@@ -178,15 +188,14 @@ def main(argv):
                     rate.append((n - 1) / max(s, 1e-9))
                 if r == 0 and a.temperature == 0 and toks != ours["first_answer"]:
                     mismatch += 1
-            row = (statistics.median(ours["tok_s"]), statistics.median(rate),
-                   statistics.median(ours["ttft_ms"]), statistics.median(ttft))
+            row = (med(ours["tok_s"]), med(rate), med(ours["ttft_ms"]), med(ttft))
             rows.append(row)
-            print(f"| {rnd} | {row[0]:.1f} | {row[1]:.1f} | {row[0] / row[1]:.2f}x | {row[2]:.1f} | {row[3]:.1f} | "
-                  f"{row[2] / row[3]:.2f}x |", flush=True)
-        med = [statistics.median(c) for c in zip(*rows)]
-        ratio_rate = statistics.median(r[0] / r[1] for r in rows)
-        ratio_ttft = statistics.median(r[2] / r[3] for r in rows)
-        print(f"| median | {med[0]:.1f} | {med[1]:.1f} | {ratio_rate:.2f}x | {med[2]:.1f} | {med[3]:.1f} | "
+            print(f"| {rnd} | {row[0]:.1f} | {row[1]:.1f} | {ratio(row[0], row[1]):.2f}x | {row[2]:.1f} | {row[3]:.1f} | "
+                  f"{ratio(row[2], row[3]):.2f}x |", flush=True)
+        m = [med(c) for c in zip(*rows)]
+        ratio_rate = med(ratio(r[0], r[1]) for r in rows)
+        ratio_ttft = med(ratio(r[2], r[3]) for r in rows)
+        print(f"| median | {m[0]:.1f} | {m[1]:.1f} | {ratio_rate:.2f}x | {m[2]:.1f} | {m[3]:.1f} | "
               f"{ratio_ttft:.2f}x |")
         print()
         print(f"prompt {len(prompt)} tokens; load average {os.getloadavg()[0]:.2f} at the end")
