@@ -10,8 +10,8 @@
 
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
-#include "nanochat/dist/gather.h"
-#include "nanochat/dist/net.h"
+#include "nanochat/cluster/gather.h"
+#include "nanochat/cluster/net.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 
@@ -107,7 +107,7 @@ bool intact_here(const std::string& dir, int64_t step, int rank, int world_size)
 void prepare_checkpoint_dirs(Communicator& comm, const std::string& dir) {
   const std::string err = comm.rank() == 0 ? create_dir(dir) : std::string();
   if (comm.rank() == 0 && err.empty()) remove_stale_checkpoint_tmp(dir);  // left by a save that was stopped
-  dist::throw_if_any_rank_failed(comm, err, str_cat("Nothing was trained. ", kFolderHint));
+  cluster::throw_if_any_rank_failed(comm, err, str_cat("Nothing was trained. ", kFolderHint));
 }
 
 void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GPT& model, const MuonAdamW& opt,
@@ -123,7 +123,7 @@ void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GP
     } catch (const Error& e) {
       err = could_not_write(cp.marker(), e.what());
     }
-  dist::throw_if_any_rank_failed(comm, err, hint);
+  cluster::throw_if_any_rank_failed(comm, err, hint);
 
   // 2. Rank 0 writes every rank's optimizer shard (each sent to it in turn, with its loader
   // state), the weights and the meta, then the marker with every file's CRC32. A failure stops
@@ -171,7 +171,7 @@ void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GP
         err = could_not_write(cp.marker(), e.what());
       }
   }
-  dist::throw_if_any_rank_failed(comm, err, hint);
+  cluster::throw_if_any_rank_failed(comm, err, hint);
 }
 
 void rewrite_checkpoint_meta(const CheckpointPaths& cp, const json& meta) {
@@ -213,8 +213,8 @@ std::vector<std::string> files_read_by_rank(const CheckpointPaths& cp, int rank,
 
 void agree_on_checkpoint_load(Communicator& comm, const CheckpointPaths& cp, const std::string& error,
                               const std::string& corrupt) {
-  const json mine = {{"host", dist::host_name()}, {"error", error}, {"corrupt", corrupt}};
-  const std::vector<std::string> all = dist::all_gather_strings(comm, mine.dump());
+  const json mine = {{"host", cluster::host_name()}, {"error", error}, {"corrupt", corrupt}};
+  const std::vector<std::string> all = cluster::all_gather_strings(comm, mine.dump());
   std::string first_corrupt, first_error;
   for (size_t j = 0; j < all.size(); ++j) {
     const json theirs = json::parse(all[j]);
@@ -231,9 +231,9 @@ void agree_on_checkpoint_load(Communicator& comm, const CheckpointPaths& cp, con
   // advice names rank 0's folder and host (the one that writes checkpoints), on every rank.
   std::string steps_text =
       comm.rank() == 0
-          ? json{{"steps", complete_checkpoint_steps(cp.dir)}, {"dir", cp.dir}, {"host", dist::host_name()}}.dump()
+          ? json{{"steps", complete_checkpoint_steps(cp.dir)}, {"dir", cp.dir}, {"host", cluster::host_name()}}.dump()
           : std::string();
-  steps_text = dist::all_gather_strings(comm, steps_text).front();
+  steps_text = cluster::all_gather_strings(comm, steps_text).front();
   const json rank0 = json::parse(steps_text);
   const auto steps = rank0.at("steps").get<std::vector<int64_t>>();
   const std::string where =
