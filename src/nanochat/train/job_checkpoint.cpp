@@ -10,6 +10,7 @@
 
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
+#include "nanochat/core/file_io.h"
 #include "nanochat/cluster/gather.h"
 #include "nanochat/cluster/net.h"
 #include "nanochat/model/gpt.h"
@@ -164,7 +165,7 @@ void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GP
       for (const auto& p : model.params()) entries.push_back({p.name, "F32", p.shape, model.param_data() + p.offset});
       write_safetensors_atomic(cp.model(), entries, {{"format", "nanochat.cpp"}});
     });
-    write(cp.meta(), [&] { write_text_atomic(cp.meta(), meta.dump(2)); });
+    write(cp.meta(), [&] { write_file_atomic(cp.meta(), meta.dump(2)); });
     if (err.empty()) try {
         finish_checkpoint(cp, crcs, W);
       } catch (const Error& e) {
@@ -178,7 +179,7 @@ void rewrite_checkpoint_meta(const CheckpointPaths& cp, const json& meta) {
   const json marker = read_checkpoint_marker(cp);
   const std::string text = meta.dump(2), name = file_name(cp.meta());
   if (!marker.contains("crc32")) {  // a checkpoint from before checksums
-    write_text_atomic(cp.meta(), text);
+    write_file_atomic(cp.meta(), text);
     return;
   }
   const uint32_t crc = bytes_crc32(text.data(), text.size());
@@ -190,7 +191,7 @@ void rewrite_checkpoint_meta(const CheckpointPaths& cp, const json& meta) {
   both.push_back(crc);
   crcs[name] = both;
   finish_checkpoint(cp, crcs, saved_w);
-  write_text_atomic(cp.meta(), text);
+  write_file_atomic(cp.meta(), text);
   crcs[name] = crc;
   finish_checkpoint(cp, crcs, saved_w);
 }
