@@ -6,6 +6,9 @@
 // tokens/s while its answer streams, and the server's total tokens/s; and, first, the engine alone
 // (no HTTP, one thread) on the same prompt as the reference. Each is warmed up with one untimed
 // answer (per worker). Asserts nothing.
+// --engine-only runs the engine alone and nothing else, and adds one JSON line (prompt token ids,
+// per answer time to first token and tok/s, the first answer's tokens) for
+// bench/peer/run_serve_peer.sh, which times nanochat's Engine on the same prompt.
 #include <httplib.h>
 
 #include <algorithm>
@@ -37,6 +40,8 @@ struct Args {
   std::string source = "base", tag;
   int64_t step = -1;
   int workers = 4, clients = 4, requests = 3, max_tokens = 64, threads = 1;
+  double temperature = 0.8;
+  bool engine_only = false;
   std::string prompt = "Tell me about the weather today.";
 };
 
@@ -54,7 +59,7 @@ Sample one_request(int port, const Args& a, uint64_t seed) {
   c.set_read_timeout(600, 0);
   json body = {{"messages", json::array({{{"role", "user"}, {"content", a.prompt}}})},
                {"stream", true},
-               {"temperature", 0.8},
+               {"temperature", a.temperature},
                {"max_tokens", a.max_tokens},
                {"seed", seed}};
   httplib::Request req;
@@ -123,10 +128,15 @@ Args parse_args(int argc, char** argv) {
       a.max_tokens = std::stoi(val());
     else if (k == "--threads")
       a.threads = std::stoi(val());
+    else if (k == "--temperature")
+      a.temperature = std::stod(val());
+    else if (k == "--engine-only")
+      a.engine_only = true;
     else {
       std::fprintf(stderr,
                    "usage: bench_serve [-i base|sft|rl] [-g TAG] [-s STEP] [--workers 4] [--clients 4] "
-                   "[--requests 3] [--max-tokens 64] [--threads 1 (per worker)]\n");
+                   "[--requests 3] [--max-tokens 64] [--threads 1 (per worker)] [--temperature 0.8 (0: greedy)] "
+                   "[--engine-only (the engine alone, plus a JSON line)]\n");
       std::exit(k == "--help" || k == "-h" ? 0 : 2);
     }
   }
@@ -135,8 +145,9 @@ Args parse_args(int argc, char** argv) {
 
 // The engine alone: one thread, same prompt, same token budget (end of turn ignored by taking the
 // tokens it made per second). Run before and after the server, so that a change in the machine's
-// load between the two shows.
-void engine_alone(const Args& a, CheckpointSource source, const char* when) {
+// load between the two shows. Time to first token: from the call to the first token's callback
+// (prefill and the first sample). With `json`, also prints one JSON line.
+void engine_alone(const Args& a, CheckpointSource source, const char* when, bool json_line = false) {
   set_num_threads(a.threads);
   InferenceModel im = load_for_inference(source, a.tag, a.step);
   Engine e(*im.lm.model, im.tokenizer);
@@ -144,31 +155,43 @@ void engine_alone(const Args& a, CheckpointSource source, const char* when) {
   conv.messages.push_back(Message::plain(Message::Role::User, a.prompt));
   const auto prompt = render_for_reply(im.tokenizer, conv);
   GenerateOptions go;
-  go.temperature = 0.8;
+  go.temperature = a.temperature;
   go.max_tokens = a.max_tokens;
   go.seed = 999;
   e.generate(prompt, go);  // warm-up: first-call allocations are not generation speed
   int toks = 0;
   double gen_s = 0;
+  std::vector<double> ttft_ms, rates;
+  std::vector<int32_t> first_answer;
   for (int r = 0; r < a.requests; ++r) {
     go.seed = 1000 + r;
     const auto t0 = Clock::now();
-    Clock::time_point first{};
+    Clock::time_point first{}, last{};
     int n = 0;
-    e.generate(prompt, go, [&](const TokenEvent&) {
-      if (n++ == 0) first = Clock::now();
+    e.generate(prompt, go, [&](const TokenEvent& ev) {
+      last = Clock::now();
+      if (n++ == 0) first = last;
+      if (r == 0) first_answer.push_back(ev.token);
       return StreamControl::Continue;
     });
+    if (n > 0) ttft_ms.push_back(secs(first - t0) * 1000);
     if (n > 1) {
-      gen_s += secs(Clock::now() - first);
+      gen_s += secs(last - first);
       toks += n - 1;
+      rates.push_back((n - 1) / std::max(secs(last - first), 1e-9));
     }
-    (void)t0;
   }
   if (std::string(when) == "before")
     std::printf("model %s %s (prompt %zu tokens), %d thread(s) per worker\n", a.source.c_str(), im.lm.tag.c_str(),
                 prompt.size(), a.threads);
-  std::printf("engine alone (%s): %.1f tok/s (%d tokens after the first)\n", when, toks / std::max(gen_s, 1e-9), toks);
+  std::printf("engine alone (%s): %.1f tok/s (%d tokens after the first), time to first token median %.1f ms\n", when,
+              toks / std::max(gen_s, 1e-9), toks, median(ttft_ms));
+  if (json_line) {
+    const json j = {{"prompt", prompt},           {"ttft_ms", ttft_ms}, {"tok_s", rates},
+                    {"tokens_after_first", toks}, {"gen_s", gen_s},     {"first_answer", first_answer}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  std::fflush(stdout);
 }
 
 }  // namespace
@@ -177,6 +200,10 @@ int main(int argc, char** argv) {
   const Args a = parse_args(argc, argv);
   try {
     const CheckpointSource source = parse_checkpoint_source(a.source);
+    if (a.engine_only) {
+      engine_alone(a, source, "before", true);
+      return 0;
+    }
     engine_alone(a, source, "before");
     serve::ServedModel model = serve::engine_model(source, a.tag, a.step);
     auto make = model.make;

@@ -42,3 +42,4 @@ echo "== [6/6] sample"
 build/nanochat sample -g demo -n 24 -t 0.8 -p "The meaning of the word" -p "Elizabeth said that"
 echo
 echo "Done. Checkpoints, metrics.jsonl and report.svg are in $NANOCHAT_BASE_DIR/base_checkpoints/demo/"
+echo "Chat with it in a browser: NANOCHAT_BASE_DIR=$NANOCHAT_BASE_DIR build/nanochat chat-web -i base -g demo (then open http://127.0.0.1:8000/)"

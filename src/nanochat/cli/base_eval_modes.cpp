@@ -7,6 +7,7 @@
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/engine/engine.h"
+#include "nanochat/engine/sample_prompts.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/core_eval.h"
@@ -37,13 +38,6 @@ EvalModes parse_eval_modes(const std::string& text) {
 }
 
 void print_base_samples(LoadedModel& lm, const Tokenizer& tok) {
-  static const char* kPrompts[] = {"The capital of France is",
-                                   "The chemical symbol of gold is",
-                                   "If yesterday was Friday, then tomorrow will be",
-                                   "The opposite of hot is",
-                                   "The planets of the solar system are:",
-                                   "My favorite color is",
-                                   "If 5*x + 3 = 13, then x is"};
   const std::string rule(80, '-');
   auto show = [&](const std::vector<int32_t>& prompt, const std::vector<int32_t>& out) {
     std::vector<int32_t> all = prompt;
@@ -55,7 +49,7 @@ void print_base_samples(LoadedModel& lm, const Tokenizer& tok) {
   // 8 rows of 128 tokens at temperature 1 from BOS alone (one prefill)
   Engine engine(*lm.model, tok);
   std::printf("\nConditioned samples:\n");
-  for (const char* p : kPrompts) {
+  for (const char* p : kBaseSamplePrompts) {
     std::vector<int32_t> prompt{tok.bos_id()};
     for (int32_t id : tok.encode(p)) prompt.push_back(id);
     GenerateOptions o;

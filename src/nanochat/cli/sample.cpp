@@ -10,6 +10,7 @@
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/engine/engine.h"
+#include "nanochat/engine/sample_prompts.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/train/model_io.h"
 
@@ -53,13 +54,7 @@ void register_sample(CLI::App& app) {
     std::printf("model %s step %lld (%s)\n", im.lm.tag.c_str(), static_cast<long long>(im.lm.step), im.lm.dir.c_str());
     std::vector<std::string> prompts = a->prompts;
     if (prompts.empty())
-      prompts = {"The capital of France is",
-                 "The chemical symbol of gold is",
-                 "If yesterday was Friday, then tomorrow will be",
-                 "The opposite of hot is",
-                 "The planets of the solar system are:",
-                 "My favorite color is",
-                 "If 5*x + 3 = 13, then x is"};
+      prompts.assign(kBaseSamplePrompts.begin(), kBaseSamplePrompts.end());
     Engine engine(*im.lm.model, tok);
     GenerateOptions o;
     o.max_tokens = a->max_tokens;

@@ -72,15 +72,16 @@ CheckpointSource parse_checkpoint_source(const std::string& name) {
 }
 
 namespace {
-// The command that writes a source's checkpoints, for error messages.
+// What writes a source's checkpoints, for error messages: nanochat's script (chat SFT and RL have
+// no subcommand here yet; their checkpoints come from nanochat through `import`-compatible files).
 const char* source_writer(CheckpointSource s) {
   switch (s) {
     case CheckpointSource::Base:
       return "nanochat base-train";
     case CheckpointSource::Sft:
-      return "nanochat chat-sft";
+      return "nanochat's scripts.chat_sft (no nanochat.cpp subcommand yet)";
     case CheckpointSource::Rl:
-      return "nanochat chat-rl";
+      return "nanochat's scripts.chat_rl (no nanochat.cpp subcommand yet)";
   }
   return "?";
 }

@@ -19,6 +19,7 @@
 #include "nanochat/core/timer.h"
 #include "nanochat/data/verify.h"
 #include "nanochat/engine/engine.h"
+#include "nanochat/engine/sample_prompts.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/tokenizer.h"
@@ -37,17 +38,6 @@ using json = nlohmann::json;
 namespace nanochat {
 
 namespace {
-
-// The seven prompts base_train samples greedily (docs/nanochat.md 3.7).
-const char* const kSamplePrompts[] = {
-    "The capital of France is",
-    "The chemical symbol of gold is",
-    "If yesterday was Friday, then tomorrow will be",
-    "The opposite of hot is",
-    "The planets of the solar system are:",
-    "My favorite color is",
-    "If 5*x + 3 = 13, then x is",
-};
 
 // Rank 0's output: a line on stdout, flushed (the other ranks print nothing).
 void print_if(bool master, const std::string& s) {
@@ -165,7 +155,7 @@ class TrainLoop {
       GenerateOptions go;
       go.max_tokens = 16;
       go.temperature = 0;
-      for (const char* prompt : kSamplePrompts) {
+      for (const char* prompt : kBaseSamplePrompts) {
         std::vector<int32_t> ids = c_.tok.encode(prompt);
         ids.insert(ids.begin(), c_.tok.bos_id());
         const std::vector<int32_t> gen = engine.generate(ids, go).rows[0].tokens;
