@@ -24,11 +24,11 @@
 #include <vector>
 
 #include "nanochat/core/error.h"
-#include "nanochat/dist/env.h"
-#include "nanochat/dist/gloo_communicator.h"
+#include "nanochat/cluster/env.h"
+#include "nanochat/cluster/gloo_communicator.h"
 
 using namespace nanochat;
-using namespace nanochat::dist;
+using namespace nanochat::cluster;
 
 namespace {
 

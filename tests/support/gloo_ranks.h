@@ -12,16 +12,16 @@
 #include <stdexcept>
 #include <vector>
 
-#include "nanochat/dist/gloo_communicator.h"
+#include "nanochat/cluster/gloo_communicator.h"
 #include "support/proc_util.h"
 
 namespace nctest::gloo_ranks {
 
-using nanochat::dist::DistEnv;
-using nanochat::dist::DistOptions;
-using nanochat::dist::GlooCommunicator;
-using nanochat::dist::Ms;
-using nanochat::dist::pick_free_port;
+using nanochat::cluster::DistEnv;
+using nanochat::cluster::DistOptions;
+using nanochat::cluster::GlooCommunicator;
+using nanochat::cluster::Ms;
+using nanochat::cluster::pick_free_port;
 
 inline DistEnv env_for(int rank, int world, int port) {
   DistEnv e;

@@ -16,7 +16,7 @@
 #include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/data/loader.h"
-#include "nanochat/dist/env.h"
+#include "nanochat/cluster/env.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/eval.h"
@@ -50,7 +50,7 @@ void evaluate_splits(LoadedModel& lm, const Tokenizer& tok, const EvalArgs& args
                 static_cast<long long>(lm.step), static_cast<long long>(steps), o.B, o.T);
     LocalCommunicator local;
     const auto token_bytes = tok.token_bytes();
-    const bool print_progress = dist::env_int("RANK").value_or(0) == 0;
+    const bool print_progress = cluster::env_int("RANK").value_or(0) == 0;
     const int64_t tokens_per_batch = static_cast<int64_t>(o.B) * o.T;
     for (const char* split : {"train", "val"}) {
       o.split = split;
@@ -101,7 +101,7 @@ void register_base_eval(CLI::App& app) {
     InferenceModel im = load_for_inference(CheckpointSource::Base, a->ckpt.model_tag, a->ckpt.step);
     const Tokenizer& tok = im.tokenizer;
     LoadedModel& lm = im.lm;
-    const bool master = dist::env_int("RANK").value_or(0) == 0;
+    const bool master = cluster::env_int("RANK").value_or(0) == 0;
     if (modes.sample && master) print_base_samples(lm, tok);
     if (modes.bpb) evaluate_splits(lm, tok, *a);
     if (modes.core) run_core_eval(lm, tok, a->max_per_task, eval_opt->count() > 0);

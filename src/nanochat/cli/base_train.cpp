@@ -6,7 +6,7 @@
 
 #include "nanochat/cli/commands.h"
 #include "nanochat/comm/communicator.h"
-#include "nanochat/dist/gloo_communicator.h"
+#include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/train/test_fault.h"
 #include "nanochat/train/trainer.h"
 
@@ -95,7 +95,7 @@ void register_base_train(CLI::App& app) {
   add_train_test_hook_flags(c, *hooks);
   c->callback([args, hooks] {
     // World size 1 unless started by `nanochat run` or with torchrun's variables (RANK, ...).
-    std::unique_ptr<Communicator> comm = dist::make_communicator_from_env();
+    std::unique_ptr<Communicator> comm = cluster::make_communicator_from_env();
     run_base_train(*args, *comm, *hooks);
   });
 }

@@ -12,10 +12,10 @@
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/version.h"
-#include "nanochat/dist/env.h"
-#include "nanochat/dist/launcher.h"
-#include "nanochat/dist/net.h"
-#include "nanochat/dist/store.h"
+#include "nanochat/cluster/env.h"
+#include "nanochat/cluster/launcher.h"
+#include "nanochat/cluster/net.h"
+#include "nanochat/cluster/store.h"
 
 #ifdef NANOCHAT_HAVE_GLOO
 #include <gloo/config.h>
@@ -36,7 +36,7 @@ struct DoctorArgs {
 void line(const char* status, const std::string& what) { std::printf("[%s] %s\n", status, what.c_str()); }
 
 int doctor(const DoctorArgs& a) {
-  using namespace dist;
+  using namespace cluster;
   int problems = 0;
   std::string master = a.master_addr;
   if (master.empty()) master = std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1";

@@ -1,5 +1,5 @@
 // `nanochat run`: torchrun-style launcher (docs/architecture.md 1). Also registers the hidden
-// `nanochat dist-selftest` that tests/dist/ runs under it.
+// `nanochat dist-selftest` that tests/cluster/ runs under it.
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -7,19 +7,19 @@
 
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
-#include "nanochat/dist/env.h"
-#include "nanochat/dist/gloo_communicator.h"
-#include "nanochat/dist/launcher.h"
-#include "nanochat/dist/mesh.h"
-#include "nanochat/dist/selftest.h"
-#include "nanochat/dist/startup.h"
+#include "nanochat/cluster/env.h"
+#include "nanochat/cluster/gloo_communicator.h"
+#include "nanochat/cluster/launcher.h"
+#include "nanochat/cluster/mesh.h"
+#include "nanochat/cluster/selftest.h"
+#include "nanochat/cluster/startup.h"
 
 namespace nanochat::cli {
 
 namespace {
 
 struct RunArgs {
-  dist::LaunchOptions launch;
+  cluster::LaunchOptions launch;
   double rendezvous_timeout_s = 0;
   double grace_s = 10;
   std::string port_range;
@@ -27,7 +27,7 @@ struct RunArgs {
 };
 
 struct SelftestArgs {
-  dist::SelftestOptions st;
+  cluster::SelftestOptions st;
   std::vector<std::string> facts;
   std::vector<std::string> facts_on_rank;
   std::string iface;
@@ -57,18 +57,18 @@ void register_selftest(CLI::App& app) {
       if (colon == std::string::npos) fail("--fact-on-rank expects R:KEY=VALUE, got '", f, "'");
       args->st.facts_on_rank[std::stoi(f.substr(0, colon))].insert(split_fact(f.substr(colon + 1), "--fact-on-rank"));
     }
-    dist::DistOptions opts;
+    cluster::DistOptions opts;
     if (!args->iface.empty()) opts.iface = args->iface;
-    auto comm = dist::make_communicator_from_env(opts);
+    auto comm = cluster::make_communicator_from_env(opts);
 #ifdef NANOCHAT_HAVE_GLOO
-    if (auto* g = dynamic_cast<dist::GlooCommunicator*>(comm.get())) {
+    if (auto* g = dynamic_cast<cluster::GlooCommunicator*>(comm.get())) {
       const auto& d = g->device();
       std::cout << "dist-selftest: rank " << g->rank() << " of " << g->world_size() << ": Gloo bound " << d.address
                 << (d.iface.empty() ? "" : " on " + d.iface) << " (" << d.reason << ")" << std::endl;
     }
 #endif
-    dist::startup_barrier(*comm, "selftest");
-    dist::run_selftest(*comm, args->st, std::cout);
+    cluster::startup_barrier(*comm, "selftest");
+    cluster::run_selftest(*comm, args->st, std::cout);
   });
 }
 
@@ -115,26 +115,26 @@ void register_run(CLI::App& app) {
     if (args->standalone && L.nnodes != 1)
       fail("--standalone is a one-node job; drop it, or --nnodes ", L.nnodes, ", and pass --master-addr");
     if (args->rendezvous_timeout_s > 0) {
-      L.rendezvous_timeout = dist::Ms(static_cast<long>(args->rendezvous_timeout_s * 1000));
+      L.rendezvous_timeout = cluster::Ms(static_cast<long>(args->rendezvous_timeout_s * 1000));
     } else {
-      dist::DistOptions d;
+      cluster::DistOptions d;
       L.rendezvous_timeout = *d.resolved().rendezvous_timeout;
     }
-    L.grace = dist::Ms(static_cast<long>(args->grace_s * 1000));
+    L.grace = cluster::Ms(static_cast<long>(args->grace_s * 1000));
     if (!args->port_range.empty()) {
-      const auto pr = dist::parse_port_range(args->port_range, "--port-range");
+      const auto pr = cluster::parse_port_range(args->port_range, "--port-range");
       ::setenv("NANOCHAT_PORT_RANGE", pr.str().c_str(), 1);  // the ranks inherit it
     }
-    if (auto pr = dist::port_range_from_env()) {
+    if (auto pr = cluster::port_range_from_env()) {
       const std::string what =
           args->port_range.empty() ? "NANOCHAT_PORT_RANGE=" + pr->str() : "--port-range " + pr->str();
-      dist::check_port_range_size(*pr, L.nproc_per_node, what);
+      cluster::check_port_range_size(*pr, L.nproc_per_node, what);
       if (L.node_rank == 0 && L.master_port >= pr->first && L.master_port <= pr->last)
         fail(what, " contains --master-port ", L.master_port,
              ", which node 0 needs for the job's store; pick a range without it (e.g. ", L.master_port + 100, "-",
              L.master_port + 100 + std::max(pr->size(), L.nproc_per_node) - 1, ")");
     }
-    int rc = dist::launch(L);
+    int rc = cluster::launch(L);
     if (rc != 0) {
       std::fflush(stdout);
       std::fflush(stderr);

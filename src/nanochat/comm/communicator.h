@@ -1,6 +1,6 @@
 #pragma once
 // Communicator: the collectives the engine needs, behind one interface (docs/architecture.md 3.6).
-// Implementations: LocalCommunicator (world size 1, no-ops, here), GlooCommunicator (TCP, dist/);
+// Implementations: LocalCommunicator (world size 1, no-ops, here), GlooCommunicator (TCP, cluster/);
 // tests also use an in-process one (tests/support/thread_communicator.h).
 // The interface is its own area (comm, on core only) so that optim and train issue collectives
 // without depending on the transport.

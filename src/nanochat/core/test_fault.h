@@ -10,8 +10,8 @@
 //   "slow:<rank>:<factor>"             that rank's forward+backward takes <factor> times as long
 //                                      (it sleeps after each micro-batch: a slower machine);
 //   "start-delay:<rank>:<seconds>"     that rank sleeps before its first start-up barrier
-//                                      (dist/startup.h).
-// Who acts on them: train/test_fault.h (the trainer's FaultInjector) and dist/startup.cpp.
+//                                      (cluster/startup.h).
+// Who acts on them: train/test_fault.h (the trainer's FaultInjector) and cluster/startup.cpp.
 #include <cstdint>
 #include <string>
 

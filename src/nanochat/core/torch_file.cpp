@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/file_io.h"
 #include "nanochat/core/pickle.h"
 #include "nanochat/core/zip_store.h"
 
@@ -179,13 +180,6 @@ OpenedTorch open_torch(ZipReader zip, const std::string& what) {
   return OpenedTorch{std::move(zip), prefix, std::move(tree)};
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open ", path, ": ", std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return std::move(ss).str();
-}
 
 }  // namespace
 

@@ -7,7 +7,7 @@ namespace nanochat {
 /// "<version> (commit <12 hex>)", "<version> (commit <12 hex>, dirty <8 hex>)" when the checkout
 /// had uncommitted changes (the 8 hex hash them, so identical changes give identical ids), or
 /// "<version> (unknown commit)" for a build outside a git checkout. `nanochat --version` prints
-/// it and the startup agreement (dist/agree.h) compares it between ranks.
+/// it and the startup agreement (cluster/agree.h) compares it between ranks.
 const char* build_id();
 
 }  // namespace nanochat

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/file_io.h"
 #include "nanochat/core/zip_store.h"
 
 namespace nanochat {
@@ -48,11 +49,7 @@ bool safe_name(const std::string& name) {
 
 std::vector<std::string> extract_zip(const std::string& zip_path, const std::string& dest_dir,
                                      const std::string& prefix) {
-  std::ifstream in(zip_path, std::ios::binary);
-  if (!in) fail("cannot open ", zip_path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string b = std::move(ss).str();
+  const std::string b = read_file(zip_path);
   const std::string& p = zip_path;
   if (b.size() < 22) fail(p, " is not a zip archive (", b.size(), " bytes)");
   uint64_t end = b.size() - 22;

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/file_io.h"
 
 namespace nanochat {
 
@@ -152,12 +153,7 @@ void ZipWriter::finish() {
 }
 
 ZipReader::ZipReader(const std::string& path) : path_(path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open ", path, ": ", std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail("cannot read ", path);
-  bytes_ = std::move(ss).str();
+  bytes_ = read_file(path);
   parse_central_directory();
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/file_io.h"
 #include "nanochat/core/rng.h"
 #include "nanochat/data/codec.h"
 #include "nanochat/data/parquet.h"
@@ -89,14 +90,6 @@ std::vector<std::string> list_parquet_files(const std::string& dir) {
 
 namespace {
 
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) fail("cannot read input ", p.string());
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) fail("error reading input ", p.string());
-  return ss.str();
-}
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
@@ -231,7 +224,7 @@ PackResult pack_corpus(const PackOptions& opt) {
       }
       if (f.bad()) fail("error reading input ", p.string());
     } else {
-      std::string text = sanitize_utf8(read_file(p), &res.replaced_utf8);
+      std::string text = sanitize_utf8(read_file(p.string()), &res.replaced_utf8);
       if (opt.split == "paragraphs") {
         for (auto& para : paragraphs(text)) add(std::move(para));
       } else {

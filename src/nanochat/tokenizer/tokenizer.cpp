@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/file_io.h"
 #include "nanochat/tokenizer/base64.h"
 #include "nanochat/tokenizer/tokenizer_impl.h"
 
@@ -410,28 +411,9 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
-void write_file_atomic(const std::filesystem::path& path, const std::string& data) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) fail("tokenizer: cannot write ", tmp.string(), " (check that the directory is writable)");
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
-    f.flush();
-    if (!f) fail("tokenizer: error writing ", tmp.string(), " (disk full?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail("tokenizer: cannot rename ", tmp.string(), " to ", path.string(), ": ", ec.message());
-}
-
-std::string read_file(const std::filesystem::path& path, const std::string& dir) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    fail("tokenizer: cannot read ", path.string(), " (no tokenizer in ", dir,
-         "? train one with 'nanochat tok-train' or set NANOCHAT_BASE_DIR)");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+std::string read_tokenizer_file(const std::filesystem::path& path, const std::string& dir) {
+  return read_file(path.string(), str_cat("no tokenizer in ", dir,
+                                          "? train one with 'nanochat tok-train' or set NANOCHAT_BASE_DIR"));
 }
 }  // namespace
 
@@ -464,19 +446,19 @@ void Tokenizer::save(const std::string& dir) const {
   fs::create_directories(dir, ec);
   if (ec) fail("tokenizer: cannot create directory ", dir, ": ", ec.message());
   const SavedText text = saved_text();
-  write_file_atomic(fs::path(dir) / kRanksFile, text.ranks);
+  write_file_atomic((fs::path(dir) / kRanksFile).string(), text.ranks);
   std::string tb_bytes;
   for (int32_t v : token_bytes())
     for (int k = 0; k < 4; ++k) tb_bytes.push_back(static_cast<char>((static_cast<uint32_t>(v) >> (8 * k)) & 0xff));
-  write_file_atomic(fs::path(dir) / kTokenBytesFile, tb_bytes);
-  write_file_atomic(fs::path(dir) / kJsonFile, text.json);
+  write_file_atomic((fs::path(dir) / kTokenBytesFile).string(), tb_bytes);
+  write_file_atomic((fs::path(dir) / kJsonFile).string(), text.json);
 }
 
 Tokenizer Tokenizer::load(const std::string& dir) {
   namespace fs = std::filesystem;
   SavedText text;
-  text.json = read_file(fs::path(dir) / kJsonFile, dir);
-  text.ranks = read_file(fs::path(dir) / kRanksFile, dir);
+  text.json = read_tokenizer_file(fs::path(dir) / kJsonFile, dir);
+  text.ranks = read_tokenizer_file(fs::path(dir) / kRanksFile, dir);
   return from_saved_text(text, dir);
 }
 

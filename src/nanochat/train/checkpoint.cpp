@@ -1,11 +1,9 @@
 #include "nanochat/train/checkpoint.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -17,31 +15,12 @@
 #include <zlib.h>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/file_io.h"
 #include "nanochat/core/format.h"
 
 namespace fs = std::filesystem;
 
 namespace nanochat {
-
-namespace {
-// Unique per process and per call: ranks that are threads of one process (tests) may write the
-// same file of a shared folder at once.
-std::string tmp_name(const std::string& path) {
-  static std::atomic<uint64_t> counter{0};
-  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-}
-void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) fail("cannot open checkpoint directory ", dir, ": ", std::strerror(errno));
-  ::fsync(fd);
-  ::close(fd);
-}
-void rename_into_place(const std::string& tmp, const std::string& path) {
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    fail("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
-  fsync_dir(fs::path(path).parent_path().string());
-}
-}  // namespace
 
 std::string CheckpointPaths::model() const { return dir + "/model_" + step6(step) + ".safetensors"; }
 std::string CheckpointPaths::meta() const { return dir + "/meta_" + step6(step) + ".json"; }
@@ -52,27 +31,8 @@ std::string CheckpointPaths::marker() const { return dir + "/complete_" + step6(
 
 void write_safetensors_atomic(const std::string& path, const std::vector<StWriteEntry>& entries,
                               const std::map<std::string, std::string>& metadata) {
-  const std::string tmp = tmp_name(path);
+  const std::string tmp = atomic_tmp_name(path);
   save_safetensors(tmp, entries, metadata);
-  rename_into_place(tmp, path);
-}
-
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = tmp_name(path);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) fail("cannot write ", tmp, ": ", std::strerror(errno));
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t w = ::write(fd, text.data() + off, text.size() - off);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      fail("write to ", tmp, " failed: ", std::strerror(e));
-    }
-    off += static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) fail("cannot flush ", tmp, ": ", std::strerror(errno));
   rename_into_place(tmp, path);
 }
 
@@ -106,7 +66,7 @@ void begin_checkpoint(const CheckpointPaths& p) {
 
 void finish_checkpoint(const CheckpointPaths& p, const nlohmann::json& crcs, int world_size) {
   const nlohmann::json marker = {{"step", p.step}, {"world_size", world_size}, {"crc32", crcs}};
-  write_text_atomic(p.marker(), marker.dump() + "\n");
+  write_file_atomic(p.marker(), marker.dump() + "\n");
 }
 
 uint32_t bytes_crc32(const void* data, size_t n) {
@@ -187,13 +147,10 @@ nlohmann::json read_checkpoint_meta(const CheckpointPaths& p) {
 
 nlohmann::json read_checkpoint_marker(const CheckpointPaths& p) {
   require_complete(p);
-  std::ifstream f(p.marker());
-  std::ostringstream text;
-  text << f.rdbuf();
-  if (!f) fail("cannot read ", p.marker(), ": ", std::strerror(errno));
-  if (text.str() == "ok\n") return nlohmann::json::object();  // written before checksums
+  const std::string text = read_file(p.marker());
+  if (text == "ok\n") return nlohmann::json::object();  // written before checksums
   try {
-    nlohmann::json m = nlohmann::json::parse(text.str());
+    nlohmann::json m = nlohmann::json::parse(text);
     if (!m.is_object() || !m.value("crc32", nlohmann::json()).is_object()) fail("no crc32 table");
     return m;
   } catch (const std::exception& e) {

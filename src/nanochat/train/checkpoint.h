@@ -34,13 +34,12 @@ struct CheckpointPaths {
   std::string marker() const;
 };
 
-/// Writes a safetensors file atomically (tmp + fsync + rename + dir fsync).
+/// Writes a safetensors file atomically (tmp + fsync + rename + dir fsync; the temporary name and
+/// the rename of core/file_io.h, whose write_file_atomic() writes the text files).
 void write_safetensors_atomic(const std::string& path, const std::vector<StWriteEntry>& entries,
                               const std::map<std::string, std::string>& metadata = {});
-/// Writes a text file atomically (tmp + fsync + rename + dir fsync).
-void write_text_atomic(const std::string& path, const std::string& text);
 
-/// Removes the temporary files of write_*_atomic() ("<file>.tmp.<pid>.<n>") in `dir` whose writing
+/// Removes the temporary files of the atomic writes (core/file_io.h atomic_tmp_name(): "<file>.tmp.<pid>.<n>") in `dir` whose writing
 /// process no longer exists on this host (a save interrupted by a signal or a crash leaves one, as
 /// large as the file). Returns how many were removed; never throws.
 size_t remove_stale_checkpoint_tmp(const std::string& dir);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/file_io.h"
 
 namespace nanochat {
 
@@ -31,11 +32,7 @@ namespace {
 std::string read_bundle_file(const std::string& path) {
   if (!std::filesystem::exists(path))
     fail(path, " is missing: the CORE metric needs the eval bundle; ", kEvalBundleDownloadHint);
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (!f) fail("cannot read ", path);
-  return ss.str();
+  return read_file(path);
 }
 
 // ---- YAML subset ----

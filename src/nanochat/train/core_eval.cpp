@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/file_io.h"
 #include "nanochat/core/py_random.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/model/gpt.h"
@@ -251,7 +252,7 @@ void write_core_csv(const std::string& path, const CoreResult& r) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   if (ec) fail("cannot create the folder of ", path, ": ", ec.message());
-  write_text_atomic(path, text);
+  write_file_atomic(path, text);
 }
 
 }  // namespace nanochat

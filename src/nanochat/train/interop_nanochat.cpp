@@ -11,6 +11,7 @@
 
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
+#include "nanochat/core/file_io.h"
 #include "nanochat/core/format.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/core/torch_file.h"
@@ -37,23 +38,16 @@ void make_dirs(const std::string& dir) {
   if (ec) fail("cannot create ", dir, ": ", ec.message());
 }
 
-// Writes through `write(tmp)` then renames onto `path`, so a failure never leaves a partial file.
+// Writes through `write(tmp)` then renames onto `path` (core/file_io.h), so a failure never leaves
+// a partial file.
 template <typename F>
 void write_then_rename(const std::string& path, F write) {
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = atomic_tmp_name(path);
   write(tmp);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) fail("cannot rename ", tmp, " to ", path, ": ", ec.message());
+  rename_into_place(tmp, path);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open ", path, ": ", std::strerror(errno), "; is this a nanochat base folder?");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return std::move(ss).str();
-}
+constexpr const char* kBaseFolderHint = "is this a nanochat base folder?";
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "(";
@@ -123,7 +117,7 @@ std::string export_to_nanochat(const ExportOptions& opts) {
     entries.push_back({p.name, "F32", p.shape, lm.model->param_data() + p.offset});
   const std::string model_file = dir + "/model_" + step6(lm.step) + ".pt";
   write_then_rename(model_file, [&](const std::string& tmp) { save_torch_state_dict(tmp, entries); });
-  write_text_atomic(dir + "/meta_" + step6(lm.step) + ".json", nanochat_meta_text(lm.meta));
+  write_file_atomic(dir + "/meta_" + step6(lm.step) + ".json", nanochat_meta_text(lm.meta));
   export_tokenizer(tok, opts.out + "/tokenizer");
   if (opts.with_optimizer) {
     GPT& model = *lm.model;
@@ -258,7 +252,7 @@ void load_weights(const std::string& path, GPT& model) {
 
 Tokenizer import_tokenizer(const std::string& dir, int64_t vocab) {
   const std::string pkl = dir + "/tokenizer.pkl";
-  Tokenizer tok = tokenizer_from_tiktoken_pickle(read_file(pkl), pkl);
+  Tokenizer tok = tokenizer_from_tiktoken_pickle(read_file(pkl, kBaseFolderHint), pkl);
   if (tok.vocab_size() != vocab)
     fail(pkl, " has ", tok.vocab_size(), " tokens but the checkpoint's model_config has vocab_size ", vocab);
   const std::string tbp = dir + "/token_bytes.pt";
@@ -289,7 +283,7 @@ struct ImportedMeta {
 };
 
 ImportedMeta read_meta(const std::string& meta_path, int64_t step) {
-  const json meta = parse_python_json(read_file(meta_path), meta_path);
+  const json meta = parse_python_json(read_file(meta_path, kBaseFolderHint), meta_path);
   try {
     if (!meta.is_object() || !meta.contains("model_config")) fail("it has no model_config");
     ImportedMeta m;

@@ -10,8 +10,9 @@
 
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
-#include "nanochat/dist/gather.h"
-#include "nanochat/dist/net.h"
+#include "nanochat/core/file_io.h"
+#include "nanochat/cluster/gather.h"
+#include "nanochat/cluster/net.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 
@@ -107,7 +108,7 @@ bool intact_here(const std::string& dir, int64_t step, int rank, int world_size)
 void prepare_checkpoint_dirs(Communicator& comm, const std::string& dir) {
   const std::string err = comm.rank() == 0 ? create_dir(dir) : std::string();
   if (comm.rank() == 0 && err.empty()) remove_stale_checkpoint_tmp(dir);  // left by a save that was stopped
-  dist::throw_if_any_rank_failed(comm, err, str_cat("Nothing was trained. ", kFolderHint));
+  cluster::throw_if_any_rank_failed(comm, err, str_cat("Nothing was trained. ", kFolderHint));
 }
 
 void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GPT& model, const MuonAdamW& opt,
@@ -123,7 +124,7 @@ void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GP
     } catch (const Error& e) {
       err = could_not_write(cp.marker(), e.what());
     }
-  dist::throw_if_any_rank_failed(comm, err, hint);
+  cluster::throw_if_any_rank_failed(comm, err, hint);
 
   // 2. Rank 0 writes every rank's optimizer shard (each sent to it in turn, with its loader
   // state), the weights and the meta, then the marker with every file's CRC32. A failure stops
@@ -164,21 +165,21 @@ void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GP
       for (const auto& p : model.params()) entries.push_back({p.name, "F32", p.shape, model.param_data() + p.offset});
       write_safetensors_atomic(cp.model(), entries, {{"format", "nanochat.cpp"}});
     });
-    write(cp.meta(), [&] { write_text_atomic(cp.meta(), meta.dump(2)); });
+    write(cp.meta(), [&] { write_file_atomic(cp.meta(), meta.dump(2)); });
     if (err.empty()) try {
         finish_checkpoint(cp, crcs, W);
       } catch (const Error& e) {
         err = could_not_write(cp.marker(), e.what());
       }
   }
-  dist::throw_if_any_rank_failed(comm, err, hint);
+  cluster::throw_if_any_rank_failed(comm, err, hint);
 }
 
 void rewrite_checkpoint_meta(const CheckpointPaths& cp, const json& meta) {
   const json marker = read_checkpoint_marker(cp);
   const std::string text = meta.dump(2), name = file_name(cp.meta());
   if (!marker.contains("crc32")) {  // a checkpoint from before checksums
-    write_text_atomic(cp.meta(), text);
+    write_file_atomic(cp.meta(), text);
     return;
   }
   const uint32_t crc = bytes_crc32(text.data(), text.size());
@@ -190,7 +191,7 @@ void rewrite_checkpoint_meta(const CheckpointPaths& cp, const json& meta) {
   both.push_back(crc);
   crcs[name] = both;
   finish_checkpoint(cp, crcs, saved_w);
-  write_text_atomic(cp.meta(), text);
+  write_file_atomic(cp.meta(), text);
   crcs[name] = crc;
   finish_checkpoint(cp, crcs, saved_w);
 }
@@ -213,8 +214,8 @@ std::vector<std::string> files_read_by_rank(const CheckpointPaths& cp, int rank,
 
 void agree_on_checkpoint_load(Communicator& comm, const CheckpointPaths& cp, const std::string& error,
                               const std::string& corrupt) {
-  const json mine = {{"host", dist::host_name()}, {"error", error}, {"corrupt", corrupt}};
-  const std::vector<std::string> all = dist::all_gather_strings(comm, mine.dump());
+  const json mine = {{"host", cluster::host_name()}, {"error", error}, {"corrupt", corrupt}};
+  const std::vector<std::string> all = cluster::all_gather_strings(comm, mine.dump());
   std::string first_corrupt, first_error;
   for (size_t j = 0; j < all.size(); ++j) {
     const json theirs = json::parse(all[j]);
@@ -231,9 +232,9 @@ void agree_on_checkpoint_load(Communicator& comm, const CheckpointPaths& cp, con
   // advice names rank 0's folder and host (the one that writes checkpoints), on every rank.
   std::string steps_text =
       comm.rank() == 0
-          ? json{{"steps", complete_checkpoint_steps(cp.dir)}, {"dir", cp.dir}, {"host", dist::host_name()}}.dump()
+          ? json{{"steps", complete_checkpoint_steps(cp.dir)}, {"dir", cp.dir}, {"host", cluster::host_name()}}.dump()
           : std::string();
-  steps_text = dist::all_gather_strings(comm, steps_text).front();
+  steps_text = cluster::all_gather_strings(comm, steps_text).front();
   const json rank0 = json::parse(steps_text);
   const auto steps = rank0.at("steps").get<std::vector<int64_t>>();
   const std::string where =

@@ -10,8 +10,8 @@
 #include "nanochat/core/format.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/data/manifest.h"
-#include "nanochat/dist/agree.h"
-#include "nanochat/dist/startup.h"
+#include "nanochat/cluster/agree.h"
+#include "nanochat/cluster/startup.h"
 #include "nanochat/tokenizer/tokenizer.h"
 
 using json = nlohmann::json;
@@ -72,11 +72,11 @@ void agree_on_the_job(Communicator& comm, const BaseTrainArgs& a, const Tokenize
   if (local_data) {
     // The shards' names, sizes, row groups and CRC-32s, never the directory's path (nodes may keep
     // their copies anywhere). Hashing a new corpus may take a while: the others wait at a barrier
-    // with a deadline that names the slow rank, not at the collectives of dist::agree.
+    // with a deadline that names the slow rank, not at the collectives of cluster::agree.
     facts["data manifest"] = data::shard_manifest(data_dir());
-    dist::startup_barrier(comm, "data manifest");
+    cluster::startup_barrier(comm, "data manifest");
   }
-  dist::agree(comm, facts);
+  cluster::agree(comm, facts);
   if (comm.rank() == 0) {
     std::printf("All %d ranks agree on build, model, batch, tokenizer, %s\n", comm.world_size(),
                 local_data ? "data and flags" : "and flags; node 0 serves the data");
@@ -91,8 +91,8 @@ std::vector<int> gather_device_batches(Communicator& comm, int B) { return all_g
 
 JobLayout agree_on_job_layout(Communicator& comm, const BaseTrainArgs& a, const TrainPlan& plan, const Tokenizer& tok) {
   // Before the first collective: a rank slow to start is waited for (NANOCHAT_STARTUP_TIMEOUT) and
-  // named, instead of failing the others at the collective timeout (dist/startup.h).
-  dist::startup_barrier(comm, "train");
+  // named, instead of failing the others at the collective timeout (cluster/startup.h).
+  cluster::startup_barrier(comm, "train");
   if (comm.world_size() > 1) agree_on_the_job(comm, a, tok, plan);
   JobLayout l;
   l.rank = comm.rank();

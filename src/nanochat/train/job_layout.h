@@ -1,8 +1,8 @@
 #pragma once
 // The second stage of base-train's set-up, after TrainPlan (train/plan.h, this rank's flags): what
 // the job as a whole is, known once every rank has said its part. Built before the first collective
-// on tensors: it waits for every rank (dist/startup.h), runs the start-up agreement
-// (dist/agree.h: model, batch, tokenizer, flags, data) and only then gathers the device batches,
+// on tensors: it waits for every rank (cluster/startup.h), runs the start-up agreement
+// (cluster/agree.h: model, batch, tokenizer, flags, data) and only then gathers the device batches,
 // so ranks started with different flags (--depth, --resume-from-step, ...) stop with the error
 // that names the flag, never in a collective of mismatched sizes (resume's weight broadcast).
 #include <cstdint>
@@ -28,7 +28,7 @@ struct JobLayout {
 /// Collective: the start-up barrier, the agreement (rank 0 prints "All W ranks agree on ..."), the
 /// gather of the device batches. `a`: this rank's flags (agreed without --threads and
 /// --device-batch-size, which may differ per node). Throws nanochat::Error on every rank naming
-/// what differs (dist::agree), or a rank that did not arrive in time (dist::startup_barrier).
+/// what differs (cluster::agree), or a rank that did not arrive in time (cluster::startup_barrier).
 JobLayout agree_on_job_layout(Communicator& comm, const BaseTrainArgs& a, const TrainPlan& plan, const Tokenizer& tok);
 
 /// base-train's flags as JSON (the meta's user_config, the agreement's "base-train flags").

@@ -11,7 +11,7 @@
 #include "nanochat/core/format.h"
 #include "nanochat/core/safetensors.h"
 #include "nanochat/data/loader.h"
-#include "nanochat/dist/gather.h"
+#include "nanochat/cluster/gather.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/train/job_checkpoint.h"
@@ -61,8 +61,8 @@ void load_weights_and_meta(Communicator& comm, const CheckpointPaths& cp, GPT& m
       error = e.what();
     }
   agree_on_checkpoint_load(comm, cp, error, corrupt);
-  dist::broadcast_string(comm, meta_text, 0);
-  dist::broadcast_string(comm, marker_text, 0);
+  cluster::broadcast_string(comm, meta_text, 0);
+  cluster::broadcast_string(comm, marker_text, 0);
   comm.broadcast(model.param_data(), model.num_params() * sizeof(float), 0)->wait();
   meta = json::parse(meta_text);
   marker = json::parse(marker_text);
@@ -148,7 +148,7 @@ json reshard(Communicator& comm, const CheckpointPaths& cp, const json& marker, 
     comm.recv(part.data(), part.size() * sizeof(float), 0)->wait();
     opt.load_whole_state_part(part, whole.steps);
   }
-  dist::broadcast_string(comm, states_text, 0);
+  cluster::broadcast_string(comm, states_text, 0);
   if (W0 == W && one_rank_stream)
     print0(comm, str_cat("Read the optimizer state of all ", W0, " ranks from ", cp.dir, " on rank 0"));
   else
@@ -193,7 +193,7 @@ LoopState resume(Communicator& comm, const TrainPlan& plan, int64_t step, GPT& m
   if (comm.rank() == 0)
     for (int r = 0; r < W0; ++r)
       if (!fs::exists(cp.optim(r))) all_on_rank0 = "0";
-  dist::broadcast_string(comm, all_on_rank0, 0);
+  cluster::broadcast_string(comm, all_on_rank0, 0);
   const bool own_shards = all_on_rank0 == "0" && W0 == comm.world_size() && one_rank_stream;
   state.loader_state =
       own_shards ? load_own_shard(comm, cp, marker, opt) : reshard(comm, cp, marker, W0, one_rank_stream, opt);

@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "nanochat/core/file_io.h"
 #include "nanochat/train/checkpoint.h"
 #include "nanochat/train/runs.h"
 
@@ -38,7 +39,7 @@ void MetricsLog::record(const json& j) {
 void MetricsLog::write_chart(const std::string& svg_path, const std::string& title) {
   if (!writer_) return;
   out_.close();
-  write_text_atomic(svg_path, metrics_chart_svg(path_, title));
+  write_file_atomic(svg_path, metrics_chart_svg(path_, title));
 }
 
 }  // namespace nanochat

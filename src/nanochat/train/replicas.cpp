@@ -6,8 +6,8 @@
 
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
-#include "nanochat/dist/gather.h"
-#include "nanochat/dist/net.h"
+#include "nanochat/cluster/gather.h"
+#include "nanochat/cluster/net.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/train/checkpoint.h"
 
@@ -19,8 +19,8 @@ void check_replicas(const GPT& model, Communicator& comm, int64_t step) {
   std::vector<uint32_t> mine(params.size());
   for (size_t k = 0; k < params.size(); ++k)
     mine[k] = bytes_crc32(model.param_data() + params[k].offset, params[k].numel * sizeof(float));
-  const nlohmann::json blob = {{"host", dist::host_name()}, {"crc32", mine}};
-  const std::vector<std::string> all = dist::all_gather_strings(comm, blob.dump());
+  const nlohmann::json blob = {{"host", cluster::host_name()}, {"crc32", mine}};
+  const std::vector<std::string> all = cluster::all_gather_strings(comm, blob.dump());
 
   std::vector<std::vector<uint32_t>> crcs;
   std::vector<std::string> hosts;

@@ -11,15 +11,15 @@
 #include "nanochat/core/format.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/data/loader.h"
-#include "nanochat/dist/agree.h"
-#include "nanochat/dist/feed_link.h"
+#include "nanochat/cluster/agree.h"
+#include "nanochat/cluster/feed_link.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/plan.h"
 
 namespace nanochat {
 
-using dist::FeedFrame;
-using dist::FeedKind;
+using cluster::FeedFrame;
+using cluster::FeedKind;
 using json = nlohmann::json;
 
 namespace {
@@ -98,7 +98,7 @@ class LocalSource : public StepSource {
 
 class ServingSource : public StepSource {
  public:
-  ServingSource(dist::FeedServer& server, const Tokenizer& tok, const TrainPlan& plan, const json* state,
+  ServingSource(cluster::FeedServer& server, const Tokenizer& tok, const TrainPlan& plan, const json* state,
                 int64_t first_step, int ahead)
       : server_(server),
         tok_(tok),
@@ -113,7 +113,7 @@ class ServingSource : public StepSource {
     f.kind = FeedKind::Step;
     f.seq = first_step - 1;  // no rows: the state before the first step
     f.text = initial_.dump();
-    for (int r = 1; r < server_.world_size(); ++r) server_.send(r, f, dist::feed_step_deadline());
+    for (int r = 1; r < server_.world_size(); ++r) server_.send(r, f, cluster::feed_step_deadline());
     thread_ = std::thread([this] { produce(); });
   }
 
@@ -158,7 +158,7 @@ class ServingSource : public StepSource {
       f.seq = i;
       f.tokens.resize(static_cast<size_t>(B) * (static_cast<size_t>(T) + 1));
       join_rows(bx, by, B, T, f.tokens.data());
-      server_.send(owner, f, dist::feed_step_deadline());
+      server_.send(owner, f, cluster::feed_step_deadline());
     };
   }
 
@@ -181,14 +181,14 @@ class ServingSource : public StepSource {
         f.seq = s;
         f.tokens = std::move(sr.rows);  // lent to the frame for the sends, then taken back
         f.text = sr.loader_state.dump();
-        for (int r = 1; r < server_.world_size(); ++r) server_.send(r, f, dist::feed_step_deadline());
+        for (int r = 1; r < server_.world_size(); ++r) server_.send(r, f, cluster::feed_step_deadline());
         sr.rows = std::move(f.tokens);
         std::lock_guard<std::mutex> lk(mu_);
         ready_.push_back(std::move(sr));
         cv_.notify_all();
       }
     } catch (const std::exception& e) {
-      const std::string msg = str_cat("rank 0 (host ", dist::host_name(), ") could not serve the data: ", e.what());
+      const std::string msg = str_cat("rank 0 (host ", cluster::host_name(), ") could not serve the data: ", e.what());
       server_.send_error(msg);
       std::lock_guard<std::mutex> lk(mu_);
       error_ = msg;
@@ -196,7 +196,7 @@ class ServingSource : public StepSource {
     }
   }
 
-  dist::FeedServer& server_;
+  cluster::FeedServer& server_;
   const Tokenizer& tok_;
   const TrainPlan& plan_;
   const int64_t first_;
@@ -214,15 +214,15 @@ class ServingSource : public StepSource {
 
 class ReceivedSource : public StepSource {
  public:
-  ReceivedSource(dist::FeedClient& client, const TrainPlan& plan, int64_t first_step, int rank)
+  ReceivedSource(cluster::FeedClient& client, const TrainPlan& plan, int64_t first_step, int rank)
       : client_(client), plan_(plan), rank_(rank) {
-    const FeedFrame f = client_.next(FeedKind::Step, first_step - 1, dist::feed_startup_deadline(),
+    const FeedFrame f = client_.next(FeedKind::Step, first_step - 1, cluster::feed_startup_deadline(),
                                      "the data stream's start (rank 0 opens the shards)");
     initial_ = parse_state(f.text, first_step - 1);
   }
 
   StepRows next(int64_t step) override {
-    FeedFrame f = client_.next(FeedKind::Step, step, dist::feed_step_deadline(), str_cat("the rows of step ", step));
+    FeedFrame f = client_.next(FeedKind::Step, step, cluster::feed_step_deadline(), str_cat("the rows of step ", step));
     const size_t want = static_cast<size_t>(plan_.rows_per_step()) * (static_cast<size_t>(plan_.T) + 1);
     if (f.tokens.size() != want)
       fail("rank ", rank_, ": ", client_.server(), " sent ", f.tokens.size(), " tokens for step ", step, ", expected ",
@@ -240,7 +240,7 @@ class ReceivedSource : public StepSource {
     const int T = plan_.T;
     return [this, B, T](int64_t i, int32_t* x, int32_t* y) {
       if (!x) return;  // another rank's batch: rank 0 sent it there
-      FeedFrame f = client_.next(FeedKind::Val, i, dist::feed_step_deadline(), str_cat("validation batch ", i));
+      FeedFrame f = client_.next(FeedKind::Val, i, cluster::feed_step_deadline(), str_cat("validation batch ", i));
       if (f.tokens.size() != static_cast<size_t>(B) * (static_cast<size_t>(T) + 1))
         fail("rank ", rank_, ": ", client_.server(), " sent a validation batch of ", f.tokens.size(),
              " tokens, expected ", B, " x ", T + 1);
@@ -258,26 +258,26 @@ class ReceivedSource : public StepSource {
     }
   }
 
-  dist::FeedClient& client_;
+  cluster::FeedClient& client_;
   const TrainPlan& plan_;
   const int rank_;
   json initial_;
 };
 
 // Rank 0 of a served job: the tokenizer's files' text, seq = its hash's low 63 bits.
-void send_tokenizer(dist::FeedServer& server, const Tokenizer& tok) {
+void send_tokenizer(cluster::FeedServer& server, const Tokenizer& tok) {
   const Tokenizer::SavedText text = tok.saved_text();
   FeedFrame f;
   f.kind = FeedKind::Tokenizer;
   f.seq = static_cast<int64_t>(tok.hash() & kLow63);
   f.text = json{{"json", text.json}, {"ranks", text.ranks}}.dump();
-  for (int r = 1; r < server.world_size(); ++r) server.send(r, f, dist::feed_step_deadline());
+  for (int r = 1; r < server.world_size(); ++r) server.send(r, f, cluster::feed_step_deadline());
 }
 
 // A worker: the tokenizer rank 0 sent, checked against the hash sent with it.
-Tokenizer receive_tokenizer(dist::FeedClient& client) {
+Tokenizer receive_tokenizer(cluster::FeedClient& client) {
   // seq is the hash, known only after reading: any seq is taken, then checked
-  const FeedFrame f = client.next_any(FeedKind::Tokenizer, dist::feed_startup_deadline(), "the tokenizer");
+  const FeedFrame f = client.next_any(FeedKind::Tokenizer, cluster::feed_startup_deadline(), "the tokenizer");
   Tokenizer::SavedText text;
   try {
     const json j = json::parse(f.text);
@@ -317,12 +317,12 @@ DataFeed open_data_feed(Communicator& comm, bool local_data) {
   DataFeed f;
   if (comm.world_size() < 2) return f;
   // every rank must take the same road before the first frame (the build is agreed here too)
-  dist::agree(comm, {{"data source", local_data ? "each node's own shards (--local-data)" : "node 0 serves"}});
+  cluster::agree(comm, {{"data source", local_data ? "each node's own shards (--local-data)" : "node 0 serves"}});
   if (local_data) return f;
   if (comm.rank() == 0)
-    f.server = std::make_unique<dist::FeedServer>(comm, dist::feed_startup_deadline());
+    f.server = std::make_unique<cluster::FeedServer>(comm, cluster::feed_startup_deadline());
   else
-    f.client = std::make_unique<dist::FeedClient>(comm, dist::feed_startup_deadline());
+    f.client = std::make_unique<cluster::FeedClient>(comm, cluster::feed_startup_deadline());
   return f;
 }
 

@@ -4,7 +4,7 @@
 //    every node holds the same shards);
 //  * served by node 0 (the default with several ranks): rank 0 reads the stream once and sends
 //    each step's rows ahead of time, and each validation batch to the rank that evaluates it, over
-//    the data feed (dist/feed_link.h); the other ranks need no shards and no tokenizer files.
+//    the data feed (cluster/feed_link.h); the other ranks need no shards and no tokenizer files.
 // Either way every rank gets the same rows for a step, in stream order, and takes its own by the
 // split of train/balance.h, so the result does not depend on the mode, the split or the world size.
 #include <cstdint>
@@ -20,10 +20,10 @@ namespace nanochat {
 class Communicator;
 class Tokenizer;
 struct TrainPlan;
-namespace dist {
+namespace cluster {
 class FeedServer;
 class FeedClient;
-}  // namespace dist
+}  // namespace cluster
 
 /// The rows of one optimizer step.
 struct StepRows {
@@ -52,8 +52,8 @@ class StepSource {
 /// The data feed of a job whose data node 0 serves; both null when this rank reads its own data
 /// (one process, or --local-data).
 struct DataFeed {
-  std::unique_ptr<dist::FeedServer> server;  ///< rank 0
-  std::unique_ptr<dist::FeedClient> client;  ///< the other ranks
+  std::unique_ptr<cluster::FeedServer> server;  ///< rank 0
+  std::unique_ptr<cluster::FeedClient> client;  ///< the other ranks
   DataFeed();
   DataFeed(DataFeed&&) noexcept;
   ~DataFeed();
@@ -65,7 +65,7 @@ struct DataFeed {
 
 /// Collective. With several ranks the ranks first agree on the data source ("data source": a rank
 /// with --local-data and one without both stop naming it), then, unless `local_data`, open the
-/// feed's connections (dist/feed_link.h; NANOCHAT_STARTUP_TIMEOUT). Throws nanochat::Error.
+/// feed's connections (cluster/feed_link.h; NANOCHAT_STARTUP_TIMEOUT). Throws nanochat::Error.
 DataFeed open_data_feed(Communicator& comm, bool local_data);
 
 /// The tokenizer: from tokenizer_dir(); rank 0 of a served job also sends it to every worker,

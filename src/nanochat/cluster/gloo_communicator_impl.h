@@ -1,0 +1,177 @@
+#pragma once
+// Internal to cluster: the state of a GlooCommunicator (cluster/gloo_communicator.h), shared by
+// gloo_communicator.cpp (rendezvous, the comm thread, failure diagnosis, the ring collectives,
+// all-reduce, broadcast, barrier) and gloo_point_to_point.cpp (send/recv, gather, scatter, the
+// byte all-gather and split). Only the comm thread touches `ctx`; an operation is a Task that
+// submit() queues for it.
+#ifdef NANOCHAT_HAVE_GLOO
+#include <pthread.h>
+#include <signal.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gloo/context.h>
+#include <gloo/transport/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include "nanochat/cluster/gloo_communicator.h"
+
+namespace nanochat::cluster {
+
+namespace gloo_detail {
+
+// Slot prefixes for our own ring collectives; Gloo's collectives use 0x01..0x08.
+inline constexpr uint8_t kReduceScatterSlotPrefix = 0x41;
+inline constexpr uint8_t kAllgatherSlotPrefix = 0x42;
+inline constexpr uint8_t kSendRecvSlotPrefix = 0x43;
+inline constexpr uint8_t kGatherSlotPrefix = 0x44;
+inline constexpr uint8_t kScatterSlotPrefix = 0x45;
+// Reduce-scatter pipelines chunks of this many floats (1 MiB) with kInFlight receives posted.
+// Gloo's TCP transport sends only once the receiver has posted its receive, so more than two
+// in flight keeps the link busy while this thread is descheduled or adding.
+inline constexpr size_t kChunk = size_t(1) << 18;
+inline constexpr size_t kInFlight = 4;
+inline constexpr size_t kChunkBytes = kChunk * sizeof(float);  // the all-gather's chunk, in bytes
+
+// Completion state shared by a Work handle and the comm thread.
+struct OpState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string error;
+};
+
+struct Task {
+  std::string what;
+  std::function<void()> fn;
+  std::shared_ptr<OpState> st;
+};
+
+// Gloo writes to its sockets without MSG_NOSIGNAL, so a peer that died turns the next write into
+// SIGPIPE, which would kill this rank before it can name the peer (PyTorch survives only because
+// Python ignores SIGPIPE). Rather than change the process-wide disposition, the threads that run
+// Gloo code block SIGPIPE: Gloo's device loop thread inherits the mask of the thread that creates
+// the device (the constructor's), and the comm thread blocks it for good. The write then fails
+// with EPIPE, which Gloo reports as an error.
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set_, &old_);
+  }
+  ~SigpipeBlock() {
+    // Discard a SIGPIPE raised while blocked, so unblocking does not deliver it.
+    timespec zero{0, 0};
+    while (sigtimedwait(&set_, nullptr, &zero) > 0) {
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t set_, old_;
+};
+
+inline std::vector<size_t> offsets_of(const std::vector<size_t>& counts) {
+  std::vector<size_t> o(counts.size() + 1, 0);
+  for (size_t i = 0; i < counts.size(); ++i) o[i + 1] = o[i] + counts[i];
+  return o;
+}
+
+}  // namespace gloo_detail
+
+struct GlooCommunicator::Impl {
+  DistEnv env;  // a sub-communicator's: rank and world_size within its group
+  DistOptions opts;
+  Ms coll_timeout{0};
+  int waiting_on = -1;        // comm thread: the rank the last failed wait waited for
+  bool waiting_send = false;  // ... for its receive of our send (else for its data)
+  std::string host;
+  DeviceChoice dev_choice;
+  std::unique_ptr<StoreServer> server;
+  std::shared_ptr<StoreClient> client;  // shared with sub-communicators (split)
+  std::shared_ptr<PrefixStore> store;
+  std::vector<PeerInfo> peers;
+  std::vector<int> job_rank;  // rank here -> rank in the job (the store's keys use the job's)
+  std::string group;          // "" for the job, else "group <color> of split <k>" (for messages)
+  std::string key_prefix;     // store keys of this communicator's Gloo mesh ("" for the job's)
+  int gloo_port = 0;          // --port-range: the port every pair of this rank listens on
+  std::string port_range;
+  uint64_t splits = 0;  // split() calls so far (identical on every rank)
+  std::shared_ptr<gloo::transport::Device> dev;
+  std::shared_ptr<gloo::Context> ctx;
+
+  std::thread thread;
+  std::mutex qmu;
+  std::condition_variable qcv;
+  std::deque<gloo_detail::Task> queue;
+  bool stopping = false;
+  std::string broken;  // first failure, guarded by qmu
+  uint64_t seq = 0;    // collectives submitted (for messages)
+  std::vector<float> scratch;
+
+  ~Impl() {
+    bool clean = broken.empty();
+    ctx.reset();
+    dev.reset();
+    store.reset();
+    client.reset();  // goodbye: no last will
+    if (server) {
+      // The other ranks may still need the store (to finish, to diagnose a failure, or to learn
+      // that rendezvous failed), so the host lingers until they disconnect (bounded), and says so
+      // when that takes more than a moment.
+      const Ms limit = clean ? Ms(60000) : Ms(10000), quiet(2000);
+      if (!server->wait_clients_at_most(0, quiet)) {
+        std::fprintf(stderr, "%s: keeping the job's store up until the other ranks disconnect (at most %ld s more)%s\n",
+                     me().c_str(), static_cast<long>((limit - quiet).count() / 1000),
+                     clean ? "" : "; this rank's error follows");
+        std::fflush(stderr);
+        server->wait_clients_at_most(0, limit - quiet);
+      }
+      server.reset();
+    }
+  }
+
+  std::string me() const {
+    if (group.empty()) return str_cat("rank ", env.rank, " (host ", host, ")");
+    return str_cat("rank ", env.rank, " of ", group, " (job rank ", job_rank[env.rank], ", host ", host, ")");
+  }
+  std::string rank_desc(int r) const {
+    const std::string in_group =
+        group.empty() || r < 0 || r >= static_cast<int>(job_rank.size()) ? std::string() : str_cat(" of ", group);
+    const std::string job = in_group.empty() ? std::string() : str_cat("job rank ", job_rank[r], ", ");
+    if (r >= 0 && r < static_cast<int>(peers.size()) && !peers[r].host.empty())
+      return str_cat("rank ", r, in_group, " (", job, "host ", peers[r].host, ", pid ", peers[r].pid, ")");
+    return str_cat("rank ", r, in_group);
+  }
+
+  void rendezvous();
+  // Connects Gloo's pairs, all on `port` when it is not 0 (--port-range `range`).
+  void connect_gloo(int port, const std::string& range, Clock::time_point deadline);
+  void run_thread();
+  std::string diagnose(const std::string& what, const std::string& gloo_msg);
+  int silent_peer(const std::string& gloo_msg) const;
+  WorkPtr submit(std::string what, std::function<void()> fn);
+  void recv_from(gloo::transport::UnboundBuffer& buf, int peer);
+  // Waits for one send / receive per rank of `pending` (any order), naming the first one still
+  // pending when the deadline passes.
+  void wait_sends(gloo::transport::UnboundBuffer& buf, std::vector<int> pending);
+  void wait_recvs(gloo::transport::UnboundBuffer& buf, std::vector<int> pending);
+  void ring_reduce_scatter(float* in, float* out, const std::vector<size_t>& counts);
+  void ring_all_gather(const void* in, void* out, const std::vector<size_t>& bytes);
+  void gather_to(const void* in, void* out, const std::vector<size_t>& bytes, int root);
+  void scatter_from(const void* in, void* out, const std::vector<size_t>& bytes, int root);
+  // A sub-communicator of this one: the ranks `members` (ascending, this rank among them).
+  std::unique_ptr<Impl> child(uint64_t split, int color, const std::vector<int>& members) const;
+};
+
+}  // namespace nanochat::cluster
+#endif
