@@ -17,6 +17,7 @@
 #include "nanochat/comm/typed.h"
 #include "support/error_of.h"
 #include "support/gloo_ranks.h"
+#include "support/test_port.h"
 
 using namespace nanochat;
 using ::testing::HasSubstr;
@@ -189,7 +190,9 @@ TEST(GlooCommunicatorSplit, GroupsRunTheirOwnCollectives) {
 // With --port-range every pair of a rank listens on its one pinned port; a group's new mesh binds
 // that port again, pair by pair.
 TEST(GlooCommunicatorSplit, GroupsFormOnPinnedDataPlanePorts) {
-  const int first = pick_free_port();
+  // four ports of this process's own block, below the ephemeral range the job's master port is
+  // picked from (a free ephemeral port and its next three could include that master port)
+  const int first = nctest::test_port();
   ASSERT_EQ(::setenv("NANOCHAT_PORT_RANGE", str_cat(first, "-", first + 3).c_str(), 1), 0);
   auto ps = run_ranks(4, [](GlooCommunicator& c) {
     const int r = c.rank();

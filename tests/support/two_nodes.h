@@ -12,28 +12,9 @@
 #include <utility>
 
 #include "support/cli_util.h"
+#include "support/test_port.h"
 
 namespace nctest {
-
-/// A port that was free a moment ago, from a block of 100 ports of this process's own (21000-30999,
-/// below Linux's ephemeral range, chosen by pid): tests running in parallel processes then pick
-/// different ports instead of racing for the same free one.
-inline int test_port() {
-  static int next = 0;
-  const int base = 21000 + static_cast<int>(::getpid() % 100) * 100;
-  for (int tries = 0; tries < 100; ++tries) {
-    const int port = base + (next++ % 100);
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    if (ok) return port;
-  }
-  return base + 99;
-}
 
 /// Runs the binary with NANOCHAT_BASE_DIR=dir, extra environment `env`, bounded by 300 s.
 inline Result run_at(const std::string& dir, const std::string& args, const std::string& env) {
