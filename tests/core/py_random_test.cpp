@@ -31,7 +31,8 @@ TEST(PyRandom, GetrandbitsMatchesPython) {
 }
 
 TEST(PyRandom, ShuffleMatchesPython) {
-  for (const auto& c : cases()["shuffle"]) {
+  const auto all = cases()["shuffle"];  // kept alive while iterated (cases() returns a temporary)
+  for (const auto& c : all) {
     std::vector<int> x(c["n"].get<size_t>());
     std::iota(x.begin(), x.end(), 0);
     nanochat::PyRandom(c["seed"].get<uint64_t>()).shuffle(x);
