@@ -60,8 +60,10 @@ MuonAdamW::MuonAdamW(std::vector<OptParam> params, const OptimConfig& cfg, Commu
 
 MuonAdamW::~MuonAdamW() = default;
 
+double dmodel_lr_scale(int64_t model_dim) { return std::pow(static_cast<double>(model_dim) / 768.0, -0.5); }
+
 void MuonAdamW::build_groups(const OptimConfig& cfg) {
-  const double dmodel = std::pow(static_cast<double>(cfg.model_dim) / 768.0, -0.5);
+  const double dmodel = dmodel_lr_scale(cfg.model_dim);
   struct AdamDef {
     const char* label;
     double lr, b1, b2, wd;

@@ -54,6 +54,10 @@ struct OptimConfig {
   int64_t model_dim = 768;
 };
 
+/// nanochat's width scaling of the AdamW learning rates, (model_dim / 768)^-0.5
+/// (nanochat/gpt.py GPT.setup_optimizer dmodel_lr_scale); model_dim = n_embd >= 1.
+double dmodel_lr_scale(int64_t model_dim);
+
 enum class OptKind { AdamW, Muon };
 
 /// Who does which part of the update: per AdamW parameter (in group order, the optimizer's AdamW

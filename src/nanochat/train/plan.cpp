@@ -7,6 +7,7 @@
 #include "nanochat/core/error.h"
 #include "nanochat/core/format.h"
 #include "nanochat/model/gpt.h"
+#include "nanochat/optim/muon_adamw.h"
 #include "nanochat/train/schedules.h"
 
 namespace nanochat {
@@ -66,7 +67,7 @@ void derive_run_settings(const BaseTrainArgs& a, const std::string& base_dir, Tr
   p.optim.scalar_lr = static_cast<float>(a.scalar_lr * p.batch_lr_scale);
   p.optim.weight_decay = static_cast<float>(p.weight_decay_scaled);
   p.optim.model_dim = p.model.n_embd;
-  p.dmodel_lr_scale = std::pow(static_cast<double>(p.model.n_embd) / 768.0, -0.5);
+  p.dmodel_lr_scale = dmodel_lr_scale(p.model.n_embd);
   p.schedule.num_iterations = p.num_iterations;
   p.schedule.warmup_steps = a.warmup_steps;
   p.schedule.warmdown_ratio = a.warmdown_ratio;
