@@ -144,7 +144,8 @@ void register_data(CLI::App& app) {
   auto dl = std::make_shared<data::DownloadOptions>();
   CLI::App* d = data->add_subcommand(
       "download",
-      "Download nanochat's pretraining shards shard_00000..N-1 plus the validation shard 06542 (resumable)");
+      "Download nanochat's pretraining shards shard_00000..N-1 plus the validation shard 06542 (resumable); "
+      "--eval-bundle: the CORE eval bundle; --tasks: the chat tasks' datasets");
   CLI::Option* n_opt = d->add_option("-n,--num-files", dl->num_files, "Number of train shards (-1 = all 6542)");
   auto bundle = std::make_shared<bool>(false);
   auto bundle_url = std::make_shared<std::string>(data::kEvalBundleUrl);
