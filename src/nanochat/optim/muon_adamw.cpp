@@ -60,6 +60,14 @@ MuonAdamW::MuonAdamW(std::vector<OptParam> params, const OptimConfig& cfg, Commu
 
 MuonAdamW::~MuonAdamW() = default;
 
+void MuonAdamW::scale_initial_lrs(double factor) {
+  if (!(factor > 0) || !std::isfinite(factor)) fail("optimizer: the lr factor must be positive (got ", factor, ")");
+  for (OptGroup& g : groups_) {
+    g.initial_lr *= factor;
+    g.lr *= factor;
+  }
+}
+
 void MuonAdamW::build_groups(const OptimConfig& cfg) {
   const double dmodel = std::pow(static_cast<double>(cfg.model_dim) / 768.0, -0.5);
   struct AdamDef {

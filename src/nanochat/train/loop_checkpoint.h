@@ -44,4 +44,17 @@ CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, cons
 /// together.
 LoopState resume(Communicator& comm, const TrainPlan& plan, int64_t step, GPT& model, MuonAdamW& opt);
 
+/// chat-sft's start from checkpoint `cp` (another run's folder, e.g. base_checkpoints/<tag>): rank 0
+/// reads and checks its weights and meta and every rank gets them (as resume does); then, when
+/// `with_optimizer`, rank 0 reads every optimizer shard of the checkpoint's world size, reassembles
+/// the whole state and sends each rank its part under the current layout (any world size). The
+/// optimizer's groups keep their own lrs, momentum and weight decay: only the moments, Muon buffers
+/// and step counts are loaded (nanochat chat_sft.py restores its fresh lrs after load_state_dict).
+/// Returns the meta, and in `optimizer_loaded` whether the optimizer state was loaded (false when
+/// not asked for, or when a shard is missing: nanochat then starts with a fresh optimizer). Throws
+/// on every rank the same nanochat::Error naming the file for a damaged or unreadable one. All
+/// ranks call it together.
+nlohmann::json warm_start(Communicator& comm, const CheckpointPaths& cp, GPT& model, MuonAdamW& opt,
+                          bool with_optimizer, bool* optimizer_loaded);
+
 }  // namespace nanochat
