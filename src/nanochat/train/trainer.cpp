@@ -97,6 +97,8 @@ class TrainLoop {
   }
 
   double profiled_seconds() const { return profiled_seconds_; }
+  /// The stream's state after the last rows read (those of the step that ended the run, if one did).
+  const json& stream_state() const { return pending_ ? pending_->loader_state : loader_state_; }
   int64_t profiled_steps() const { return profiled_steps_; }
 
  private:
@@ -442,12 +444,12 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
   if (job.profile && loop.profiled_steps() > 0)
     for (const auto& l : profile_report_lines(rank, loop.profiled_steps(), loop.profiled_seconds())) print0(l);
   if (std::isfinite(st.min_val_bpb)) print0(str_cat("Minimum validation bpb: ", st.min_val_bpb));
-  if (plan.sft && master && !st.loader_state.is_null()) {
-    const json packer = st.loader_state.value("packer", json::object());
+  if (plan.sft && master && loop.stream_state().is_object()) {
+    const json packer = loop.stream_state().value("packer", json::object());
     print0(str_cat("Conversations packed: ", packer.value("consumed", int64_t{0}), " (epoch ",
-                   packer.value("epoch", int64_t{1}), "); longer than a row of ", plan.T + 1,
+                   packer.value("epoch", int64_t{1}), "); renders longer than a row of ", plan.T + 1,
                    " tokens and cut to it: ", packer.value("truncated", int64_t{0}), " of ",
-                   packer.value("rendered", int64_t{0}), " rendered"));
+                   packer.value("rendered", int64_t{0})));
   }
   metrics.write_chart(plan.checkpoint_dir + "/report.svg", plan.command + " " + plan.tag);
   print0("Wrote " + plan.checkpoint_dir + "/report.svg and " + metrics.path());
