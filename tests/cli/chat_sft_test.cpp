@@ -213,3 +213,22 @@ TEST(ChatSft, AConversationLongerThanARowIsCutAndCounted) {
   EXPECT_EQ(r.out.find("renders longer than a row of 65 tokens and cut to it: 0 "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("step 00002"), std::string::npos) << r.out;
 }
+
+// Without --train-jsonl: nanochat's mixture from task_data/ (the tasks' fixture datasets); a dataset
+// that is not downloaded is named with its manifest and the download command.
+TEST(ChatSft, TrainsOnNanochatsMixtureAndNamesAMissingDataset) {
+  SftDir b("nc_sft_mix");
+  fs::copy(std::string(NANOCHAT_TEST_DATA) + "/tasks/task_data", b.dir + "/task_data", fs::copy_options::recursive);
+  // the fixtures hold no GSM8K train split
+  auto r = run(b, " chat-sft --model-tag t --eval-every -1 --chatcore-every -1 --threads 1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find(b.dir + "/task_data/openai--gsm8k/main/train/manifest.json"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("nanochat data download"), std::string::npos) << r.out;
+  r = run(b, " chat-sft --model-tag t --gsm8k-epochs 0 --mmlu-epochs 2 --eval-every 2 --eval-tokens 256 "
+             "--chatcore-every -1 --threads 1 --num-iterations 4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Training mixture: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(MMLU x2, GSM8K x0)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Step 00002 | Validation bpb:"), std::string::npos) << r.out;
+  EXPECT_EQ(last_step(b.sft_ckpt()), 3) << r.out;
+}

@@ -1,6 +1,7 @@
 // chat-sft (sft.h): set-up of nanochat's chat_sft on the training engine of trainer.h.
 #include "nanochat/train/sft.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -15,6 +16,7 @@
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tasks/jsonl_task.h"
+#include "nanochat/tasks/registry.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/checkpoint.h"
 #include "nanochat/train/interop_optim.h"
@@ -172,12 +174,26 @@ TrainPlan derive_sft_plan(const SftArgs& a, const json& base_meta, const std::st
 SftData open_sft_data(const SftArgs& a) {
   SftData d;
   if (a.train_jsonl.empty()) {
-    // The single place nanochat's mixture is built once its datasets can be read (SmolTalk, MMLU
-    // auxiliary_train x mmlu_epochs, GSM8K main x gsm8k_epochs; val SmolTalk test, MMLU test[:5200],
-    // GSM8K test[:420], in tasks::TaskMixture's order).
-    if (!a.val_jsonl.empty()) fail("chat-sft: --val-jsonl needs --train-jsonl");
-    fail("chat-sft: nanochat's training mixture (SmolTalk, MMLU, GSM8K) cannot be read by this build yet; train on "
-         "your own conversations with --train-jsonl FILE [--val-jsonl FILE] (one {\"messages\": [...]} per line)");
+    if (!a.val_jsonl.empty()) fail("chat-sft: --val-jsonl needs --train-jsonl (without it the val set is nanochat's)");
+    if (a.mmlu_epochs < 0 || a.gsm8k_epochs < 0) fail("chat-sft: --mmlu-epochs and --gsm8k-epochs must be >= 0");
+    // nanochat's mixture (scripts/chat_sft.py); a task listed k times is k epochs of it
+    std::vector<tasks::TaskPtr> train{tasks::open_task("SmolTalk", "", "train")};
+    const tasks::TaskPtr mmlu = a.mmlu_epochs > 0 ? tasks::open_task("MMLU", "all", "auxiliary_train") : nullptr;
+    const tasks::TaskPtr gsm8k = a.gsm8k_epochs > 0 ? tasks::open_task("GSM8K", "main", "train") : nullptr;
+    for (int i = 0; i < a.mmlu_epochs; ++i) train.push_back(mmlu);
+    for (int i = 0; i < a.gsm8k_epochs; ++i) train.push_back(gsm8k);
+    d.train = std::make_shared<tasks::TaskMixture>(std::move(train));
+    // val: SmolTalk test, MMLU test[:5200], GSM8K test[:420] (cut to the sets' sizes when smaller)
+    auto head = [](const tasks::TaskPtr& t, int64_t n) -> tasks::TaskPtr {
+      return std::make_shared<tasks::TaskSlice>(t, 0, std::min(n, t->size()));
+    };
+    d.val = std::make_shared<tasks::TaskMixture>(std::vector<tasks::TaskPtr>{
+        tasks::open_task("SmolTalk", "", "test"), head(tasks::open_task("MMLU", "all", "test"), 5200),
+        head(tasks::open_task("GSM8K", "main", "test"), 420)});
+    d.description = str_cat("Training mixture: ", with_commas(d.train->size()), " rows (MMLU x", a.mmlu_epochs,
+                            ", GSM8K x", a.gsm8k_epochs, "); validation mixture: ", with_commas(d.val->size()),
+                            " rows");
+    return d;
   }
   d.train = tasks::jsonl_tasks(a.train_jsonl);
   if (!a.val_jsonl.empty()) d.val = tasks::jsonl_tasks(a.val_jsonl);
