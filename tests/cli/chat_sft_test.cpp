@@ -161,8 +161,10 @@ TEST(ChatSft, BadInputsAreNamed) {
   // a malformed row: the file and the row, before any step
   {
     std::ofstream f(b.dir + "/bad.jsonl");
-    f << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})" << "\n\n";
-    f << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": "again"}]})" << "\n";
+    f << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]})"
+      << "\n\n";
+    f << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": "again"}]})"
+      << "\n";
   }
   r = run(b, " chat-sft --model-tag t --train-jsonl " + b.dir + "/bad.jsonl --eval-every -1 --threads 1");
   EXPECT_NE(r.code, 0);
@@ -200,8 +202,9 @@ TEST(ChatSft, AConversationLongerThanARowIsCutAndCounted) {
     std::ofstream f(b.dir + "/long.jsonl");
     std::string words;
     for (int i = 0; i < 120; ++i) words += " Elizabeth";
-    f << json{{"messages", json::array({{{"role", "user"}, {"content", "Say it."}},
-                                        {{"role", "assistant"}, {"content", words}}})}}.dump()
+    f << json{{"messages",
+               json::array({{{"role", "user"}, {"content", "Say it."}}, {{"role", "assistant"}, {"content", words}}})}}
+             .dump()
       << "\n";
   }
   auto r = run(b, " chat-sft --model-tag t --train-jsonl " + b.dir + "/long.jsonl," + b.dir +
@@ -224,8 +227,9 @@ TEST(ChatSft, TrainsOnNanochatsMixtureAndNamesAMissingDataset) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find(b.dir + "/task_data/openai--gsm8k/main/train/manifest.json"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("nanochat data download"), std::string::npos) << r.out;
-  r = run(b, " chat-sft --model-tag t --gsm8k-epochs 0 --mmlu-epochs 2 --eval-every 2 --eval-tokens 256 "
-             "--chatcore-every -1 --threads 1 --num-iterations 4");
+  r = run(b,
+          " chat-sft --model-tag t --gsm8k-epochs 0 --mmlu-epochs 2 --eval-every 2 --eval-tokens 256 "
+          "--chatcore-every -1 --threads 1 --num-iterations 4");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("Training mixture: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(MMLU x2, GSM8K x0)"), std::string::npos) << r.out;

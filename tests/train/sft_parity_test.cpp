@@ -134,8 +134,7 @@ TEST(SftParity, OneStepFromNanochatsOptimizerStateIsNanochats) {
     std::vector<int64_t> skip;
     if (f.has("ambiguous." + p.name)) skip = f.at("ambiguous." + p.name).to_i64();
     skipped += static_cast<int64_t>(skip.size());
-    expect_close("after the SFT step: " + p.name, model.param_data() + p.offset, f.at("sft1." + p.name).to_f32(),
-                 skip);
+    expect_close("after the SFT step: " + p.name, model.param_data() + p.offset, f.at("sft1." + p.name).to_f32(), skip);
   }
   EXPECT_LE(skipped, 2) << "too many elements are rounding noise for the comparison to mean much";
 }

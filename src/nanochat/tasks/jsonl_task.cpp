@@ -26,8 +26,7 @@ std::string conversation_order_problem(const Conversation& conv) {
   return "";
 }
 
-JsonlTask::JsonlTask(const std::string& path)
-    : path_(path), name_(std::filesystem::path(path).filename().string()) {
+JsonlTask::JsonlTask(const std::string& path) : path_(path), name_(std::filesystem::path(path).filename().string()) {
   const std::string text = read_file(path, "check the path given to --train-jsonl / --val-jsonl");
   size_t pos = 0;
   int64_t line = 0;

@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/cluster/gather.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/format.h"
 #include "nanochat/core/safetensors.h"
 #include "nanochat/data/loader.h"
-#include "nanochat/cluster/gather.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/train/job_checkpoint.h"

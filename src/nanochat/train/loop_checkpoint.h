@@ -34,11 +34,11 @@ CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, cons
 /// with this rank's loader state. Rank 0 reads the weights and the meta and broadcasts them; the
 /// meta must match the plan (TrainPlan::check_resume). Rank 0 reads every optimizer shard of its
 /// folder, reassembles the whole optimizer state and sends each rank only its part
-/// (MuonAdamW::whole_state_part, point to point), so node 0's folder alone resumes at any world size; a checkpoint of an earlier version that left each node its own
-/// shard resumes at its world size with each rank reading its own. Every rank reads the one-rank data stream, whose
-/// state after a step does not depend on the world size or the split, so the data resumes exactly at any world size (a
-/// checkpoint of an earlier version whose ranks read rank-strided streams, meta without "data_stream", continues
-/// approximately: data::reshard_loader_states). Every file read is checked
+/// (MuonAdamW::whole_state_part, point to point), so node 0's folder alone resumes at any world size; a checkpoint of
+/// an earlier version that left each node its own shard resumes at its world size with each rank reading its own. Every
+/// rank reads the one-rank data stream, whose state after a step does not depend on the world size or the split, so the
+/// data resumes exactly at any world size (a checkpoint of an earlier version whose ranks read rank-strided streams,
+/// meta without "data_stream", continues approximately: data::reshard_loader_states). Every file read is checked
 /// against its marker's CRC32; a failure on any rank makes every rank throw the same
 /// nanochat::Error (agree_on_checkpoint_load) naming the file, rank and host. All ranks call it
 /// together.

@@ -111,7 +111,8 @@ TrainPlan derive_sft_plan(const SftArgs& a, const json& base_meta, const std::st
   // nanochat's inheritance: None -> the checkpoint's value (or the fallback), else the flag
   const json uc = base_meta.value("user_config", json::object());
   auto resolve = [&](const char* name, json given, json fallback, const json& source) {
-    const json pre = source.is_object() && source.contains(name) && !source.at(name).is_null() ? source.at(name) : json();
+    const json pre =
+        source.is_object() && source.contains(name) && !source.at(name).is_null() ? source.at(name) : json();
     if (given.is_null()) {
       const json v = pre.is_null() ? fallback : pre;
       p.log.push_back(str_cat("Inherited ", name, "=", py_str(v), " from pretrained checkpoint"));
@@ -139,8 +140,8 @@ TrainPlan derive_sft_plan(const SftArgs& a, const json& base_meta, const std::st
     fail(meta_path, ": a batch or lr value of the wrong type: ", e.what());
   }
   if (p.T < 1 || p.B < 1 || p.total_batch_size < 1)
-    fail("chat-sft: --max-seq-len, --device-batch-size and --total-batch-size must be positive (got ", p.T, ", ",
-         p.B, ", ", p.total_batch_size, ")");
+    fail("chat-sft: --max-seq-len, --device-batch-size and --total-batch-size must be positive (got ", p.T, ", ", p.B,
+         ", ", p.total_batch_size, ")");
   if (p.total_batch_size % p.T != 0)
     fail("chat-sft: --total-batch-size ", p.total_batch_size, " is not a multiple of --max-seq-len ", p.T,
          " (a step is whole rows); pass e.g. --total-batch-size ", (p.total_batch_size / p.T + 1) * p.T);
@@ -154,8 +155,8 @@ TrainPlan derive_sft_plan(const SftArgs& a, const json& base_meta, const std::st
   const int64_t per_micro = static_cast<int64_t>(p.B) * p.T * world_size;
   p.grad_accum_steps = std::max<int64_t>(1, (p.total_batch_size + per_micro - 1) / per_micro);
   p.log.push_back(str_cat("Tokens / micro-batch / rank: ", p.B, " x ", p.T, " = ", with_commas(p.B * p.T)));
-  p.log.push_back(str_cat("Total batch size ", with_commas(p.total_batch_size), " => ", p.rows_per_step(),
-                          " rows of ", p.T + 1, " tokens per step"));
+  p.log.push_back(str_cat("Total batch size ", with_commas(p.total_batch_size), " => ", p.rows_per_step(), " rows of ",
+                          p.T + 1, " tokens per step"));
   if (a.warmup_ratio < 0 || a.warmdown_ratio < 0 || a.warmup_ratio + a.warmdown_ratio > 1 || a.init_lr_frac <= 0)
     fail("chat-sft: --warmup-ratio and --warmdown-ratio must be >= 0 with a sum <= 1, and --init-lr-frac > 0");
   p.sft_schedule = SftSchedule{a.warmup_ratio, a.warmdown_ratio, a.final_lr_frac};
@@ -190,17 +191,17 @@ SftData open_sft_data(const SftArgs& a) {
     d.val = std::make_shared<tasks::TaskMixture>(std::vector<tasks::TaskPtr>{
         tasks::open_task("SmolTalk", "", "test"), head(tasks::open_task("MMLU", "all", "test"), 5200),
         head(tasks::open_task("GSM8K", "main", "test"), 420)});
-    d.description = str_cat("Training mixture: ", with_commas(d.train->size()), " rows (MMLU x", a.mmlu_epochs,
-                            ", GSM8K x", a.gsm8k_epochs, "); validation mixture: ", with_commas(d.val->size()),
-                            " rows");
+    d.description =
+        str_cat("Training mixture: ", with_commas(d.train->size()), " rows (MMLU x", a.mmlu_epochs, ", GSM8K x",
+                a.gsm8k_epochs, "); validation mixture: ", with_commas(d.val->size()), " rows");
     return d;
   }
   d.train = tasks::jsonl_tasks(a.train_jsonl);
   if (!a.val_jsonl.empty()) d.val = tasks::jsonl_tasks(a.val_jsonl);
-  d.description = str_cat("Training conversations: ", with_commas(d.train->size()), " (", json(a.train_jsonl).dump(),
-                          ")", d.val ? str_cat("; validation: ", with_commas(d.val->size()), " (",
-                                               json(a.val_jsonl).dump(), ")")
-                                     : std::string("; no validation set"));
+  d.description =
+      str_cat("Training conversations: ", with_commas(d.train->size()), " (", json(a.train_jsonl).dump(), ")",
+              d.val ? str_cat("; validation: ", with_commas(d.val->size()), " (", json(a.val_jsonl).dump(), ")")
+                    : std::string("; no validation set"));
   return d;
 }
 
@@ -303,7 +304,8 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
     const SftData d = open_sft_data(a);
     print_if(master, d.description);
     if (!d.val && a.eval_every > 0)
-      fail("chat-sft: --eval-every ", a.eval_every, " needs validation conversations: pass --val-jsonl FILE, or "
+      fail("chat-sft: --eval-every ", a.eval_every,
+           " needs validation conversations: pass --val-jsonl FILE, or "
            "--eval-every -1");
     return make_sft_stream(tok, d.train, d.val, sc, state);
   };
@@ -327,7 +329,8 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
 
 void run_chat_sft(const SftArgs& a, Communicator& comm, TrainTestHooks hooks) {
   if (!a.device_type.empty() && a.device_type != "cpu")
-    fail("--device-type ", a.device_type, ": nanochat.cpp trains on CPUs only; use --device-type cpu or leave it unset");
+    fail("--device-type ", a.device_type,
+         ": nanochat.cpp trains on CPUs only; use --device-type cpu or leave it unset");
   if (a.threads > 0) set_num_threads(a.threads);
   hooks.fault = test_fault_from_env();
   const std::unique_ptr<FaultInjector> faults = make_fault_injector(hooks);

@@ -33,9 +33,9 @@ class Communicator;
 struct SftArgs {
   std::string run = "dummy";
   std::string device_type;
-  std::string model_tag;      ///< base checkpoint tag (default: the largest d<N>); also the output tag
-  int64_t model_step = -1;    ///< base checkpoint step (-1: the last complete one)
-  int load_optimizer = 1;     ///< 1: start from the checkpoint's optimizer moments
+  std::string model_tag;        ///< base checkpoint tag (default: the largest d<N>); also the output tag
+  int64_t model_step = -1;      ///< base checkpoint step (-1: the last complete one)
+  int load_optimizer = 1;       ///< 1: start from the checkpoint's optimizer moments
   int64_t num_iterations = -1;  ///< -1: one epoch of the mixture
   int max_seq_len = -1;
   int device_batch_size = -1;

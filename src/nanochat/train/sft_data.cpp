@@ -107,7 +107,7 @@ void SftPacker::next_row(int32_t* row) {
 json SftPacker::state() const {
   std::vector<int64_t> buffer;
   for (const Entry& e : buffer_) buffer.push_back(e.index);
-  return json{{"cursor", cursor_},   {"consumed", consumed_},   {"epoch", epoch_},   {"rows", rows_},
+  return json{{"cursor", cursor_},       {"consumed", consumed_}, {"epoch", epoch_}, {"rows", rows_},
               {"truncated", truncated_}, {"rendered", rendered_}, {"buffer", buffer}};
 }
 

@@ -83,8 +83,8 @@ class SftPacker {
 /// chat-sft's settings of its stream.
 struct SftStreamConfig {
   int T = 2048;
-  int64_t rows_per_step = 1;   ///< R = total batch / T: the rows of one step
-  int64_t num_iterations = -1; ///< --num-iterations (<= 0: one epoch)
+  int64_t rows_per_step = 1;    ///< R = total batch / T: the rows of one step
+  int64_t num_iterations = -1;  ///< --num-iterations (<= 0: one epoch)
 };
 
 /// The step-level stream of chat-sft (a RowStream for train/step_source.h). nanochat's loop at W = 1

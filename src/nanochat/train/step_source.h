@@ -114,8 +114,7 @@ Tokenizer load_tokenizer(DataFeed& feed);
 /// (null: the start; unused on a worker). A read error on rank 0 (a corrupt shard met mid-run) is
 /// sent to the workers in place of the step and thrown by next() on every rank at that step.
 /// Throws nanochat::Error like make_stream (run_base_train passes rank 0's on to the workers).
-std::unique_ptr<StepSource> open_step_source(DataFeed& feed, const RowStreamFactory& make_stream,
-                                             const TrainPlan& plan, const nlohmann::json* state, int64_t first_step,
-                                             int rank);
+std::unique_ptr<StepSource> open_step_source(DataFeed& feed, const RowStreamFactory& make_stream, const TrainPlan& plan,
+                                             const nlohmann::json* state, int64_t first_step, int rank);
 
 }  // namespace nanochat

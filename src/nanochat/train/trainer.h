@@ -33,8 +33,8 @@ struct TrainJob {
   const TrainPlan& plan;
   const JobLayout& layout;  ///< agreed by every rank (agree_on_job_layout)
   const Tokenizer& tok;
-  GPT& model;       ///< its weights: initialised or loaded
-  MuonAdamW& opt;   ///< over model's parameters (optimizer_params)
+  GPT& model;               ///< its weights: initialised or loaded
+  MuonAdamW& opt;           ///< over model's parameters (optimizer_params)
   RowStreamFactory stream;  ///< the one data stream (read on rank 0 only when node 0 serves)
   nlohmann::json run_meta;  ///< the meta fields that do not change during the run
   int64_t resume_from_step = -1;
