@@ -105,9 +105,18 @@ TEST(ChatSft, TrainsOneEpochOfABaseCheckpointAndChatLoadsIt) {
   const StFile sft = load_safetensors(b.sft_ckpt() + "/model_" + std::string(6 - std::to_string(S).size(), '0') +
                                       std::to_string(S) + ".safetensors");
   EXPECT_GT(max_rel_diff(base, sft), 1e-3);
-  // the chat front ends load it
+  // the chat front ends load it, and export writes it in nanochat's layout
   auto c = run(b, " chat -i sft -p 'Jane said' --threads 1");
   EXPECT_EQ(c.code, 0) << c.out;
+  auto e = run(b, " export --to nanochat -i sft --out " + b.dir + "/exported");
+  EXPECT_EQ(e.code, 0) << e.out;
+  const std::string stem = b.dir + "/exported/chatsft_checkpoints/t/";
+  const std::string s6 = std::string(6 - std::to_string(S).size(), '0') + std::to_string(S);
+  EXPECT_TRUE(fs::exists(stem + "model_" + s6 + ".pt")) << e.out;
+  EXPECT_TRUE(fs::exists(stem + "meta_" + s6 + ".json")) << e.out;
+  e = run(b, " export --to nanochat -i sft --with-optimizer --out " + b.dir + "/exported2");
+  EXPECT_NE(e.code, 0);
+  EXPECT_NE(e.out.find("without --with-optimizer"), std::string::npos) << e.out;
 }
 
 TEST(ChatSft, OneAndTwoRanksReachTheSameParameters) {
