@@ -146,9 +146,12 @@ TEST(ChatSft, OneAndTwoRanksReachTheSameParameters) {
   std::printf("max relative parameter difference W1-W2: %.3g\n", d);
 }
 
-TEST(ChatSft, ResumeReproducesTheUninterruptedRun) {
+TEST(ChatSft, ResumeReproducesTheUninterruptedRunAndContinuesAtAnotherWorldSize) {
   SftDir b("nc_sft_resume");
-  const std::string extra = " --num-iterations 7 --eval-every -1 --save-every 3";
+  // the smaller lrs of OneAndTwoRanksReachTheSameParameters, for the resume at 2 ranks
+  const std::string extra =
+      " --num-iterations 7 --eval-every -1 --save-every 3 --embedding-lr 0.02 --unembedding-lr 0.002 --matrix-lr "
+      "0.005";
   auto r1 = run(b, b.flags(extra));
   ASSERT_EQ(r1.code, 0) << r1.out;
   const std::string straight = slurp(b.sft_ckpt() + "/model_000006.safetensors");
@@ -159,6 +162,15 @@ TEST(ChatSft, ResumeReproducesTheUninterruptedRun) {
   EXPECT_TRUE(slurp(b.sft_ckpt() + "/model_000006.safetensors") == straight) << "the resumed run's weights differ";
   const auto l2 = losses(b.sft_ckpt() + "/metrics.jsonl");
   for (int64_t s = 3; s < 6; ++s) EXPECT_EQ(l2.at(s), l1.at(s)) << "step " << s;
+  // the 1-rank checkpoint of step 3 resumed by 2 ranks: the same run up to rounding
+  auto r3 = run(b, " run --nproc-per-node 2 --threads-per-rank 1 --master-port " + std::to_string(free_port()) +
+                       b.flags(extra + " --resume-from-step 3"));
+  ASSERT_EQ(r3.code, 0) << r3.out;
+  EXPECT_NE(r3.out.find("Re-sharded the optimizer state of 1 ranks for 2 ranks"), std::string::npos) << r3.out;
+  std::ofstream(b.dir + "/straight.safetensors", std::ios::binary) << straight;  // the weights saved above
+  const StFile want = load_safetensors(b.dir + "/straight.safetensors");
+  const StFile got = load_safetensors(b.sft_ckpt() + "/model_000006.safetensors");
+  EXPECT_LE(max_rel_diff(want, got, true), 1e-4) << "resumed at 2 ranks";
 }
 
 TEST(ChatSft, BadInputsAreNamed) {
