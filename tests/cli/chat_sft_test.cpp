@@ -4,6 +4,7 @@
 // wrong kind, no base checkpoint, a conversation longer than a row).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -12,6 +13,7 @@
 #include "nanochat/core/safetensors.h"
 #include "nanochat/train/checkpoint.h"
 #include "support/cli_util.h"
+#include "support/two_nodes.h"
 #include "support/weights_compare.h"
 
 using namespace nctest;
@@ -256,4 +258,32 @@ TEST(ChatSft, TrainsOnNanochatsMixtureAndNamesAMissingDataset) {
   EXPECT_NE(r.out.find("(MMLU x2, GSM8K x0)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Step 00002 | Validation bpb:"), std::string::npos) << r.out;
   EXPECT_EQ(last_step(b.sft_ckpt()), 3) << r.out;
+}
+
+// Two nodes, the worker's folder empty and the worker slowed (rows dealt unevenly): node 0 reads
+// the base checkpoint and the conversations and serves the rows, the tokenizer and the val batches;
+// the weights and val bpb equal the one-process run's and the worker writes nothing.
+TEST(ChatSft, AWorkerWithAnEmptyFolderTrainsLikeOneProcess) {
+  SftDir one("nc_sft_one"), n0("nc_sft_node0");
+  EmptyDir n1("nc_sft_node1");
+  const std::string extra =
+      " --num-iterations 5 --eval-every 2 --embedding-lr 0.02 --unembedding-lr 0.002 --matrix-lr 0.005";
+  auto r = run(one, one.flags(extra));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto [a0, a1] = two_nodes(n0.dir, n1.dir, n0.flags(extra), "NANOCHAT_TEST_FAULT=slow:1:3");
+  ASSERT_EQ(a0.code, 0) << a0.out << "\n--- node 1:\n" << a1.out;
+  ASSERT_EQ(a1.code, 0) << a1.out;
+  EXPECT_NE(a0.out.find("node 0 packs the conversations"), std::string::npos) << a0.out;
+  EXPECT_TRUE(n1.contents().empty()) << "the worker wrote " << n1.contents().front();
+  const StFile w1 = load_safetensors(one.sft_ckpt() + "/model_000004.safetensors");
+  const StFile w2 = load_safetensors(n0.sft_ckpt() + "/model_000004.safetensors");
+  EXPECT_LE(max_rel_diff(w1, w2, true), 1e-4);
+  for (const char* key : {"Step 00002 | Validation bpb: ", "Step 00004 | Validation bpb: "}) {
+    const auto p1 = r.out.find(key), p2 = a0.out.find(key);
+    ASSERT_NE(p1, std::string::npos) << r.out;
+    ASSERT_NE(p2, std::string::npos) << a0.out;
+    EXPECT_NEAR(std::stod(r.out.substr(p1 + std::strlen(key), 10)), std::stod(a0.out.substr(p2 + std::strlen(key), 10)),
+                1e-4)
+        << key;
+  }
 }
