@@ -4,6 +4,7 @@
 // wrong kind, no base checkpoint, a conversation longer than a row).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -286,4 +287,35 @@ TEST(ChatSft, AWorkerWithAnEmptyFolderTrainsLikeOneProcess) {
                 1e-4)
         << key;
   }
+}
+
+// --load-optimizer 1 keeps the Muon weight decay the base run's last step used (nanochat's
+// load_state_dict keeps the group's value): wd_scaled * 0.5 * (1 + cos(pi * 3 / 4)) after 4 steps;
+// --load-optimizer 0 starts a fresh optimizer with weight decay 0.
+TEST(ChatSft, TheLoadedOptimizerKeepsTheBaseRunsLastWeightDecay) {
+  BaseDir b("nc_sft_wd");
+  std::string base = kBase;
+  base.erase(base.find(" --weight-decay 0"));
+  auto r = run(b, base);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string key = "Scaling weight decay from 0.280000 to ";
+  const auto at = r.out.find(key);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double wd_scaled = std::stod(r.out.substr(at + key.size(), 12));
+  write_conversations(b.dir + "/train.jsonl", 24, 3);
+  const std::string flags = " chat-sft --model-tag t --train-jsonl " + b.dir +
+                            "/train.jsonl --eval-every -1 --chatcore-every -1 --threads 1"
+                            " --num-iterations 2";
+  r = run(b, flags);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string wd_key = "Muon weight decay: ";
+  const auto w = r.out.find(wd_key);
+  ASSERT_NE(w, std::string::npos) << r.out;
+  const double want = wd_scaled * 0.5 * (1 + std::cos(M_PI * 3 / 4));
+  EXPECT_NEAR(std::stod(r.out.substr(w + wd_key.size(), 16)), want, 1e-5 * want) << r.out;
+  std::printf("wd_scaled %.9g, loaded Muon weight decay %s\n", wd_scaled, r.out.substr(w + wd_key.size(), 16).c_str());
+  r = run(b, flags + " --load-optimizer 0");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Muon weight decay: 0;"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("Loaded optimizer state"), std::string::npos) << r.out;
 }
