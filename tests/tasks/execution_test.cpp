@@ -41,6 +41,15 @@ TEST(ExecutePython, TimeLimitKillsTheProcess) {
   EXPECT_EQ(r.error, "Execution timed out (process killed)");
 }
 
+TEST(ExecutePython, TimeLimitHoldsAfterTheOutputIsClosed) {
+  ExecutionLimits lim;
+  lim.timeout_s = 0.5;
+  const auto r =
+      execute_python("import os, sys\nsys.stdout.flush()\nos.close(1)\nos.close(2)\nwhile True:\n    pass\n", lim);
+  EXPECT_FALSE(r.success);
+  EXPECT_TRUE(r.timeout);
+}
+
 TEST(ExecutePython, MemoryLimit) {
   const auto r = execute_python("x = bytearray(1 << 30)\nprint(len(x))\n");  // 1 GiB > 256 MiB
   EXPECT_FALSE(r.success);

@@ -171,6 +171,19 @@ TEST(HubTasks, SliceLikeNanochatTaskView) {
   EXPECT_EQ(s->get(1).conversation, all->get(5).conversation);
 }
 
+TEST(HubTasks, EpochsShareOneTable) {
+  const TaskPtr a = open_task("MMLU", "all", "auxiliary_train", fixture());
+  const TaskPtr b = open_task("MMLU", "all", "auxiliary_train", fixture());
+  TaskMixture mix({a, b, open_task("GSM8K", "", "", fixture())});
+  EXPECT_EQ(mix.size(), 2 * a->size() + 6);
+  for (int64_t i = 0; i < a->size(); ++i) EXPECT_EQ(a->get(i).conversation, b->get(i).conversation);
+  const std::string dir = kDir + "/task_data/cais--mmlu/all/test";
+  auto t1 = load_hub_table(dir, {"question"}, "x");
+  auto t2 = load_hub_table(dir, {"question"}, "x");
+  EXPECT_EQ(t1.get(), t2.get());
+  EXPECT_NE(load_hub_table(dir, {"question", "answer"}, "x").get(), t1.get());
+}
+
 TEST(HubTasks, MissingDatasetNamesTheManifestAndTheCommand) {
   TaskOptions o;
   o.base_dir = kDir + "/nowhere";
@@ -178,7 +191,9 @@ TEST(HubTasks, MissingDatasetNamesTheManifestAndTheCommand) {
   EXPECT_NE(m.find(kDir + "/nowhere/task_data/openai--gsm8k/socratic/train/manifest.json: not found"),
             std::string::npos)
       << m;
-  EXPECT_NE(m.find("nanochat data download --tasks GSM8K"), std::string::npos) << m;
+  EXPECT_NE(m.find("`nanochat data download --tasks GSM8K/socratic/train`"), std::string::npos) << m;
+  const std::string d = error_of([&] { open_task("GSM8K", "", "", o); });
+  EXPECT_NE(d.find("`nanochat data download --tasks GSM8K`"), std::string::npos) << d;
 }
 
 TEST(HubTasks, UnknownNamesListTheKnownOnes) {

@@ -90,7 +90,9 @@ void decode_plain(int32_t type, std::string_view v, size_t n, ChunkData& d, cons
   }
 }
 
-// Reads and decodes column chunk c (leaf `leaf`, row group g) into levels and values.
+// Reads and decodes column chunk c (leaf `leaf`, row group g) into levels and values. One loop
+// over the chunk's pages, kept whole like ParquetReader::read_row_group (parquet.cpp), whose page
+// checks it repeats with repetition levels and non-string types added.
 ChunkData read_chunk(int fd, const std::string& path, const ParquetLimits& limits, const ColumnChunkInfo& c,
                      const TableLeaf& leaf, size_t g, const std::string& name) {
   ChunkData d;

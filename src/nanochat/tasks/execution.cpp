@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "nanochat/core/error.h"
 
@@ -52,62 +53,37 @@ void set_limit(int what, rlim_t v) {
   setrlimit(what, &r);
 }
 
-}  // namespace
+// The child after fork(): its own process group and network namespace (reports which), the
+// limits, the folder, the pipes; then python3 with the guard. Only system calls here.
+[[noreturn]] void run_child(const std::string& dir, const ExecutionLimits& limits, int out_fd, int err_fd, int net_fd) {
+  setpgid(0, 0);
+  const char isolated = unshare(CLONE_NEWNET) == 0 ? '1' : '0';
+  (void)!write(net_fd, &isolated, 1);
+  const int devnull = open("/dev/null", O_RDONLY);
+  dup2(devnull, 0);
+  dup2(out_fd, 1);
+  dup2(err_fd, 2);
+  if (chdir(dir.c_str()) != 0) _exit(126);
+  const auto mem = static_cast<rlim_t>(limits.max_memory_bytes);
+  set_limit(RLIMIT_AS, mem);
+  set_limit(RLIMIT_DATA, mem);
+  set_limit(RLIMIT_CPU, static_cast<rlim_t>(limits.timeout_s) + 1);
+  set_limit(RLIMIT_FSIZE, rlim_t(64) << 20);
+  set_limit(RLIMIT_CORE, 0);
+  const char* argv[] = {"python3", "-I", "-c", kGuard, nullptr};
+  const char* envp[] = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=1", nullptr};
+  execve("/usr/bin/python3", const_cast<char* const*>(argv), const_cast<char* const*>(envp));
+  const char msg[] = "cannot run /usr/bin/python3\n";
+  (void)!write(2, msg, sizeof msg - 1);
+  _exit(127);
+}
 
-ExecutionResult execute_python(const std::string& code, const ExecutionLimits& limits) {
-  namespace fs = std::filesystem;
-  std::string tmpl = (fs::temp_directory_path() / "nanochat-exec-XXXXXX").string();
-  if (!mkdtemp(tmpl.data())) fail("cannot create a temporary folder for running code: ", std::strerror(errno));
-  const std::string dir = tmpl;
-  struct Cleanup {
-    std::string d;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(d, ec);
-    }
-  } cleanup{dir};
-  {
-    std::ofstream f(dir + "/program.py", std::ios::binary);
-    f << code;
-    if (!f) fail(dir, "/program.py: cannot write the program to run");
-  }
-  int out_pipe[2], err_pipe[2], net_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0 || pipe2(net_pipe, O_CLOEXEC) != 0)
-    fail("cannot create pipes for running code: ", std::strerror(errno));
-  const pid_t pid = fork();
-  if (pid < 0) fail("cannot start a process for running code: ", std::strerror(errno));
-  if (pid == 0) {
-    setpgid(0, 0);
-    const char isolated = unshare(CLONE_NEWNET) == 0 ? '1' : '0';
-    (void)!write(net_pipe[1], &isolated, 1);
-    const int devnull = open("/dev/null", O_RDONLY);
-    dup2(devnull, 0);
-    dup2(out_pipe[1], 1);
-    dup2(err_pipe[1], 2);
-    if (chdir(dir.c_str()) != 0) _exit(126);
-    const auto mem = static_cast<rlim_t>(limits.max_memory_bytes);
-    set_limit(RLIMIT_AS, mem);
-    set_limit(RLIMIT_DATA, mem);
-    set_limit(RLIMIT_CPU, static_cast<rlim_t>(limits.timeout_s) + 1);
-    set_limit(RLIMIT_FSIZE, rlim_t(64) << 20);
-    set_limit(RLIMIT_CORE, 0);
-    const char* argv[] = {"python3", "-I", "-c", kGuard, nullptr};
-    const char* envp[] = {"PATH=/usr/bin:/bin", "OMP_NUM_THREADS=1", nullptr};
-    execve("/usr/bin/python3", const_cast<char* const*>(argv), const_cast<char* const*>(envp));
-    const char msg[] = "cannot run /usr/bin/python3\n";
-    (void)!write(2, msg, sizeof msg - 1);
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also here: the child may not have run its own setpgid yet
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  close(net_pipe[1]);
-  ExecutionResult res;
-  char isolated = '0';
-  if (read(net_pipe[0], &isolated, 1) == 1) res.network_isolated = isolated == '1';
-  close(net_pipe[0]);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limits.timeout_s);
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+using Clock = std::chrono::steady_clock;
+
+// Reads the child's stdout and stderr (the first kMaxCapture bytes of each) until both close
+// or the deadline passes (then res.timeout). Closes both descriptors.
+void capture(int out_fd, int err_fd, Clock::time_point deadline, ExecutionResult& res) {
+  pollfd fds[2] = {{out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
   std::string* bufs[2] = {&res.out, &res.err};
   int open_fds = 2;
   while (open_fds > 0) {
@@ -132,11 +108,58 @@ ExecutionResult execute_python(const std::string& code, const ExecutionLimits& l
       }
     }
   }
-  if (res.timeout) kill(-pid, SIGKILL);
   for (auto& f : fds)
     if (f.fd >= 0) close(f.fd);
+}
+
+}  // namespace
+
+ExecutionResult execute_python(const std::string& code, const ExecutionLimits& limits) {
+  namespace fs = std::filesystem;
+  std::string tmpl = (fs::temp_directory_path() / "nanochat-exec-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) fail("cannot create a temporary folder for running code: ", std::strerror(errno));
+  const std::string dir = tmpl;
+  struct Cleanup {
+    std::string d;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  {
+    std::ofstream f(dir + "/program.py", std::ios::binary);
+    f << code;
+    if (!f) fail(dir, "/program.py: cannot write the program to run");
+  }
+  int out_pipe[2], err_pipe[2], net_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0 || pipe2(net_pipe, O_CLOEXEC) != 0)
+    fail("cannot create pipes for running code: ", std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int err = errno;
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], net_pipe[0], net_pipe[1]}) close(fd);
+    fail("cannot start a process for running code: ", std::strerror(err));
+  }
+  if (pid == 0) run_child(dir, limits, out_pipe[1], err_pipe[1], net_pipe[1]);
+  setpgid(pid, pid);  // also here: the child may not have run its own setpgid yet
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  close(net_pipe[1]);
+  ExecutionResult res;
+  char isolated = '0';
+  if (read(net_pipe[0], &isolated, 1) == 1) res.network_isolated = isolated == '1';
+  close(net_pipe[0]);
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits.timeout_s));
+  capture(out_pipe[0], err_pipe[0], deadline, res);
+  // The program may have closed its output and still run: wait for it up to the deadline too.
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  for (;;) {
+    if (res.timeout) kill(-pid, SIGKILL);
+    const pid_t w = waitpid(pid, &status, res.timeout ? 0 : WNOHANG);
+    if (w == pid || (w < 0 && errno != EINTR)) break;
+    if (w == 0 && Clock::now() >= deadline) res.timeout = true;
+    if (w == 0 && !res.timeout) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   kill(-pid, SIGKILL);  // anything the program left behind in its group
   if (res.timeout) {

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -21,7 +22,7 @@ std::string hub_dataset_dir(const HubSource& src, const std::string& base) {
   return (fs::path(root) / "task_data" / slug / src.subset / src.split).string();
 }
 
-std::string hub_download_command(const std::string& task) { return "nanochat data download --tasks " + task; }
+std::string hub_download_command(const std::string& spec) { return "nanochat data download --tasks " + spec; }
 
 namespace {
 
@@ -84,6 +85,19 @@ std::string HubTable::where(int64_t row) const {
   while (s > 0 && shard_start_[s - 1] > row) --s;
   if (s == 0) return str_cat("row ", row);
   return str_cat(shards_[s - 1], ": row ", row - shard_start_[s - 1]);
+}
+
+std::shared_ptr<const HubTable> load_hub_table(const std::string& dir, const std::vector<std::string>& columns,
+                                               const std::string& download_command) {
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<const HubTable>> cache;
+  std::string key = dir;
+  for (const auto& c : columns) key += '\n' + c;
+  std::lock_guard<std::mutex> lk(mu);
+  if (auto t = cache[key].lock()) return t;
+  auto t = std::make_shared<const HubTable>(dir, columns, download_command);
+  cache[key] = t;
+  return t;
 }
 
 namespace {

@@ -13,6 +13,7 @@
 // np.random.default_rng(42).permutation(rows)[i] of the table (core/np_random.h).
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,9 @@ struct HubSource {
 /// <base>/task_data/<repo with "/" -> "--">/<subset>/<split>; base "" means nanochat::base_dir().
 std::string hub_dataset_dir(const HubSource& src, const std::string& base = "");
 
-/// The command that fetches `src` ("nanochat data download --tasks <task>"), for error messages.
-std::string hub_download_command(const std::string& task);
+/// The command that fetches a task's data, for error messages: "nanochat data download --tasks
+/// <spec>" (spec: a task name, or NAME/SUBSET/SPLIT for one dataset of it).
+std::string hub_download_command(const std::string& spec);
 
 /// The named columns of every shard of a downloaded dataset, concatenated in manifest order.
 class HubTable {
@@ -53,6 +55,12 @@ class HubTable {
   std::vector<int64_t> shard_start_;  // first row of each shard
   int64_t rows_ = 0;
 };
+
+/// A HubTable shared by every task open on the same folder and columns (a mixture that lists a
+/// task several times, nanochat's epochs, holds one copy); loaded on first use, released with its
+/// last holder. Thread-safe. Throws like HubTable.
+std::shared_ptr<const HubTable> load_hub_table(const std::string& dir, const std::vector<std::string>& columns,
+                                               const std::string& download_command);
 
 /// Row accessors of a column; throw nanochat::Error naming table.where(row) when the value is null
 /// or the column's kind (string / integer / list) is not the one asked for.

@@ -19,12 +19,12 @@ class HubTask : public Task {
  public:
   HubTask(std::string name, EvalType type, const std::string& dir, const std::vector<std::string>& columns,
           const std::string& download)
-      : name_(std::move(name)), type_(type), table_(dir, columns, download) {
-    perm_ = NpRandom(42).permutation(table_.num_rows());
+      : name_(std::move(name)), type_(type), table_(load_hub_table(dir, columns, download)) {
+    perm_ = NpRandom(42).permutation(table_->num_rows());
   }
   std::string name() const override { return name_; }
   EvalType eval_type() const override { return type_; }
-  int64_t size() const override { return table_.num_rows(); }
+  int64_t size() const override { return table_->num_rows(); }
   Example get(int64_t index) const override {
     if (index < 0 || index >= size())
       fail("task ", name_, ": example ", index, " is out of range (the task has ", size(), " examples)");
@@ -33,14 +33,14 @@ class HubTask : public Task {
 
  protected:
   virtual Example row(int64_t r) const = 0;
-  std::string str(const char* col, int64_t r) const { return cell_string(table_, col, r); }
-  std::vector<std::string> strs(const char* col, int64_t r) const { return cell_strings(table_, col, r); }
-  const HubTable& table() const { return table_; }
+  std::string str(const char* col, int64_t r) const { return cell_string(*table_, col, r); }
+  std::vector<std::string> strs(const char* col, int64_t r) const { return cell_strings(*table_, col, r); }
+  const HubTable& table() const { return *table_; }
 
  private:
   std::string name_;
   EvalType type_;
-  HubTable table_;
+  std::shared_ptr<const HubTable> table_;
   std::vector<int64_t> perm_;
 };
 
