@@ -243,6 +243,7 @@ BaseCheckpoint find_base_checkpoint(Communicator& comm, const SftArgs& a) {
     } catch (const std::exception& e) {
       error = e.what();
     }
+  if (comm.world_size() == 1 && !error.empty()) fail(error);  // one process: the message as it is
   cluster::throw_if_any_rank_failed(comm, error);
   std::string text = found.dump();
   cluster::broadcast_string(comm, text, 0);
