@@ -29,6 +29,7 @@ void register_interop(CLI::App& app) {
   CLI::App* e = app.add_subcommand("export", "write a checkpoint and the tokenizer in nanochat's (PyTorch) layout");
   e->add_option("--to", ex->format, "target format (only 'nanochat')")->capture_default_str();
   add_checkpoint_options(e, ex->ckpt);
+  add_source_option(e, ex->ckpt, "base");
   e->add_option("--out", ex->dir,
                 "nanochat base folder to write (base_checkpoints/<tag>/model_<step>.pt, "
                 "meta_<step>.json, tokenizer/tokenizer.pkl, tokenizer/token_bytes.pt)")
@@ -37,7 +38,8 @@ void register_interop(CLI::App& app) {
               "also write the optimizer state (every rank's shard) as nanochat's optim_<step>_rank0.pt");
   e->callback([ex] {
     check_format(ex->format, "--to");
-    const std::string model = export_to_nanochat({ex->ckpt.model_tag, ex->ckpt.step, ex->dir, ex->with_optimizer});
+    const std::string model = export_to_nanochat({ex->ckpt.model_tag, ex->ckpt.step, ex->dir, ex->with_optimizer,
+                                                  parse_checkpoint_source(ex->ckpt.source)});
     std::printf("Exported %s (with its meta and the tokenizer under %s/tokenizer); %s\n", model.c_str(),
                 ex->dir.c_str(),
                 ex->with_optimizer ? "the optimizer state is in optim_<step>_rank0.pt next to it"

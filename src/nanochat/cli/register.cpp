@@ -8,6 +8,7 @@ void register_run(CLI::App& app);         // cli/run.cpp (+ hidden dist-selftest
 void register_doctor(CLI::App& app);      // cli/doctor.cpp
 void register_base_train(CLI::App& app);  // cli/base_train.cpp
 void register_base_eval(CLI::App& app);   // cli/base_eval.cpp
+void register_chat_sft(CLI::App& app);    // cli/chat_sft.cpp
 void register_sample(CLI::App& app);      // cli/sample.cpp
 void register_chat(CLI::App& app);        // cli/chat.cpp
 void register_chat_web(CLI::App& app);    // cli/chat_web.cpp
@@ -23,6 +24,7 @@ void register_all(CLI::App& app) {
   register_doctor(app);
   register_base_train(app);
   register_base_eval(app);
+  register_chat_sft(app);
   register_sample(app);
   register_chat(app);
   register_chat_web(app);

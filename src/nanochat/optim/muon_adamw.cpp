@@ -62,6 +62,14 @@ MuonAdamW::~MuonAdamW() = default;
 
 double dmodel_lr_scale(int64_t model_dim) { return std::pow(static_cast<double>(model_dim) / 768.0, -0.5); }
 
+void MuonAdamW::scale_initial_lrs(double factor) {
+  if (!(factor > 0) || !std::isfinite(factor)) fail("optimizer: the lr factor must be positive (got ", factor, ")");
+  for (OptGroup& g : groups_) {
+    g.initial_lr *= factor;
+    g.lr *= factor;
+  }
+}
+
 void MuonAdamW::build_groups(const OptimConfig& cfg) {
   const double dmodel = dmodel_lr_scale(cfg.model_dim);
   struct AdamDef {

@@ -105,6 +105,11 @@ class MuonAdamW {
   /// the same number of times.
   void step(float lr_multiplier, float muon_momentum, float muon_weight_decay, float grad_scale = 1.f);
 
+  /// Multiplies every group's initial lr (and its current lr) by `factor` > 0: chat_sft's
+  /// --init-lr-frac (nanochat scripts/chat_sft.py sets group["lr"] *= init_lr_frac and takes that as
+  /// group["initial_lr"]). Throws nanochat::Error for a factor that is not positive and finite.
+  void scale_initial_lrs(double factor);
+
   /// Marks parameter `param` (index into the constructor's list) as holding its final gradient
   /// of this step, so its reduction can start while the backward goes on (the reduce-scatter
   /// overlaps the last micro-batch's backward). With W > 1 a large (sharded) AdamW

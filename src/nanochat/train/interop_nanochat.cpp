@@ -107,10 +107,13 @@ void export_tokenizer(const Tokenizer& tok, const std::string& dir) {
 
 std::string export_to_nanochat(const ExportOptions& opts) {
   if (opts.out.empty()) fail("export needs --out DIR, the nanochat base folder to write into");
-  LoadedModel lm = load_trained_model(opts.tag, opts.step);
+  if (opts.with_optimizer && opts.source != CheckpointSource::Base)
+    fail("export --with-optimizer writes base-train's optimizer state only; export the ",
+         checkpoint_source_name(opts.source), " checkpoint without --with-optimizer");
+  LoadedModel lm = load_trained_model(opts.tag, opts.step, opts.source);
   const Tokenizer tok = Tokenizer::load(tokenizer_dir());
   require_tokenizer_vocab(lm, tok.vocab_size());
-  const std::string dir = opts.out + "/base_checkpoints/" + lm.tag;
+  const std::string dir = opts.out + "/" + checkpoint_source_folder(opts.source) + "/" + lm.tag;
   make_dirs(dir);
   std::vector<StWriteEntry> entries;
   for (const auto& p : lm.model->params())

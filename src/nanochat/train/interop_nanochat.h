@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <string>
 
+#include "nanochat/train/model_io.h"
+
 namespace nanochat {
 
 struct ExportOptions {
@@ -26,6 +28,9 @@ struct ExportOptions {
   int64_t step = -1;            ///< -1 = the last complete step
   std::string out;              ///< the nanochat base folder to write into (created)
   bool with_optimizer = false;  ///< also write optim_<S>_rank0.pt (the whole state of every shard)
+  /// which stage's checkpoint (-i): its folder is read here and written under opts.out (base only
+  /// with the optimizer)
+  CheckpointSource source = CheckpointSource::Base;
 };
 
 /// Writes the checkpoint (and the tokenizer of base_dir()/tokenizer) in nanochat's layout under

@@ -59,16 +59,16 @@ json args_to_json(const BaseTrainArgs& a) {
 namespace {
 
 // Startup agreement (docs/architecture.md 3.10): one clear error on every rank if anything differs.
-void agree_on_the_job(Communicator& comm, const BaseTrainArgs& a, const Tokenizer& tok, const TrainPlan& plan) {
+void agree_on_the_job(Communicator& comm, const json& flags, const Tokenizer& tok, const TrainPlan& plan) {
   const bool local_data = plan.data == DataSource::LocalCopies;
-  json user = args_to_json(a);
+  json user = flags;
   user.erase("threads");            // nodes may use different thread counts
   user.erase("device_batch_size");  // and micro-batch sizes (a node with less memory runs smaller ones)
   std::map<std::string, std::string> facts = {
       {"model config", plan.model.to_json().dump()},
       {"batch settings", str_cat("T=", plan.T, " total=", plan.total_batch_size)},
       {"tokenizer hash", std::to_string(tok.hash())},
-      {"base-train flags", user.dump()}};
+      {plan.command + " flags", user.dump()}};
   if (local_data) {
     // The shards' names, sizes, row groups and CRC-32s, never the directory's path (nodes may keep
     // their copies anywhere). Hashing a new corpus may take a while: the others wait at a barrier
@@ -90,10 +90,14 @@ std::vector<int> gather_device_batches(Communicator& comm, int B) { return all_g
 }  // namespace
 
 JobLayout agree_on_job_layout(Communicator& comm, const BaseTrainArgs& a, const TrainPlan& plan, const Tokenizer& tok) {
+  return agree_on_job_layout(comm, args_to_json(a), plan, tok);
+}
+
+JobLayout agree_on_job_layout(Communicator& comm, const json& flags, const TrainPlan& plan, const Tokenizer& tok) {
   // Before the first collective: a rank slow to start is waited for (NANOCHAT_STARTUP_TIMEOUT) and
   // named, instead of failing the others at the collective timeout (cluster/startup.h).
   cluster::startup_barrier(comm, "train");
-  if (comm.world_size() > 1) agree_on_the_job(comm, a, tok, plan);
+  if (comm.world_size() > 1) agree_on_the_job(comm, flags, tok, plan);
   JobLayout l;
   l.rank = comm.rank();
   l.world_size = comm.world_size();

@@ -31,6 +31,11 @@ struct JobLayout {
 /// what differs (cluster::agree), or a rank that did not arrive in time (cluster::startup_barrier).
 JobLayout agree_on_job_layout(Communicator& comm, const BaseTrainArgs& a, const TrainPlan& plan, const Tokenizer& tok);
 
+/// The same for any command: `flags` (the command's flags as JSON, agreed under the key
+/// "<plan.command> flags"; "threads" and "device_batch_size" are left out, they may differ per node).
+JobLayout agree_on_job_layout(Communicator& comm, const nlohmann::json& flags, const TrainPlan& plan,
+                              const Tokenizer& tok);
+
 /// base-train's flags as JSON (the meta's user_config, the agreement's "base-train flags").
 nlohmann::json args_to_json(const BaseTrainArgs& a);
 

@@ -1,17 +1,18 @@
 #include "nanochat/train/loop_checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "nanochat/cluster/gather.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/format.h"
 #include "nanochat/core/safetensors.h"
 #include "nanochat/data/loader.h"
-#include "nanochat/cluster/gather.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/train/job_checkpoint.h"
@@ -199,6 +200,49 @@ LoopState resume(Communicator& comm, const TrainPlan& plan, int64_t step, GPT& m
       own_shards ? load_own_shard(comm, cp, marker, opt) : reshard(comm, cp, marker, W0, one_rank_stream, opt);
   print0(comm, str_cat("Resumed from step ", state.step, " (", cp.model(), ")"));
   return state;
+}
+
+json warm_start(Communicator& comm, const CheckpointPaths& cp, GPT& model, MuonAdamW& opt, bool with_optimizer,
+                bool* optimizer_loaded) {
+  json meta, marker;
+  load_weights_and_meta(comm, cp, model, meta, marker);
+  *optimizer_loaded = false;
+  if (!with_optimizer) return meta;
+  const int W0 = std::max(1, meta.value("world_size", 1));
+  std::string present = "1", error, corrupt;
+  MuonAdamW::WholeState whole;
+  if (comm.rank() == 0) try {
+      for (int r = 0; r < W0; ++r)
+        if (!fs::exists(cp.optim(r))) present = "0";
+      std::vector<StFile> shards;
+      for (int r = 0; r < W0 && present == "1" && corrupt.empty(); ++r) {
+        corrupt = check_checkpoint_file(marker, cp.optim(r));
+        if (corrupt.empty()) shards.push_back(load_safetensors(cp.optim(r)));
+      }
+      if (present == "1" && corrupt.empty()) whole = opt.assemble_whole_state(shards);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  agree_on_checkpoint_load(comm, cp, error, corrupt);
+  cluster::broadcast_string(comm, present, 0);
+  if (present != "1") return meta;
+  int64_t nsteps = static_cast<int64_t>(whole.steps.size());
+  comm.broadcast(&nsteps, sizeof nsteps, 0)->wait();
+  whole.steps.resize(static_cast<size_t>(nsteps));
+  comm.broadcast(whole.steps.data(), whole.steps.size() * sizeof(int64_t), 0)->wait();
+  if (comm.rank() == 0) {
+    opt.load_whole_state(whole);
+    for (int r = 1; r < comm.world_size(); ++r) {
+      const std::vector<float> part = opt.whole_state_part(whole, r);
+      comm.send(part.data(), part.size() * sizeof(float), r)->wait();
+    }
+  } else {
+    std::vector<float> part(opt.whole_state_part_floats(comm.rank()));
+    comm.recv(part.data(), part.size() * sizeof(float), 0)->wait();
+    opt.load_whole_state_part(part, whole.steps);
+  }
+  *optimizer_loaded = true;
+  return meta;
 }
 
 }  // namespace nanochat

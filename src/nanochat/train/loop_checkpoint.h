@@ -34,14 +34,27 @@ CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, cons
 /// with this rank's loader state. Rank 0 reads the weights and the meta and broadcasts them; the
 /// meta must match the plan (TrainPlan::check_resume). Rank 0 reads every optimizer shard of its
 /// folder, reassembles the whole optimizer state and sends each rank only its part
-/// (MuonAdamW::whole_state_part, point to point), so node 0's folder alone resumes at any world size; a checkpoint of an earlier version that left each node its own
-/// shard resumes at its world size with each rank reading its own. Every rank reads the one-rank data stream, whose
-/// state after a step does not depend on the world size or the split, so the data resumes exactly at any world size (a
-/// checkpoint of an earlier version whose ranks read rank-strided streams, meta without "data_stream", continues
-/// approximately: data::reshard_loader_states). Every file read is checked
+/// (MuonAdamW::whole_state_part, point to point), so node 0's folder alone resumes at any world size; a checkpoint of
+/// an earlier version that left each node its own shard resumes at its world size with each rank reading its own. Every
+/// rank reads the one-rank data stream, whose state after a step does not depend on the world size or the split, so the
+/// data resumes exactly at any world size (a checkpoint of an earlier version whose ranks read rank-strided streams,
+/// meta without "data_stream", continues approximately: data::reshard_loader_states). Every file read is checked
 /// against its marker's CRC32; a failure on any rank makes every rank throw the same
 /// nanochat::Error (agree_on_checkpoint_load) naming the file, rank and host. All ranks call it
 /// together.
 LoopState resume(Communicator& comm, const TrainPlan& plan, int64_t step, GPT& model, MuonAdamW& opt);
+
+/// chat-sft's start from checkpoint `cp` (another run's folder, e.g. base_checkpoints/<tag>): rank 0
+/// reads and checks its weights and meta and every rank gets them (as resume does); then, when
+/// `with_optimizer`, rank 0 reads every optimizer shard of the checkpoint's world size, reassembles
+/// the whole state and sends each rank its part under the current layout (any world size). The
+/// optimizer's groups keep their own lrs, momentum and weight decay: only the moments, Muon buffers
+/// and step counts are loaded (nanochat chat_sft.py restores its fresh lrs after load_state_dict).
+/// Returns the meta, and in `optimizer_loaded` whether the optimizer state was loaded (false when
+/// not asked for, or when a shard is missing: nanochat then starts with a fresh optimizer). Throws
+/// on every rank the same nanochat::Error naming the file for a damaged or unreadable one. All
+/// ranks call it together.
+nlohmann::json warm_start(Communicator& comm, const CheckpointPaths& cp, GPT& model, MuonAdamW& opt,
+                          bool with_optimizer, bool* optimizer_loaded);
 
 }  // namespace nanochat

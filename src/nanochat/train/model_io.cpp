@@ -72,14 +72,14 @@ CheckpointSource parse_checkpoint_source(const std::string& name) {
 }
 
 namespace {
-// What writes a source's checkpoints, for error messages: nanochat's script (chat SFT and RL have
-// no subcommand here yet; their checkpoints come from nanochat through `import`-compatible files).
+// What writes a source's checkpoints, for error messages (chat RL has no subcommand here yet; its
+// checkpoints come from nanochat through `import`-compatible files).
 const char* source_writer(CheckpointSource s) {
   switch (s) {
     case CheckpointSource::Base:
       return "nanochat base-train";
     case CheckpointSource::Sft:
-      return "nanochat's scripts.chat_sft (no nanochat.cpp subcommand yet)";
+      return "nanochat chat-sft";
     case CheckpointSource::Rl:
       return "nanochat's scripts.chat_rl (no nanochat.cpp subcommand yet)";
   }

@@ -39,6 +39,7 @@ int64_t TrainPlan::eval_steps_for(int eval_B) const {
 
 void TrainPlan::check_resume(const nlohmann::json& meta, const std::string& meta_path) const {
   ModelConfig saved = ModelConfig::from_json(meta.at("model_config"));
+  if (sft) saved.sequence_len = model.sequence_len;  // chat-sft's meta records its T there (nanochat's)
   if (!(saved == model))
     fail("cannot resume from ", meta_path, ": its model_config ", saved.to_json().dump(),
          " differs from the one the flags give ", model.to_json().dump());

@@ -127,11 +127,18 @@ struct TrainPlan {
   /// The optimizer's settings: the flags' lrs x batch_lr_scale, the scaled Muon weight decay, the
   /// model width (docs/nanochat.md 2.1).
   OptimConfig optim;
-  double dmodel_lr_scale = 1.0;  ///< (model_dim / 768)^-0.5: the AdamW lrs' width scaling (MuonAdamW applies it)
-  LrSchedule schedule;           ///< num_iterations and the flags' warmup/warmdown/final fraction
-  std::string tag;               ///< --model-tag, default "d<depth>"
-  std::string checkpoint_dir;    ///< <base dir>/base_checkpoints/<tag>
-  std::vector<std::string> log;  ///< the lines nanochat prints while deriving, in order
+  double dmodel_lr_scale = 1.0;        ///< (model_dim / 768)^-0.5: the AdamW lrs' width scaling (MuonAdamW applies it)
+  LrSchedule schedule;                 ///< num_iterations and the flags' warmup/warmdown/final fraction
+  std::string tag;                     ///< --model-tag, default "d<depth>"
+  std::string checkpoint_dir;          ///< <base dir>/base_checkpoints/<tag>
+  std::vector<std::string> log;        ///< the lines nanochat prints while deriving, in order
+  std::string command = "base-train";  ///< the subcommand that trains (logs, the chart's title)
+  /// chat-sft (train/sft.h): the data stream ends the run (StepRows::end; num_iterations is then
+  /// the largest int64), the LR follows the stream's progress by sft_schedule, the Muon momentum
+  /// SftSchedule::muon_momentum and the Muon weight decay stays sft_muon_weight_decay.
+  bool sft = false;
+  SftSchedule sft_schedule;
+  double sft_muon_weight_decay = 0;
 
   /// Rows of T tokens in one optimizer step, all ranks together: total_batch_size / T.
   int64_t rows_per_step() const { return total_batch_size / T; }

@@ -44,6 +44,36 @@ std::string step_log_line(const StepReport& r) {
   return l;
 }
 
+namespace {
+// The W > 1 parts of a step's line: rank 0's comm wait and each rank's share, times and tok/s.
+std::string ranks_part(const StepReport& r) {
+  std::string l;
+  if (r.world_size <= 1) return l;
+  char cw[48];
+  std::snprintf(cw, sizeof cw, " | comm wait: %.1f%%", 100.0 * r.comm_wait / r.dt);
+  l += cw;
+  for (size_t k = 0; k < r.ranks.size(); ++k) {
+    const RankReport& q = r.ranks[k];
+    char b[128];
+    std::snprintf(b, sizeof b, "%sr%zu %.0f%% %.2fs+%.2fs %s tok/s", k ? ", " : " | ranks: ", k, 100.0 * q.share,
+                  q.compute, q.wait, with_commas(q.tok_per_sec).c_str());
+    l += b;
+  }
+  return l;
+}
+}  // namespace
+
+std::string sft_step_log_line(const StepReport& r) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "step %05lld (%.2f%%) | loss: %.6f | lrm: %.2f | dt: %.2fms | tok/sec: %s | mfu: %.2f | epoch: %s | "
+                "total time: %.2fm",
+                static_cast<long long>(r.step + 1), 100.0 * r.progress, r.smooth_loss, r.lrm, r.dt * 1e3,
+                with_commas(r.tok_per_sec).c_str(), r.mfu, r.loader_state.value("epoch", json(1)).dump().c_str(),
+                r.total_training_time / 60.0);
+  return line + ranks_part(r);
+}
+
 std::vector<std::string> profile_report_lines(int rank, int64_t steps, double seconds) {
   std::vector<std::string> out;
   out.push_back(str_cat("Profile of rank ", rank, " over ", steps,

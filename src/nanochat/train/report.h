@@ -29,12 +29,19 @@ struct StepReport {
   int world_size = 1;
   double comm_wait = 0;           ///< seconds rank 0 spent blocked on the others (shown when W > 1)
   std::vector<RankReport> ranks;  ///< per rank (shown when W > 1)
+  double progress = -1;           ///< chat-sft: the LR schedule's progress (0..1)
 };
 
 /// "step 00005/00010 (50.00%) | loss: ... | total time: 0.01m[ | comm wait: x%][ | eta: ym]
 /// [ | ranks: r0 62% 1.20s+0.05s 1,510 tok/s, r1 38% ...]" (the eta once step > 10; the ranks'
 /// share of the rows, compute + wait seconds and tok/s when W > 1).
 std::string step_log_line(const StepReport& r);
+
+/// chat-sft's line (nanochat scripts/chat_sft.py): "step 00006 (12.34%) | loss: ... | lrm: ... | dt:
+/// ...ms | tok/sec: ... | mfu: ... | epoch: E | total time: ...m", the step counted after it is
+/// made (r.step + 1), the percentage 100 x r.progress, the epoch from r.loader_state; then the same
+/// comm wait and ranks parts as step_log_line when W > 1.
+std::string sft_step_log_line(const StepReport& r);
 
 /// The --profile summary of this rank: a header, one line per prof::Op with its milliseconds per
 /// step and share of the `seconds` that `steps` profiled steps took, and the unattributed rest.

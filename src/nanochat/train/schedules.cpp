@@ -1,5 +1,6 @@
 #include "nanochat/train/schedules.h"
 
+#include <algorithm>
 #include <cfenv>
 #include <cmath>
 
@@ -37,6 +38,18 @@ double LrSchedule::muon_momentum(int64_t it) const {
 
 double LrSchedule::muon_weight_decay(int64_t it, double wd_scaled) const {
   return wd_scaled * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(it) / static_cast<double>(num_iterations)));
+}
+
+double SftSchedule::lr_multiplier(double progress) const {
+  if (progress < warmup_ratio) return (progress + 1e-8) / warmup_ratio;
+  if (progress <= 1.0 - warmdown_ratio) return 1.0;
+  const double decay = (progress - (1.0 - warmdown_ratio)) / warmdown_ratio;
+  return (1 - decay) * 1.0 + decay * final_lr_frac;
+}
+
+double SftSchedule::muon_momentum(int64_t it) {
+  const double frac = std::min(static_cast<double>(it) / 300.0, 1.0);
+  return (1 - frac) * 0.85 + frac * 0.95;
 }
 
 }  // namespace nanochat

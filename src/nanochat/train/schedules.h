@@ -25,4 +25,18 @@ struct LrSchedule {
   double muon_weight_decay(int64_t it, double wd_scaled) const;
 };
 
+/// chat-sft's schedules (nanochat scripts/chat_sft.py get_lr_multiplier, get_muon_momentum): the LR
+/// follows the progress through the data (0..1), since the number of steps is known only when the
+/// epoch ends.
+struct SftSchedule {
+  double warmup_ratio = 0.0;    ///< --warmup-ratio
+  double warmdown_ratio = 0.5;  ///< --warmdown-ratio
+  double final_lr_frac = 0.0;   ///< --final-lr-frac
+  /// (p + 1e-8) / warmup_ratio while p < warmup_ratio; 1.0 up to 1 - warmdown_ratio; then linear
+  /// to final_lr_frac at p = 1 (and on beyond it, as nanochat's formula goes).
+  double lr_multiplier(double progress) const;
+  /// Muon momentum 0.85 -> 0.95 over the first 300 steps, then 0.95.
+  static double muon_momentum(int64_t it);
+};
+
 }  // namespace nanochat

@@ -71,48 +71,81 @@ void read_rows(data::DataLoader& loader, int64_t n, int T, std::vector<int32_t>*
   }
 }
 
-class LocalSource : public StepSource {
+// base-train's stream: the token shards' one-rank stream.
+class TokenRowStream : public RowStream {
  public:
-  LocalSource(const Tokenizer& tok, const TrainPlan& plan, const json* state)
-      : tok_(tok), plan_(plan), loader_(tok, train_loader_options(plan), state), initial_(loader_.state()) {}
+  TokenRowStream(const Tokenizer& tok, const TrainPlan& plan, const json* state)
+      : tok_(tok), plan_(plan), loader_(tok, train_loader_options(plan), state) {}
 
-  StepRows next(int64_t step) override {
+  StepRows next_step(int64_t step) override {
     StepRows s;
     s.step = step;
     read_rows(loader_, plan_.rows_per_step(), plan_.T, &s.rows);
     s.loader_state = loader_.state();
     return s;
   }
-  const json& initial_state() const override { return initial_; }
-  ValBatchReader val_reader(int B) override {
+  json state() const override { return loader_.state(); }
+  std::function<void(int32_t*)> val_rows(int B) override {
     auto loader = std::make_shared<data::DataLoader>(tok_, val_loader_options(plan_, B), nullptr);
-    return [loader](int64_t, int32_t* x, int32_t* y) { loader->next(x, y); };
+    auto xy = std::make_shared<std::vector<int32_t>>(2 * static_cast<size_t>(B) * plan_.T);
+    const int T = plan_.T;
+    return [loader, xy, B, T](int32_t* rows) {
+      int32_t* x = xy->data();
+      int32_t* y = x + static_cast<size_t>(B) * T;
+      loader->next(x, y);
+      join_rows(x, y, B, T, rows);
+    };
   }
 
  private:
   const Tokenizer& tok_;
   const TrainPlan& plan_;
   data::DataLoader loader_;
+};
+
+// A val reader over a stream's val rows: each batch read as rows and split.
+ValBatchReader reader_of(std::function<void(int32_t*)> val_rows, int B, int T) {
+  auto buf = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(B) * (static_cast<size_t>(T) + 1));
+  return [val_rows = std::move(val_rows), buf, B, T](int64_t, int32_t* x, int32_t* y) {
+    val_rows(buf->data());
+    if (x) split_rows(buf->data(), B, T, x, y);
+  };
+}
+
+// The text of a step frame: the loader state after the step, whether it ends the run, its progress.
+std::string step_text(const StepRows& s) {
+  return json{{"state", s.loader_state}, {"end", s.end}, {"progress", s.progress}}.dump();
+}
+
+class LocalSource : public StepSource {
+ public:
+  LocalSource(const RowStreamFactory& make_stream, const TrainPlan& plan, const json* state)
+      : plan_(plan), stream_(make_stream(state)), initial_(stream_->state()) {}
+
+  StepRows next(int64_t step) override { return stream_->next_step(step); }
+  const json& initial_state() const override { return initial_; }
+  ValBatchReader val_reader(int B) override { return reader_of(stream_->val_rows(B), B, plan_.T); }
+
+ private:
+  const TrainPlan& plan_;
+  std::unique_ptr<RowStream> stream_;
   const json initial_;
 };
 
 class ServingSource : public StepSource {
  public:
-  ServingSource(cluster::FeedServer& server, const Tokenizer& tok, const TrainPlan& plan, const json* state,
-                int64_t first_step, int ahead)
-      : server_(server),
-        tok_(tok),
-        plan_(plan),
-        first_(first_step),
-        ahead_(std::max(1, ahead)),
-        asked_(first_step - 1) {
+  ServingSource(cluster::FeedServer& server, const RowStreamFactory& make_stream, const TrainPlan& plan,
+                const json* state, int64_t first_step, int ahead)
+      : server_(server), plan_(plan), first_(first_step), ahead_(std::max(1, ahead)), asked_(first_step - 1) {
     // an error here (no shards, no val shard) reaches the workers through run_base_train's handler
-    loader_ = std::make_unique<data::DataLoader>(tok, train_loader_options(plan), state);
-    initial_ = loader_->state();
+    stream_ = make_stream(state);
+    initial_ = stream_->state();
     FeedFrame f;
     f.kind = FeedKind::Step;
     f.seq = first_step - 1;  // no rows: the state before the first step
-    f.text = initial_.dump();
+    StepRows before;
+    before.loader_state = initial_;
+    f.text = step_text(before);
     for (int r = 1; r < server_.world_size(); ++r) server_.send(r, f, cluster::feed_step_deadline());
     thread_ = std::thread([this] { produce(); });
   }
@@ -144,26 +177,24 @@ class ServingSource : public StepSource {
 
   // Rank 0 reads every batch; batch i is evaluated by rank i % W, so the others' go to them.
   ValBatchReader val_reader(int B) override {
-    auto loader = std::make_shared<data::DataLoader>(tok_, val_loader_options(plan_, B), nullptr);
-    auto buf = std::make_shared<std::vector<int32_t>>(2 * static_cast<size_t>(B) * plan_.T);
+    auto rows_of = std::make_shared<std::function<void(int32_t*)>>(stream_->val_rows(B));
+    auto buf = std::make_shared<std::vector<int32_t>>(static_cast<size_t>(B) * (static_cast<size_t>(plan_.T) + 1));
     const int W = server_.world_size(), T = plan_.T;
-    return [this, loader, buf, W, T, B](int64_t i, int32_t* x, int32_t* y) {
+    return [this, rows_of, buf, W, T, B](int64_t i, int32_t* x, int32_t* y) {
+      (*rows_of)(buf->data());
       const int owner = static_cast<int>(i % W);
-      if (owner == 0) return loader->next(x, y);
-      int32_t* bx = buf->data();
-      int32_t* by = bx + static_cast<size_t>(B) * T;
-      loader->next(bx, by);
+      if (owner == 0) return split_rows(buf->data(), B, T, x, y);
       FeedFrame f;
       f.kind = FeedKind::Val;
       f.seq = i;
-      f.tokens.resize(static_cast<size_t>(B) * (static_cast<size_t>(T) + 1));
-      join_rows(bx, by, B, T, f.tokens.data());
+      f.tokens = *buf;
       server_.send(owner, f, cluster::feed_step_deadline());
     };
   }
 
  private:
-  // Reads and sends the steps, staying at most ahead_ steps beyond the trainer.
+  // Reads and sends the steps, staying at most ahead_ steps beyond the trainer, up to the last
+  // step of the plan or the step that ends the stream.
   void produce() {
     try {
       for (int64_t s = first_; s < plan_.num_iterations; ++s) {
@@ -172,20 +203,19 @@ class ServingSource : public StepSource {
           cv_.wait(lk, [&] { return stop_ || s <= asked_ + ahead_; });
           if (stop_) return;
         }
-        StepRows sr;
-        sr.step = s;
-        read_rows(*loader_, plan_.rows_per_step(), plan_.T, &sr.rows);
-        sr.loader_state = loader_->state();
+        StepRows sr = stream_->next_step(s);
         FeedFrame f;
         f.kind = FeedKind::Step;
         f.seq = s;
+        f.text = step_text(sr);
         f.tokens = std::move(sr.rows);  // lent to the frame for the sends, then taken back
-        f.text = sr.loader_state.dump();
         for (int r = 1; r < server_.world_size(); ++r) server_.send(r, f, cluster::feed_step_deadline());
         sr.rows = std::move(f.tokens);
+        const bool end = sr.end;
         std::lock_guard<std::mutex> lk(mu_);
         ready_.push_back(std::move(sr));
         cv_.notify_all();
+        if (end) return;
       }
     } catch (const std::exception& e) {
       const std::string msg = str_cat("rank 0 (host ", cluster::host_name(), ") could not serve the data: ", e.what());
@@ -197,11 +227,10 @@ class ServingSource : public StepSource {
   }
 
   cluster::FeedServer& server_;
-  const Tokenizer& tok_;
   const TrainPlan& plan_;
   const int64_t first_;
   const int ahead_;
-  std::unique_ptr<data::DataLoader> loader_;
+  std::unique_ptr<RowStream> stream_;
   json initial_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -218,7 +247,7 @@ class ReceivedSource : public StepSource {
       : client_(client), plan_(plan), rank_(rank) {
     const FeedFrame f = client_.next(FeedKind::Step, first_step - 1, cluster::feed_startup_deadline(),
                                      "the data stream's start (rank 0 opens the shards)");
-    initial_ = parse_state(f.text, first_step - 1);
+    initial_ = parse_step(f.text, first_step - 1).loader_state;
   }
 
   StepRows next(int64_t step) override {
@@ -227,10 +256,9 @@ class ReceivedSource : public StepSource {
     if (f.tokens.size() != want)
       fail("rank ", rank_, ": ", client_.server(), " sent ", f.tokens.size(), " tokens for step ", step, ", expected ",
            want, " (another total batch or sequence length?)");
-    StepRows s;
+    StepRows s = parse_step(f.text, step);
     s.step = step;
     s.rows = std::move(f.tokens);
-    s.loader_state = parse_state(f.text, step);
     return s;
   }
 
@@ -249,12 +277,17 @@ class ReceivedSource : public StepSource {
   }
 
  private:
-  json parse_state(const std::string& text, int64_t step) const {
+  StepRows parse_step(const std::string& text, int64_t step) const {
     try {
-      return json::parse(text);
+      const json j = json::parse(text);
+      StepRows s;
+      s.loader_state = j.at("state");
+      s.end = j.value("end", false);
+      s.progress = j.value("progress", -1.0);
+      return s;
     } catch (const std::exception& e) {
       fail("rank ", rank_, ": the loader state ", client_.server(), " sent with step ", step,
-           " is not JSON: ", e.what());
+           " is not readable: ", e.what());
     }
   }
 
@@ -298,9 +331,19 @@ void split_rows(const int32_t* rows, int64_t n, int T, int32_t* inputs, int32_t*
   const size_t t = static_cast<size_t>(T);
   for (int64_t b = 0; b < n; ++b) {
     const int32_t* row = rows + static_cast<size_t>(b) * (t + 1);
-    std::memcpy(inputs + static_cast<size_t>(b) * t, row, sizeof(int32_t) * t);
-    std::memcpy(targets + static_cast<size_t>(b) * t, row + 1, sizeof(int32_t) * t);
+    int32_t* x = inputs + static_cast<size_t>(b) * t;
+    int32_t* y = targets + static_cast<size_t>(b) * t;
+    for (size_t i = 0; i < t; ++i) {
+      x[i] = row[i] < 0 ? ~row[i] : row[i];  // a masked token is still the model's input
+      y[i] = row[i + 1] < 0 ? -1 : row[i + 1];
+    }
   }
+}
+
+RowStreamFactory token_row_stream(const Tokenizer& tok, const TrainPlan& plan) {
+  return [&tok, &plan](const json* state) -> std::unique_ptr<RowStream> {
+    return std::make_unique<TokenRowStream>(tok, plan, state);
+  };
 }
 
 DataFeed::DataFeed() = default;
@@ -333,11 +376,12 @@ Tokenizer load_tokenizer(DataFeed& feed) {
   return tok;
 }
 
-std::unique_ptr<StepSource> open_step_source(DataFeed& feed, const Tokenizer& tok, const TrainPlan& plan,
-                                             const json* state, int64_t first_step, int rank) {
-  if (feed.server) return std::make_unique<ServingSource>(*feed.server, tok, plan, state, first_step, 3);
+std::unique_ptr<StepSource> open_step_source(DataFeed& feed, const RowStreamFactory& make_stream,
+                                             const TrainPlan& plan, const json* state, int64_t first_step,
+                                             int rank) {
+  if (feed.server) return std::make_unique<ServingSource>(*feed.server, make_stream, plan, state, first_step, 3);
   if (feed.client) return std::make_unique<ReceivedSource>(*feed.client, plan, first_step, rank);
-  return std::make_unique<LocalSource>(tok, plan, state);
+  return std::make_unique<LocalSource>(make_stream, plan, state);
 }
 
 }  // namespace nanochat

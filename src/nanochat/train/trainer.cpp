@@ -46,13 +46,6 @@ void print_if(bool master, const std::string& s) {
   std::fflush(stdout);
 }
 
-std::vector<OptParam> optimizer_params(GPT& model) {
-  std::vector<OptParam> ops;
-  for (const auto& p : model.params())
-    ops.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
-  return ops;
-}
-
 // Everything the loop works with: the settings (plan, job layout), the parts it drives, and the
 // run's state.
 struct TrainContext {
@@ -88,7 +81,8 @@ class TrainLoop {
   std::string run() {
     for (;;) {
       const int64_t step = st_.step;
-      const bool last = step == plan_.num_iterations;
+      if (plan_.sft) prefetch(step);  // the stream says whether this step ends the run
+      const bool last = step == plan_.num_iterations || (pending_ && pending_->end);
       const bool in_sync = sync_.in_sync(step);
       const bool save_now = in_sync && plan_.cadence.save_at(step, last);
       // 1. the replicas are still identical (and a checkpoint never stores one rank's fault)
@@ -103,10 +97,20 @@ class TrainLoop {
   }
 
   double profiled_seconds() const { return profiled_seconds_; }
+  /// The stream's state after the last rows read (those of the step that ended the run, if one did).
+  const json& stream_state() const { return pending_ ? pending_->loader_state : loader_state_; }
   int64_t profiled_steps() const { return profiled_steps_; }
 
  private:
   void print0(const std::string& s) const { print_if(sync_.rank() == 0, s); }
+
+  // chat-sft: the step's rows before its evaluation and save, since the stream ends the run.
+  void prefetch(int64_t step) {
+    if (pending_) return;
+    Timer td;
+    pending_ = std::make_unique<StepRows>(c_.data.next(step));
+    pending_data_s_ = td.seconds();
+  }
 
   void save() {
     st_.loader_state = loader_state_;
@@ -195,7 +199,11 @@ class TrainLoop {
     RankStep my;
     const StepShare share = sync_.begin_step(step);
     StepRows rows;
-    {
+    if (pending_) {
+      rows = std::move(*pending_);
+      pending_.reset();
+      my.data = pending_data_s_;
+    } else {
       prof::Scope data_scope(prof::Op::Data);
       Timer td;
       rows = c_.data.next(step);  // the whole step's rows; this rank runs its part of them
@@ -203,9 +211,18 @@ class TrainLoop {
     }
     loader_state_ = std::move(rows.loader_state);
     run_micro_batches(rows, share, my);
-    const double lrm = plan_.schedule.lr_multiplier(step);
-    const StepSchedule sched{static_cast<float>(lrm), static_cast<float>(plan_.schedule.muon_momentum(step)),
-                             static_cast<float>(plan_.schedule.muon_weight_decay(step, plan_.weight_decay_scaled))};
+    double lrm = 0;
+    StepSchedule sched;
+    if (plan_.sft) {  // nanochat chat_sft.py: the LR by progress (monotone), momentum by step, fixed decay
+      progress_ = std::max(progress_, rows.progress);
+      lrm = plan_.sft_schedule.lr_multiplier(progress_);
+      sched = {static_cast<float>(lrm), static_cast<float>(SftSchedule::muon_momentum(step)),
+               static_cast<float>(plan_.sft_muon_weight_decay)};
+    } else {
+      lrm = plan_.schedule.lr_multiplier(step);
+      sched = {static_cast<float>(lrm), static_cast<float>(plan_.schedule.muon_momentum(step)),
+               static_cast<float>(plan_.schedule.muon_weight_decay(step, plan_.weight_decay_scaled))};
+    }
     my.opt_compute = sync_.update(sched);
     c_.faults.after_update(model_, sync_.rank(), step);
     my.dt = t.seconds();
@@ -249,7 +266,9 @@ class TrainLoop {
     StepReport r;
     r.step = step;
     r.num_iterations = plan_.num_iterations;
-    r.smooth_loss = st_.smooth_train_loss / (1 - std::pow(ema_beta, static_cast<double>(step + 1)));
+    // chat_sft.py debiases after counting the step (beta^(step + 2)), base_train.py before it
+    r.smooth_loss = st_.smooth_train_loss / (1 - std::pow(ema_beta, static_cast<double>(step + (plan_.sft ? 2 : 1))));
+    r.progress = progress_;
     r.lrm = lrm;
     r.dt = dt;
     r.tok_per_sec = static_cast<int64_t>(static_cast<double>(total) / dt);
@@ -274,7 +293,7 @@ class TrainLoop {
       rank_tok.push_back(r.ranks.back().tok_per_sec);
     }
     r.comm_wait = r.ranks[0].wait;
-    print0(step_log_line(r));
+    print0(plan_.sft ? sft_step_log_line(r) : step_log_line(r));
     json rec = {{"step", step},
                 {"loss", train_loss},
                 {"smooth_loss", r.smooth_loss},
@@ -299,6 +318,9 @@ class TrainLoop {
   StepSync& sync_;
   LoopState& st_;
   json loader_state_ = c_.data.initial_state();  // after the last step trained
+  std::unique_ptr<StepRows> pending_;            // chat-sft: the step's rows, fetched before its evaluation
+  double pending_data_s_ = 0;
+  double progress_ = 0;  // chat-sft: the largest progress seen (nanochat's progress = max(...))
   bool noted_slow_rank_ = false;
   double dt_ema_ = 0;
   const int64_t flops_per_token_ = model_.num_flops_per_token();
@@ -314,25 +336,14 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
                                     bool reads_data) {
   auto print0 = [master](const std::string& s) { print_if(master, s); };
   print0("nanochat.cpp base-train");
-  print0(str_cat("Device: cpu, dtype float32, ", num_threads(), " threads per rank, world size ", plan.world_size));
-  print0(
-      str_cat("Threads: ", num_threads(), " on CPUs ", cpu_affinity_list(), "; wait policy ", wait_policy_summary()));
-  print0("Vocab size: " + with_commas(tok.vocab_size()));
-  print0("Model config: " + plan.model.to_json().dump());
+  print_device_lines(plan, tok, master);
   for (auto& l : plan.log) print0(l);
   if (reads_data) data::check_training_shards(data_dir(), a.skip_data_check, master);  // a corrupt page stops here
   if (a.core_metric_every > 0)
     print0(
         "NOTE: the CORE metric (--core-metric-every) needs nanochat's DCLM eval bundle and is not "
         "implemented in nanochat.cpp; it is skipped. Pass --core-metric-every -1 to silence this.");
-  const std::string peak_cache = base_dir() + "/fma_peak.json";
-  const MfuPeak peak = measure_mfu_peak(num_threads(), peak_cache);
-  print0(str_cat("Measured fp32 FMA peak of this rank: ", static_cast<int64_t>(peak.measured), " GFLOP/s (",
-                 fma_peak_isa(), ", ", num_threads(),
-                 " threads); MFU is reported against the highest peak seen on "
-                 "this machine (at least threads x the 1-thread peak, up to the physical cores), ",
-                 static_cast<int64_t>(peak.reference), " GFLOP/s (", peak_cache, "), x world size"));
-  return peak.reference;
+  return measure_and_print_peak(master);
 }
 
 void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed) {
@@ -358,25 +369,9 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
 
   // The whole job, agreed by every rank before any collective on tensors (job_layout.h).
   const JobLayout layout = agree_on_job_layout(comm, a, plan, tok);
-  // Each step's rows are dealt to the ranks by speed (or evenly) from the one data stream;
-  // ZeRO-2 synchronises every step (zero2_sync.h).
-  Zero2Sync sync(model, opt, comm, layout.device_batches, layout.rows_per_step,
-                 plan.balance == BalanceMode::Even ? StepBalancer::Mode::Even : StepBalancer::Mode::Speed);
-  LoopState st;  // docs/nanochat.md 3.9 loop_state
-  if (a.resume_from_step >= 0) st = sync.resume(plan, a.resume_from_step);
-
-  const std::unique_ptr<StepSource> data =
-      open_step_source(feed, tok, plan, st.loader_state.is_null() ? nullptr : &st.loader_state, st.step, rank);
-  // Node 0 can write its checkpoint folder (it writes whole checkpoints), else all stop now.
-  prepare_checkpoint_dirs(comm, plan.checkpoint_dir);
-  MetricsLog metrics(plan.checkpoint_dir + "/metrics.jsonl", master, a.resume_from_step >= 0 ? st.step : -1);
-  if (W > 1)
-    print0(str_cat("Rows per step: ", layout.rows_per_step, ", dealt ",
-                   plan.balance == BalanceMode::Even ? "evenly" : "by measured speed", "; device batch per rank: ",
-                   json(layout.device_batches).dump(), "; first split ", split_percentages(sync.next_split())));
-
-  TrainContext ctx{plan, layout, tok, model, sync, *data, metrics, st, faults, json(), peak_gflops, a.profile};
-  ctx.run_meta = json{{"model_config", plan.model.to_json()},
+  TrainJob job{plan, layout, tok, model, opt, token_row_stream(tok, plan), json(), a.resume_from_step, peak_gflops,
+               a.profile};
+  job.run_meta = json{{"model_config", plan.model.to_json()},
                       {"data_stream", "one-rank"},
                       {"user_config", args_to_json(a)},
                       {"device_batch_size", plan.B},
@@ -384,20 +379,83 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
                       {"total_batch_size", plan.total_batch_size},
                       {"world_size", plan.world_size},
                       {"tokenizer_hash", std::to_string(tok.hash())}};
+  run_train_job(job, comm, faults, feed);
+}
+
+}  // namespace
+
+void print_device_lines(const TrainPlan& plan, const Tokenizer& tok, bool master) {
+  auto print0 = [master](const std::string& s) { print_if(master, s); };
+  print0(str_cat("Device: cpu, dtype float32, ", num_threads(), " threads per rank, world size ", plan.world_size));
+  print0(
+      str_cat("Threads: ", num_threads(), " on CPUs ", cpu_affinity_list(), "; wait policy ", wait_policy_summary()));
+  print0("Vocab size: " + with_commas(tok.vocab_size()));
+  print0("Model config: " + plan.model.to_json().dump());
+}
+
+double measure_and_print_peak(bool master) {
+  const std::string peak_cache = base_dir() + "/fma_peak.json";
+  const MfuPeak peak = measure_mfu_peak(num_threads(), peak_cache);
+  print_if(master, str_cat("Measured fp32 FMA peak of this rank: ", static_cast<int64_t>(peak.measured),
+                           " GFLOP/s (", fma_peak_isa(), ", ", num_threads(),
+                           " threads); MFU is reported against the highest peak seen on "
+                           "this machine (at least threads x the 1-thread peak, up to the physical cores), ",
+                           static_cast<int64_t>(peak.reference), " GFLOP/s (", peak_cache, "), x world size"));
+  return peak.reference;
+}
+
+std::vector<OptParam> optimizer_params(GPT& model) {
+  std::vector<OptParam> ops;
+  for (const auto& p : model.params())
+    ops.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
+  return ops;
+}
+
+void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector& faults, DataFeed& feed) {
+  const int rank = comm.rank(), W = comm.world_size();
+  const bool master = rank == 0;
+  auto print0 = [master](const std::string& s) { print_if(master, s); };
+  const TrainPlan& plan = job.plan;
+  const JobLayout& layout = job.layout;
+  // Each step's rows are dealt to the ranks by speed (or evenly) from the one data stream;
+  // ZeRO-2 synchronises every step (zero2_sync.h).
+  Zero2Sync sync(job.model, job.opt, comm, layout.device_batches, layout.rows_per_step,
+                 plan.balance == BalanceMode::Even ? StepBalancer::Mode::Even : StepBalancer::Mode::Speed);
+  LoopState st;  // docs/nanochat.md 3.9 loop_state
+  if (job.resume_from_step >= 0) st = sync.resume(plan, job.resume_from_step);
+
+  const std::unique_ptr<StepSource> data =
+      open_step_source(feed, job.stream, plan, st.loader_state.is_null() ? nullptr : &st.loader_state, st.step, rank);
+  // Node 0 can write its checkpoint folder (it writes whole checkpoints), else all stop now.
+  prepare_checkpoint_dirs(comm, plan.checkpoint_dir);
+  MetricsLog metrics(plan.checkpoint_dir + "/metrics.jsonl", master, job.resume_from_step >= 0 ? st.step : -1);
+  if (W > 1)
+    print0(str_cat("Rows per step: ", layout.rows_per_step, ", dealt ",
+                   plan.balance == BalanceMode::Even ? "evenly" : "by measured speed", "; device batch per rank: ",
+                   json(layout.device_batches).dump(), "; first split ", split_percentages(sync.next_split())));
+
+  TrainContext ctx{plan,    layout, job.tok, job.model,    sync,       *data, metrics, st, faults, job.run_meta,
+                   job.peak_gflops, job.profile};
   TrainLoop loop(ctx);
   const std::string eval_error = loop.run();
 
   // End of run: summary and chart.
   print0(str_cat("Total training time: ", st.total_training_time / 60.0, "m"));
-  if (a.profile && loop.profiled_steps() > 0)
+  if (job.profile && loop.profiled_steps() > 0)
     for (const auto& l : profile_report_lines(rank, loop.profiled_steps(), loop.profiled_seconds())) print0(l);
   if (std::isfinite(st.min_val_bpb)) print0(str_cat("Minimum validation bpb: ", st.min_val_bpb));
-  metrics.write_chart(plan.checkpoint_dir + "/report.svg", "base-train " + plan.tag);
+  if (plan.sft && master && loop.stream_state().is_object()) {
+    const json packer = loop.stream_state().value("packer", json::object());
+    print0(str_cat("Conversations packed: ", packer.value("consumed", int64_t{0}), " (epoch ",
+                   packer.value("epoch", int64_t{1}), "); renders longer than a row of ", plan.T + 1,
+                   " tokens and cut to it: ", packer.value("truncated", int64_t{0}), " of ",
+                   packer.value("rendered", int64_t{0})));
+  }
+  metrics.write_chart(plan.checkpoint_dir + "/report.svg", plan.command + " " + plan.tag);
   print0("Wrote " + plan.checkpoint_dir + "/report.svg and " + metrics.path());
   if (!eval_error.empty()) fail("the final evaluation failed after the weights were saved: ", eval_error);
 }
 
-}  // namespace
 
 void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks hooks) {
   if (!a.device_type.empty() && a.device_type != "cpu")

@@ -2,14 +2,23 @@
 // base_train's main loop (nanochat scripts/base_train.py; docs/nanochat.md 3.3-3.10) for one rank of a
 // data-parallel job: derivations, init or resume, gradient accumulation, MuonAdamW steps, log
 // lines, val bpb, samples, atomic checkpoints, metrics JSONL and an SVG report.
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
+#include "nanochat/train/job_layout.h"
+#include "nanochat/train/loop_state.h"
 #include "nanochat/train/plan.h"
+#include "nanochat/train/step_source.h"
 #include "nanochat/train/test_fault.h"
 
 namespace nanochat {
 
 class Communicator;
+class GPT;
+class MuonAdamW;
+class Tokenizer;
+struct OptParam;
 
 /// Runs base-train with `args` on this rank (comm->world_size() ranks in all). `hooks`: the
 /// end-to-end tests' faults and data-stream switch (test_fault.h); NANOCHAT_TEST_FAULT is read
@@ -17,5 +26,36 @@ class Communicator;
 /// Output files go to base_dir()/base_checkpoints/<model_tag or d<depth>>/.
 /// Throws nanochat::Error for user errors (missing tokenizer/data, bad flags, bad resume step).
 void run_base_train(const BaseTrainArgs& args, Communicator& comm, TrainTestHooks hooks = {});
+
+/// A run its command has set up (base-train here, chat-sft in train/sft.h): what the loop trains,
+/// on what, and what its checkpoints' meta says. The references outlive run_train_job.
+struct TrainJob {
+  const TrainPlan& plan;
+  const JobLayout& layout;  ///< agreed by every rank (agree_on_job_layout)
+  const Tokenizer& tok;
+  GPT& model;               ///< its weights: initialised or loaded
+  MuonAdamW& opt;           ///< over model's parameters (optimizer_params)
+  RowStreamFactory stream;  ///< the one data stream (read on rank 0 only when node 0 serves)
+  nlohmann::json run_meta;  ///< the meta fields that do not change during the run
+  int64_t resume_from_step = -1;
+  double peak_gflops = 1;  ///< the MFU reference (measure_and_print_peak)
+  bool profile = false;
+};
+
+/// Collective: the steps of `job` on this rank, from the ZeRO-2 sync's set-up to the last step's save,
+/// evaluation and the end-of-run summary and chart (docs/architecture.md 4.1), resuming first when
+/// job.resume_from_step >= 0. Throws nanochat::Error like run_base_train; a failure of the final
+/// evaluation after the last save is thrown at the end.
+void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector& faults, DataFeed& feed);
+
+/// The parameters of `model` as the optimizer takes them (names, shapes, parameter and gradient pointers).
+std::vector<OptParam> optimizer_params(GPT& model);
+
+/// Rank 0 (`master`) prints the device, threads, vocabulary and model config lines of a run's start.
+void print_device_lines(const TrainPlan& plan, const Tokenizer& tok, bool master);
+
+/// Measures this rank's fp32 FMA peak (cached in base_dir()/fma_peak.json), prints it on rank 0 and
+/// returns the reference the log's MFU is computed against.
+double measure_and_print_peak(bool master);
 
 }  // namespace nanochat

@@ -1,0 +1,347 @@
+// chat-sft (sft.h): set-up of nanochat's chat_sft on the training engine of trainer.h.
+#include "nanochat/train/sft.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "nanochat/cluster/gather.h"
+#include "nanochat/comm/communicator.h"
+#include "nanochat/core/error.h"
+#include "nanochat/core/format.h"
+#include "nanochat/core/paths.h"
+#include "nanochat/core/profile.h"
+#include "nanochat/core/threads.h"
+#include "nanochat/model/gpt.h"
+#include "nanochat/optim/muon_adamw.h"
+#include "nanochat/tasks/jsonl_task.h"
+#include "nanochat/tasks/registry.h"
+#include "nanochat/tokenizer/tokenizer.h"
+#include "nanochat/train/checkpoint.h"
+#include "nanochat/train/interop_optim.h"
+#include "nanochat/train/job_layout.h"
+#include "nanochat/train/loop_checkpoint.h"
+#include "nanochat/train/model_io.h"
+#include "nanochat/train/sft_data.h"
+#include "nanochat/train/trainer.h"
+
+using json = nlohmann::json;
+
+namespace nanochat {
+
+namespace {
+
+void print_if(bool master, const std::string& s) {
+  if (!master) return;
+  std::printf("%s\n", s.c_str());
+  std::fflush(stdout);
+}
+
+// A number as Python's str() writes it (nanochat's "Inherited x=0.3" lines): ints plainly, floats
+// with the fewest digits that read back the same, and a ".0" when they look like ints.
+std::string py_str(const json& v) {
+  if (!v.is_number_float()) return v.dump();
+  const double d = v.get<double>();
+  char b[64];
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(b, sizeof b, "%.*g", prec, d);
+    if (std::strtod(b, nullptr) == d) break;
+  }
+  std::string s = b;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+}  // namespace
+
+json sft_args_to_json(const SftArgs& a) {
+  auto opt_int = [](int64_t v) { return v < 0 ? json() : json(v); };
+  auto opt_lr = [](double v) { return v < 0 ? json() : json(v); };
+  return json{{"run", a.run},
+              {"device_type", a.device_type},
+              {"model_tag", a.model_tag.empty() ? json() : json(a.model_tag)},
+              {"model_step", opt_int(a.model_step)},
+              {"load_optimizer", a.load_optimizer},
+              {"num_iterations", a.num_iterations},
+              {"max_seq_len", opt_int(a.max_seq_len)},
+              {"device_batch_size", opt_int(a.device_batch_size)},
+              {"total_batch_size", opt_int(a.total_batch_size)},
+              {"embedding_lr", opt_lr(a.embedding_lr)},
+              {"unembedding_lr", opt_lr(a.unembedding_lr)},
+              {"matrix_lr", opt_lr(a.matrix_lr)},
+              {"init_lr_frac", a.init_lr_frac},
+              {"warmup_ratio", a.warmup_ratio},
+              {"warmdown_ratio", a.warmdown_ratio},
+              {"final_lr_frac", a.final_lr_frac},
+              {"eval_every", a.eval_every},
+              {"eval_tokens", a.eval_tokens},
+              {"chatcore_every", a.chatcore_every},
+              {"chatcore_max_cat", a.chatcore_max_cat},
+              {"chatcore_max_sample", a.chatcore_max_sample},
+              {"mmlu_epochs", a.mmlu_epochs},
+              {"gsm8k_epochs", a.gsm8k_epochs},
+              {"train_jsonl", a.train_jsonl},
+              {"val_jsonl", a.val_jsonl},
+              {"threads", a.threads},
+              {"save_every", a.save_every},
+              {"resume_from_step", a.resume_from_step},
+              {"check_replicas_every", a.check_replicas_every},
+              {"balance", a.balance},
+              {"local_data", a.local_data}};
+}
+
+bool is_sft_meta(const json& meta) {
+  const json uc = meta.value("user_config", json::object());
+  return uc.is_object() && (uc.contains("init_lr_frac") || uc.contains("mmlu_epochs") || uc.contains("load_optimizer"));
+}
+
+TrainPlan derive_sft_plan(const SftArgs& a, const json& base_meta, const std::string& meta_path, int world_size,
+                          const std::string& base_dir) {
+  TrainPlan p;
+  p.command = "chat-sft";
+  p.sft = true;
+  p.world_size = world_size;
+  try {
+    p.model = ModelConfig::from_json(base_meta.at("model_config"));
+  } catch (const std::exception& e) {
+    fail(meta_path, ": no readable model_config: ", e.what());
+  }
+  p.counts = count_params(p.model);
+  // nanochat's inheritance: None -> the checkpoint's value (or the fallback), else the flag
+  const json uc = base_meta.value("user_config", json::object());
+  auto resolve = [&](const char* name, json given, json fallback, const json& source) {
+    const json pre =
+        source.is_object() && source.contains(name) && !source.at(name).is_null() ? source.at(name) : json();
+    if (given.is_null()) {
+      const json v = pre.is_null() ? fallback : pre;
+      p.log.push_back(str_cat("Inherited ", name, "=", py_str(v), " from pretrained checkpoint"));
+      return v;
+    }
+    if (!pre.is_null() && given != pre) {
+      std::string flag = name;
+      for (char& c : flag)
+        if (c == '_') c = '-';
+      p.log.push_back(str_cat("NOTE: --", flag, "=", py_str(given), " overrides pretrained value of ", py_str(pre)));
+    } else {
+      p.log.push_back(str_cat("Using ", name, "=", py_str(given)));
+    }
+    return given;
+  };
+  const json flags = sft_args_to_json(a);
+  try {
+    p.T = resolve("max_seq_len", flags["max_seq_len"], 2048, base_meta).get<int>();
+    p.B = resolve("device_batch_size", flags["device_batch_size"], 32, base_meta).get<int>();
+    p.total_batch_size = resolve("total_batch_size", flags["total_batch_size"], 524288, base_meta).get<int64_t>();
+    p.optim.embedding_lr = resolve("embedding_lr", flags["embedding_lr"], 0.3, uc).get<float>();
+    p.optim.unembedding_lr = resolve("unembedding_lr", flags["unembedding_lr"], 0.004, uc).get<float>();
+    p.optim.matrix_lr = resolve("matrix_lr", flags["matrix_lr"], 0.02, uc).get<float>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(meta_path, ": a batch or lr value of the wrong type: ", e.what());
+  }
+  if (p.T < 1 || p.B < 1 || p.total_batch_size < 1)
+    fail("chat-sft: --max-seq-len, --device-batch-size and --total-batch-size must be positive (got ", p.T, ", ", p.B,
+         ", ", p.total_batch_size, ")");
+  if (p.total_batch_size % p.T != 0)
+    fail("chat-sft: --total-batch-size ", p.total_batch_size, " is not a multiple of --max-seq-len ", p.T,
+         " (a step is whole rows); pass e.g. --total-batch-size ", (p.total_batch_size / p.T + 1) * p.T);
+  if (p.T > 10 * p.model.sequence_len)
+    fail("chat-sft: --max-seq-len ", p.T, " is beyond the model's rotary table (10 x its sequence_len ",
+         p.model.sequence_len, ")");
+  p.optim.scalar_lr = 0.5f;
+  p.optim.weight_decay = 0.0f;  // nanochat: setup_optimizer(weight_decay=0.0)
+  p.optim.model_dim = p.model.n_embd;
+  p.dmodel_lr_scale = std::pow(static_cast<double>(p.model.n_embd) / 768.0, -0.5);
+  const int64_t per_micro = static_cast<int64_t>(p.B) * p.T * world_size;
+  p.grad_accum_steps = std::max<int64_t>(1, (p.total_batch_size + per_micro - 1) / per_micro);
+  p.log.push_back(str_cat("Tokens / micro-batch / rank: ", p.B, " x ", p.T, " = ", with_commas(p.B * p.T)));
+  p.log.push_back(str_cat("Total batch size ", with_commas(p.total_batch_size), " => ", p.rows_per_step(), " rows of ",
+                          p.T + 1, " tokens per step"));
+  if (a.warmup_ratio < 0 || a.warmdown_ratio < 0 || a.warmup_ratio + a.warmdown_ratio > 1 || a.init_lr_frac <= 0)
+    fail("chat-sft: --warmup-ratio and --warmdown-ratio must be >= 0 with a sum <= 1, and --init-lr-frac > 0");
+  p.sft_schedule = SftSchedule{a.warmup_ratio, a.warmdown_ratio, a.final_lr_frac};
+  p.num_iterations = std::numeric_limits<int64_t>::max();  // the data stream ends the run
+  p.eval_tokens = a.eval_tokens;
+  p.eval_steps = p.eval_steps_for(p.B);
+  if (a.balance != "speed" && a.balance != "even") fail("--balance must be speed or even (got ", a.balance, ")");
+  p.balance = a.balance == "even" ? BalanceMode::Even : BalanceMode::Speed;
+  p.data = world_size == 1 ? DataSource::OneRank : a.local_data ? DataSource::LocalCopies : DataSource::Served;
+  p.cadence = Cadence{a.eval_every, -1, a.save_every, a.check_replicas_every, a.resume_from_step};
+  p.tag = a.model_tag.empty() ? str_cat("d", p.model.n_layer) : a.model_tag;
+  p.checkpoint_dir = base_dir + "/chatsft_checkpoints/" + p.tag;
+  return p;
+}
+
+SftData open_sft_data(const SftArgs& a) {
+  SftData d;
+  if (a.train_jsonl.empty()) {
+    if (!a.val_jsonl.empty()) fail("chat-sft: --val-jsonl needs --train-jsonl (without it the val set is nanochat's)");
+    if (a.mmlu_epochs < 0 || a.gsm8k_epochs < 0) fail("chat-sft: --mmlu-epochs and --gsm8k-epochs must be >= 0");
+    // nanochat's mixture (scripts/chat_sft.py); a task listed k times is k epochs of it
+    std::vector<tasks::TaskPtr> train{tasks::open_task("SmolTalk", "", "train")};
+    const tasks::TaskPtr mmlu = a.mmlu_epochs > 0 ? tasks::open_task("MMLU", "all", "auxiliary_train") : nullptr;
+    const tasks::TaskPtr gsm8k = a.gsm8k_epochs > 0 ? tasks::open_task("GSM8K", "main", "train") : nullptr;
+    for (int i = 0; i < a.mmlu_epochs; ++i) train.push_back(mmlu);
+    for (int i = 0; i < a.gsm8k_epochs; ++i) train.push_back(gsm8k);
+    d.train = std::make_shared<tasks::TaskMixture>(std::move(train));
+    // val: SmolTalk test, MMLU test[:5200], GSM8K test[:420] (cut to the sets' sizes when smaller)
+    auto head = [](const tasks::TaskPtr& t, int64_t n) -> tasks::TaskPtr {
+      return std::make_shared<tasks::TaskSlice>(t, 0, std::min(n, t->size()));
+    };
+    d.val = std::make_shared<tasks::TaskMixture>(std::vector<tasks::TaskPtr>{
+        tasks::open_task("SmolTalk", "", "test"), head(tasks::open_task("MMLU", "all", "test"), 5200),
+        head(tasks::open_task("GSM8K", "main", "test"), 420)});
+    d.description =
+        str_cat("Training mixture: ", with_commas(d.train->size()), " rows (MMLU x", a.mmlu_epochs, ", GSM8K x",
+                a.gsm8k_epochs, "); validation mixture: ", with_commas(d.val->size()), " rows");
+    return d;
+  }
+  d.train = tasks::jsonl_tasks(a.train_jsonl);
+  if (!a.val_jsonl.empty()) d.val = tasks::jsonl_tasks(a.val_jsonl);
+  d.description =
+      str_cat("Training conversations: ", with_commas(d.train->size()), " (", json(a.train_jsonl).dump(), ")",
+              d.val ? str_cat("; validation: ", with_commas(d.val->size()), " (", json(a.val_jsonl).dump(), ")")
+                    : std::string("; no validation set"));
+  return d;
+}
+
+namespace {
+
+// Rank 0 finds and reads the base checkpoint's meta; every rank gets it (or rank 0's error).
+struct BaseCheckpoint {
+  std::string dir;
+  int64_t step = -1;
+  json meta;
+};
+
+BaseCheckpoint find_base_checkpoint(Communicator& comm, const SftArgs& a) {
+  std::string error;
+  json found;
+  if (comm.rank() == 0) try {
+      const std::string root = base_dir() + "/" + checkpoint_source_folder(CheckpointSource::Base);
+      const std::string tag = a.model_tag.empty() ? default_model_tag(root) : a.model_tag;
+      const std::string dir = root + "/" + tag;
+      int64_t step = a.model_step;
+      if (step < 0) {
+        const auto last = last_complete_step(dir);
+        if (!last)
+          fail("chat-sft: no complete base checkpoint in ", dir,
+               "; train one with `nanochat base-train` (or pass --model-tag / --model-step)");
+        step = *last;
+      }
+      const CheckpointPaths cp{dir, step};
+      const json marker = read_checkpoint_marker(cp);
+      const std::string bad = check_checkpoint_file(marker, cp.meta());
+      if (!bad.empty()) fail(bad);
+      const json meta = read_checkpoint_meta(cp);
+      if (is_sft_meta(meta))
+        fail("chat-sft: ", cp.meta(),
+             " was written by chat SFT (its user_config holds chat_sft's flags), not by base-train: chat-sft starts "
+             "from a base checkpoint; put base-train's folder in base_checkpoints/, or continue an interrupted "
+             "chat-sft with --resume-from-step");
+      found = json{{"dir", dir}, {"step", step}, {"meta", meta}};
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  if (comm.world_size() == 1 && !error.empty()) fail(error);  // one process: the message as it is
+  cluster::throw_if_any_rank_failed(comm, error);
+  std::string text = found.dump();
+  cluster::broadcast_string(comm, text, 0);
+  const json j = json::parse(text);
+  return BaseCheckpoint{j.at("dir").get<std::string>(), j.at("step").get<int64_t>(), j.at("meta")};
+}
+
+void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed) {
+  const bool master = comm.rank() == 0;
+  auto print0 = [master](const std::string& s) { print_if(master, s); };
+  const Tokenizer tok = load_tokenizer(feed);
+  const BaseCheckpoint base = find_base_checkpoint(comm, a);
+  const CheckpointPaths base_cp{base.dir, base.step};
+  TrainPlan plan = derive_sft_plan(a, base.meta, base_cp.meta(), comm.world_size(), base_dir());
+  if (plan.model.vocab_size != tok.vocab_size())
+    fail("chat-sft: the base checkpoint ", base_cp.model(), " has vocab ", plan.model.vocab_size,
+         " but the tokenizer has ", tok.vocab_size(), "; use the tokenizer the model was trained with");
+
+  print0("nanochat.cpp chat-sft");
+  print_device_lines(plan, tok, master);
+  print0(str_cat("Base checkpoint: ", base_cp.model()));
+  for (const auto& l : plan.log) print0(l);
+  if (a.chatcore_every > 0)
+    print0(
+        "NOTE: ChatCORE (--chatcore-every) is not evaluated inside chat-sft by this build; run chat evaluation on "
+        "the saved checkpoint. Pass --chatcore-every -1 to silence this.");
+  const double peak = measure_and_print_peak(master);
+  if (feed.server)
+    print0(str_cat("Data: node 0 packs the conversations and sends every rank its rows (port ", feed.port(), ")"));
+
+  GPT model(plan.model);
+  MuonAdamW opt(optimizer_params(model), plan.optim, &comm);
+  print0(plan.dmodel_lr_scale_line());
+  prof::reset();
+  const JobLayout layout = agree_on_job_layout(comm, sft_args_to_json(a), plan, tok);
+
+  // The starting weights (and optimizer moments) come from the base checkpoint, unless this run
+  // continues its own checkpoint (the resume in run_train_job reads it instead).
+  bool loaded = false;
+  if (a.resume_from_step < 0) {
+    warm_start(comm, base_cp, model, opt, a.load_optimizer != 0, &loaded);
+    if (a.load_optimizer && loaded)
+      print0("Loaded optimizer state from pretrained checkpoint (momentum buffers only, LRs reset)");
+    else if (a.load_optimizer)
+      print0("WARNING: optimizer checkpoint not found, starting with fresh optimizer (slightly worse)");
+  }
+  // nanochat: load_state_dict keeps the checkpoint's Muon weight decay (the value of base_train's
+  // last step); a fresh optimizer has 0.
+  if (a.load_optimizer && (loaded || a.resume_from_step >= 0)) {
+    for (const OptGroup& g : scheduled_groups(opt, base.meta, base_cp.meta()))
+      if (g.kind == OptKind::Muon) plan.sft_muon_weight_decay = g.weight_decay;
+  }
+  opt.scale_initial_lrs(a.init_lr_frac);
+  print0(str_cat("Muon weight decay: ", plan.sft_muon_weight_decay, "; initial lrs x ", a.init_lr_frac));
+
+  // Every rank opens the data where it reads it: node 0 (served) or each (local copies).
+  SftStreamConfig sc{plan.T, plan.rows_per_step(), a.num_iterations};
+  const RowStreamFactory stream = [&a, &tok, sc, master](const json* state) -> std::unique_ptr<RowStream> {
+    const SftData d = open_sft_data(a);
+    print_if(master, d.description);
+    if (!d.val && a.eval_every > 0)
+      fail("chat-sft: --eval-every ", a.eval_every,
+           " needs validation conversations: pass --val-jsonl FILE, or "
+           "--eval-every -1");
+    return make_sft_stream(tok, d.train, d.val, sc, state);
+  };
+  json user = sft_args_to_json(a);
+  ModelConfig saved_cfg = plan.model;
+  saved_cfg.sequence_len = plan.T;  // nanochat's SFT meta records the SFT sequence length
+  TrainJob job{plan, layout, tok, model, opt, stream, json(), a.resume_from_step, peak, a.profile};
+  job.run_meta = json{{"model_config", saved_cfg.to_json()},
+                      {"user_config", user},
+                      {"data_stream", "one-rank"},
+                      {"base_checkpoint", base_cp.model()},
+                      {"device_batch_size", plan.B},
+                      {"max_seq_len", plan.T},
+                      {"total_batch_size", plan.total_batch_size},
+                      {"world_size", plan.world_size},
+                      {"tokenizer_hash", std::to_string(tok.hash())}};
+  run_train_job(job, comm, faults, feed);
+}
+
+}  // namespace
+
+void run_chat_sft(const SftArgs& a, Communicator& comm, TrainTestHooks hooks) {
+  if (!a.device_type.empty() && a.device_type != "cpu")
+    fail("--device-type ", a.device_type,
+         ": nanochat.cpp trains on CPUs only; use --device-type cpu or leave it unset");
+  if (a.threads > 0) set_num_threads(a.threads);
+  hooks.fault = test_fault_from_env();
+  const std::unique_ptr<FaultInjector> faults = make_fault_injector(hooks);
+  DataFeed feed = open_data_feed(comm, a.local_data);
+  try {
+    sft(a, comm, *faults, feed);
+  } catch (const std::exception& e) {
+    feed.tell_workers(e.what());  // every node then shows node 0's error
+    throw;
+  }
+}
+
+}  // namespace nanochat
