@@ -288,7 +288,8 @@ RawFileMeta parse_file_metadata(thrift::Reader& r, const FooterCtx& ctx) {
 struct Leaf {
   std::vector<std::string> path;
   int def, rep;
-  size_t node;  // index in the schema
+  size_t node;                // index in the schema
+  std::vector<size_t> nodes;  // schema indices from the root's child down to the leaf
 };
 
 // Pass 2: the leaves of the schema tree, in column order (the order of every row group's chunks).
@@ -297,6 +298,7 @@ std::vector<Leaf> schema_leaves(const std::vector<ParquetReader::SchemaNode>& sc
   std::vector<Leaf> leaves;
   size_t next = 1;
   std::vector<std::string> cur;
+  std::vector<size_t> cur_nodes;
   // Iterative depth-first walk (the schema comes in pre-order); stack = children left per group.
   struct Frame {
     int32_t left;
@@ -307,6 +309,7 @@ std::vector<Leaf> schema_leaves(const std::vector<ParquetReader::SchemaNode>& sc
     if (stack.back().left == 0) {
       stack.pop_back();
       if (!cur.empty()) cur.pop_back();
+      if (!cur_nodes.empty()) cur_nodes.pop_back();
       continue;
     }
     stack.back().left--;
@@ -318,11 +321,14 @@ std::vector<Leaf> schema_leaves(const std::vector<ParquetReader::SchemaNode>& sc
     if (s.num_children > 0) {
       if (stack.size() > 100) ctx.bad("schema nested too deeply");
       cur.push_back(s.name);
+      cur_nodes.push_back(next);
       stack.push_back({s.num_children, def, rep});
     } else {
       std::vector<std::string> p = cur;
       p.push_back(s.name);
-      leaves.push_back({std::move(p), def, rep, next});
+      std::vector<size_t> nodes = cur_nodes;
+      nodes.push_back(next);
+      leaves.push_back({std::move(p), def, rep, next, std::move(nodes)});
     }
     next++;
   }
@@ -362,37 +368,33 @@ size_t find_text_leaf(const std::vector<Leaf>& leaves, const std::vector<Parquet
   return static_cast<size_t>(text_leaf);
 }
 
-// Pass 3, for row group g: its "text" column chunk, checked against the schema (n_leaves columns),
-// the reader's limits and the data region [4, ctx.start).
-RowGroupInfo text_chunk_info(const RawRowGroup& rg, size_t g, size_t text_leaf, size_t n_leaves,
-                             const ParquetLimits& limits, const FooterCtx& ctx) {
+// Pass 3, for row group g: the chunk of column `leaf` (dotted name `name`), checked against the
+// schema (n_leaves columns), the reader's limits and the data region [4, ctx.start). A column that
+// is not repeated holds one value (or null) per row; a repeated one at least one level per row.
+ColumnChunkInfo column_chunk_info(const RawRowGroup& rg, size_t g, size_t leaf, const std::vector<std::string>& path,
+                                  bool repeated, int32_t type, size_t n_leaves, const FooterCtx& ctx) {
+  std::string name;
+  for (const auto& part : path) name += (name.empty() ? "" : ".") + part;
   std::string where = str_cat("row group ", g, ": ");
-  if (rg.num_rows < 0) ctx.bad(where + "missing or negative num_rows");
-  if (rg.num_rows > limits.max_row_group_rows) {
-    ctx.bad(str_cat(where, rg.num_rows, " rows exceed the reader's limit of ", limits.max_row_group_rows));
-  }
   if (rg.columns.size() != n_leaves) {
     ctx.bad(str_cat(where, "has ", rg.columns.size(), " column chunks but the schema has ", n_leaves, " columns"));
   }
-  const RawColumnChunk& cc = rg.columns[text_leaf];
+  const RawColumnChunk& cc = rg.columns[leaf];
   if (!cc.file_path.empty())
-    fail(ctx.path, ": ", where, "column \"text\" is stored in another file (", cc.file_path, "); not supported");
+    fail(ctx.path, ": ", where, "column \"", name, "\" is stored in another file (", cc.file_path, "); not supported");
   const RawColumnMeta& m = cc.meta;
-  if (!m.present) ctx.bad(where + "column \"text\" has no ColumnMetaData (encrypted columns are not supported)");
-  if (m.path != std::vector<std::string>{"text"})
-    ctx.bad(where + "column chunk path does not match the schema's \"text\" column");
-  if (m.type != kByteArray) ctx.bad(where + "column chunk type is not BYTE_ARRAY");
-  if (m.num_values != rg.num_rows) {
-    ctx.bad(
-        str_cat(where, "column \"text\" has ", m.num_values, " values but the row group has ", rg.num_rows, " rows"));
+  if (!m.present)
+    ctx.bad(str_cat(where, "column \"", name, "\" has no ColumnMetaData (encrypted columns are not supported)"));
+  if (m.path != path) ctx.bad(str_cat(where, "column chunk path does not match the schema's \"", name, "\" column"));
+  if (m.type != type) ctx.bad(str_cat(where, "column chunk type is not ", type_name(type)));
+  if (repeated ? m.num_values < rg.num_rows : m.num_values != rg.num_rows) {
+    ctx.bad(str_cat(where, "column \"", name, "\" has ", m.num_values, " values but the row group has ", rg.num_rows,
+                    " rows"));
   }
   if (m.codec < 0 || m.total_compressed < 0 || m.data_page_offset < 0 || m.total_uncompressed < 0) {
     ctx.bad(where + "column metadata lacks codec, sizes or data_page_offset");
   }
-  RowGroupInfo info;
-  info.num_rows = rg.num_rows;
-  info.total_byte_size = rg.total_byte_size;
-  ColumnChunkInfo& c = info.text;
+  ColumnChunkInfo c;
   c.codec = m.codec;
   c.encodings = m.encodings;
   c.num_values = m.num_values;
@@ -410,6 +412,25 @@ RowGroupInfo text_chunk_info(const RawRowGroup& rg, size_t g, size_t text_leaf, 
   }
   if (rg.num_rows > 0 && c.total_compressed_size == 0)
     ctx.bad(where + "column chunk of non-empty row group has 0 bytes");
+  return c;
+}
+
+void check_group_rows(const RawRowGroup& rg, size_t g, const ParquetLimits& limits, const FooterCtx& ctx) {
+  std::string where = str_cat("row group ", g, ": ");
+  if (rg.num_rows < 0) ctx.bad(where + "missing or negative num_rows");
+  if (rg.num_rows > limits.max_row_group_rows) {
+    ctx.bad(str_cat(where, rg.num_rows, " rows exceed the reader's limit of ", limits.max_row_group_rows));
+  }
+}
+
+// Pass 3 for the "text" column of row group g.
+RowGroupInfo text_chunk_info(const RawRowGroup& rg, size_t g, size_t text_leaf, size_t n_leaves,
+                             const ParquetLimits& limits, const FooterCtx& ctx) {
+  check_group_rows(rg, g, limits, ctx);
+  RowGroupInfo info;
+  info.num_rows = rg.num_rows;
+  info.total_byte_size = rg.total_byte_size;
+  info.text = column_chunk_info(rg, g, text_leaf, {"text"}, false, kByteArray, n_leaves, ctx);
   return info;
 }
 
@@ -434,6 +455,46 @@ Footer parse_footer(const std::string& bytes, const std::string& path, int64_t s
     total += info.num_rows;
     if (total > (int64_t(1) << 50)) ctx.bad("row counts overflow");
     footer.row_groups.push_back(std::move(info));
+  }
+  if (total != footer.num_rows)
+    ctx.bad(str_cat("footer says ", footer.num_rows, " rows but its row groups hold ", total));
+  return footer;
+}
+
+}  // namespace nanochat::data::parquet_format
+
+namespace nanochat::data::parquet_format {
+
+TableFooter parse_table_footer(const std::string& bytes, const std::string& path, int64_t start,
+                               const ParquetLimits& limits) {
+  const FooterCtx ctx{path, start};
+  thrift::Reader r(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path, start);
+  RawFileMeta meta = parse_file_metadata(r, ctx);
+  TableFooter footer;
+  footer.schema = std::move(meta.schema);
+  footer.num_rows = meta.num_rows;
+  const std::vector<Leaf> leaves = schema_leaves(footer.schema, ctx);
+  for (const Leaf& l : leaves) {
+    int rep_def = 0, d = 0;  // definition level at the innermost repeated node
+    for (size_t n : l.nodes) {
+      const auto& s = footer.schema[n];
+      if (s.repetition == kOptional || s.repetition == kRepeated) d++;
+      if (s.repetition == kRepeated) rep_def = d;
+    }
+    footer.leaves.push_back({l.path, l.nodes, l.def, l.rep, rep_def, footer.schema[l.node].type});
+  }
+  int64_t total = 0;
+  for (size_t g = 0; g < meta.groups.size(); ++g) {
+    check_group_rows(meta.groups[g], g, limits, ctx);
+    footer.group_rows.push_back(meta.groups[g].num_rows);
+    std::vector<ColumnChunkInfo> chunks;
+    for (size_t k = 0; k < leaves.size(); ++k) {
+      chunks.push_back(column_chunk_info(meta.groups[g], g, k, leaves[k].path, leaves[k].rep > 0,
+                                         footer.schema[leaves[k].node].type, leaves.size(), ctx));
+    }
+    footer.chunks.push_back(std::move(chunks));
+    total += meta.groups[g].num_rows;
+    if (total > (int64_t(1) << 50)) ctx.bad("row counts overflow");
   }
   if (total != footer.num_rows)
     ctx.bad(str_cat("footer says ", footer.num_rows, " rows but its row groups hold ", total));

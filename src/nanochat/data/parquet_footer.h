@@ -34,4 +34,27 @@ struct Footer {
 /// "<path>: ..." for a missing or unusable "text" column).
 Footer parse_footer(const std::string& bytes, const std::string& path, int64_t start, const ParquetLimits& limits);
 
+/// One column (leaf of the schema tree) as ParquetTable reads it.
+struct TableLeaf {
+  std::vector<std::string> path;  ///< names from the root's child down to the leaf
+  std::vector<size_t> nodes;      ///< their indices in the schema
+  int max_def = 0, max_rep = 0;   ///< maximum definition / repetition levels
+  int rep_def = 0;                ///< definition level of the innermost repeated node (0: none)
+  int32_t type = -1;              ///< physical type
+};
+
+/// A footer with every column's chunks (for ParquetTable, parquet_table.h).
+struct TableFooter {
+  std::vector<ParquetReader::SchemaNode> schema;
+  int64_t num_rows = 0;
+  std::vector<TableLeaf> leaves;                     ///< in column order
+  std::vector<int64_t> group_rows;                   ///< rows per row group
+  std::vector<std::vector<ColumnChunkInfo>> chunks;  ///< [row group][column]
+};
+
+/// Parses a footer like parse_footer, without picking a "text" column: every column's chunk of
+/// every row group is checked and kept. Same errors as parse_footer.
+TableFooter parse_table_footer(const std::string& bytes, const std::string& path, int64_t start,
+                               const ParquetLimits& limits);
+
 }  // namespace nanochat::data::parquet_format
