@@ -175,7 +175,7 @@ void run_chat_rl(GPT& model, const Tokenizer& tok, const tasks::Task& train, con
   const int W = comm.world_size(), rank = comm.rank();
   if (opt.examples_per_step < 1 || opt.examples_per_step % W != 0)
     fail("--examples-per-step (", opt.examples_per_step, ") must be a positive multiple of the world size (", W, ")");
-  const int64_t num_steps = train.size() / opt.examples_per_step * opt.num_epochs;
+  const int64_t num_steps = opt.num_steps > 0 ? opt.num_steps : train.size() / opt.examples_per_step * opt.num_epochs;
   if (num_steps < 1)
     fail(train.name(), " has ", train.size(), " examples: fewer than --examples-per-step (", opt.examples_per_step,
          ") x --num-epochs (", opt.num_epochs, ") leaves no step");

@@ -24,7 +24,8 @@
 // r, r + W, ... cyclically), their passes accumulated, then MuonAdamW (nanochat's setup_optimizer
 // groups with chat_rl's learning rates; Muon momentum 0.95 and weight decay --weight-decay, both
 // fixed) at lr = initial_lr * init_lr_frac * (1 - step / num_steps), the gradients averaged over the
-// ranks. num_steps = (train size / examples_per_step) * num_epochs. Every eval_every steps (step 0
+// ranks. num_steps = (train size / examples_per_step) * num_epochs (nanochat's), or opt.num_steps
+// when set (ours, for short runs; the learning rate ramps down over it likewise). Every eval_every steps (step 0
 // included) pass@k for k = 1..device_batch_size on the first eval_examples of the validation task
 // (device_batch_size samples per problem at temperature 1.0, top-k 50, 256 new tokens, seed 42;
 // nanochat's run_gsm8k_eval). Rank 0 saves the weights every save_every steps (not step 0) and at
@@ -97,6 +98,7 @@ std::vector<double> pass_at_k(Engine& engine, const tasks::Task& task, int num_s
 struct ChatRlOptions {
   RolloutOptions rollout;
   int num_epochs = 1;
+  int64_t num_steps = -1;      ///< > 0: run this many steps instead of (train size / examples_per_step) * num_epochs
   int examples_per_step = 16;  ///< over all ranks; divisible by the world size
   float embedding_lr = 0.2f, unembedding_lr = 0.004f, matrix_lr = 0.02f, scalar_lr = 0.5f;
   float weight_decay = 0.0f;  ///< Muon's

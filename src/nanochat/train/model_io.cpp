@@ -72,8 +72,8 @@ CheckpointSource parse_checkpoint_source(const std::string& name) {
 }
 
 namespace {
-// What writes a source's checkpoints, for error messages: nanochat's script (chat SFT and RL have
-// no subcommand here yet; their checkpoints come from nanochat through `import`-compatible files).
+// What writes a source's checkpoints, for error messages: our subcommand, or nanochat's script
+// where we have none (its checkpoints come from nanochat through `import`-compatible files).
 const char* source_writer(CheckpointSource s) {
   switch (s) {
     case CheckpointSource::Base:
@@ -81,7 +81,7 @@ const char* source_writer(CheckpointSource s) {
     case CheckpointSource::Sft:
       return "nanochat's scripts.chat_sft (no nanochat.cpp subcommand yet)";
     case CheckpointSource::Rl:
-      return "nanochat's scripts.chat_rl (no nanochat.cpp subcommand yet)";
+      return "nanochat chat-rl";
   }
   return "?";
 }
