@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <thread>
 
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "nanochat/train/checkpoint.h"
 #include "support/byte_tokenizer.h"
 #include "support/error_of.h"
+#include "support/thread_communicator.h"
 
 namespace nanochat {
 namespace {
@@ -91,11 +93,11 @@ class FirstLetterTask final : public tasks::Task {
   int64_t n_;
 };
 
-std::unique_ptr<GPT> tiny_model() {
+std::unique_ptr<GPT> tiny_model(int n_layer = 2) {
   ModelConfig c;
   c.sequence_len = 64;
   c.vocab_size = 265;
-  c.n_layer = 2;
+  c.n_layer = n_layer;
   c.n_head = 2;
   c.n_kv_head = 2;
   c.n_embd = 32;
@@ -190,6 +192,71 @@ TEST(ChatRl, RewardRisesOnAnEasyTask) {
     EXPECT_TRUE(std::equal(w.begin(), w.end(), model->param(p.name))) << p.name;
   }
   std::filesystem::remove_all(dir);
+}
+
+// Two ranks (threads) share the examples of a step (rank 0: 0, 2; rank 1: 1, 3) and average their
+// gradients; a rollout's seed depends on the step and the example only, so one rank doing all four
+// examples samples the same answers, and both runs must end with the same weights and rewards.
+TEST(ChatRl, TwoRanksEqualOneRank) {
+  ChatRlOptions o;
+  o.rollout.num_samples = 4;
+  o.rollout.device_batch_size = 2;
+  o.rollout.max_new_tokens = 3;
+  o.examples_per_step = 4;
+  o.num_steps = 2;
+  o.init_lr_frac = 0.5f;
+  o.eval_every = 0;
+  FirstLetterTask train(16), val(2);
+  auto solo_model = tiny_model(3);
+  std::vector<ChatRlStep> solo_steps;
+  LocalCommunicator solo;
+  ChatRlCallbacks cb;
+  cb.on_step = [&](const ChatRlStep& s) { solo_steps.push_back(s); };
+  run_chat_rl(*solo_model, byte_tok(), train, val, o, solo, cb);
+  constexpr int W = 2;
+  nanochat::testing::ThreadHub hub(W);
+  std::vector<std::unique_ptr<GPT>> models(W);
+  std::vector<std::vector<ChatRlStep>> steps(W);
+  std::vector<std::thread> th;
+  for (int r = 0; r < W; ++r) models[r] = tiny_model(3);
+  for (int r = 0; r < W; ++r)
+    th.emplace_back([&, r] {
+      nanochat::testing::ThreadCommunicator comm(hub, r);
+      ChatRlCallbacks c;
+      c.on_step = [&, r](const ChatRlStep& s) { steps[r].push_back(s); };
+      run_chat_rl(*models[r], byte_tok(), train, val, o, comm, c);
+    });
+  for (auto& t : th) t.join();
+  ASSERT_EQ(solo_steps.size(), 2u);
+  for (int r = 0; r < W; ++r) {
+    ASSERT_EQ(steps[r].size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_NEAR(steps[r][i].mean_reward, solo_steps[i].mean_reward, 1e-12) << "rank " << r << " step " << i;
+      EXPECT_NEAR(steps[r][i].mean_sequence_length, solo_steps[i].mean_sequence_length, 1e-12);
+    }
+  }
+  EXPECT_GT(solo_steps[0].mean_reward + solo_steps[1].mean_reward, 0.0);  // some advantage is nonzero
+  // The gradients are summed in another order (per rank, then over ranks), and AdamW and Muon
+  // normalise them, so rounding-level differences of small gradients become visible next to the
+  // weights: compare each tensor's difference with the size of its update over the run. (Three
+  // layers: with two, backout_lambda's gradient is zero up to rounding, all of its update noise.)
+  auto fresh = tiny_model(3);
+  int moved = 0;
+  for (const ParamInfo& p : solo_model->params()) {
+    const float* a = solo_model->param(p.name);
+    const float* b0 = models[0]->param(p.name);
+    const float* b1 = models[1]->param(p.name);
+    const float* init = fresh->param(p.name);
+    double update = 0, err = 0;
+    for (size_t i = 0; i < p.numel; ++i) {
+      update = std::max(update, std::fabs(static_cast<double>(a[i]) - init[i]));
+      err = std::max(err, std::fabs(static_cast<double>(a[i]) - b0[i]));
+      ASSERT_EQ(b0[i], b1[i]) << p.name << " differs between the ranks at " << i;
+    }
+    EXPECT_LE(err, 2e-2 * update + 1e-7) << p.name << " (largest update " << update << ")";
+    moved += update > 0;
+  }
+  EXPECT_GT(moved, 5);
 }
 
 TEST(ChatRl, BadSettingsAreNamed) {
