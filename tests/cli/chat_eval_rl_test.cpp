@@ -62,6 +62,40 @@ TEST(ChatEvalCli, PrintsTheRunnersAccuracyPerTask) {
   EXPECT_EQ(c.out.find("ChatCORE"), std::string::npos) << c.out;  // only with the five tasks
 }
 
+// The five tasks of ChatCORE from the readers' fixture files (a few problems each, in the published
+// formats): every task's line and the ChatCORE line equal the runner's on the same problems.
+TEST(ChatEvalCli, ChatCoreOverTheFiveTasks) {
+  EvalDir& d = eval_dir();
+  ASSERT_EQ(d.train.code, 0) << d.train.out;
+  fs::remove_all(d.b.dir + "/task_data");
+  fs::copy(std::string(NANOCHAT_TEST_DATA) + "/tasks/task_data", d.b.dir + "/task_data", fs::copy_options::recursive);
+  auto c = run(d.b, " chat-eval -i sft -g t -x 3 -m 8 -b 2 --threads 1");
+  ASSERT_EQ(c.code, 0) << c.out;
+  ChatEvalOptions o;
+  o.max_problems = 3;
+  o.max_new_tokens = 8;
+  o.batch_size = 2;
+  std::vector<std::pair<std::string, double>> acc;
+  {
+    ::setenv("NANOCHAT_BASE_DIR", d.b.dir.c_str(), 1);
+    InferenceModel im = load_for_inference(CheckpointSource::Sft, "t", -1);
+    Engine engine(*im.lm.model, im.tokenizer);
+    LocalCommunicator comm;
+    for (const std::string& name : chatcore_task_names()) {
+      const ChatEvalResult r = run_chat_eval(engine, *tasks::open_task(name, "", "test"), o, comm);
+      EXPECT_EQ(r.total, 3) << name;
+      acc.emplace_back(name, r.accuracy);
+      char line[128];
+      std::snprintf(line, sizeof line, "%s accuracy: %.2f%%\n", name.c_str(), 100.0 * r.accuracy);
+      EXPECT_NE(c.out.find(line), std::string::npos) << c.out << "\nwant: " << line;
+    }
+  }
+  char line[64];
+  std::snprintf(line, sizeof line, "ChatCORE metric: %.4f\n", *chatcore_metric(acc));
+  EXPECT_NE(c.out.find(line), std::string::npos) << c.out << "\nwant: " << line;
+  fs::remove_all(d.b.dir + "/task_data");
+}
+
 TEST(ChatEvalCli, NanochatsCommandLineAndBadTasks) {
   EvalDir& d = eval_dir();
   ASSERT_EQ(d.train.code, 0) << d.train.out;
