@@ -82,7 +82,7 @@ TEST(ChatEvalCli, ChatCoreOverTheFiveTasks) {
     Engine engine(*im.lm.model, im.tokenizer);
     LocalCommunicator comm;
     for (const std::string& name : chatcore_task_names()) {
-      const ChatEvalResult r = run_chat_eval(engine, *tasks::open_task(name, "", "test"), o, comm);
+      const ChatEvalResult r = run_chat_eval(engine, *open_chat_eval_task(name), o, comm);
       EXPECT_EQ(r.total, 3) << name;
       acc.emplace_back(name, r.accuracy);
       char line[128];
@@ -116,6 +116,7 @@ TEST(ChatEvalCli, NanochatsCommandLineAndBadTasks) {
 TEST(ChatRlCli, TrainsOnArithmeticAndSavesWhatChatEvalLoads) {
   EvalDir& d = eval_dir();
   ASSERT_EQ(d.train.code, 0) << d.train.out;
+  fs::remove_all(d.b.dir + "/chatrl_checkpoints");  // another test's RL run may have left steps
   auto r = run(d.b,
                " chat-rl --model-tag t --task Arithmetic --num-steps 3 --examples-per-step 2 --num-samples 4"
                " --device-batch-size 2 --max-new-tokens 6 --eval-every 2 --eval-examples 2 --save-every 2 --threads 1");
@@ -134,6 +135,45 @@ TEST(ChatRlCli, TrainsOnArithmeticAndSavesWhatChatEvalLoads) {
                " --num-samples=2 --device-batch-size=2 --max-new-tokens=4 --eval-every=0 --threads=1");
   ASSERT_EQ(m.code, 0) << m.out;
   EXPECT_NE(m.out.find("Step 0/1 | Average reward: "), std::string::npos) << m.out;
+}
+
+// Under the launcher with two ranks the problems are shared and the counts summed: the same
+// lines as one process. chat-rl's ranks take half of each step's examples; a rollout's seed
+// depends on the step and the example only, so the first step's reward is the one process's.
+TEST(ChatEvalCli, TwoRanksUnderTheLauncherPrintTheSameAccuracies) {
+  EvalDir& d = eval_dir();
+  ASSERT_EQ(d.train.code, 0) << d.train.out;
+  fs::remove_all(d.b.dir + "/task_data");
+  fs::copy(std::string(NANOCHAT_TEST_DATA) + "/tasks/task_data", d.b.dir + "/task_data", fs::copy_options::recursive);
+  const std::string eval = " chat-eval -i sft -g t -a 'ARC-Easy|GSM8K|Arithmetic' -x 5 -m 8 -b 2 --threads 1";
+  auto one = run(d.b, eval);
+  ASSERT_EQ(one.code, 0) << one.out;
+  auto two = run(d.b, " run --nproc-per-node 2 --master-port " + std::to_string(free_port()) + eval);
+  ASSERT_EQ(two.code, 0) << two.out;
+  EXPECT_NE(two.out.find("2 rank(s)"), std::string::npos) << two.out;
+  for (const char* task : {"ARC-Easy", "GSM8K", "Arithmetic"}) {
+    const std::string key = std::string(task) + " accuracy: ";
+    const size_t a = one.out.find(key), b = two.out.find(key);
+    ASSERT_NE(a, std::string::npos) << one.out;
+    ASSERT_NE(b, std::string::npos) << two.out;
+    EXPECT_EQ(one.out.substr(a, one.out.find('\n', a) - a), two.out.substr(b, two.out.find('\n', b) - b));
+  }
+  const std::string rl =
+      " chat-rl --model-tag t --task Arithmetic --num-steps 2 --examples-per-step 2 --num-samples 2"
+      " --device-batch-size 2 --max-new-tokens 4 --eval-every 0 --threads 1";
+  auto rl1 = run(d.b, rl);
+  ASSERT_EQ(rl1.code, 0) << rl1.out;
+  auto rl2 = run(d.b, " run --nproc-per-node 2 --master-port " + std::to_string(free_port()) + rl);
+  ASSERT_EQ(rl2.code, 0) << rl2.out;
+  EXPECT_NE(rl2.out.find("Calculated examples per rank: 1\n"), std::string::npos) << rl2.out;
+  const std::string key = "Step 0/2 | Average reward: ";
+  const size_t a = rl1.out.find(key), b = rl2.out.find(key);
+  ASSERT_NE(a, std::string::npos) << rl1.out;
+  ASSERT_NE(b, std::string::npos) << rl2.out;
+  EXPECT_EQ(rl1.out.substr(a, rl1.out.find(" | lrm", a) - a), rl2.out.substr(b, rl2.out.find(" | lrm", b) - b));
+  EXPECT_EQ(complete_checkpoint_steps(d.b.dir + "/chatrl_checkpoints/t").back(), 1);
+  fs::remove_all(d.b.dir + "/task_data");
+  fs::remove_all(d.b.dir + "/chatrl_checkpoints");
 }
 
 }  // namespace

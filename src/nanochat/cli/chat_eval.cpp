@@ -17,7 +17,6 @@
 #include "nanochat/core/timer.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
-#include "nanochat/tasks/registry.h"
 #include "nanochat/train/chat_eval.h"
 #include "nanochat/train/model_io.h"
 
@@ -64,7 +63,7 @@ void run(const ChatEvalArgs& a) {
   const int rank = comm->rank();
   std::vector<std::pair<std::string, double>> results;
   for (const std::string& name : names) {
-    const tasks::TaskPtr task = tasks::open_task(name, "", "test");
+    const tasks::TaskPtr task = open_chat_eval_task(name);
     Timer timer;
     auto progress = [&](int64_t passed, int64_t total) {
       std::printf("\r\033[KRank %d | %lld/%lld (%.2f%%)", rank, static_cast<long long>(passed),

@@ -8,6 +8,7 @@
 #include "nanochat/core/error.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
+#include "nanochat/tasks/registry.h"
 #include "nanochat/tokenizer/conversation.h"
 
 namespace nanochat {
@@ -178,6 +179,8 @@ std::optional<double> chatcore_metric(const std::vector<std::pair<std::string, d
   for (const auto& [name, acc] : results) sum += centered(name, acc);
   return sum / static_cast<double>(results.size());
 }
+
+tasks::TaskPtr open_chat_eval_task(const std::string& name) { return tasks::open_task(name, "", "test"); }
 
 ChatCoreResult chat_core(Engine& engine, const ChatEvalTaskOpener& open, const ChatCoreLimits& limits,
                          Communicator& comm, const std::function<void(const ChatEvalResult&)>& on_task) {

@@ -113,9 +113,15 @@ struct ChatCoreResult {
   double chatcore = 0, chatcore_cat = 0;
 };
 
-/// Opens a task by its chat_eval name (e.g. "ARC-Easy" -> ARC-Easy's test split); throws
-/// nanochat::Error naming what is missing.
+/// Opens a task by its chat_eval name (e.g. "ARC-Easy" -> ARC-Easy's test split; normally
+/// open_chat_eval_task); throws nanochat::Error naming what is missing.
 using ChatEvalTaskOpener = std::function<tasks::TaskPtr(const std::string& name)>;
+
+/// The task chat_eval evaluates under `name`: tasks::open_task(name, default subset, "test")
+/// (ARC-Easy/ARC-Challenge, MMLU "all", GSM8K "main", HumanEval; the synthetic tasks' test split).
+/// Throws nanochat::Error as open_task does (an unknown name lists the known ones; a missing
+/// dataset names the download command).
+tasks::TaskPtr open_chat_eval_task(const std::string& name);
 
 /// The ChatCORE estimate nanochat's chat_sft makes every --chatcore-every steps: the five tasks,
 /// each with run_chat_eval at the default options (greedy, 512 new tokens, top-k 50, one sample)
