@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -237,4 +238,133 @@ TEST_F(Download, ATmpFileLongerThanTheShardIsDiscarded) {
   EXPECT_EQ(r.downloaded, 2);
   EXPECT_TRUE(same("shard_00000.parquet"));
   EXPECT_EQ(count(log(), "GET /shard_00000.parquet"), 2);
+}
+
+// ---- hub datasets (nanochat's load_hub_dataset layout) ----------------------------------------
+
+namespace {
+
+// Serves a hub-like tree: /api/datasets/<repo>/parquet/<subset>/<split> lists the files' URLs
+// (relative paths under /files/<repo>/...), written once the server's port is known.
+struct HubTree {
+  fs::path www;
+  std::string url;
+  void dataset(const std::string& repo, const std::string& subset, const std::string& split,
+               const std::vector<std::string>& fixture_files) {
+    nlohmann::json urls = nlohmann::json::array();
+    for (size_t i = 0; i < fixture_files.size(); ++i) {
+      const std::string rel = "files/" + repo + "/" + subset + "/" + split + "/" + std::to_string(i) + ".parquet";
+      fs::create_directories((www / rel).parent_path());
+      fs::copy_file(fs::path(NANOCHAT_TEST_DATA) / "parquet" / fixture_files[i], www / rel);
+      urls.push_back(url + "/" + rel);
+    }
+    const fs::path listing = www / "api/datasets" / repo / "parquet" / subset / split;
+    fs::create_directories(listing.parent_path());
+    spit(listing, urls.dump());
+  }
+};
+
+}  // namespace
+
+TEST_F(Download, HubDatasetsFetchedWithTheManifestLastThenKept) {
+  HubTree hub{dir_ / "www", start_server({"--full-paths"})};
+  hub.dataset("cais/mmlu", "all", "test", {"sample.parquet", "gzip_plain.parquet"});
+  hub.dataset("openai/gsm8k", "main", "test", {"no_text_column.parquet"});
+  const fs::path out = dir_ / "data" / "task_data";
+  const std::vector<HubDataset> sets = {{"cais/mmlu", "all", "test", (out / "cais--mmlu/all/test").string()},
+                                        {"openai/gsm8k", "main", "test", (out / "openai--gsm8k/main/test").string()}};
+  HubDownloadResult r = download_hub_datasets(sets, hub.url + "/", options(hub.url, 0));
+  EXPECT_EQ(r.datasets_fetched, 2);
+  EXPECT_EQ(r.datasets_present, 0);
+  EXPECT_EQ(r.files.downloaded, 3);
+  EXPECT_EQ(slurp(out / "cais--mmlu/all/test/manifest.json"), R"(["00000.parquet","00001.parquet"])");
+  EXPECT_EQ(slurp(out / "openai--gsm8k/main/test/manifest.json"), R"(["00000.parquet"])");
+  EXPECT_EQ(slurp(out / "cais--mmlu/all/test/00001.parquet"), slurp(dir_ / "www/files/cais/mmlu/all/test/1.parquet"));
+  EXPECT_EQ(slurp(out / "openai--gsm8k/main/test/00000.parquet"),
+            slurp(dir_ / "www/files/openai/gsm8k/main/test/0.parquet"));
+  EXPECT_EQ(count(log(), "GET /api/datasets/cais/mmlu/parquet/all/test"), 1);
+  // A second run finds the manifests and asks the server nothing.
+  const std::string before = log();
+  r = download_hub_datasets(sets, hub.url, options(hub.url, 0));
+  EXPECT_EQ(r.datasets_present, 2);
+  EXPECT_EQ(r.datasets_fetched, 0);
+  EXPECT_EQ(log(), before);
+}
+
+TEST_F(Download, HubDatasetResumesAfterABrokenTransferAndFailsWithoutAManifest) {
+  // First run: every file's first transfer breaks after 3000 bytes; with one attempt it fails,
+  // leaving the .tmp and no manifest. The rerun resumes the .tmp with a Range request.
+  HubTree hub{dir_ / "www", start_server({"--full-paths", "--drop-after", "3000"})};
+  hub.dataset("allenai/ai2_arc", "ARC-Easy", "test", {"sample.parquet"});
+  const fs::path d = dir_ / "data" / "arc";
+  const std::vector<HubDataset> sets = {{"allenai/ai2_arc", "ARC-Easy", "test", d.string()}};
+  DownloadOptions o = options(hub.url, 0);
+  o.attempts = 1;
+  try {
+    download_hub_datasets(sets, hub.url, o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("allenai/ai2_arc ARC-Easy/test 00000.parquet"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(d / "manifest.json"));
+  EXPECT_TRUE(fs::exists(d / "00000.parquet.tmp"));
+  const HubDownloadResult r = download_hub_datasets(sets, hub.url, options(hub.url, 0));
+  EXPECT_EQ(r.files.resumed, 1);
+  EXPECT_EQ(slurp(d / "00000.parquet"), slurp(dir_ / "www/files/allenai/ai2_arc/ARC-Easy/test/0.parquet"));
+  EXPECT_EQ(slurp(d / "manifest.json"), R"(["00000.parquet"])");
+  EXPECT_NE(log().find("range=bytes=3000-"), std::string::npos) << log();
+}
+
+TEST_F(Download, HubListingErrorsNameTheUrl) {
+  HubTree hub{dir_ / "www", start_server({"--full-paths"})};
+  const fs::path d = dir_ / "data" / "x";
+  try {
+    download_hub_datasets({{"nobody/nothing", "default", "train", d.string()}}, hub.url, options(hub.url, 0));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("listing " + hub.url + "/api/datasets/nobody/nothing/parquet/default/train failed: HTTP 404"),
+              std::string::npos)
+        << m;
+  }
+  EXPECT_FALSE(fs::exists(d / "manifest.json"));
+  fs::create_directories(dir_ / "www/api/datasets/bad/json/parquet/default");
+  spit(dir_ / "www/api/datasets/bad/json/parquet/default/train", "<html>rate limited</html>");
+  try {
+    download_hub_datasets({{"bad/json", "default", "train", d.string()}}, hub.url, options(hub.url, 0));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not JSON (<html>rate limited</html>)"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Download, CliDownloadsTaskDatasetsIntoTheBaseDir) {
+  HubTree hub{dir_ / "www", start_server({"--full-paths"})};
+  hub.dataset("openai/gsm8k", "main", "test", {"sample.parquet"});
+  hub.dataset("allenai/ai2_arc", "ARC-Easy", "test", {"gzip_plain.parquet"});
+  const fs::path base = dir_ / "base";
+  auto run = [&](const std::string& args) {
+    const std::string cmd = "NANOCHAT_BASE_DIR=" + base.string() + " " + NANOCHAT_BINARY + " data download -q " + args +
+                            " --hub-url " + hub.url + " 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[512];
+    size_t k;
+    while ((k = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, k);
+    const int st = ::pclose(p);
+    return std::make_pair(WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
+  };
+  auto [rc, out] = run("--tasks GSM8K/main/test ARC-Easy SpellingBee");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("2 dataset(s): 2 downloaded (2 file(s), 0 resumed), 0 already present"), std::string::npos) << out;
+  EXPECT_NE(out.find("SpellingBee: made on this machine"), std::string::npos) << out;
+  EXPECT_EQ(slurp(base / "task_data/openai--gsm8k/main/test/manifest.json"), R"(["00000.parquet"])");
+  EXPECT_EQ(slurp(base / "task_data/allenai--ai2_arc/ARC-Easy/test/00000.parquet"),
+            slurp(dir_ / "www/files/allenai/ai2_arc/ARC-Easy/test/0.parquet"));
+  std::tie(rc, out) = run("--tasks GSM8K/main/validation");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("not a dataset of GSM8K; those are: GSM8K/main/test, GSM8K/main/train"), std::string::npos) << out;
+  std::tie(rc, out) = run("--tasks MMLU-Pro");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("SmolTalk, MMLU, GSM8K, ARC-Easy, ARC-Challenge, HumanEval"), std::string::npos) << out;
 }

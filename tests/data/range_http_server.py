@@ -3,8 +3,9 @@
 HTTP Range support and injectable failures. Python 3 standard library only.
 
 usage: range_http_server.py ROOT PORT_FILE LOG_FILE [--fail-first N] [--drop-after BYTES]
-                            [--no-range] [--lifetime SECONDS]
+                            [--no-range] [--lifetime SECONDS] [--full-paths]
   ROOT         directory served (GET /NAME -> ROOT/NAME; missing -> 404)
+  --full-paths        serve GET /A/B/C from ROOT/A/B/C instead of ROOT/C (a hub-like tree)
   PORT_FILE    the chosen port is written here (atomically) once the server listens
   LOG_FILE     one line per request: "GET /NAME range=<Range header or ->" (flushed at once)
   --fail-first N      answer the first N requests of every path with 503
@@ -19,9 +20,10 @@ import sys
 import threading
 
 args = sys.argv[1:]
-root, port_file, log_file = args[0], args[1], args[2]
+root, port_file, log_file = os.path.abspath(args[0]), args[1], args[2]
 opts = {'--fail-first': 0, '--drop-after': -1, '--lifetime': 60.0}
 no_range = '--no-range' in args
+full_paths = '--full-paths' in args
 for k in list(opts):
     if k in args:
         opts[k] = type(opts[k])(args[args.index(k) + 1])
@@ -42,7 +44,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             n = counts[self.path] = counts.get(self.path, 0) + 1
         if n <= opts['--fail-first']:
             return self.reply(503, b'busy')
-        path = os.path.join(root, os.path.basename(self.path))
+        if full_paths:
+            path = os.path.normpath(os.path.join(root, self.path.lstrip('/')))
+            if not path.startswith(os.path.abspath(root) + os.sep):
+                return self.reply(404, b'outside the root')
+        else:
+            path = os.path.join(root, os.path.basename(self.path))
         if not os.path.isfile(path):
             return self.reply(404, b'not found')
         data = open(path, 'rb').read()

@@ -178,7 +178,9 @@ TEST(HubTasks, MissingDatasetNamesTheManifestAndTheCommand) {
   EXPECT_NE(m.find(kDir + "/nowhere/task_data/openai--gsm8k/socratic/train/manifest.json: not found"),
             std::string::npos)
       << m;
-  EXPECT_NE(m.find("nanochat data download --tasks GSM8K"), std::string::npos) << m;
+  EXPECT_NE(m.find("`nanochat data download --tasks GSM8K/socratic/train`"), std::string::npos) << m;
+  const std::string d = error_of([&] { open_task("GSM8K", "", "", o); });
+  EXPECT_NE(d.find("`nanochat data download --tasks GSM8K`"), std::string::npos) << d;
 }
 
 TEST(HubTasks, UnknownNamesListTheKnownOnes) {

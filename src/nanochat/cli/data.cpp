@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nanochat/cli/commands.h"
+#include "nanochat/cli/data_tasks.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/core/timer.h"
@@ -150,16 +151,28 @@ void register_data(CLI::App& app) {
   d->add_flag("--eval-bundle", *bundle,
               "Fetch nanochat's CORE eval bundle into $NANOCHAT_BASE_DIR/eval_bundle (with -n: the shards too)");
   d->add_option("--eval-bundle-url", *bundle_url, "Where eval_bundle.zip lives")->capture_default_str();
+  auto task_specs = std::make_shared<std::vector<std::string>>();
+  auto hub_url = std::make_shared<std::string>(data::kDefaultHubUrl);
+  CLI::Option* tasks_opt =
+      d->add_option("--tasks", *task_specs,
+                    "Fetch the chat tasks' datasets into $NANOCHAT_BASE_DIR/task_data (nanochat's layout): task names "
+                    "(SmolTalk MMLU GSM8K ARC-Easy ARC-Challenge HumanEval) or NAME/SUBSET/SPLIT; none = all that "
+                    "chat-sft and chat-eval read")
+          ->expected(0, -1);
+  d->add_option("--hub-url", *hub_url, "The Hugging Face hub whose API lists the datasets' parquet files")
+      ->capture_default_str();
   d->add_option("--base-url", dl->base_url, "Where the shards live")->capture_default_str();
   d->add_option("--dir", dl->dir,
                 "Target directory (default: $NANOCHAT_DATA_DIR or $NANOCHAT_BASE_DIR/base_data_climbmix)");
   d->add_option("-w,--num-workers", dl->workers, "Parallel downloads")->capture_default_str();
   d->add_option("--retries", dl->attempts, "Attempts per file")->capture_default_str();
   d->add_flag("-q,--quiet", dl->quiet, "No progress bar");
-  d->callback([dl, n_opt, bundle, bundle_url] {
+  d->callback([dl, n_opt, bundle, bundle_url, tasks_opt, task_specs, hub_url] {
     if (*bundle) data::download_eval_bundle(base_dir(), *bundle_url, *dl);
-    if (*bundle && n_opt->count() == 0) return;
-    if (n_opt->count() == 0) fail("data download needs -n N (train shards; -1 = all) or --eval-bundle");
+    if (tasks_opt->count() > 0) download_task_data(*task_specs, *hub_url, "", *dl);
+    if ((*bundle || tasks_opt->count() > 0) && n_opt->count() == 0) return;
+    if (n_opt->count() == 0)
+      fail("data download needs -n N (train shards; -1 = all), --eval-bundle or --tasks [names]");
     if (dl->dir.empty()) dl->dir = data_dir();
     data::DownloadResult r = data::download_shards(*dl);
     std::printf("%d shard(s) in %s (%d downloaded, %d already present)\n", r.downloaded + r.present, dl->dir.c_str(),

@@ -5,6 +5,7 @@
 // Range request; failures are retried with exponential backoff; a finished file must open as
 // Parquet (magic + footer) before it is renamed into place. Existing valid shards are skipped.
 #include <string>
+#include <vector>
 
 namespace nanochat::data {
 
@@ -45,5 +46,30 @@ inline constexpr const char* kEvalBundleUrl = "https://karpathy-public.s3.us-wes
 /// and removes the zip. Does nothing when <base_dir>/eval_bundle/core.yaml exists. Returns the
 /// folder. Throws nanochat::Error naming the URL and the reason, or the archive and record.
 std::string download_eval_bundle(const std::string& base_dir, const std::string& url, const DownloadOptions& opt);
+
+/// The Hugging Face hub, whose API lists every dataset's parquet export.
+inline constexpr const char* kDefaultHubUrl = "https://huggingface.co";
+
+/// One dataset (a subset and split of a hub repository) to fetch into `dir`.
+struct HubDataset {
+  std::string repo, subset, split;  ///< "cais/mmlu", "all", "test"
+  std::string dir;                  ///< target folder (created)
+};
+
+struct HubDownloadResult {
+  int datasets_present = 0;  ///< already complete (manifest.json there): not touched
+  int datasets_fetched = 0;  ///< completed now
+  DownloadResult files;      ///< the parquet files of the fetched datasets
+};
+
+/// nanochat's load_hub_dataset download (tasks/common.py): for each dataset without a
+/// <dir>/manifest.json, GET <hub_url>/api/datasets/<repo>/parquet/<subset>/<split> (a JSON list of
+/// parquet URLs), fetch URL i into <dir>/<i as %05d>.parquet like the shards (opt's workers,
+/// retries, backoff, resume of a .tmp, progress; each file checked to be Parquet; files already
+/// there and valid are kept), and when all are there write manifest.json (the list of file names)
+/// last, through a .tmp and a rename. Throws nanochat::Error naming the listing URL and the reason
+/// (not JSON, not a list of URLs, HTTP error after the retries), or listing every failed file.
+HubDownloadResult download_hub_datasets(const std::vector<HubDataset>& sets, const std::string& hub_url,
+                                        const DownloadOptions& opt);
 
 }  // namespace nanochat::data

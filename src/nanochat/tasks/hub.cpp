@@ -21,7 +21,7 @@ std::string hub_dataset_dir(const HubSource& src, const std::string& base) {
   return (fs::path(root) / "task_data" / slug / src.subset / src.split).string();
 }
 
-std::string hub_download_command(const std::string& task) { return "nanochat data download --tasks " + task; }
+std::string hub_download_command(const std::string& spec) { return "nanochat data download --tasks " + spec; }
 
 namespace {
 

@@ -30,8 +30,9 @@ struct HubSource {
 /// <base>/task_data/<repo with "/" -> "--">/<subset>/<split>; base "" means nanochat::base_dir().
 std::string hub_dataset_dir(const HubSource& src, const std::string& base = "");
 
-/// The command that fetches `src` ("nanochat data download --tasks <task>"), for error messages.
-std::string hub_download_command(const std::string& task);
+/// The command that fetches a task's data, for error messages: "nanochat data download --tasks
+/// <spec>" (spec: a task name, or NAME/SUBSET/SPLIT for one dataset of it).
+std::string hub_download_command(const std::string& spec);
 
 /// The named columns of every shard of a downloaded dataset, concatenated in manifest order.
 class HubTable {

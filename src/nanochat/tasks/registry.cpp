@@ -66,9 +66,10 @@ TaskPtr open_unsliced(const std::string& name, const std::string& subset, const 
     if (name != info.name) continue;
     HubSource src{info.repo, pick(name, "subset", subset, info.subsets), pick(name, "split", split, info.splits)};
     const std::string dir = hub_dataset_dir(src, o.base_dir);
-    std::string dl = hub_download_command(name);
-    if (src.subset != info.subsets.front() || src.split != info.splits.front())
-      dl += " (it fetches every subset and split of " + name + ")";
+    bool in_defaults = false;
+    for (const auto& [n, d] : default_hub_downloads())
+      in_defaults |= n == name && d.subset == src.subset && d.split == src.split;
+    const std::string dl = hub_download_command(in_defaults ? name : name + "/" + src.subset + "/" + src.split);
     if (name == "SmolTalk") return make_smoltalk(dir, dl);
     if (name == "MMLU") return make_mmlu(dir, dl);
     if (name == "GSM8K") return make_gsm8k(dir, dl);
