@@ -89,7 +89,7 @@ TEST(Chat, SourceFolderErrors) {
   auto rl = run(d.b, " chat -i rl -p hi --threads 1");
   EXPECT_EQ(rl.code, 1) << rl.out;
   EXPECT_NE(rl.out.find(d.b.dir + "/chatrl_checkpoints does not exist"), std::string::npos) << rl.out;
-  EXPECT_NE(rl.out.find("scripts.chat_rl (no nanochat.cpp subcommand yet)"), std::string::npos) << rl.out;
+  EXPECT_NE(rl.out.find("it is written by 'nanochat chat-rl'"), std::string::npos) << rl.out;
   EXPECT_NE(rl.out.find("pass -i base"), std::string::npos) << rl.out;
   auto bad = run(d.b, " chat -i tuned -p hi");
   EXPECT_NE(bad.code, 0) << bad.out;

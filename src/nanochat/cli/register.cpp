@@ -11,6 +11,8 @@ void register_base_eval(CLI::App& app);   // cli/base_eval.cpp
 void register_chat_sft(CLI::App& app);    // cli/chat_sft.cpp
 void register_sample(CLI::App& app);      // cli/sample.cpp
 void register_chat(CLI::App& app);        // cli/chat.cpp
+void register_chat_eval(CLI::App& app);   // cli/chat_eval.cpp
+void register_chat_rl(CLI::App& app);     // cli/chat_rl.cpp
 void register_chat_web(CLI::App& app);    // cli/chat_web.cpp
 void register_interop(CLI::App& app);     // cli/interop.cpp: export, import
 
@@ -27,6 +29,8 @@ void register_all(CLI::App& app) {
   register_chat_sft(app);
   register_sample(app);
   register_chat(app);
+  register_chat_eval(app);
+  register_chat_rl(app);
   register_chat_web(app);
   register_interop(app);
 }

@@ -634,6 +634,21 @@ void GPT::forward_logits(const int32_t* idx, int B, int T, float* logits) {
   softcap_inplace(logits, N * cfg_.vocab_size, kLogitSoftcap);
 }
 
+void GPT::forward_logits_at(const int32_t* idx, int B, int T, const int32_t* positions, float* logits) {
+  check_inputs(idx, nullptr, B, T);
+  for (int b = 0; b < B; ++b)
+    if (positions[b] < 0 || positions[b] >= T)
+      fail("forward_logits_at: position ", positions[b], " of row ", b, " is outside [0, ", T, ")");
+  const int64_t N = static_cast<int64_t>(B) * T, C = cfg_.n_embd, V = cfg_.vocab_size;
+  ensure_acts(N);
+  forward_trunk(idx, B, T, nullptr);
+  const float* W = param_data() + params_[lm_head_].offset;
+  for (int b = 0; b < B; ++b)
+    sgemm(false, true, 1, V, C, 1.f, acts_->n_f + (static_cast<int64_t>(b) * T + positions[b]) * C, C, W, C, 0.f,
+          logits + static_cast<int64_t>(b) * V, V);
+  softcap_inplace(logits, static_cast<int64_t>(B) * V, kLogitSoftcap);
+}
+
 void GPT::forward_cached(const int32_t* idx, int B, int T, KVCache& cache, float* logits, bool all_positions) {
   check_inputs(idx, nullptr, B, T);
   if (!(cache.cfg_ == cfg_)) fail("KV cache was made for a different model config");

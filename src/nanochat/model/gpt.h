@@ -97,6 +97,12 @@ class GPT {
   float forward_loss(const int32_t* idx, const int32_t* targets, int B, int T, float* per_token_loss = nullptr);
   /// Logits after the softcap, cropped to V: logits (B, T, V) row-major, caller-allocated.
   void forward_logits(const int32_t* idx, int B, int T, float* logits);
+  /// The softcapped logits of one position per row: logits (B, V) row-major, caller-allocated,
+  /// row b from position positions[b] in [0, T) of row b (nanochat's chat_eval reads
+  /// model(ids)[b, pos_b] of a padded batch; the causal mask makes the padding after pos_b
+  /// irrelevant). Same trunk as forward_logits, but only B rows of the lm_head are computed.
+  /// Throws nanochat::Error for bad sizes, token ids or a position outside [0, T).
+  void forward_logits_at(const int32_t* idx, int B, int T, const int32_t* positions, float* logits);
 
   /// KV-cache forward (docs/nanochat.md 1.10): processes T new tokens per row starting at the cache's
   /// position, appends their keys/values, advances the cache by T. If logits != nullptr it

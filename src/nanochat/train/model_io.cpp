@@ -72,8 +72,7 @@ CheckpointSource parse_checkpoint_source(const std::string& name) {
 }
 
 namespace {
-// What writes a source's checkpoints, for error messages (chat RL has no subcommand here yet; its
-// checkpoints come from nanochat through `import`-compatible files).
+// What writes a source's checkpoints, for error messages.
 const char* source_writer(CheckpointSource s) {
   switch (s) {
     case CheckpointSource::Base:
@@ -81,7 +80,7 @@ const char* source_writer(CheckpointSource s) {
     case CheckpointSource::Sft:
       return "nanochat chat-sft";
     case CheckpointSource::Rl:
-      return "nanochat's scripts.chat_rl (no nanochat.cpp subcommand yet)";
+      return "nanochat chat-rl";
   }
   return "?";
 }

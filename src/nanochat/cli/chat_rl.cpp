@@ -1,0 +1,143 @@
+// `nanochat chat-rl`: nanochat scripts/chat_rl.py (train/chat_rl.h). Loads a chat-sft checkpoint
+// (--model-tag, --model-step), runs RL on GSM8K's train split (or --task, e.g. the offline
+// Arithmetic) with pass@k on its test split, and saves the weights to
+// chatrl_checkpoints/<model tag, else d<depth>>/. Under `nanochat run` every rank loads the
+// checkpoint from its own base folder, the examples are shared and the gradients averaged; rank 0
+// prints and saves.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "nanochat/cli/commands.h"
+#include "nanochat/cluster/gloo_communicator.h"
+#include "nanochat/core/error.h"
+#include "nanochat/core/paths.h"
+#include "nanochat/core/threads.h"
+#include "nanochat/model/gpt.h"
+#include "nanochat/tasks/registry.h"
+#include "nanochat/train/chat_rl.h"
+#include "nanochat/train/model_io.h"
+
+namespace nanochat::cli {
+
+namespace {
+struct ChatRlArgs {
+  std::string run = "dummy";
+  std::string device_type;
+  std::string model_tag;
+  int64_t model_step = -1;
+  std::string task = "GSM8K";
+  ChatRlOptions opt;
+  int threads = 0;
+};
+
+void run(ChatRlArgs a) {
+  if (a.threads > 0) set_num_threads(a.threads);
+  if (!a.device_type.empty() && a.device_type != "cpu")
+    fail("--device-type ", a.device_type, ": this program runs on the CPU only (use cpu or leave it out)");
+  std::unique_ptr<Communicator> comm = cluster::make_communicator_from_env();
+  const bool main_rank = comm->rank() == 0;
+  InferenceModel im = load_for_inference(CheckpointSource::Sft, a.model_tag, a.model_step);
+  GPT& model = *im.lm.model;
+  const tasks::TaskPtr train = tasks::open_task(a.task, "", "train");
+  const tasks::TaskPtr val = tasks::open_task(a.task, "", "test");
+  const std::string tag = a.model_tag.empty() ? "d" + std::to_string(model.config().n_layer) : a.model_tag;
+  a.opt.checkpoint_dir = base_dir() + "/" + checkpoint_source_folder(CheckpointSource::Rl) + "/" + tag;
+  a.opt.meta = im.lm.meta;
+  a.opt.meta["model_config"] = model.config().to_json();
+  a.opt.meta["chat_rl"] = {{"task", a.task},
+                           {"source_step", im.lm.step},
+                           {"num_samples", a.opt.rollout.num_samples},
+                           {"examples_per_step", a.opt.examples_per_step},
+                           {"max_new_tokens", a.opt.rollout.max_new_tokens},
+                           {"temperature", a.opt.rollout.temperature},
+                           {"top_k", a.opt.rollout.top_k},
+                           {"init_lr_frac", a.opt.init_lr_frac}};
+  const int64_t num_steps =
+      a.opt.num_steps > 0 ? a.opt.num_steps : train->size() / std::max(a.opt.examples_per_step, 1) * a.opt.num_epochs;
+  if (main_rank) {
+    std::printf("chat-rl: sft model %s step %lld, %s (%lld train / %lld test problems), %d rank(s)\n",
+                im.lm.tag.c_str(), static_cast<long long>(im.lm.step), a.task.c_str(),
+                static_cast<long long>(train->size()), static_cast<long long>(val->size()), comm->world_size());
+    std::printf("Calculated number of steps: %lld\n", static_cast<long long>(num_steps));
+    std::printf("Total sequences per step: %d\n", a.opt.examples_per_step * a.opt.rollout.num_samples);
+    std::printf("Calculated examples per rank: %d\n", a.opt.examples_per_step / comm->world_size());
+    std::fflush(stdout);
+  }
+  ChatRlCallbacks cb;
+  cb.on_eval = [&](int64_t step, const std::vector<double>& pk) {
+    if (!main_rank) return;
+    std::printf("Step %lld |", static_cast<long long>(step));
+    for (size_t k = 0; k < pk.size(); ++k) std::printf("%s Pass@%zu: %.4f", k ? "," : "", k + 1, pk[k]);
+    std::printf("\n");
+    std::fflush(stdout);
+  };
+  cb.on_step = [&](const ChatRlStep& s) {
+    if (!main_rank) return;
+    std::printf("Step %lld/%lld | Average reward: %.4f | Average sequence length: %.2f | lrm: %.4f | loss: %.6f\n",
+                static_cast<long long>(s.step), static_cast<long long>(s.num_steps), s.mean_reward,
+                s.mean_sequence_length, s.lrm, s.loss);
+    std::fflush(stdout);
+  };
+  cb.on_save = [&](int64_t step, const std::string& dir) {
+    std::printf("Saved model checkpoint to %s (step %lld)\n", dir.c_str(), static_cast<long long>(step));
+    std::fflush(stdout);
+  };
+  run_chat_rl(model, im.tokenizer, *train, *val, a.opt, *comm, cb);
+}
+}  // namespace
+
+void register_chat_rl(CLI::App& app) {
+  auto a = std::make_shared<ChatRlArgs>();
+  CLI::App* c = app.add_subcommand("chat-rl",
+                                   "reinforcement learning of a chat-sft checkpoint on GSM8K's rewards "
+                                   "(nanochat chat_rl)");
+  ChatRlOptions& o = a->opt;
+  c->add_option("--run", a->run, "wandb run name (accepted for compatibility; nothing is sent)");
+  c->add_option("--device-type", a->device_type, "cuda|cpu|mps; only cpu runs here");
+  c->add_option("--model-tag", a->model_tag, "chat-sft tag to load (default: the largest d<N>); also the output tag");
+  c->add_option("--model-step", a->model_step, "chat-sft step to load (default: the last complete one)");
+  c->add_option("--task", a->task,
+                "task to learn (train split) and evaluate (test split): GSM8K, or an offline one "
+                "such as Arithmetic or SpellingBee")
+      ->capture_default_str();
+  c->add_option("--num-epochs", o.num_epochs, "epochs over the train split")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--num-steps", o.num_steps,
+                "run this many steps instead of the epochs' (not a nanochat flag; -1 = train size / "
+                "examples per step x epochs)")
+      ->capture_default_str();
+  c->add_option("--device-batch-size", o.rollout.device_batch_size, "samples per generate() call and per backward pass")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--examples-per-step", o.examples_per_step, "examples per optimizer step over all ranks")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--num-samples", o.rollout.num_samples, "samples per example")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--max-new-tokens", o.rollout.max_new_tokens, "tokens per sample")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  c->add_option("--temperature", o.rollout.temperature, "sampling temperature")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  c->add_option("--top-k", o.rollout.top_k, "top-k sampling (0 = disabled)")->capture_default_str();
+  c->add_option("--embedding-lr", o.embedding_lr, "learning rate of the embeddings (AdamW)")->capture_default_str();
+  c->add_option("--unembedding-lr", o.unembedding_lr, "learning rate of lm_head (AdamW)")->capture_default_str();
+  c->add_option("--matrix-lr", o.matrix_lr, "learning rate of the matrices (Muon)")->capture_default_str();
+  c->add_option("--weight-decay", o.weight_decay, "Muon's weight decay")->capture_default_str();
+  c->add_option("--init-lr-frac", o.init_lr_frac, "initial learning rate as a fraction of the rates above")
+      ->capture_default_str();
+  c->add_option("--eval-every", o.eval_every, "pass@k on the test split every N steps (0 = never)")
+      ->capture_default_str();
+  c->add_option("--eval-examples", o.eval_examples, "test problems of the pass@k evaluation")->capture_default_str();
+  c->add_option("--save-every", o.save_every, "save the weights every N steps (and at the last step)")
+      ->capture_default_str();
+  c->add_option("--seed", o.rollout.seed, "mixed into every rollout's sampling seed")->capture_default_str();
+  add_threads_option(c, a->threads);
+  c->callback([a] { run(*a); });
+}
+
+}  // namespace nanochat::cli
