@@ -9,6 +9,7 @@
 
 #include "nanochat/core/error.h"
 #include "nanochat/data/parquet.h"
+#include "nanochat/data/parquet_table.h"
 
 namespace {
 std::string path() {
@@ -33,6 +34,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)r.codec_name();
     (void)r.encodings_string();
     for (int g = 0; g < r.num_row_groups(); ++g) r.read_row_group(g);
+  } catch (const nanochat::Error&) {
+  }
+  try {  // every column, nested ones assembled
+    nanochat::data::ParquetTable t(path(), lim);
+    for (const auto& c : t.column_names()) t.read_column(c);
   } catch (const nanochat::Error&) {
   }
   return 0;

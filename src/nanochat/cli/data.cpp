@@ -182,6 +182,7 @@ void register_data(CLI::App& app) {
 
   register_data_verify(data);
   register_data_manifest(data);
+  register_data_task_jsonl(data);
 }
 
 }  // namespace nanochat::cli

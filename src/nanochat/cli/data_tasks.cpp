@@ -2,6 +2,8 @@
 #include "nanochat/cli/data_tasks.h"
 
 #include <cstdio>
+#include <fstream>
+#include <memory>
 
 #include "nanochat/core/error.h"
 #include "nanochat/tasks/registry.h"
@@ -51,6 +53,39 @@ void download_task_data(const std::vector<std::string>& specs, const std::string
   const auto r = data::download_hub_datasets(sets, hub_url, opt);
   std::printf("%zu dataset(s): %d downloaded (%d file(s), %d resumed), %d already present\n", sets.size(),
               r.datasets_fetched, r.files.downloaded, r.files.resumed, r.datasets_present);
+}
+
+void register_data_task_jsonl(CLI::App* data) {
+  struct Args {
+    std::string name, subset, split, out;
+    int64_t start = 0, stop = -1;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* c = data->add_subcommand(
+      "task-jsonl",
+      "Write a task's examples as conversation JSON lines (what chat-sft --train-jsonl reads); e.g. the synthetic "
+      "SpellingBee, Arithmetic, Identity for training without network");
+  c->add_option("name", a->name,
+                "task (SmolTalk MMLU GSM8K ARC-Easy ARC-Challenge HumanEval SpellingBee Arithmetic Identity)")
+      ->required();
+  c->add_option("--subset", a->subset, "subset (default: the task's first)");
+  c->add_option("--split", a->split, "split (default: the task's first; train for the synthetic tasks)");
+  c->add_option("--start", a->start, "first example")->capture_default_str();
+  c->add_option("--stop", a->stop, "end of the examples (-1 = all)")->capture_default_str();
+  c->add_option("-o,--out", a->out, "output file (.jsonl)")->required();
+  c->callback([a] {
+    tasks::TaskOptions o;
+    o.start = a->start;
+    o.stop = a->stop;
+    const tasks::TaskPtr t = tasks::open_task(a->name, a->subset, a->split, o);
+    std::ofstream f(a->out, std::ios::binary | std::ios::trunc);
+    if (!f) fail("data task-jsonl: cannot write ", a->out);
+    for (int64_t i = 0; i < t->size(); ++i) f << conversation_to_json(t->get(i).conversation).dump() << "\n";
+    f.flush();
+    if (!f) fail("data task-jsonl: writing ", a->out, " failed (disk full?)");
+    std::printf("%lld conversation(s) of %s written to %s\n", static_cast<long long>(t->size()), t->name().c_str(),
+                a->out.c_str());
+  });
 }
 
 }  // namespace nanochat::cli

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "nanochat/data/download.h"
 
 namespace nanochat::cli {
@@ -16,5 +18,10 @@ namespace nanochat::cli {
 /// or split (listing the known ones) or a failed download.
 void download_task_data(const std::vector<std::string>& specs, const std::string& hub_url, const std::string& base,
                         const data::DownloadOptions& opt);
+
+/// `nanochat data task-jsonl NAME`: writes examples of a task (registry.h open_task; synthetic ones
+/// included) as nanochat's conversation JSON, one {"messages": [...]} per line, the form
+/// `chat-sft --train-jsonl` reads. Registered under `data` by register_data.
+void register_data_task_jsonl(CLI::App* data);
 
 }  // namespace nanochat::cli
