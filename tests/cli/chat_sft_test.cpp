@@ -314,6 +314,13 @@ TEST(ChatSft, TheLoadedOptimizerKeepsTheBaseRunsLastWeightDecay) {
   const double want = wd_scaled * 0.5 * (1 + std::cos(M_PI * 3 / 4));
   EXPECT_NEAR(std::stod(r.out.substr(w + wd_key.size(), 16)), want, 1e-5 * want) << r.out;
   std::printf("wd_scaled %.9g, loaded Muon weight decay %s\n", wd_scaled, r.out.substr(w + wd_key.size(), 16).c_str());
+  // a resume continues with that weight decay (the meta records it): the same weights as straight on
+  r = run(b, flags + " --num-iterations 4 --save-every 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string straight = slurp(b.dir + "/chatsft_checkpoints/t/model_000003.safetensors");
+  r = run(b, flags + " --num-iterations 4 --save-every 2 --resume-from-step 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(slurp(b.dir + "/chatsft_checkpoints/t/model_000003.safetensors") == straight) << r.out;
   r = run(b, flags + " --load-optimizer 0");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("Muon weight decay: 0;"), std::string::npos) << r.out;

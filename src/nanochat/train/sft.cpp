@@ -251,6 +251,21 @@ BaseCheckpoint find_base_checkpoint(Communicator& comm, const SftArgs& a) {
   return BaseCheckpoint{j.at("dir").get<std::string>(), j.at("step").get<int64_t>(), j.at("meta")};
 }
 
+// The Muon weight decay the interrupted run used (its meta's "muon_weight_decay"; 0 when it has
+// none), read by rank 0 and sent to every rank. A missing or damaged meta is left to the resume,
+// which names it.
+double resumed_weight_decay(Communicator& comm, const TrainPlan& plan, int64_t step) {
+  std::string text = "0";
+  if (comm.rank() == 0) try {
+      text =
+          read_checkpoint_meta(CheckpointPaths{plan.checkpoint_dir, step}).value("muon_weight_decay", json(0.0)).dump();
+    } catch (const std::exception&) {
+      text = "0";
+    }
+  cluster::broadcast_string(comm, text, 0);
+  return json::parse(text).get<double>();
+}
+
 void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed) {
   const bool master = comm.rank() == 0;
   auto print0 = [master](const std::string& s) { print_if(master, s); };
@@ -292,10 +307,11 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
   }
   // nanochat: load_state_dict keeps the checkpoint's Muon weight decay (the value of base_train's
   // last step); a fresh optimizer has 0.
-  if (a.load_optimizer && (loaded || a.resume_from_step >= 0)) {
+  if (a.load_optimizer && loaded) {
     for (const OptGroup& g : scheduled_groups(opt, base.meta, base_cp.meta()))
       if (g.kind == OptKind::Muon) plan.sft_muon_weight_decay = g.weight_decay;
   }
+  if (a.resume_from_step >= 0) plan.sft_muon_weight_decay = resumed_weight_decay(comm, plan, a.resume_from_step);
   opt.scale_initial_lrs(a.init_lr_frac);
   print0(str_cat("Muon weight decay: ", plan.sft_muon_weight_decay, "; initial lrs x ", a.init_lr_frac));
 
@@ -318,6 +334,7 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
                       {"user_config", user},
                       {"data_stream", "one-rank"},
                       {"base_checkpoint", base_cp.model()},
+                      {"muon_weight_decay", plan.sft_muon_weight_decay},
                       {"device_batch_size", plan.B},
                       {"max_seq_len", plan.T},
                       {"total_batch_size", plan.total_batch_size},
