@@ -95,7 +95,10 @@ constexpr double kFmasPerIter =
     1 * 16;
 #endif
 
+#if !defined(NANOCHAT_ISA_AVX2)
 // Runs `iters` rounds of 16 independent vdpbf16ps chains (each: acc += a.b over bf16 pairs).
+// Compiled for AVX512_BF16 whatever the build targets, and run only where the CPU has it; the AVX2
+// build (NANOCHAT_ISA=avx2) holds no AVX-512 instruction at all and has no bf16 path.
 __attribute__((target("avx512f,avx512bf16"))) float bf16_dot_chains(long iters) {
   const __m512bh m = (__m512bh)_mm512_set1_epi32(0x3f7f3f7f);  // pairs of bf16 0.996
   const __m512bh c = (__m512bh)_mm512_set1_epi32(0x33d633d6);  // pairs of bf16 ~1e-7
@@ -121,6 +124,9 @@ __attribute__((target("avx512f,avx512bf16"))) float bf16_dot_chains(long iters) 
   for (float v : out) r += v;
   return r;
 }
+#else
+float bf16_dot_chains(long) { return 0.f; }
+#endif
 
 // Multiply-adds per iteration of bf16_dot_chains: 16 chains x 16 lanes x 2 bf16 pairs.
 constexpr double kBf16DotsPerIter = 16 * 16 * 2;
@@ -132,8 +138,12 @@ float run_chains(PeakKind kind, long iters) {
 }  // namespace
 
 bool bf16_dot_supported() {
+#if defined(NANOCHAT_ISA_AVX2)
+  return false;
+#else
   static const bool ok = __builtin_cpu_supports("avx512bf16");
   return ok;
+#endif
 }
 
 const char* fma_peak_isa(PeakKind kind) {

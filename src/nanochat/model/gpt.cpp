@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #include "nanochat/core/error.h"
 #include "nanochat/core/profile.h"
@@ -152,7 +153,10 @@ GPT::GPT(const ModelConfig& cfg) : cfg_(cfg) {
                         p.name.ends_with(".attn.c_v.weight") || p.name.ends_with(".attn.c_proj.weight") ||
                         p.name.ends_with(".mlp.c_fc.weight") || p.name.ends_with(".mlp.c_proj.weight") ||
                         p.name == "lm_head.weight";
-    if (matrix) bf16_ranges_.emplace_back(p.offset, p.numel);
+    if (matrix) {
+      const size_t dst = bf16_ranges_.empty() ? 0 : bf16_ranges_.back().dst + bf16_ranges_.back().numel;
+      bf16_ranges_.push_back({p.offset, p.numel, dst});
+    }
   }
   // Rotary table: 10 x sequence_len rows, like nanochat's precomputed cos/sin buffers.
   const int64_t D = cfg_.head_dim();
@@ -344,7 +348,8 @@ void GPT::set_compute_dtype(ComputeDtype d) {
   if (d == dtype_) return;
   if (d == ComputeDtype::BFloat16) {
     require_native_bf16("--dtype bfloat16");
-    if (params_bf16_.bytes() == 0) params_bf16_ = AlignedBuffer(num_params_ * sizeof(uint16_t));
+    const size_t n = bf16_ranges_.back().dst + bf16_ranges_.back().numel;
+    if (params_bf16_.bytes() == 0) params_bf16_ = AlignedBuffer(n * sizeof(uint16_t));
   } else {
     params_bf16_ = AlignedBuffer();
   }
@@ -359,13 +364,20 @@ void GPT::refresh_bf16_weights() {
   if (dtype_ != ComputeDtype::BFloat16 || !bf16_stale_) return;
   auto* dst = static_cast<uint16_t*>(params_bf16_.data());
   const float* src = params_buf_.f32();
-  for (const auto& [offset, numel] : bf16_ranges_)
-    to_bf16(src + offset, dst + offset, static_cast<int64_t>(numel));
+  for (const Bf16Range& r : bf16_ranges_) to_bf16(src + r.src, dst + r.dst, static_cast<int64_t>(r.numel));
   bf16_stale_ = false;
 }
 
 const uint16_t* GPT::wbf16(const float* W) const {
-  return static_cast<const uint16_t*>(params_bf16_.data()) + (W - params_buf_.f32());
+  const auto off = static_cast<size_t>(W - params_buf_.f32());
+  // the last range starting at or before off (c_q, c_k, c_v are adjacent in both buffers, so the
+  // fused qkv weight is read through c_q's range)
+  auto it = std::upper_bound(bf16_ranges_.begin(), bf16_ranges_.end(), off,
+                             [](size_t o, const Bf16Range& r) { return o < r.src; });
+  NC_CHECK(it != bf16_ranges_.begin() && off < std::prev(it)->src + std::prev(it)->numel,
+           "a bf16 product was asked for a weight that has no bf16 copy (offset ", off, ")");
+  --it;
+  return static_cast<const uint16_t*>(params_bf16_.data()) + it->dst + (off - it->src);
 }
 
 const LmHeadBf16* GPT::lm_head_bf16() {

@@ -208,8 +208,12 @@ class GPT {
   int64_t lm_head_chunk_ = 256;
   bool recompute_mlp_ = false;
   ComputeDtype dtype_ = ComputeDtype::Float32;
-  AlignedBuffer params_bf16_;  // num_params_ bf16 values at the parameters' offsets (matrices only)
-  std::vector<std::pair<size_t, size_t>> bf16_ranges_;  // (offset, numel) of the matrices rounded to bf16
+  // The bf16 copy of the matrices, packed in parameter order (no room for the embeddings).
+  struct Bf16Range {
+    size_t src, numel, dst;  // offset in the parameters, element count, offset in params_bf16_
+  };
+  AlignedBuffer params_bf16_;
+  std::vector<Bf16Range> bf16_ranges_;  // ascending src
   bool bf16_stale_ = true;
   std::vector<size_t> layer_first_param_;  // index in params_ of each layer's c_q
   size_t wte_ = 0, lm_head_ = 0, smear_gate_ = 0;
