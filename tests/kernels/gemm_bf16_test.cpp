@@ -84,12 +84,12 @@ TEST_F(Bgemm, MatchesFloat64OfRoundedOperands) {
     int64_t M, N, K, pad;
     float beta;
   };
-  const Case cases[] = {{false, true, 37, 29, 53, 0, 0.f},  {false, false, 37, 29, 53, 3, 1.f},
-                        {true, false, 29, 37, 53, 5, 1.f},  {true, true, 16, 64, 200, 1, 0.5f},
+  const Case cases[] = {{false, true, 37, 29, 53, 0, 0.f},   {false, false, 37, 29, 53, 3, 1.f},
+                        {true, false, 29, 37, 53, 5, 1.f},   {true, true, 16, 64, 200, 1, 0.5f},
                         {false, true, 300, 260, 96, 0, 1.f}, {false, true, 5, 7, 1, 0, 0.f}};
   for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "ta " << c.ta << " tb " << c.tb << " M " << c.M << " N " << c.N << " K "
-                                      << c.K << " beta " << c.beta);
+    SCOPED_TRACE(::testing::Message() << "ta " << c.ta << " tb " << c.tb << " M " << c.M << " N " << c.N << " K " << c.K
+                                      << " beta " << c.beta);
     const int64_t lda = (c.ta ? c.M : c.K) + c.pad, ldb = (c.tb ? c.K : c.N) + c.pad, ldc = c.N + c.pad;
     const int64_t a_rows = c.ta ? c.K : c.M, b_rows = c.tb ? c.N : c.K;
     std::vector<bf16> A(static_cast<size_t>(a_rows * lda)), B(static_cast<size_t>(b_rows * ldb));

@@ -103,7 +103,7 @@ __attribute__((target("avx512f,avx512bf16"))) float bf16_dot_chains(long iters) 
   const __m512bh m = (__m512bh)_mm512_set1_epi32(0x3f7f3f7f);  // pairs of bf16 0.996
   const __m512bh c = (__m512bh)_mm512_set1_epi32(0x33d633d6);  // pairs of bf16 ~1e-7
 #define NC_DECL(i) __m512 a##i = _mm512_set1_ps(1.0f + 0.01f * i);
-#define NC_STEP(i)                    \
+#define NC_STEP(i)                     \
   a##i = _mm512_dpbf16_ps(a##i, m, c); \
   __asm__ volatile("" : "+v"(a##i));
 #define NC_ALL(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)

@@ -189,8 +189,10 @@ void require_native_bf16(const std::string& flag) {
   if (native_bf16_available()) return;
   const CpuBf16& c = cpu_bf16();
   const bool cpu_ok = c.avx512_os && (c.avx512_bf16 || c.amx_bf16);
-  fail(flag, " needs a CPU with native bfloat16 instructions (AVX512_BF16 or AMX-BF16) and a build whose oneDNN may use "
-       "them; here: ", native_bf16_status(), ". ",
+  fail(flag,
+       " needs a CPU with native bfloat16 instructions (AVX512_BF16 or AMX-BF16) and a build whose oneDNN may use "
+       "them; here: ",
+       native_bf16_status(), ". ",
        cpu_ok ? "This build or ONEDNN_MAX_CPU_ISA caps oneDNN below avx512_core_bf16: use the native build "
                 "(-DNANOCHAT_ISA=native) without that variable, or "
               : "",

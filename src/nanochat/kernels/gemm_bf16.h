@@ -70,8 +70,7 @@ void bgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const bf
 std::string bgemm_impl(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K);
 
 /// y(M,N) (+)= x(M,K) * W(N,K)^T: Linear forward in bf16 (gemm.h's linear_fwd).
-inline void linear_fwd_bf16(const bf16* x, const bf16* W, float* y, int64_t M, int64_t K, int64_t N,
-                            float beta = 0.f) {
+inline void linear_fwd_bf16(const bf16* x, const bf16* W, float* y, int64_t M, int64_t K, int64_t N, float beta = 0.f) {
   bgemm(false, true, M, N, K, x, K, W, K, beta, y, N);
 }
 /// dx(M,K) (+)= dy(M,N) * W(N,K): Linear input gradient in bf16.

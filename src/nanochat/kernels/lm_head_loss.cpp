@@ -247,7 +247,7 @@ double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets
   float* q = xs + cr * C;
   const float inv_cap = 1.f / cap;
   bf16* xb = bf ? bf->scratch : nullptr;  // (cr, C): the chunk's x rows, then its scaled rows
-  bf16* qb = bf ? xb + cr * C : nullptr;    // (cr, V): the chunk's dlogits
+  bf16* qb = bf ? xb + cr * C : nullptr;  // (cr, V): the chunk's dlogits
   double total = 0.0;
   for (int64_t r0 = 0; r0 < N; r0 += cr) {
     const int64_t m = std::min(cr, N - r0);

@@ -337,7 +337,8 @@ ComputeDtype parse_compute_dtype(const std::string& name, const std::string& fla
   if (name == "float32") return ComputeDtype::Float32;
   if (name == "bfloat16") return ComputeDtype::BFloat16;
   if (name == "float16")
-    fail(flag, " float16 is not supported on CPU (it needs loss scaling, and CPUs run bf16 natively): use bfloat16 "
+    fail(flag,
+         " float16 is not supported on CPU (it needs loss scaling, and CPUs run bf16 natively): use bfloat16 "
          "or float32");
   fail(flag, " must be float32 or bfloat16 (got '", name, "')");
 }
@@ -713,10 +714,9 @@ float GPT::forward_loss(const int32_t* idx, const int32_t* targets, int B, int T
   forward_trunk(idx, B, T, nullptr);
   int64_t n_valid = 0;
   for (int64_t n = 0; n < N; ++n) n_valid += targets[n] >= 0;
-  const double loss_sum =
-      lm_head_softcap_ce(acts_->n_f, params_buf_.f32() + params_[lm_head_].offset, targets, N, cfg_.n_embd, cfg_.vocab_size,
-                         kLogitSoftcap, 0.f, acts_->logits, lm_head_chunk_, per_token_loss, nullptr, nullptr, nullptr,
-                         lm_head_bf16());
+  const double loss_sum = lm_head_softcap_ce(acts_->n_f, params_buf_.f32() + params_[lm_head_].offset, targets, N,
+                                             cfg_.n_embd, cfg_.vocab_size, kLogitSoftcap, 0.f, acts_->logits,
+                                             lm_head_chunk_, per_token_loss, nullptr, nullptr, nullptr, lm_head_bf16());
   return n_valid ? static_cast<float>(loss_sum / static_cast<double>(n_valid)) : 0.f;
 }
 
