@@ -64,7 +64,9 @@ TEST(Bf16Convert, VectorPathEqualsScalarRule) {
   to_bf16_rows(x.data() + 1, 7, rows.data(), 3, 5);
   for (int r = 0; r < 3; ++r)
     for (int c = 0; c < 5; ++c)
-      if (!std::isnan(x[1 + r * 7 + c])) EXPECT_EQ(rows[r * 5 + c], float_to_bf16(x[1 + r * 7 + c]));
+      if (!std::isnan(x[1 + r * 7 + c])) {
+        EXPECT_EQ(rows[r * 5 + c], float_to_bf16(x[1 + r * 7 + c]));
+      }
 }
 
 class Bgemm : public ::testing::Test {
