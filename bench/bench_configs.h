@@ -22,6 +22,7 @@ inline constexpr BenchConfig kConfigs[] = {
     {"d4", 4, 128, 512, 8, "SSSL"},
     {"d6", 6, 64, 512, 8, "L"},  // nanochat's runcpu config
     {"d6b32", 6, 64, 512, 32, "L"},
+    {"d8", 8, 128, 512, 8, "SSSL"},
     {"d12", 12, 128, 1024, 4, "SSSL"},
 };
 

@@ -7,9 +7,16 @@
 //   d4:    depth 4, head_dim 128, T 512,  B 8, window "SSSL"
 //   d6:    nanochat's runcpu config: depth 6, head_dim 64, T 512, window "L", B 8
 //   d6b32: the same with runcpu's device batch B 32
+//   d8:    depth 8, head_dim 128, T 512, B 8, window "SSSL"
 //   d12:   depth 12, head_dim 128, T 1024, B 4, window "SSSL"
 //   (all: vocab 32768, aspect ratio 64: n_embd = ceil(depth*64/head_dim)*head_dim)
 // --recompute-mlp turns on the model's MLP activation recompute (GPT::set_recompute_mlp).
+// --dtype float32,bfloat16 runs each (config, threads) in each compute dtype (model/gpt.h
+// ComputeDtype), bf16 rows with MFU against the measured bf16 dot-product peak, and prints the
+// bf16 / fp32 tok/s ratio after the pair (bfloat16 needs native bf16: refused otherwise).
+// --rounds R repeats the pair R times, alternating the order (fp32 first, then bf16 first, ...),
+// and prints the median of the rounds' ratios: on a machine that other work slows down by
+// different amounts over minutes, that is the figure to read.
 // --json prints one JSON object per line (the peer benchmark, bench/peer/, reads it);
 // --list-configs prints the config table (as JSON lines with --json) and exits; --peak-only
 // measures and prints the FMA peak per thread count and exits. With --json, one progress line
@@ -42,6 +49,7 @@
 #include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/kernels/gemm.h"
+#include "nanochat/kernels/gemm_bf16.h"
 #include "nanochat/kernels/lm_head_loss.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
@@ -238,8 +246,8 @@ void print_optimizer_bound(const MuonAdamW& opt, double model_flops, double opt_
 void usage(const char* argv0, FILE* to = stderr) {
   std::fprintf(to,
                "usage: %s [--steps N] [--warmup N] [--threads 1,2] "
-               "[--config d4,d6,d6b32,d12|all] [--peak-seconds S] [--json] [--list-configs] "
-               "[--peak-only] [--recompute-mlp]\n",
+               "[--config d4,d6,d6b32,d8,d12|all] [--peak-seconds S] [--json] [--list-configs] "
+               "[--peak-only] [--recompute-mlp] [--dtype float32,bfloat16] [--rounds R]\n",
                argv0);
 }
 
@@ -251,6 +259,8 @@ int main(int argc, char** argv) {
   bool json = false, list_only = false, peak_only = false, recompute_mlp = false;
   std::vector<int> threads = {1, 2};
   std::vector<std::string> which = {"all"};
+  std::vector<ComputeDtype> dtypes = {ComputeDtype::Float32};
+  int rounds = 1;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
       steps = std::atoi(argv[++i]);
@@ -270,7 +280,20 @@ int main(int argc, char** argv) {
       peak_only = true;
     else if (!std::strcmp(argv[i], "--recompute-mlp"))
       recompute_mlp = true;
-    else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+    else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc)
+      rounds = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) {
+      dtypes.clear();
+      for (const auto& d : split(argv[++i])) {
+        try {
+          dtypes.push_back(parse_compute_dtype(d, "--dtype"));
+          if (dtypes.back() == ComputeDtype::BFloat16) require_native_bf16("--dtype bfloat16");
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "bench_train_step: %s\n", e.what());
+          return 2;
+        }
+      }
+    } else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       usage(argv[0], stdout);
       return 0;
     } else {
@@ -279,7 +302,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (steps < 1 || warmup < 0 || threads.empty() || which.empty()) {
+  if (steps < 1 || warmup < 0 || rounds < 1 || threads.empty() || which.empty()) {
     usage(argv[0]);
     return 2;
   }
@@ -293,7 +316,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!found) {
-      std::fprintf(stderr, "bench_train_step: unknown --config '%s' (known: d4, d6, d6b32, d12, all)\n", w.c_str());
+      std::fprintf(stderr, "bench_train_step: unknown --config '%s' (known: d4, d6, d6b32, d8, d12, all)\n", w.c_str());
       return 2;
     }
   }
@@ -335,116 +358,156 @@ int main(int argc, char** argv) {
   }
 
   if (!json)
-    std::printf("%-6s %3s %3s %5s | %9s %9s | %10s %8s | %9s | %s\n", "cfg", "thr", "B", "T", "step_ms", "tok/s",
-                "GFLOP/s", "MFU", "peak RSS", "peak GFLOP/s (measured FMA, ISA; oneDNN's ISA)");
+    std::printf("%-6s %3s %3s %5s %-4s | %9s %9s | %10s %8s | %9s | %s\n", "cfg", "thr", "B", "T", "type", "step_ms",
+                "tok/s", "GFLOP/s", "MFU", "peak RSS", "peak GFLOP/s (measured FMA or bf16 dot, ISA; oneDNN's ISA)");
   bool first_row = true;
   for (int nt : threads) {
     set_num_threads(nt);
-    const double peak = measure_fma_peak_gflops(nt, peak_seconds);
+    const double peak_fp32 = measure_fma_peak_gflops(nt, peak_seconds);
+    const bool any_bf16 = std::find(dtypes.begin(), dtypes.end(), ComputeDtype::BFloat16) != dtypes.end();
+    const double peak_bf16 = any_bf16 ? measure_fma_peak_gflops(nt, peak_seconds, PeakKind::Bf16Dot) : 0.0;
     for (const BenchConfig* bcp : selected) {
-      const BenchConfig& bc = *bcp;
-      ModelConfig cfg = bench::model_config(bc);
-      GPT model(cfg);
-      model.init_weights(42);
-      model.set_recompute_mlp(recompute_mlp);
-      std::vector<OptParam> ps;
-      for (const auto& p : model.params())
-        ps.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
-      OptimConfig oc;
-      oc.model_dim = cfg.n_embd;
-      oc.weight_decay = 0.2f;
-      MuonAdamW opt(ps, oc);
-      Rng rng(7);
-      std::vector<int32_t> idx(static_cast<size_t>(bc.B) * bc.T), tgt(idx.size());
-      for (size_t i = 0; i < idx.size(); ++i) {
-        idx[i] = static_cast<int32_t>(rng.below(kVocab));
-        tgt[i] = static_cast<int32_t>(rng.below(kVocab));
+      std::vector<double> ratios;  // bf16 / fp32 per round
+      for (int round = 0; round < rounds; ++round) {
+        std::vector<ComputeDtype> order = dtypes;
+        if (round % 2 == 1) std::reverse(order.begin(), order.end());
+        std::vector<double> tps_of;  // per dtype of `order`
+        for (const ComputeDtype dtype : order) {
+          const bool bf = dtype == ComputeDtype::BFloat16;
+          const double peak = bf ? peak_bf16 : peak_fp32;
+          const char* peak_isa = fma_peak_isa(bf ? PeakKind::Bf16Dot : PeakKind::Fp32Fma);
+          const BenchConfig& bc = *bcp;
+          ModelConfig cfg = bench::model_config(bc);
+          GPT model(cfg);
+          model.init_weights(42);
+          model.set_recompute_mlp(recompute_mlp);
+          model.set_compute_dtype(dtype);
+          std::vector<OptParam> ps;
+          for (const auto& p : model.params())
+            ps.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
+          OptimConfig oc;
+          oc.model_dim = cfg.n_embd;
+          oc.weight_decay = 0.2f;
+          MuonAdamW opt(ps, oc);
+          Rng rng(7);
+          std::vector<int32_t> idx(static_cast<size_t>(bc.B) * bc.T), tgt(idx.size());
+          for (size_t i = 0; i < idx.size(); ++i) {
+            idx[i] = static_cast<int32_t>(rng.below(kVocab));
+            tgt[i] = static_cast<int32_t>(rng.below(kVocab));
+          }
+          double t_fb = 0, t_opt = 0;
+          float loss = 0;
+          auto one_step = [&] {
+            Timer t;
+            model.zero_grad();
+            loss = model.forward_backward(idx.data(), tgt.data(), bc.B, bc.T, 1.f);
+            t_fb = t.seconds();
+            Timer t2;
+            opt.step(1.f, 0.95f, 0.1f);
+            model.params_changed();
+            t_opt = t2.seconds();
+          };
+          // warm-up: first touch of every buffer, oneDNN kernel generation
+          std::vector<double> warm_times;
+          for (int s = 0; s < warmup; ++s) {
+            Timer t;
+            one_step();
+            warm_times.push_back(t.seconds());
+            if (json) std::fprintf(stderr, "warmup %d/%d: %.3f s\n", s + 1, warmup, warm_times.back());
+          }
+          std::vector<double> times, fb_times, opt_times, cpu_times;
+          std::vector<double> faults;  // page faults per timed step
+          prof::reset();
+          prof::enable(true);
+          for (int s = 0; s < steps; ++s) {
+            const double c0 = process_cpu_seconds();
+            const long f0 = page_faults();
+            Timer t;
+            one_step();
+            times.push_back(t.seconds());
+            faults.push_back(static_cast<double>(page_faults() - f0));
+            cpu_times.push_back(process_cpu_seconds() - c0);
+            fb_times.push_back(t_fb);
+            opt_times.push_back(t_opt);
+            if (json) std::fprintf(stderr, "step %d/%d: %.3f s\n", s + 1, steps, times.back());
+          }
+          prof::enable(false);
+          double sum_times = 0;
+          for (double t : times) sum_times += t;
+          const double med = median(times);
+          const double tps = bc.B * bc.T / med;
+          tps_of.push_back(tps);
+          const double gflops = tps * static_cast<double>(model.num_flops_per_token()) / 1e9;
+          const long rss = peak_rss_bytes();
+          if (json) {
+            std::printf(
+                "{\"side\":\"ours\",\"config\":\"%s\",\"depth\":%d,\"head_dim\":%d,\"n_embd\":%lld,"
+                "\"T\":%d,\"B\":%d,\"window\":\"%s\",\"vocab\":%d,\"dtype\":\"%s\",\"threads\":%d,\"steps\":%d,"
+                "\"warmup\":%d,\"num_params\":%zu,\"flops_per_token\":%lld,\"step_s\":%.6f,"
+                "\"fwdbwd_s\":%.6f,\"opt_s\":%.6f,\"tok_s\":%.3f,\"gflops\":%.3f,"
+                "\"peak_gflops\":%.3f,\"peak_isa\":\"%s\",\"gemm_isa\":\"%s\",\"mfu\":%.5f,\"peak_rss_bytes\":%ld,"
+                "\"step_cpu_s\":%.6f,\"page_faults_per_step\":%.0f,\"activation_bytes\":%zu,"
+                "\"optimizer_state_bytes\":%zu,\"loss\":%.5f,\"step_times\":",
+                bc.name, bc.depth, bc.head_dim, static_cast<long long>(cfg.n_embd), bc.T, bc.B, bc.pattern, kVocab,
+                compute_dtype_name(dtype), nt, steps, warmup, model.num_params(),
+                static_cast<long long>(model.num_flops_per_token()), med, median(fb_times), median(opt_times), tps,
+                gflops, peak, peak_isa, gemm_isa(), gflops / peak, rss, median(cpu_times), median(faults),
+                model.activation_bytes(), 4 * opt.state_floats(), loss);
+            print_list(times);
+            std::printf(",\"warmup_times\":");
+            print_list(warm_times);
+            std::printf(",\"profile_s\":{");
+            for (size_t k = 0; k < prof::kNumOps; ++k)
+              std::printf("%s\"%s\":%.6f", k ? "," : "", prof::name(static_cast<prof::Op>(k)),
+                          prof::seconds(static_cast<prof::Op>(k)) / steps);
+            std::printf("}}\n");
+          } else {
+            std::printf("%-6s %3d %3d %5d %-4s | %9.1f %9.0f | %10.1f %7.1f%% | %6.2f GB | %.1f (%s; oneDNN %s)\n",
+                        bc.name, nt, bc.B, bc.T, bf ? "bf16" : "fp32", med * 1e3, tps, gflops, 100.0 * gflops / peak,
+                        rss / 1e9, peak, peak_isa, gemm_isa());
+            const auto flops = family_flops(cfg, static_cast<int64_t>(bc.B) * bc.T);
+            // the GEMMs alone are timed in fp32 only (a bf16 row shows none)
+            print_profile(sum_times, steps, flops,
+                          bf ? std::array<double, prof::kNumOps>{}
+                             : gemms_alone(cfg, static_cast<int64_t>(bc.B) * bc.T, model.lm_head_chunk()),
+                          peak);
+            double model_flops = 0;
+            for (double f : flops) model_flops += f;
+            print_optimizer_bound(opt, model_flops, prof::seconds(prof::Op::Optimizer) / steps, peak);
+            std::printf("    page faults per step (median): %.0f\n", median(faults));
+            // where the peak RSS goes: the big buffers the program holds (GB = 1e9 bytes)
+            const double pg = 2.0 * 4.0 * static_cast<double>(model.num_params()) / 1e9;
+            const double og = 4.0 * static_cast<double>(opt.state_floats()) / 1e9;
+            const double ag = static_cast<double>(model.activation_bytes()) / 1e9;
+            std::printf("    memory: params + grads %.2f GB, optimizer state %.2f GB, activations %.2f GB", pg, og, ag);
+            if (first_row)  // later rows' peak RSS is the process's peak so far, not their own
+              std::printf(", rest of the peak RSS (optimizer scratch, libraries, code) %.2f GB",
+                          rss / 1e9 - pg - og - ag);
+            std::printf("\n");
+          }
+          std::fflush(stdout);
+          first_row = false;
+        }
+        if (order.size() == 2 && order[0] != order[1]) {
+          const bool bf_second = order[1] == ComputeDtype::BFloat16;
+          ratios.push_back(bf_second ? tps_of[1] / tps_of[0] : tps_of[0] / tps_of[1]);
+          if (!json)
+            std::printf("%-6s %3d  round %d: bf16 / fp32 tok/s %.2fx\n", bcp->name, nt, round + 1, ratios.back());
+          std::fflush(stdout);
+        }
       }
-      double t_fb = 0, t_opt = 0;
-      float loss = 0;
-      auto one_step = [&] {
-        Timer t;
-        model.zero_grad();
-        loss = model.forward_backward(idx.data(), tgt.data(), bc.B, bc.T, 1.f);
-        t_fb = t.seconds();
-        Timer t2;
-        opt.step(1.f, 0.95f, 0.1f);
-        t_opt = t2.seconds();
-      };
-      // warm-up: first touch of every buffer, oneDNN kernel generation
-      std::vector<double> warm_times;
-      for (int s = 0; s < warmup; ++s) {
-        Timer t;
-        one_step();
-        warm_times.push_back(t.seconds());
-        if (json) std::fprintf(stderr, "warmup %d/%d: %.3f s\n", s + 1, warmup, warm_times.back());
+      if (!ratios.empty()) {
+        if (json) {
+          std::printf("{\"side\":\"ratio\",\"config\":\"%s\",\"threads\":%d,\"bf16_over_fp32_tok_s\":%.4f,\"rounds\":",
+                      bcp->name, nt, median(ratios));
+          print_list(ratios);
+          std::printf("}\n");
+        } else {
+          std::printf("%-6s %3d  bf16 / fp32 tok/s: %.2fx (median of %zu round%s)\n", bcp->name, nt, median(ratios),
+                      ratios.size(), ratios.size() > 1 ? "s" : "");
+        }
+        std::fflush(stdout);
       }
-      std::vector<double> times, fb_times, opt_times, cpu_times;
-      std::vector<double> faults;  // page faults per timed step
-      prof::reset();
-      prof::enable(true);
-      for (int s = 0; s < steps; ++s) {
-        const double c0 = process_cpu_seconds();
-        const long f0 = page_faults();
-        Timer t;
-        one_step();
-        times.push_back(t.seconds());
-        faults.push_back(static_cast<double>(page_faults() - f0));
-        cpu_times.push_back(process_cpu_seconds() - c0);
-        fb_times.push_back(t_fb);
-        opt_times.push_back(t_opt);
-        if (json) std::fprintf(stderr, "step %d/%d: %.3f s\n", s + 1, steps, times.back());
-      }
-      prof::enable(false);
-      double sum_times = 0;
-      for (double t : times) sum_times += t;
-      const double med = median(times);
-      const double tps = bc.B * bc.T / med;
-      const double gflops = tps * static_cast<double>(model.num_flops_per_token()) / 1e9;
-      const long rss = peak_rss_bytes();
-      if (json) {
-        std::printf(
-            "{\"side\":\"ours\",\"config\":\"%s\",\"depth\":%d,\"head_dim\":%d,\"n_embd\":%lld,"
-            "\"T\":%d,\"B\":%d,\"window\":\"%s\",\"vocab\":%d,\"threads\":%d,\"steps\":%d,"
-            "\"warmup\":%d,\"num_params\":%zu,\"flops_per_token\":%lld,\"step_s\":%.6f,"
-            "\"fwdbwd_s\":%.6f,\"opt_s\":%.6f,\"tok_s\":%.3f,\"gflops\":%.3f,"
-            "\"peak_gflops\":%.3f,\"peak_isa\":\"%s\",\"gemm_isa\":\"%s\",\"mfu\":%.5f,\"peak_rss_bytes\":%ld,"
-            "\"step_cpu_s\":%.6f,\"page_faults_per_step\":%.0f,\"activation_bytes\":%zu,"
-            "\"optimizer_state_bytes\":%zu,\"loss\":%.5f,\"step_times\":",
-            bc.name, bc.depth, bc.head_dim, static_cast<long long>(cfg.n_embd), bc.T, bc.B, bc.pattern, kVocab, nt,
-            steps, warmup, model.num_params(), static_cast<long long>(model.num_flops_per_token()), med,
-            median(fb_times), median(opt_times), tps, gflops, peak, fma_peak_isa(), gemm_isa(), gflops / peak, rss,
-            median(cpu_times), median(faults), model.activation_bytes(), 4 * opt.state_floats(), loss);
-        print_list(times);
-        std::printf(",\"warmup_times\":");
-        print_list(warm_times);
-        std::printf(",\"profile_s\":{");
-        for (size_t k = 0; k < prof::kNumOps; ++k)
-          std::printf("%s\"%s\":%.6f", k ? "," : "", prof::name(static_cast<prof::Op>(k)),
-                      prof::seconds(static_cast<prof::Op>(k)) / steps);
-        std::printf("}}\n");
-      } else {
-        std::printf("%-6s %3d %3d %5d | %9.1f %9.0f | %10.1f %7.1f%% | %6.2f GB | %.1f (%s; oneDNN %s)\n", bc.name, nt,
-                    bc.B, bc.T, med * 1e3, tps, gflops, 100.0 * gflops / peak, rss / 1e9, peak, fma_peak_isa(),
-                    gemm_isa());
-        const auto flops = family_flops(cfg, static_cast<int64_t>(bc.B) * bc.T);
-        print_profile(sum_times, steps, flops,
-                      gemms_alone(cfg, static_cast<int64_t>(bc.B) * bc.T, model.lm_head_chunk()), peak);
-        double model_flops = 0;
-        for (double f : flops) model_flops += f;
-        print_optimizer_bound(opt, model_flops, prof::seconds(prof::Op::Optimizer) / steps, peak);
-        std::printf("    page faults per step (median): %.0f\n", median(faults));
-        // where the peak RSS goes: the big buffers the program holds (GB = 1e9 bytes)
-        const double pg = 2.0 * 4.0 * static_cast<double>(model.num_params()) / 1e9;
-        const double og = 4.0 * static_cast<double>(opt.state_floats()) / 1e9;
-        const double ag = static_cast<double>(model.activation_bytes()) / 1e9;
-        std::printf("    memory: params + grads %.2f GB, optimizer state %.2f GB, activations %.2f GB", pg, og, ag);
-        if (first_row)  // later rows' peak RSS is the process's peak so far, not their own
-          std::printf(", rest of the peak RSS (optimizer scratch, libraries, code) %.2f GB", rss / 1e9 - pg - og - ag);
-        std::printf("\n");
-      }
-      std::fflush(stdout);
-      first_row = false;
     }
   }
   return 0;

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 // The measured peak must be a plausible positive number; its value is reported by benchmarks.
@@ -12,6 +13,31 @@ TEST(Peak, MeasuresAPositivePlausiblePeak) {
   double g = nanochat::measure_fma_peak_gflops(1, 0.05);
   EXPECT_GT(g, 0.5);      // even a scalar path on a slow machine does more than 0.5 GFLOP/s
   EXPECT_LT(g, 10000.0);  // and no single core does 10 TFLOP/s fp32
+}
+
+// The bf16 dot-product peak (the --dtype bfloat16 MFU reference) where the CPU has vdpbf16ps:
+// positive, and kept in the cache apart from the fp32 FMA peak.
+TEST(Peak, Bf16DotPeakIsMeasuredWhereSupportedAndCachedApart) {
+  namespace fs = std::filesystem;
+  using nanochat::PeakKind;
+  const double g = nanochat::measure_fma_peak_gflops(1, 0.05, PeakKind::Bf16Dot);
+  if (!nanochat::bf16_dot_supported()) {
+    EXPECT_EQ(g, 0.0);
+  } else {
+    EXPECT_GT(g, 0.5);
+    EXPECT_LT(g, 20000.0);
+  }
+  const std::string dir = (fs::temp_directory_path() / ("nc_peak_bf_" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  const std::string cache = dir + "/fma_peak.json";
+  EXPECT_DOUBLE_EQ(nanochat::best_known_fma_peak_gflops(100.0, 1, cache), 100.0);
+  EXPECT_DOUBLE_EQ(nanochat::best_known_fma_peak_gflops(30.0, 1, cache, PeakKind::Bf16Dot), 30.0);
+  EXPECT_DOUBLE_EQ(nanochat::best_known_fma_peak_gflops(20.0, 1, cache, PeakKind::Bf16Dot), 30.0);
+  EXPECT_DOUBLE_EQ(nanochat::best_known_fma_peak_gflops(10.0, 1, cache), 100.0);
+  std::ifstream in(cache);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"avx512_bf16/1\""), std::string::npos) << text;
+  fs::remove_all(dir);
 }
 
 // The MFU reference is the highest peak seen on the machine (cached per ISA and thread count),

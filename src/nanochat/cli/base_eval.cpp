@@ -35,6 +35,7 @@ struct EvalArgs {
   int threads = 0;
   std::string eval = "core,bpb,sample";
   int64_t max_per_task = -1;
+  std::string dtype = "float32";
 };
 
 // train and val bpb over --split-tokens per split (nanochat evaluate_bpb)
@@ -95,10 +96,16 @@ void register_base_eval(CLI::App& app) {
                     "skips core with a note)")
           ->capture_default_str();
   c->add_option("--max-per-task", a->max_per_task, "max examples per CORE task (-1 = all)")->capture_default_str();
+  c->add_option("--dtype", a->dtype,
+                "number format of the matrix products: float32, or bfloat16 (bf16 operands, fp32 accumulation; needs "
+                "AVX512_BF16 or AMX)")
+      ->capture_default_str();
   c->callback([a, eval_opt] {
     const EvalModes modes = parse_eval_modes(a->eval);
+    const ComputeDtype dtype = parse_compute_dtype(a->dtype, "--dtype");
     if (a->threads > 0) set_num_threads(a->threads);
     InferenceModel im = load_for_inference(CheckpointSource::Base, a->ckpt.model_tag, a->ckpt.step);
+    im.lm.model->set_compute_dtype(dtype);
     const Tokenizer& tok = im.tokenizer;
     LoadedModel& lm = im.lm;
     const bool master = cluster::env_int("RANK").value_or(0) == 0;

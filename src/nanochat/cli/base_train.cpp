@@ -75,6 +75,11 @@ void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
               "with several ranks, every node reads its own copy of the shards and the tokenizer (same content, any "
               "path) instead of getting its rows and the tokenizer from node 0, which by default reads the data "
               "once and sends each rank its rows; workers then need nothing but the program");
+  c->add_option("--dtype", a.dtype,
+                "number format of the matrix products: float32, or bfloat16 = nanochat's GPU numerics (bf16 "
+                "operands with fp32 accumulation for every Linear and the lm_head; fp32 weights, optimizer state, "
+                "norms, softmax and loss); bfloat16 needs a CPU with AVX512_BF16 or AMX and is refused elsewhere")
+      ->capture_default_str();
   c->add_option("--check-replicas-every", a.check_replicas_every,
                 "compare the ranks' copies of the parameters (a CRC32 per tensor) every N steps and at every save; "
                 "a difference stops the job naming the tensor and the rank (0 = never)")

@@ -26,6 +26,7 @@ struct SampleArgs {
   uint64_t seed = 42;
   int num_samples = 1;
   int threads = 0;
+  std::string dtype = "float32";
 };
 
 void print_bytes(const std::string& s) {
@@ -47,9 +48,15 @@ void register_sample(CLI::App& app) {
   c->add_option("--num-samples", a->num_samples, "samples per prompt (one prefill, then one row each)")
       ->capture_default_str();
   add_threads_option(c, a->threads);
+  c->add_option("--dtype", a->dtype,
+                "number format of the matrix products: float32, or bfloat16 (bf16 operands, fp32 accumulation; needs "
+                "AVX512_BF16 or AMX)")
+      ->capture_default_str();
   c->callback([a] {
     if (a->threads > 0) set_num_threads(a->threads);
+    const ComputeDtype dtype = parse_compute_dtype(a->dtype, "--dtype");
     InferenceModel im = load_for_inference(parse_checkpoint_source(a->ckpt.source), a->ckpt.model_tag, a->ckpt.step);
+    im.lm.model->set_compute_dtype(dtype);
     const Tokenizer& tok = im.tokenizer;
     std::printf("model %s step %lld (%s)\n", im.lm.tag.c_str(), static_cast<long long>(im.lm.step), im.lm.dir.c_str());
     std::vector<std::string> prompts = a->prompts;

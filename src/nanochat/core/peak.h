@@ -7,18 +7,30 @@
 
 namespace nanochat {
 
-/// fp32 FMA peak in GFLOP/s using `threads` OpenMP threads, measured for about `seconds`.
-double measure_fma_peak_gflops(int threads, double seconds = 0.3);
+/// Which instruction the peak is measured with: fp32 FMA (the fp32 training's reference), or the
+/// bf16 dot product vdpbf16ps (AVX512_BF16: per fp32 lane, two bf16 products added to the fp32
+/// accumulator, 4 FLOPs), the reference of --dtype bfloat16 training.
+enum class PeakKind { Fp32Fma, Bf16Dot };
 
-/// Name of the vector path measure_fma_peak_gflops uses ("avx512", "avx2" or "scalar").
-const char* fma_peak_isa();
+/// True when this CPU runs vdpbf16ps (cpuid AVX512_BF16, checked at run time).
+bool bf16_dot_supported();
+
+/// Peak in GFLOP/s using `threads` OpenMP threads, measured for about `seconds`, with
+/// independent FMA (or bf16 dot-product) chains. Bf16Dot returns 0 where !bf16_dot_supported().
+double measure_fma_peak_gflops(int threads, double seconds = 0.3, PeakKind kind = PeakKind::Fp32Fma);
+
+/// Name of the vector path measure_fma_peak_gflops uses ("avx512", "avx2" or "scalar"; for
+/// Bf16Dot "avx512_bf16").
+const char* fma_peak_isa(PeakKind kind = PeakKind::Fp32Fma);
 
 /// The highest fp32 FMA peak seen on this machine for `threads` threads: max(measured, the value
 /// cached in the JSON file `cache_path`, keyed by ISA and thread count), written back when the
 /// new measurement is higher. A measurement taken while other processes use the cores reads low
 /// (MFU against it could exceed 100%); the cached maximum keeps MFU comparable across runs.
 /// A missing or unreadable cache is replaced; write failures are ignored (the cache is optional).
-double best_known_fma_peak_gflops(double measured, int threads, const std::string& cache_path);
+/// Bf16Dot peaks are kept under their own key ("avx512_bf16/<threads>").
+double best_known_fma_peak_gflops(double measured, int threads, const std::string& cache_path,
+                                  PeakKind kind = PeakKind::Fp32Fma);
 
 /// Physical cores (distinct package/core ids in sysfs) among the CPUs this process may run on
 /// (sched_getaffinity); 0 if that cannot be read.
@@ -41,6 +53,6 @@ struct MfuPeak {
 /// (best_known_fma_peak_gflops) and, for threads > 1, raises it to threads x the best known
 /// 1-thread peak up to the physical cores (mfu_reference_peak_gflops; the 1-thread peak is
 /// measured for about 0.1 s).
-MfuPeak measure_mfu_peak(int threads, const std::string& cache_path);
+MfuPeak measure_mfu_peak(int threads, const std::string& cache_path, PeakKind kind = PeakKind::Fp32Fma);
 
 }  // namespace nanochat

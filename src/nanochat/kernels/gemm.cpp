@@ -6,6 +6,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "nanochat/core/error.h"
+#include "nanochat/kernels/gemm_internal.h"
 
 namespace nanochat {
 
@@ -37,6 +38,11 @@ void ensure_isa_cap() {
 }
 
 }  // namespace
+
+void detail::gemm_enter(int64_t flops) {
+  ensure_isa_cap();
+  g_flops_issued.fetch_add(flops, std::memory_order_relaxed);
+}
 
 const char* gemm_isa() {
   ensure_isa_cap();

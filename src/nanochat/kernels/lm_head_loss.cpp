@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "nanochat/kernels/gemm.h"
+#include "nanochat/kernels/gemm_bf16.h"
 #include "nanochat/kernels/vecmath.h"
 
 // GCC 12's AVX-512 headers build some intrinsics from _mm512_undefined_ps(), which trips
@@ -229,9 +230,14 @@ int64_t lm_head_scratch_floats(int64_t chunk_rows, int64_t N, int64_t C, int64_t
   return 2 * cr /* row sums (double) */ + 2 * cr /* z_target, scale */ + cr * C + cr * V;
 }
 
+int64_t lm_head_bf16_scratch(int64_t chunk_rows, int64_t N, int64_t C, int64_t V) {
+  const int64_t cr = std::max<int64_t>(1, std::min(chunk_rows, N));
+  return cr * (C + V);
+}
+
 double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets, int64_t N, int64_t C, int64_t V,
                           float cap, float grad_scale, float* scratch, int64_t chunk_rows, float* per_token_loss,
-                          float* dx, float* dW, float* dWt) {
+                          float* dx, float* dW, float* dWt, const LmHeadBf16* bf) {
   const bool want_grad = dx != nullptr;
   const int64_t cr = std::max<int64_t>(1, std::min(chunk_rows, N));
   double* row_sum = reinterpret_cast<double*>(scratch);  // scratch is 64-byte aligned
@@ -240,16 +246,22 @@ double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets
   float* xs = scale + cr;
   float* q = xs + cr * C;
   const float inv_cap = 1.f / cap;
+  bf16* xb = bf ? bf->scratch : nullptr;  // (cr, C): the chunk's x rows, then its scaled rows
+  bf16* qb = bf ? xb + cr * C : nullptr;  // (cr, V): the chunk's dlogits
   double total = 0.0;
   for (int64_t r0 = 0; r0 < N; r0 += cr) {
     const int64_t m = std::min(cr, N - r0);
     const float* xr = x + r0 * C;
     const int32_t* tr = targets + r0;
     std::fill(row_sum, row_sum + m, 0.0);
+    if (bf) to_bf16(xr, xb, m * C);
     // logits block by block (each block is consumed while it is hot in cache)
     for (int64_t j0 = 0; j0 < V; j0 += kLmHeadVocabBlock) {
       const int64_t nb = std::min(kLmHeadVocabBlock, V - j0);
-      sgemm(false, true, m, nb, C, 1.f, xr, C, W + j0 * C, C, 0.f, q + j0, V);
+      if (bf)
+        bgemm(false, true, m, nb, C, xb, C, bf->W + j0 * C, C, 0.f, q + j0, V);
+      else
+        sgemm(false, true, m, nb, C, 1.f, xr, C, W + j0 * C, C, 0.f, q + j0, V);
 #pragma omp parallel for schedule(guided) if (m * nb > 32768)
       for (int64_t i = 0; i < m; ++i) {
         float* seg = q + i * V + j0;
@@ -283,11 +295,21 @@ double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets
     if (!want_grad) continue;
     // dx = diag(scale) (q W); dW += q^T diag(scale) x
     float* dxr = dx + r0 * C;
-    linear_bwd_x(q, W, dxr, m, C, V, 0.f);
+    if (bf) {
+      to_bf16(q, qb, m * V);
+      to_bf16(xs, xb, m * C);
+      linear_bwd_x_bf16(qb, bf->W, dxr, m, C, V, 0.f);
+    } else {
+      linear_bwd_x(q, W, dxr, m, C, V, 0.f);
+    }
 #pragma omp parallel for schedule(guided) if (m * C > 32768)
     for (int64_t i = 0; i < m; ++i)
       for (int64_t c = 0; c < C; ++c) dxr[i * C + c] *= scale[i];
-    if (dWt)  // dWt (C, V) (+)= xs^T (C, m) * q (m, V)
+    if (bf && dWt)  // dWt (C, V) (+)= xs^T (C, m) * q (m, V)
+      bgemm(true, false, C, V, m, xb, C, qb, V, r0 == 0 ? 0.f : 1.f, dWt, V);
+    else if (bf)
+      linear_bwd_w_bf16(qb, xb, dW, m, C, V);
+    else if (dWt)
       sgemm(true, false, C, V, m, 1.f, xs, C, q, V, r0 == 0 ? 0.f : 1.f, dWt, V);
     else
       linear_bwd_w(q, xs, dW, m, C, V, 1.f);

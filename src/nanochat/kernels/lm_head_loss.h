@@ -31,6 +31,18 @@ inline constexpr int64_t kLmHeadVocabBlock = 1024;
 /// Floats of scratch lm_head_softcap_ce needs for N rows in chunks of chunk_rows.
 int64_t lm_head_scratch_floats(int64_t chunk_rows, int64_t N, int64_t C, int64_t V);
 
+/// The bf16 operands of lm_head_softcap_ce's products (autocast's numerics, gemm_bf16.h): W is the
+/// lm_head weight rounded to bf16 (W's layout); scratch holds lm_head_bf16_scratch values. Each
+/// chunk's x rows, its dlogits and its scaled x rows are rounded to bf16 where they feed a product;
+/// the softcap, the softmax and the loss stay fp32.
+struct LmHeadBf16 {
+  const uint16_t* W = nullptr;
+  uint16_t* scratch = nullptr;
+};
+
+/// bf16 values of scratch LmHeadBf16 needs for N rows in chunks of chunk_rows: chunk x (C + V).
+int64_t lm_head_bf16_scratch(int64_t chunk_rows, int64_t N, int64_t C, int64_t V);
+
 /// Fused chunked lm_head + softcap + cross-entropy.
 /// x: (N, C) final normalised activations; W: lm_head weight (>= V rows, C); targets: (N) in
 /// [0, V) or -1. scratch: lm_head_scratch_floats(chunk_rows, N, C, V) floats, 64-byte aligned.
@@ -44,8 +56,10 @@ int64_t lm_head_scratch_floats(int64_t chunk_rows, int64_t N, int64_t C, int64_t
 /// dWt (optional, C * V floats of scratch): if given, the weight gradient is first summed over all
 /// chunks in transposed (C, V) layout, dWt = x^T * dlogits, and added to dW once at the end. BLAS
 /// runs that product ~25% faster than dlogits^T * x (whose reduction runs over the short chunk).
+/// bf (optional): the three products run with bf16 operands and fp32 accumulation, reading bf->W
+/// instead of W; requires native bf16 (gemm_bf16.h: throws nanochat::Error without it).
 double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets, int64_t N, int64_t C, int64_t V,
                           float cap, float grad_scale, float* scratch, int64_t chunk_rows, float* per_token_loss,
-                          float* dx, float* dW, float* dWt = nullptr);
+                          float* dx, float* dW, float* dWt = nullptr, const LmHeadBf16* bf = nullptr);
 
 }  // namespace nanochat

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #include "nanochat/core/error.h"
 #include "nanochat/core/profile.h"
@@ -11,6 +12,7 @@
 #include "nanochat/kernels/elementwise.h"
 #include "nanochat/kernels/embedding.h"
 #include "nanochat/kernels/gemm.h"
+#include "nanochat/kernels/gemm_bf16.h"
 #include "nanochat/kernels/lm_head_loss.h"
 #include "nanochat/kernels/rmsnorm.h"
 #include "nanochat/kernels/rotary.h"
@@ -80,6 +82,10 @@ struct GPT::Acts {
   float* logits;  // lm_head chunk scratch (lm_head_scratch_floats)
   float* dlm_t;   // (C, V) lm_head weight gradient of one micro-batch, transposed
   float* dw_t;    // scratch for transposed block weight gradients (linear_bwd_w_acc)
+  // BFloat16 only (null in Float32): the bf16 operands of the products
+  uint16_t* xb = nullptr;  // (N, max(C, H D, 4C)): a product's input rows
+  uint16_t* gb = nullptr;  // (N, max(C, QKV, 4C)): a product's output gradient
+  LmHeadBf16 lm;           // the lm_head's bf16 weight and scratch (lm_head_bf16_scratch)
 };
 
 std::vector<ParamInfo> GPT::param_table(const ModelConfig& cfg) {
@@ -142,6 +148,16 @@ GPT::GPT(const ModelConfig& cfg) : cfg_(cfg) {
            " blocks");
   params_buf_ = AlignedBuffer(num_params_ * sizeof(float));
   grads_buf_ = AlignedBuffer(num_params_ * sizeof(float));
+  for (const ParamInfo& p : params_) {  // the Linear weights whose products run in bf16 (ComputeDtype)
+    const bool matrix = p.name.ends_with(".attn.c_q.weight") || p.name.ends_with(".attn.c_k.weight") ||
+                        p.name.ends_with(".attn.c_v.weight") || p.name.ends_with(".attn.c_proj.weight") ||
+                        p.name.ends_with(".mlp.c_fc.weight") || p.name.ends_with(".mlp.c_proj.weight") ||
+                        p.name == "lm_head.weight";
+    if (matrix) {
+      const size_t dst = bf16_ranges_.empty() ? 0 : bf16_ranges_.back().dst + bf16_ranges_.back().numel;
+      bf16_ranges_.push_back({p.offset, p.numel, dst});
+    }
+  }
   // Rotary table: 10 x sequence_len rows, like nanochat's precomputed cos/sin buffers.
   const int64_t D = cfg_.head_dim();
   const int64_t rows = 10 * cfg_.sequence_len;
@@ -158,7 +174,7 @@ const ParamInfo& GPT::param_info(const std::string& name) const {
   return params_[it->second];
 }
 
-float* GPT::param(const std::string& name) { return param_data() + param_info(name).offset; }
+float* GPT::param(const std::string& name) { return param_data() + param_info(name).offset; }  // marks stale
 float* GPT::grad(const std::string& name) { return grad_data() + param_info(name).offset; }
 const float* GPT::param(const std::string& name) const { return param_data() + param_info(name).offset; }
 const float* GPT::grad(const std::string& name) const { return grad_data() + param_info(name).offset; }
@@ -300,6 +316,12 @@ void GPT::ensure_acts(int64_t N) {
     acts->logits = take(lm_head_scratch_floats(lm_head_chunk_, N, C, V));
     acts->dlm_t = take(C * V);
     acts->dw_t = take(std::max(QKV, 4 * C) * C);
+    if (dtype_ == ComputeDtype::BFloat16) {
+      auto take_bf16 = [&](int64_t n) { return reinterpret_cast<uint16_t*>(take((n + 1) / 2)); };
+      acts->xb = take_bf16(N * std::max({C, H * D, 4 * C}));
+      acts->gb = take_bf16(N * std::max({C, QKV, 4 * C}));
+      acts->lm.scratch = take_bf16(lm_head_bf16_scratch(lm_head_chunk_, N, C, V));
+    }
   };
   carve();
   acts_.reset();
@@ -309,6 +331,82 @@ void GPT::ensure_acts(int64_t N) {
   carve();
   acts_ = std::move(acts);
   acts_tokens_ = N;
+}
+
+ComputeDtype parse_compute_dtype(const std::string& name, const std::string& flag) {
+  if (name == "float32") return ComputeDtype::Float32;
+  if (name == "bfloat16") return ComputeDtype::BFloat16;
+  if (name == "float16")
+    fail(flag,
+         " float16 is not supported on CPU (it needs loss scaling, and CPUs run bf16 natively): use bfloat16 "
+         "or float32");
+  fail(flag, " must be float32 or bfloat16 (got '", name, "')");
+}
+
+const char* compute_dtype_name(ComputeDtype d) { return d == ComputeDtype::BFloat16 ? "bfloat16" : "float32"; }
+
+void GPT::set_compute_dtype(ComputeDtype d) {
+  if (d == dtype_) return;
+  if (d == ComputeDtype::BFloat16) {
+    require_native_bf16("--dtype bfloat16");
+    const size_t n = bf16_ranges_.back().dst + bf16_ranges_.back().numel;
+    if (params_bf16_.bytes() == 0) params_bf16_ = AlignedBuffer(n * sizeof(uint16_t));
+  } else {
+    params_bf16_ = AlignedBuffer();
+  }
+  dtype_ = d;
+  bf16_stale_ = true;
+  acts_.reset();  // the activation arena is carved again, with (or without) the bf16 operands
+  arena_ = Arena();
+  acts_tokens_ = 0;
+}
+
+void GPT::refresh_bf16_weights() {
+  if (dtype_ != ComputeDtype::BFloat16 || !bf16_stale_) return;
+  auto* dst = static_cast<uint16_t*>(params_bf16_.data());
+  const float* src = params_buf_.f32();
+  for (const Bf16Range& r : bf16_ranges_) to_bf16(src + r.src, dst + r.dst, static_cast<int64_t>(r.numel));
+  bf16_stale_ = false;
+}
+
+const uint16_t* GPT::wbf16(const float* W) const {
+  const auto off = static_cast<size_t>(W - params_buf_.f32());
+  // the last range starting at or before off (c_q, c_k, c_v are adjacent in both buffers, so the
+  // fused qkv weight is read through c_q's range)
+  auto it = std::upper_bound(bf16_ranges_.begin(), bf16_ranges_.end(), off,
+                             [](size_t o, const Bf16Range& r) { return o < r.src; });
+  NC_CHECK(it != bf16_ranges_.begin() && off < std::prev(it)->src + std::prev(it)->numel,
+           "a bf16 product was asked for a weight that has no bf16 copy (offset ", off, ")");
+  --it;
+  return static_cast<const uint16_t*>(params_bf16_.data()) + it->dst + (off - it->src);
+}
+
+const LmHeadBf16* GPT::lm_head_bf16() {
+  if (dtype_ != ComputeDtype::BFloat16) return nullptr;
+  acts_->lm.W = wbf16(params_buf_.f32() + params_[lm_head_].offset);
+  return &acts_->lm;
+}
+
+void GPT::lin_fwd(const float* x, const float* W, float* y, int64_t M, int64_t K, int64_t N, float beta) {
+  if (dtype_ == ComputeDtype::Float32) {
+    linear_fwd(x, W, y, M, K, N, beta);
+    return;
+  }
+  to_bf16(x, acts_->xb, M * K);
+  linear_fwd_bf16(acts_->xb, wbf16(W), y, M, K, N, beta);
+}
+
+void GPT::lin_bwd(const float* dy, const float* x, const float* W, float* dW, float* dx, int64_t M, int64_t K,
+                  int64_t N) {
+  if (dtype_ == ComputeDtype::Float32) {
+    linear_bwd_w_acc(dy, x, dW, M, K, N, acts_->dw_t);
+    linear_bwd_x(dy, W, dx, M, K, N);
+    return;
+  }
+  to_bf16(dy, acts_->gb, M * N);
+  to_bf16(x, acts_->xb, M * K);  // before dx is written: dx may share x's memory (b4 and a4)
+  linear_bwd_w_bf16(acts_->gb, acts_->xb, dW, M, K, N);
+  linear_bwd_x_bf16(acts_->gb, wbf16(W), dx, M, K, N);
 }
 
 void GPT::check_inputs(const int32_t* idx, const int32_t* targets, int B, int T) const {
@@ -334,10 +432,11 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   const int pos0 = cache ? cache->pos_ : 0;
   Acts& A = *acts_;
-  float* P = param_data();
+  float* P = params_buf_.f32();
   const float* cosp = rope_cos_.f32();
   const float* sinp = rope_sin_.f32();
   float* x0 = A.hs[0];
+  refresh_bf16_weights();
 
   // 1. token embedding + rmsnorm
   {
@@ -378,7 +477,7 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
     }
     {
       Prof ps(Op::GemmQKV);
-      linear_fwd(A.n1, lp.qkv, A.qkv, N, C, QKV);
+      lin_fwd(A.n1, lp.qkv, A.qkv, N, C, QKV);
     }
     {
       Prof ps(Op::NormRotary);
@@ -410,7 +509,7 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
     }
     {
       Prof ps(Op::GemmAttnProj);
-      linear_fwd(la.att, lp.proj, h_out, N, H * D, C, 1.f);
+      lin_fwd(la.att, lp.proj, h_out, N, H * D, C, 1.f);
     }
     {
       Prof ps(Op::NormRotary);
@@ -418,7 +517,7 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
     }
     {
       Prof ps(Op::GemmMlpFc);
-      linear_fwd(la.n2, lp.fc, la.f, N, C, 4 * C);
+      lin_fwd(la.n2, lp.fc, la.f, N, C, 4 * C);
     }
     {
       Prof ps(Op::Elementwise);
@@ -426,7 +525,7 @@ void GPT::forward_trunk(const int32_t* idx, int B, int T, KVCache* cache) {
     }
     {
       Prof ps(Op::GemmMlpProj);
-      linear_fwd(A.a4, lp.mlp_proj, h_out, N, 4 * C, C, 1.f);
+      lin_fwd(A.a4, lp.mlp_proj, h_out, N, 4 * C, C, 1.f);
     }
   }
   if (cache) cache->pos_ += T;
@@ -448,7 +547,7 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T, const std::function<v
   const int64_t QKV = (H + 2 * Hkv) * D;
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   Acts& A = *acts_;
-  float* P = param_data();
+  float* P = params_buf_.f32();
   float* G = grad_data();
   const float* cosp = rope_cos_.f32();
   const float* sinp = rope_sin_.f32();
@@ -477,7 +576,7 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T, const std::function<v
     const LayerParams lg = layer_params(static_cast<int>(i), G);
     if (recompute_mlp_) {  // the c_fc output was overwritten by later layers: recompute it
       Prof ps(Op::GemmMlpFc);
-      linear_fwd(la.n2, lp.fc, la.f, N, C, 4 * C);
+      lin_fwd(la.n2, lp.fc, la.f, N, C, 4 * C);
     }
     {
       Prof ps(Op::Elementwise);
@@ -487,8 +586,7 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T, const std::function<v
     }
     {
       Prof ps(Op::GemmMlpProj);
-      linear_bwd_w_acc(A.dh, A.a4, lg.mlp_proj, N, 4 * C, C, A.dw_t);
-      linear_bwd_x(A.dh, lp.mlp_proj, A.b4, N, 4 * C, C);
+      lin_bwd(A.dh, A.a4, lp.mlp_proj, lg.mlp_proj, A.b4, N, 4 * C, C);
     }
     {
       Prof ps(Op::Elementwise);
@@ -496,8 +594,7 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T, const std::function<v
     }
     {
       Prof ps(Op::GemmMlpFc);
-      linear_bwd_w_acc(A.b4, la.n2, lg.fc, N, C, 4 * C, A.dw_t);
-      linear_bwd_x(A.b4, lp.fc, A.dC, N, C, 4 * C);
+      lin_bwd(A.b4, la.n2, lp.fc, lg.fc, A.dC, N, C, 4 * C);
     }
     {
       Prof ps(Op::NormRotary);
@@ -506,8 +603,7 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T, const std::function<v
     // attention: h_mid = h_in + att Wproj^T
     {
       Prof ps(Op::GemmAttnProj);
-      linear_bwd_w_acc(A.dh, la.att, lg.proj, N, H * D, C, A.dw_t);
-      linear_bwd_x(A.dh, lp.proj, A.datt, N, H * D, C);
+      lin_bwd(A.dh, la.att, lp.proj, lg.proj, A.datt, N, H * D, C);
     }
     {
       Prof ps(Op::Attention);
@@ -535,8 +631,7 @@ void GPT::backward_trunk(const int32_t* idx, int B, int T, const std::function<v
     }
     {
       Prof ps(Op::GemmQKV);
-      linear_bwd_w_acc(A.qkv, A.n1, lg.qkv, N, C, QKV, A.dw_t);
-      linear_bwd_x(A.qkv, lp.qkv, A.dC, N, C, QKV);
+      lin_bwd(A.qkv, A.n1, lp.qkv, lg.qkv, A.dC, N, C, QKV);
     }
     {
       Prof ps(Op::NormRotary);
@@ -602,9 +697,9 @@ float GPT::forward_backward(const int32_t* idx, const int32_t* targets, int B, i
   double loss_sum = 0;
   {
     Prof ps(Op::LmHeadLoss);
-    loss_sum = lm_head_softcap_ce(acts_->n_f, param_data() + params_[lm_head_].offset, targets, N, cfg_.n_embd,
+    loss_sum = lm_head_softcap_ce(acts_->n_f, params_buf_.f32() + params_[lm_head_].offset, targets, N, cfg_.n_embd,
                                   cfg_.vocab_size, kLogitSoftcap, grad_scale, acts_->logits, lm_head_chunk_, nullptr,
-                                  acts_->dC, grad_data() + params_[lm_head_].offset, acts_->dlm_t);
+                                  acts_->dC, grad_data() + params_[lm_head_].offset, acts_->dlm_t, lm_head_bf16());
   }
   if (grad_ready) grad_ready(lm_head_);
   backward_trunk(idx, B, T, grad_ready);
@@ -619,9 +714,9 @@ float GPT::forward_loss(const int32_t* idx, const int32_t* targets, int B, int T
   forward_trunk(idx, B, T, nullptr);
   int64_t n_valid = 0;
   for (int64_t n = 0; n < N; ++n) n_valid += targets[n] >= 0;
-  const double loss_sum =
-      lm_head_softcap_ce(acts_->n_f, param_data() + params_[lm_head_].offset, targets, N, cfg_.n_embd, cfg_.vocab_size,
-                         kLogitSoftcap, 0.f, acts_->logits, lm_head_chunk_, per_token_loss, nullptr, nullptr);
+  const double loss_sum = lm_head_softcap_ce(acts_->n_f, params_buf_.f32() + params_[lm_head_].offset, targets, N,
+                                             cfg_.n_embd, cfg_.vocab_size, kLogitSoftcap, 0.f, acts_->logits,
+                                             lm_head_chunk_, per_token_loss, nullptr, nullptr, nullptr, lm_head_bf16());
   return n_valid ? static_cast<float>(loss_sum / static_cast<double>(n_valid)) : 0.f;
 }
 
@@ -630,7 +725,7 @@ void GPT::forward_logits(const int32_t* idx, int B, int T, float* logits) {
   const int64_t N = static_cast<int64_t>(B) * T;
   ensure_acts(N);
   forward_trunk(idx, B, T, nullptr);
-  linear_fwd(acts_->n_f, param_data() + params_[lm_head_].offset, logits, N, cfg_.n_embd, cfg_.vocab_size);
+  lin_fwd(acts_->n_f, params_buf_.f32() + params_[lm_head_].offset, logits, N, cfg_.n_embd, cfg_.vocab_size);
   softcap_inplace(logits, N * cfg_.vocab_size, kLogitSoftcap);
 }
 
@@ -662,13 +757,18 @@ void GPT::forward_cached(const int32_t* idx, int B, int T, KVCache& cache, float
   ensure_acts(N);
   forward_trunk(idx, B, T, &cache);
   if (!logits) return;
-  const float* W = param_data() + params_[lm_head_].offset;
+  const float* W = params_buf_.f32() + params_[lm_head_].offset;
   if (all_positions) {
-    linear_fwd(acts_->n_f, W, logits, N, C, V);
+    lin_fwd(acts_->n_f, W, logits, N, C, V);
     softcap_inplace(logits, N * V, kLogitSoftcap);
   } else {
     // last position of each row: rows b*T + T-1 of n_f (leading dimension T*C)
-    sgemm(false, true, B, V, C, 1.f, acts_->n_f + (T - 1) * C, T * C, W, C, 0.f, logits, V);
+    if (dtype_ == ComputeDtype::BFloat16) {
+      to_bf16_rows(acts_->n_f + (T - 1) * C, T * C, acts_->xb, B, C);
+      linear_fwd_bf16(acts_->xb, wbf16(W), logits, B, C, V);
+    } else {
+      sgemm(false, true, B, V, C, 1.f, acts_->n_f + (T - 1) * C, T * C, W, C, 0.f, logits, V);
+    }
     softcap_inplace(logits, static_cast<int64_t>(B) * V, kLogitSoftcap);
   }
 }

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nanochat/core/arena.h"
@@ -40,6 +41,26 @@ struct ScalingParams {
 };
 
 class KVCache;
+struct LmHeadBf16;
+
+/// The number format of the model's matrix products (base-train --dtype; docs/architecture.md 3.2).
+/// Float32: everything fp32 (the default, and the reference the parity tests hold to nanochat).
+/// BFloat16: nanochat's GPU numerics (PyTorch autocast(bfloat16) for Linear layers): the
+/// parameters, gradients and optimizer state stay fp32; the block matrices (c_q, c_k, c_v, c_proj,
+/// c_fc, mlp c_proj) and the lm_head are rounded to bf16 once per optimizer step, and every
+/// activation or gradient is rounded to bf16 where it feeds one of their products, which
+/// accumulate in fp32 (kernels/gemm_bf16.h). The products' outputs stay fp32 (autocast rounds them
+/// to bf16). Everything else runs in fp32 as under autocast: embeddings, norms, rotary, attention
+/// softmax, softcap, cross-entropy, and (unlike autocast, which would run them in bf16) the
+/// attention core and the two small gate projections (ve_gate, smear_gate: 12 and 24 inputs).
+/// Needs a CPU with native bf16 (kernels/gemm_bf16.h native_bf16_available).
+enum class ComputeDtype { Float32, BFloat16 };
+
+/// "float32" or "bfloat16" (nanochat's NANOCHAT_DTYPE names); throws nanochat::Error naming `flag`
+/// for anything else ("float16" is named as unsupported).
+ComputeDtype parse_compute_dtype(const std::string& name, const std::string& flag);
+/// "float32" or "bfloat16".
+const char* compute_dtype_name(ComputeDtype d);
 
 /// nanochat's GPT model. Not thread-safe: one instance is used by one thread at a time (its
 /// kernels use OpenMP internally).
@@ -57,11 +78,16 @@ class GPT {
   const std::vector<ParamInfo>& params() const { return params_; }
   /// Total number of parameter elements (= size of the flat buffers in floats).
   size_t num_params() const { return num_params_; }
-  float* param_data() { return params_buf_.f32(); }
+  /// Write access to the parameters: marks the bf16 copy of the weights stale (params_changed).
+  float* param_data() {
+    bf16_stale_ = true;
+    return params_buf_.f32();
+  }
   const float* param_data() const { return params_buf_.f32(); }
   float* grad_data() { return grads_buf_.f32(); }
   const float* grad_data() const { return grads_buf_.f32(); }
   /// Named view into the parameter / gradient buffer; throws nanochat::Error for an unknown name.
+  /// The non-const parameter view marks the bf16 weights stale like param_data().
   float* param(const std::string& name);
   float* grad(const std::string& name);
   const float* param(const std::string& name) const;
@@ -76,6 +102,15 @@ class GPT {
   void init_weights(uint64_t seed);
   /// Sets every gradient to zero.
   void zero_grad();
+
+  /// Selects the number format of the matrix products (ComputeDtype); Float32 by default.
+  /// BFloat16 throws nanochat::Error naming --dtype where the CPU lacks native bf16.
+  void set_compute_dtype(ComputeDtype d);
+  ComputeDtype compute_dtype() const { return dtype_; }
+  /// Tells the model that its parameters were written through a pointer it handed out earlier (the
+  /// optimizer's step, a broadcast): in BFloat16 the next forward rounds the weights to bf16 again,
+  /// once for all the micro-batches until the next change. A no-op cost in Float32.
+  void params_changed() { bf16_stale_ = true; }
 
   /// Training step for one micro-batch: forward + backward of loss * loss_scale, where loss is the
   /// mean cross-entropy over targets != -1. Gradients are ACCUMULATED into grad_data().
@@ -158,6 +193,16 @@ class GPT {
   // Backward from acts_->dC (= gradient at the final normalised activations) to all parameters.
   void backward_trunk(const int32_t* idx, int B, int T, const std::function<void(size_t)>& grad_ready);
   LayerParams layer_params(int i, float* base) const;
+  // In BFloat16: rounds the matrix weights to bf16 when they changed since the last rounding.
+  void refresh_bf16_weights();
+  // The bf16 copy of the weight W (a pointer into the parameters).
+  const uint16_t* wbf16(const float* W) const;
+  // The lm_head's bf16 operands for lm_head_softcap_ce in BFloat16, else null.
+  const LmHeadBf16* lm_head_bf16();
+  // y (+)= x W^T (M tokens, K inputs, N outputs) in the compute dtype; W points into the parameters.
+  void lin_fwd(const float* x, const float* W, float* y, int64_t M, int64_t K, int64_t N, float beta = 0.f);
+  // dW += dy^T x and dx = dy W in the compute dtype (dW accumulates; dx is overwritten).
+  void lin_bwd(const float* dy, const float* x, const float* W, float* dW, float* dx, int64_t M, int64_t K, int64_t N);
 
   ModelConfig cfg_;
   std::vector<ParamInfo> params_;
@@ -168,6 +213,14 @@ class GPT {
   std::vector<int> windows_;
   int64_t lm_head_chunk_ = 256;
   bool recompute_mlp_ = false;
+  ComputeDtype dtype_ = ComputeDtype::Float32;
+  // The bf16 copy of the matrices, packed in parameter order (no room for the embeddings).
+  struct Bf16Range {
+    size_t src, numel, dst;  // offset in the parameters, element count, offset in params_bf16_
+  };
+  AlignedBuffer params_bf16_;
+  std::vector<Bf16Range> bf16_ranges_;  // ascending src
+  bool bf16_stale_ = true;
   std::vector<size_t> layer_first_param_;  // index in params_ of each layer's c_q
   size_t wte_ = 0, lm_head_ = 0, smear_gate_ = 0;
   std::vector<int64_t> ve_param_;  // per layer: index in params_ of value_embeds.{i}, or -1

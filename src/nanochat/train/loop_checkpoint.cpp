@@ -183,6 +183,7 @@ LoopState resume(Communicator& comm, const TrainPlan& plan, int64_t step, GPT& m
   json meta, marker;
   load_weights_and_meta(comm, cp, model, meta, marker);
   plan.check_resume(meta, cp.meta());
+  if (const std::string note = plan.resume_dtype_note(meta, cp.meta()); !note.empty()) print0(comm, note);
   const int W0 = meta.value("world_size", 1);
   LoopState state = LoopState::from_json(meta);
   // every rank of the run read the one-rank stream (meta "data_stream"; one rank always does)

@@ -51,6 +51,14 @@ void TrainPlan::check_resume(const nlohmann::json& meta, const std::string& meta
          " and --max-seq-len ", meta.value("max_seq_len", T), "; pass the same values to resume exactly");
 }
 
+std::string TrainPlan::resume_dtype_note(const nlohmann::json& meta, const std::string& meta_path) const {
+  const std::string saved = meta.value("dtype", std::string("float32"));
+  if (saved == compute_dtype_name(dtype)) return "";
+  return str_cat("NOTE: ", meta_path, " was trained with --dtype ", saved, "; this run continues with --dtype ",
+                 compute_dtype_name(dtype), " (weights and optimizer state are fp32 in both; pass --dtype ", saved,
+                 " to keep the checkpoint's numerics)");
+}
+
 namespace {
 // The settings derived after the batch and horizon: optimizer, schedule, eval steps, folders.
 void derive_run_settings(const BaseTrainArgs& a, const std::string& base_dir, TrainPlan& p) {
@@ -60,6 +68,7 @@ void derive_run_settings(const BaseTrainArgs& a, const std::string& base_dir, Tr
   p.eval_steps = p.eval_steps_for(p.B);
   if (a.balance != "speed" && a.balance != "even") fail("--balance must be speed or even (got ", a.balance, ")");
   p.balance = a.balance == "even" ? BalanceMode::Even : BalanceMode::Speed;
+  p.dtype = parse_compute_dtype(a.dtype, "--dtype");
   p.data = p.world_size == 1 ? DataSource::OneRank : a.local_data ? DataSource::LocalCopies : DataSource::Served;
   p.cadence = Cadence{a.eval_every, a.sample_every, a.save_every, a.check_replicas_every, a.resume_from_step};
   p.optim.unembedding_lr = static_cast<float>(a.unembedding_lr * p.batch_lr_scale);

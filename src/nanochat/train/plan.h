@@ -58,6 +58,8 @@ struct BaseTrainArgs {
   /// every node reads its own copy of the shards (and tokenizer) instead of getting its rows from
   /// node 0 (train/step_source.h); the copies must have the same content
   bool local_data = false;
+  /// number format of the matrix products (model/gpt.h ComputeDtype): float32 or bfloat16
+  std::string dtype = "float32";
 };
 
 /// Parameter counts of nanochat's GPT.num_scaling_params plus matmul params (docs/nanochat.md 1.9).
@@ -123,6 +125,7 @@ struct TrainPlan {
   int64_t eval_tokens = 0;  ///< --eval-tokens
   BalanceMode balance = BalanceMode::Speed;
   DataSource data = DataSource::OneRank;
+  ComputeDtype dtype = ComputeDtype::Float32;  ///< --dtype
   Cadence cadence;
   /// The optimizer's settings: the flags' lrs x batch_lr_scale, the scaled Muon weight decay, the
   /// model width (docs/nanochat.md 2.1).
@@ -150,11 +153,16 @@ struct TrainPlan {
   /// with this plan's model config, total batch and sequence length, so resuming continues it
   /// exactly (the device batch may differ). Throws nanochat::Error naming the file, the saved and the given values.
   void check_resume(const nlohmann::json& meta, const std::string& meta_path) const;
+  /// A line to print when resuming from a checkpoint whose meta records another --dtype (meta
+  /// "dtype"; float32 where absent), else "". Both dtypes keep fp32 weights and optimizer state,
+  /// so the run continues; the line says which dtype the rest of it uses and how to keep the old one.
+  std::string resume_dtype_note(const nlohmann::json& meta, const std::string& meta_path) const;
 };
 
 /// Derives the plan; checkpoints go under `base_dir`/base_checkpoints/<tag>. Throws
 /// nanochat::Error, naming the flags, for: no positive horizon flag, a total batch not divisible
-/// by B*T (with the nearest valid settings), bad model flags, a --balance other than speed or even.
+/// by B*T (with the nearest valid settings), bad model flags, a --balance other than speed or even,
+/// a --dtype other than float32 or bfloat16.
 TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size, const std::string& base_dir = ".");
 
 }  // namespace nanochat

@@ -20,6 +20,7 @@
 #include "nanochat/data/verify.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/engine/sample_prompts.h"
+#include "nanochat/kernels/gemm_bf16.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/tokenizer.h"
@@ -224,6 +225,7 @@ class TrainLoop {
                static_cast<float>(plan_.schedule.muon_weight_decay(step, plan_.weight_decay_scaled))};
     }
     my.opt_compute = sync_.update(sched);
+    model_.params_changed();  // the update wrote the weights through the optimizer's pointers
     c_.faults.after_update(model_, sync_.rank(), step);
     my.dt = t.seconds();
     prof::enable(false);
@@ -343,7 +345,7 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
     print0(
         "NOTE: the CORE metric (--core-metric-every) needs nanochat's DCLM eval bundle and is not "
         "implemented in nanochat.cpp; it is skipped. Pass --core-metric-every -1 to silence this.");
-  return measure_and_print_peak(master);
+  return measure_and_print_peak(master, plan.dtype);
 }
 
 void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed) {
@@ -363,6 +365,7 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
   GPT model(plan.model);
   model.init_weights(a.seed);
   model.set_recompute_mlp(a.recompute_mlp);
+  model.set_compute_dtype(plan.dtype);
   MuonAdamW opt(optimizer_params(model), plan.optim, &comm);
   print0(plan.dmodel_lr_scale_line());
   prof::reset();
@@ -378,6 +381,7 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
                       {"max_seq_len", plan.T},
                       {"total_batch_size", plan.total_batch_size},
                       {"world_size", plan.world_size},
+                      {"dtype", compute_dtype_name(plan.dtype)},
                       {"tokenizer_hash", std::to_string(tok.hash())}};
   run_train_job(job, comm, faults, feed);
 }
@@ -386,18 +390,24 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
 
 void print_device_lines(const TrainPlan& plan, const Tokenizer& tok, bool master) {
   auto print0 = [master](const std::string& s) { print_if(master, s); };
-  print0(str_cat("Device: cpu, dtype float32, ", num_threads(), " threads per rank, world size ", plan.world_size));
+  print0(str_cat("Device: cpu, dtype ", compute_dtype_name(plan.dtype),
+                 plan.dtype == ComputeDtype::BFloat16
+                     ? " (bf16 matrix products with fp32 accumulation; fp32 weights, optimizer state and the rest)"
+                     : "",
+                 ", ", num_threads(), " threads per rank, world size ", plan.world_size));
   print0(
       str_cat("Threads: ", num_threads(), " on CPUs ", cpu_affinity_list(), "; wait policy ", wait_policy_summary()));
   print0("Vocab size: " + with_commas(tok.vocab_size()));
   print0("Model config: " + plan.model.to_json().dump());
 }
 
-double measure_and_print_peak(bool master) {
+double measure_and_print_peak(bool master, ComputeDtype dtype) {
   const std::string peak_cache = base_dir() + "/fma_peak.json";
-  const MfuPeak peak = measure_mfu_peak(num_threads(), peak_cache);
-  print_if(master, str_cat("Measured fp32 FMA peak of this rank: ", static_cast<int64_t>(peak.measured),
-                           " GFLOP/s (", fma_peak_isa(), ", ", num_threads(),
+  const PeakKind kind = dtype == ComputeDtype::BFloat16 ? PeakKind::Bf16Dot : PeakKind::Fp32Fma;
+  const MfuPeak peak = measure_mfu_peak(num_threads(), peak_cache, kind);
+  print_if(master, str_cat("Measured ", kind == PeakKind::Bf16Dot ? "bf16 dot-product (vdpbf16ps)" : "fp32 FMA",
+                           " peak of this rank: ", static_cast<int64_t>(peak.measured), " GFLOP/s (",
+                           fma_peak_isa(kind), ", ", num_threads(),
                            " threads); MFU is reported against the highest peak seen on "
                            "this machine (at least threads x the 1-thread peak, up to the physical cores), ",
                            static_cast<int64_t>(peak.reference), " GFLOP/s (", peak_cache, "), x world size"));
@@ -464,6 +474,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
   if (a.fp8)
     print_if(comm.rank() == 0, "WARNING: --fp8 is CUDA-only in nanochat; ignored on CPU (training runs in fp32)");
   if (a.threads > 0) set_num_threads(a.threads);
+  if (parse_compute_dtype(a.dtype, "--dtype") == ComputeDtype::BFloat16) require_native_bf16("--dtype bfloat16");
   hooks.fault = test_fault_from_env();
   const std::unique_ptr<FaultInjector> faults = make_fault_injector(hooks);
   DataFeed feed = open_data_feed(comm, a.local_data);

@@ -54,8 +54,8 @@ std::vector<OptParam> optimizer_params(GPT& model);
 /// Rank 0 (`master`) prints the device, threads, vocabulary and model config lines of a run's start.
 void print_device_lines(const TrainPlan& plan, const Tokenizer& tok, bool master);
 
-/// Measures this rank's fp32 FMA peak (cached in base_dir()/fma_peak.json), prints it on rank 0 and
+/// Measures this rank's peak for `dtype` (fp32 FMA or bf16 dot-product; cached in base_dir()/fma_peak.json), prints it on rank 0 and
 /// returns the reference the log's MFU is computed against.
-double measure_and_print_peak(bool master);
+double measure_and_print_peak(bool master, ComputeDtype dtype = ComputeDtype::Float32);
 
 }  // namespace nanochat
