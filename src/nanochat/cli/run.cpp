@@ -7,6 +7,7 @@
 
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
+#include "nanochat/core/threads.h"
 #include "nanochat/cluster/env.h"
 #include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/cluster/launcher.h"
@@ -85,6 +86,9 @@ void register_selftest(CLI::App& app) {
                 << (d.iface.empty() ? "" : " on " + d.iface) << " (" << d.reason << ")" << std::endl;
     }
 #endif
+    // Where the launcher put this rank (cluster/placement.h), for the placement tests.
+    std::cout << "dist-selftest: rank " << comm->rank() << " of " << comm->world_size() << " runs on CPUs "
+              << cpu_affinity_list() << " with " << num_threads() << " OpenMP threads" << std::endl;
     cluster::startup_barrier(*comm, "selftest");
     cluster::run_selftest(*comm, args->st, std::cout);
   });
