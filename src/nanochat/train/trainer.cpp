@@ -15,6 +15,7 @@
 #include "nanochat/core/paths.h"
 #include "nanochat/core/peak.h"
 #include "nanochat/core/profile.h"
+#include "nanochat/core/thread_tuner.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/data/verify.h"
@@ -68,6 +69,7 @@ struct TrainContext {
   json run_meta;  // meta fields that do not change during the run
   double peak_gflops = 0;
   bool profile = false;
+  bool adapt_threads = false;  // --threads not given: the count follows the measured steps (core/thread_tuner.h)
 };
 
 // One rank's run of base_train after the set-up: the loop and its parts.
@@ -207,6 +209,7 @@ class TrainLoop {
     const StepSchedule sched{static_cast<float>(lrm), static_cast<float>(plan_.schedule.muon_momentum(step)),
                              static_cast<float>(plan_.schedule.muon_weight_decay(step, plan_.weight_decay_scaled))};
     my.opt_compute = sync_.update(sched);
+    if (c_.adapt_threads) adapt_threads(share, my);
     c_.faults.after_update(model_, sync_.rank(), step);
     my.dt = t.seconds();
     prof::enable(false);
@@ -216,6 +219,17 @@ class TrainLoop {
     log_step(stats, lrm);
     for (const std::string& note : stats.notes) print0(note);
     note_a_rank_that_slows_the_job(stats);
+  }
+
+  // Fewer threads while a step runs faster with fewer (another process keeps a core busy), more
+  // again once they measure faster (core/thread_tuner.h). Cost: this rank's compute seconds per row.
+  void adapt_threads(const StepShare& share, const RankStep& my) {
+    int rows = 0;
+    for (int n : share.micro_batches) rows += n;
+    if (tuner_.after_step(my.compute + my.opt_compute, rows))
+      std::printf("%sThreads: %s (--threads N fixes the count)\n",
+                  sync_.world_size() > 1 ? str_cat("rank ", sync_.rank(), ": ").c_str() : "", tuner_.change().c_str());
+    if (tuner_.threads() != num_threads()) set_num_threads(tuner_.threads());
   }
 
   // Once, when the others alone would be faster than the whole job (measured, after warm-up).
@@ -300,6 +314,7 @@ class TrainLoop {
   LoopState& st_;
   json loader_state_ = c_.data.initial_state();  // after the last step trained
   bool noted_slow_rank_ = false;
+  ThreadTuner tuner_{num_threads()};
   double dt_ema_ = 0;
   const int64_t flops_per_token_ = model_.num_flops_per_token();
   const std::vector<int32_t> token_bytes_;
@@ -315,8 +330,10 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
   auto print0 = [master](const std::string& s) { print_if(master, s); };
   print0("nanochat.cpp base-train");
   print0(str_cat("Device: cpu, dtype float32, ", num_threads(), " threads per rank, world size ", plan.world_size));
-  print0(
-      str_cat("Threads: ", num_threads(), " on CPUs ", cpu_affinity_list(), "; wait policy ", wait_policy_summary()));
+  print0(str_cat("Threads: ", num_threads(), " on CPUs ", cpu_affinity_list(), "; wait policy ", wait_policy_summary(),
+                 a.threads == 0 && num_threads() > 1
+                     ? "; fewer while the steps measure faster with fewer (a busy core), --threads N fixes the count"
+                     : ""));
   print0("Vocab size: " + with_commas(tok.vocab_size()));
   print0("Model config: " + plan.model.to_json().dump());
   for (auto& l : plan.log) print0(l);
@@ -375,7 +392,8 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
                    plan.balance == BalanceMode::Even ? "evenly" : "by measured speed", "; device batch per rank: ",
                    json(layout.device_batches).dump(), "; first split ", split_percentages(sync.next_split())));
 
-  TrainContext ctx{plan, layout, tok, model, sync, *data, metrics, st, faults, json(), peak_gflops, a.profile};
+  TrainContext ctx{plan, layout, tok, model, sync, *data, metrics, st, faults, json(), peak_gflops, a.profile,
+                   a.threads == 0 && num_threads() > 1};
   ctx.run_meta = json{{"model_config", plan.model.to_json()},
                       {"data_stream", "one-rank"},
                       {"user_config", args_to_json(a)},

@@ -1,0 +1,68 @@
+#pragma once
+// How many OpenMP threads a training rank uses, adjusted to what its steps measure
+// (docs/architecture.md 6).
+//
+// Why: oneDNN's sgemm and our reductions split their work statically over the OpenMP team, so a
+// parallel region ends when its slowest thread does. When another process keeps one of the cores
+// busy, the thread that shares that core runs at a fraction of the speed and every region waits
+// for it: with 2 cores and one busy, 2 threads ran at 0.77x of 1 thread on the free core
+// (bench/run_busy_core_bench.sh). The tuner shrinks the team while a step runs faster with one
+// thread fewer, and probes the neighbouring counts now and then so that it grows back once the
+// core is free again.
+//
+// The rule (a hill climb on measured cost, one step per measurement):
+//   - The first `warmup` steps are not measured (allocation, first touches, thread creation).
+//   - The count in use ("settled") keeps a smoothed cost (0.7 old + 0.3 new) of its steps.
+//   - Every `interval` steps one step runs at a neighbour (settled - 1 first, then alternating
+//     with + 1, within [1, max]). When that step's cost is below (1 - kMargin) x the settled
+//     cost, the neighbour becomes the settled count, the next probe goes on in the same direction
+//     right after one settled step, and interval resets to 1; otherwise the direction flips and
+//     interval doubles, up to kMaxInterval.
+//   With max = 1 the tuner never changes anything.
+// Cost: seconds per unit of work (the trainer passes its compute seconds per row), so a step with
+// more or fewer rows (the row balancer, train/balance.h) compares fairly; a step without work is
+// skipped. Pure logic: the caller applies threads() (core/threads.h set_num_threads).
+// Reproducibility: a static split's sums depend on the thread count, so a run whose count changes
+// rounds differently from one that keeps it; `--threads N` fixes the count.
+#include <cstdint>
+#include <string>
+
+namespace nanochat {
+
+class ThreadTuner {
+ public:
+  /// A probe must be this much cheaper than the settled count to replace it.
+  static constexpr double kMargin = 0.05;
+  /// The longest wait between probes, in measured steps.
+  static constexpr int kMaxInterval = 32;
+
+  /// `max_threads` >= 1: the count it starts at and never exceeds. Throws nanochat::Error on < 1.
+  explicit ThreadTuner(int max_threads, int warmup = 1);
+
+  /// The thread count for the next step.
+  int threads() const { return cur_; }
+  int max_threads() const { return max_; }
+  /// The count the tuner settled on (threads() differs from it during a probe step).
+  int settled() const { return settled_; }
+
+  /// Records the step just run at threads(): `seconds` of work over `units` of work (units <= 0:
+  /// not measured). Returns true when the settled count changed; then change() says why.
+  bool after_step(double seconds, double units);
+
+  /// "2 -> 1 threads: 41.2 ms per unit against 55.0 ms" for the last change of the settled count.
+  const std::string& change() const { return change_; }
+
+ private:
+  void schedule_probe();
+
+  int max_, cur_, settled_;
+  int warmup_left_;
+  double settled_cost_ = -1;  // smoothed; < 0: not measured yet
+  int dir_ = -1;              // direction of the next probe
+  int interval_ = 1;          // measured settled steps between probes
+  int since_probe_ = 0;
+  bool probing_ = false;
+  std::string change_;
+};
+
+}  // namespace nanochat

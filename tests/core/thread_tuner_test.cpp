@@ -1,0 +1,110 @@
+// The thread-count tuner (core/thread_tuner.h) driven by closed-form step costs: a quiet machine
+// where every added thread helps (cost 1/t), one busy core that makes the full team slower than
+// one thread fewer, a core that frees up later, and a larger team whose best count lies inside.
+#include "nanochat/core/thread_tuner.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <vector>
+
+#include "nanochat/core/error.h"
+
+using namespace nanochat;
+
+namespace {
+
+// Runs `steps` steps of `rows` rows each; cost(threads, step) is the seconds per row. Returns the
+// thread count of every step.
+std::vector<int> drive(ThreadTuner& t, int steps, const std::function<double(int, int)>& cost, double rows = 4) {
+  std::vector<int> used;
+  for (int s = 0; s < steps; ++s) {
+    const int n = t.threads();
+    used.push_back(n);
+    t.after_step(cost(n, s) * rows, rows);
+  }
+  return used;
+}
+
+int count(const std::vector<int>& v, int from, int to, int value) {
+  int c = 0;
+  for (int i = from; i < to; ++i) c += v[static_cast<size_t>(i)] == value;
+  return c;
+}
+
+}  // namespace
+
+TEST(ThreadTuner, QuietMachineKeepsEveryThreadAndProbesLessAndLessOften) {
+  ThreadTuner t(4);
+  const auto used = drive(t, 400, [](int n, int) { return 1.0 / n; });
+  EXPECT_EQ(t.settled(), 4);
+  // Probes at 3 threads double their interval up to 32 settled steps: at most 16 in 400 steps.
+  const int probes = 400 - count(used, 0, 400, 4);
+  EXPECT_GE(probes, 6);
+  EXPECT_LE(probes, 16);
+  EXPECT_EQ(count(used, 0, 400, 2), 0);  // a failed probe never goes further down
+}
+
+TEST(ThreadTuner, OneBusyCoreOfTwoSettlesOnOneThreadAtTheThirdStep) {
+  // Measured shape: 2 threads with one core busy ran at 0.77x of 1 thread.
+  ThreadTuner t(2);
+  const auto used = drive(t, 100, [](int n, int) { return n == 2 ? 1.0 / 0.77 : 1.0; });
+  EXPECT_EQ(t.settled(), 1);
+  EXPECT_EQ(used[0], 2);  // warm-up
+  EXPECT_EQ(used[1], 2);  // measured
+  EXPECT_EQ(used[2], 1);  // the probe that wins
+  EXPECT_NE(t.change().find("2 -> 1 threads"), std::string::npos) << t.change();
+  // Later probes back at 2 threads are rare: at most 6 of the last 90 steps.
+  EXPECT_LE(count(used, 10, 100, 2), 6);
+}
+
+TEST(ThreadTuner, GrowsBackWhenTheCoreFreesUp) {
+  ThreadTuner t(2);
+  // Busy for 60 steps, then quiet (2 threads 1.8x as fast as one).
+  const auto used = drive(t, 200, [](int n, int s) { return s < 60 ? (n == 2 ? 1.3 : 1.0) : 1.0 / (n == 2 ? 1.8 : 1.0); });
+  EXPECT_EQ(t.settled(), 2);
+  // Back at 2 within the longest probe interval (+ the probe step) after the change.
+  int back = -1;
+  for (int s = 60; s < 200 && back < 0; ++s)
+    if (used[static_cast<size_t>(s)] == 2 && used[static_cast<size_t>(s + 1)] == 2) back = s;
+  ASSERT_GE(back, 0);
+  EXPECT_LE(back - 60, ThreadTuner::kMaxInterval + 2);
+  // Back at the top, the probes down fail and grow rare: one step in 2, 4, ... 32.
+  EXPECT_LE(count(used, back, 200, 1), 8);
+}
+
+TEST(ThreadTuner, FindsTheBestCountInsideTheRange) {
+  // 8 threads, 3 cores busy: the cost falls to 5 threads and rises after.
+  ThreadTuner t(8);
+  const auto cost = [](int n, int) { return n <= 5 ? 1.0 / n : 0.2 + 0.1 * (n - 5); };
+  drive(t, 300, cost);
+  EXPECT_EQ(t.settled(), 5);
+}
+
+TEST(ThreadTuner, NoiseBelowTheMarginNeverMovesIt) {
+  ThreadTuner t(2);
+  // The probe at 1 thread is only 3% cheaper: within kMargin, no change.
+  drive(t, 200, [](int n, int) { return n == 2 ? 1.0 : 0.97; });
+  EXPECT_EQ(t.settled(), 2);
+}
+
+TEST(ThreadTuner, StepsWithoutWorkAndTheWarmUpAreNotMeasured) {
+  ThreadTuner t(2, 2);
+  // Warm-up steps with an absurd cost, then steps without rows: nothing moves.
+  EXPECT_FALSE(t.after_step(100.0, 1));
+  EXPECT_FALSE(t.after_step(100.0, 1));
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(t.after_step(1.0, 0));
+  EXPECT_EQ(t.threads(), 2);
+  // The first measured step fixes the settled cost; the probe follows.
+  EXPECT_FALSE(t.after_step(1.0, 1));
+  EXPECT_EQ(t.threads(), 1);
+  EXPECT_TRUE(t.after_step(0.5, 1));
+  EXPECT_EQ(t.settled(), 1);
+}
+
+TEST(ThreadTuner, OneThreadNeverChanges) {
+  ThreadTuner t(1);
+  const auto used = drive(t, 50, [](int, int s) { return 1.0 + s; });
+  EXPECT_EQ(count(used, 0, 50, 1), 50);
+  EXPECT_THROW(ThreadTuner(0), Error);
+}
