@@ -5,8 +5,9 @@
 # cores, the second half the efficiency cores, which a cgroup CPU quota slows to --slow of a core
 # each. A fake sysfs tree (NANOCHAT_SYSFS_ROOT, a test/diagnostic variable) tells nanochat which
 # CPUs are which. Real d4 runs (T 256, B 4, total batch 2048) on the demo corpus, in one invocation:
-#   1. "one rank": `nanochat run --hybrid off`, one rank with a thread per CPU, each thread bound
-#      to its CPU (OMP_PROC_BIND=close, OMP_PLACES=threads) so that the slow CPUs' threads are slow
+#   1. "one rank": `nanochat run --hybrid off ... --threads <CPUs>`, one rank with a fixed thread
+#      per CPU, each bound to its CPU (OMP_PROC_BIND=close, OMP_PLACES=threads) so that the slow
+#      CPUs' threads are slow (fixed: the thread tuner would drop them, core/thread_tuner.h)
 #   2. "default":  `nanochat run`, one rank per core type pinned to its cores (the default there)
 #   3. "fast alone": one rank on the fast CPUs only (--threads = their count)
 # and prints tok/s, the ratio 2 / 1 and 2 / the ideal sum (fast alone x (1 + slow x slow CPUs /
@@ -109,7 +110,7 @@ move_slow_threads() {
     [ -n "$aff" ] || continue
     ok=1
     for c in $(expand "$aff"); do [ -n "${is_slow[$c]:-}" ] || { ok=0; break; }; done
-    [ "$ok" = 1 ] && echo "$tid" > "$cg_slow/$threads_file" 2> /dev/null || true
+    [ "$ok" = 1 ] && echo "$tid" > "$cg_slow/$threads_file" 2> /dev/null && echo "$tid" >> "$moved" || true
   done
 }
 mover=""
@@ -121,6 +122,8 @@ cleanup() {
   rm -rf "$fake"
 }
 fake=$(mktemp -d /tmp/nanochat-fake-sysfs.XXXXXX)
+moved="$fake/moved"  # the threads the mover slowed during the current run
+: > "$moved"
 trap cleanup EXIT
 mkdir -p "$fake/devices/cpu_core" "$fake/devices/cpu_atom"
 echo "$fast_list" > "$fake/devices/cpu_core/cpus"
@@ -145,6 +148,8 @@ vocab=$(grep -o '"vocab_size": *[0-9]*' "$dir/tokenizer/tokenizer.json" | grep -
 train="base-train --depth $depth --max-seq-len 256 --device-batch-size 4 --total-batch-size 2048
        --num-iterations $steps --warmup-steps 0 --eval-every -1 --sample-every -1 --core-metric-every -1
        --model-tag hybridsim"
+# How many threads of the last run were slowed (a check that the throttle reached them).
+slowed() { echo "   $(sort -u "$moved" | wc -l) thread(s) slowed"; : > "$moved"; }
 # Runs a command inside the home cgroup (so the mover sees its threads) with the fake sysfs tree.
 in_home() { bash -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' in_home "$cg_home" \
               env NANOCHAT_SYSFS_ROOT="$fake" "$@"; }
@@ -162,13 +167,16 @@ for rep in $(seq 1 "$repeat"); do
   loads+=("$(load)")
   echo "== one rank on every CPU, threads bound to CPUs (run $rep of $repeat; load average $(load))"
   in_home env OMP_PROC_BIND=close OMP_PLACES=threads OMP_NUM_THREADS="$n" \
-    "$bin" run --hybrid off --master-port "$port" $train > "$logs/one.$rep.log" 2>&1 || { tail -20 "$logs/one.$rep.log"; exit 1; }
+    "$bin" run --hybrid off --master-port "$port" $train --threads "$n" > "$logs/one.$rep.log" 2>&1 || { tail -20 "$logs/one.$rep.log"; exit 1; }
+  slowed
   echo "== default placement: one rank per core type (run $rep of $repeat)"
   in_home env -u OMP_NUM_THREADS "$bin" run --master-port "$port" $train > "$logs/default.$rep.log" 2>&1 ||
     { tail -20 "$logs/default.$rep.log"; exit 1; }
+  slowed
   echo "== one rank on the fast CPUs alone (run $rep of $repeat)"
   in_home taskset -c "$fast_list" "$bin" run --hybrid off --master-port "$port" $train --threads "$n_fast" \
     > "$logs/fast.$rep.log" 2>&1 || { tail -20 "$logs/fast.$rep.log"; exit 1; }
+  slowed
 done
 
 o=$(step_tps "$logs"/one.*.log | median)
@@ -179,7 +187,7 @@ echo "d$depth (T 256, B 4, total batch 2048, vocab $vocab), median tok/s over st
 grep -m1 -h 'placement:' "$logs/default.1.log" | sed 's/^.*cores:/cores:/' || true
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $n CPUs; load average before each repeat (1 min): ${loads[*]}"
 printf '%-52s %10s\n' "run" "tok/s"
-printf '%-52s %10s\n' "one rank, all CPUs (--hybrid off)" "$o"
+printf '%-52s %10s\n' "one rank, a thread per CPU (--hybrid off)" "$o"
 printf '%-52s %10s\n' "default: one rank per core type" "$d"
 printf '%-52s %10s\n' "fast CPUs alone" "$f"
 printf '%-52s %10s\n' "ratio default / one rank" "$(awk -v a="$d" -v b="$o" 'BEGIN {printf "%.2fx", a / b}')"

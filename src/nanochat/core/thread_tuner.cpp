@@ -7,10 +7,16 @@
 
 namespace nanochat {
 
-ThreadTuner::ThreadTuner(int max_threads, int warmup)
-    : max_(max_threads), cur_(max_threads), settled_(max_threads), warmup_left_(std::max(0, warmup)) {
+ThreadTuner::ThreadTuner(int max_threads, int warmup, std::string unit)
+    : max_(max_threads),
+      cur_(max_threads),
+      settled_(max_threads),
+      warmup_left_(std::max(0, warmup)),
+      unit_(std::move(unit)) {
   if (max_threads < 1) fail("ThreadTuner: max_threads must be at least 1 (got ", max_threads, ")");
 }
+
+double ThreadTuner::settled_cost() const { return *std::min_element(window_.begin(), window_.end()); }
 
 void ThreadTuner::schedule_probe() {
   if (max_ == 1 || since_probe_ < interval_) return;
@@ -27,7 +33,8 @@ bool ThreadTuner::after_step(double seconds, double units) {
   }
   const double cost = seconds / units;
   if (!probing_) {
-    settled_cost_ = settled_cost_ < 0 ? cost : 0.7 * settled_cost_ + 0.3 * cost;
+    window_.push_back(cost);
+    if (window_.size() > static_cast<size_t>(kWindow)) window_.pop_front();
     ++since_probe_;
     schedule_probe();
     return false;
@@ -36,14 +43,16 @@ bool ThreadTuner::after_step(double seconds, double units) {
   since_probe_ = 0;
   const int probed = cur_;
   cur_ = settled_;
-  if (cost < (1.0 - kMargin) * settled_cost_) {
+  const double before = settled_cost();
+  if (cost < (1.0 - kMargin) * before) {
     char b[160];
-    std::snprintf(b, sizeof b, "%d -> %d threads: %.3g ms per unit against %.3g ms", settled_, probed, cost * 1e3,
-                  settled_cost_ * 1e3);
+    std::snprintf(b, sizeof b, "%d -> %d threads: %.3g ms per %s against %.3g ms", settled_, probed, cost * 1e3,
+                  unit_.c_str(), before * 1e3);
     change_ = b;
     settled_ = cur_ = probed;
-    settled_cost_ = cost;
-    interval_ = 1;  // keep going this way after one step at the new count
+    window_.assign(1, cost);
+    // On in the same direction after one more step; at the end of the range, back after 4.
+    interval_ = settled_ + dir_ >= 1 && settled_ + dir_ <= max_ ? 1 : 4;
     return true;
   }
   dir_ = -dir_;

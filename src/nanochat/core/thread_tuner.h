@@ -12,12 +12,13 @@
 //
 // The rule (a hill climb on measured cost, one step per measurement):
 //   - The first `warmup` steps are not measured (allocation, first touches, thread creation).
-//   - The count in use ("settled") keeps a smoothed cost (0.7 old + 0.3 new) of its steps.
-//   - Every `interval` steps one step runs at a neighbour (settled - 1 first, then alternating
-//     with + 1, within [1, max]). When that step's cost is below (1 - kMargin) x the settled
-//     cost, the neighbour becomes the settled count, the next probe goes on in the same direction
-//     right after one settled step, and interval resets to 1; otherwise the direction flips and
-//     interval doubles, up to kMaxInterval.
+//   - The count in use ("settled") is judged by the lowest cost of its last kWindow steps: other
+//     processes only ever slow a step down, so the minimum is the least disturbed figure.
+//   - After at least `interval` settled steps (2 at first) one step runs at a neighbour
+//     (settled - 1 first). When that step's cost is below (1 - kMargin) x the settled figure, the
+//     neighbour becomes the settled count (its window starts with that step) and the next probe
+//     goes on in the same direction after one more step, or, at the end of the range, the other
+//     way after 4; otherwise the direction flips and the interval doubles, up to kMaxInterval.
 //   With max = 1 the tuner never changes anything.
 // Cost: seconds per unit of work (the trainer passes its compute seconds per row), so a step with
 // more or fewer rows (the row balancer, train/balance.h) compares fairly; a step without work is
@@ -25,6 +26,7 @@
 // Reproducibility: a static split's sums depend on the thread count, so a run whose count changes
 // rounds differently from one that keeps it; `--threads N` fixes the count.
 #include <cstdint>
+#include <deque>
 #include <string>
 
 namespace nanochat {
@@ -34,10 +36,13 @@ class ThreadTuner {
   /// A probe must be this much cheaper than the settled count to replace it.
   static constexpr double kMargin = 0.05;
   /// The longest wait between probes, in measured steps.
-  static constexpr int kMaxInterval = 32;
+  static constexpr int kMaxInterval = 64;
+  /// Settled steps whose lowest cost stands for the settled count.
+  static constexpr int kWindow = 4;
 
-  /// `max_threads` >= 1: the count it starts at and never exceeds. Throws nanochat::Error on < 1.
-  explicit ThreadTuner(int max_threads, int warmup = 1);
+  /// `max_threads` >= 1: the count it starts at and never exceeds; `unit` names the work unit in
+  /// change(). Throws nanochat::Error on max_threads < 1.
+  explicit ThreadTuner(int max_threads, int warmup = 1, std::string unit = "unit");
 
   /// The thread count for the next step.
   int threads() const { return cur_; }
@@ -49,17 +54,19 @@ class ThreadTuner {
   /// not measured). Returns true when the settled count changed; then change() says why.
   bool after_step(double seconds, double units);
 
-  /// "2 -> 1 threads: 41.2 ms per unit against 55.0 ms" for the last change of the settled count.
+  /// "2 -> 1 threads: 41.2 ms per unit against 55 ms" for the last change of the settled count.
   const std::string& change() const { return change_; }
 
  private:
   void schedule_probe();
+  double settled_cost() const;
 
   int max_, cur_, settled_;
   int warmup_left_;
-  double settled_cost_ = -1;  // smoothed; < 0: not measured yet
-  int dir_ = -1;              // direction of the next probe
-  int interval_ = 1;          // measured settled steps between probes
+  std::string unit_;
+  std::deque<double> window_;  // the settled count's last kWindow costs
+  int dir_ = -1;               // direction of the next probe
+  int interval_ = 2;           // measured settled steps before the next probe
   int since_probe_ = 0;
   bool probing_ = false;
   std::string change_;

@@ -314,7 +314,7 @@ class TrainLoop {
   LoopState& st_;
   json loader_state_ = c_.data.initial_state();  // after the last step trained
   bool noted_slow_rank_ = false;
-  ThreadTuner tuner_{num_threads()};
+  ThreadTuner tuner_{num_threads(), 1, "row"};
   double dt_ema_ = 0;
   const int64_t flops_per_token_ = model_.num_flops_per_token();
   const std::vector<int32_t> token_bytes_;
