@@ -226,9 +226,11 @@ class TrainLoop {
   void adapt_threads(const StepShare& share, const RankStep& my) {
     int rows = 0;
     for (int n : share.micro_batches) rows += n;
-    if (tuner_.after_step(my.compute + my.opt_compute, rows))
+    if (tuner_.after_step(my.compute + my.opt_compute, rows)) {
       std::printf("%sThreads: %s (--threads N fixes the count)\n",
                   sync_.world_size() > 1 ? str_cat("rank ", sync_.rank(), ": ").c_str() : "", tuner_.change().c_str());
+      std::fflush(stdout);
+    }
     if (tuner_.threads() != num_threads()) set_num_threads(tuner_.threads());
   }
 
