@@ -36,9 +36,8 @@ struct FakeHybrid {
     eff.assign(cpus.begin() + 1, cpus.end());
     std::ofstream(root + "/devices/cpu_core/cpus") << cpu_list_str(perf) << "\n";
     // With one allowed CPU the efficiency list names a CPU this process may not use: one type.
-    std::ofstream(root + "/devices/cpu_atom/cpus") << (eff.empty() ? std::to_string(cpus.front() + 1)
-                                                                   : cpu_list_str(eff))
-                                                   << "\n";
+    std::ofstream(root + "/devices/cpu_atom/cpus")
+        << (eff.empty() ? std::to_string(cpus.front() + 1) : cpu_list_str(eff)) << "\n";
   }
   ~FakeHybrid() { fs::remove_all(root); }
 };

@@ -32,8 +32,8 @@ std::vector<int> range(int lo, int hi) {  // [lo, hi)
 class FakeSysfs {
  public:
   FakeSysfs() {
-    root_ = fs::temp_directory_path() /
-            ("nanochat_sysfs_" + std::to_string(getpid()) + "_" + std::to_string(counter_++));
+    root_ =
+        fs::temp_directory_path() / ("nanochat_sysfs_" + std::to_string(getpid()) + "_" + std::to_string(counter_++));
     fs::remove_all(root_);
     fs::create_directories(root_ / "devices/system/cpu");
   }

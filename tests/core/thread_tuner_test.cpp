@@ -51,10 +51,10 @@ TEST(ThreadTuner, OneBusyCoreOfTwoSettlesOnOneThreadAtTheFourthStep) {
   ThreadTuner t(2, 1, "row");
   const auto used = drive(t, 100, [](int n, int) { return n == 2 ? 1.0 / 0.77 : 1.0; });
   EXPECT_EQ(t.settled(), 1);
-  EXPECT_EQ(used[0], 2);  // warm-up
-  EXPECT_EQ(used[1], 2);  // measured
-  EXPECT_EQ(used[2], 2);  // measured
-  EXPECT_EQ(used[3], 1);  // the probe that wins
+  EXPECT_EQ(used[0], 2);               // warm-up
+  EXPECT_EQ(used[1], 2);               // measured
+  EXPECT_EQ(used[2], 2);               // measured
+  EXPECT_EQ(used[3], 1);               // the probe that wins
   EXPECT_EQ(count(used, 3, 8, 1), 5);  // then 4 steps before probing 2 threads again
   EXPECT_EQ(t.change(), "2 -> 1 threads: 1e+03 ms per row against 1.3e+03 ms");
   // Later probes back at 2 threads are rare: at most 5 of the last 90 steps.
@@ -71,7 +71,8 @@ TEST(ThreadTuner, OneSlowStepOfTheSettledCountDoesNotMakeAProbeWin) {
 TEST(ThreadTuner, GrowsBackWhenTheCoreFreesUp) {
   ThreadTuner t(2);
   // Busy for 60 steps, then quiet (2 threads 1.8x as fast as one).
-  const auto used = drive(t, 200, [](int n, int s) { return s < 60 ? (n == 2 ? 1.3 : 1.0) : 1.0 / (n == 2 ? 1.8 : 1.0); });
+  const auto used =
+      drive(t, 200, [](int n, int s) { return s < 60 ? (n == 2 ? 1.3 : 1.0) : 1.0 / (n == 2 ? 1.8 : 1.0); });
   EXPECT_EQ(t.settled(), 2);
   // Back at 2 within the longest probe interval (+ the probe step) after the change.
   int back = -1;

@@ -72,10 +72,9 @@ int doctor(const DoctorArgs& a) {
   line("FAIL", "built without Gloo: only single-process training works (install libgloo-dev and rebuild)");
   ++problems;
 #endif
-  line("info",
-       str_cat("host ", host_name(), ", ", physical_cores(), " physical cores available (CPUs ", cpu_affinity_list(),
-               "); with --nproc-per-node ", a.nproc_per_node,
-               " each rank gets OMP_NUM_THREADS=", std::max(1, physical_cores() / a.nproc_per_node)));
+  line("info", str_cat("host ", host_name(), ", ", physical_cores(), " physical cores available (CPUs ",
+                       cpu_affinity_list(), "); with --nproc-per-node ", a.nproc_per_node,
+                       " each rank gets OMP_NUM_THREADS=", std::max(1, physical_cores() / a.nproc_per_node)));
   report_placement(a);
 
   // A multi-node job needs a master the other hosts can reach.
@@ -175,7 +174,8 @@ void register_doctor(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--nnodes", args->nnodes, "nodes of the job: with more than one, the master must not be loopback")
       ->capture_default_str();
-  sub->add_option("--hybrid", args->hybrid, "placement to show: auto (one rank per core type) or off, as `nanochat run`")
+  sub->add_option("--hybrid", args->hybrid,
+                  "placement to show: auto (one rank per core type) or off, as `nanochat run`")
       ->capture_default_str();
   sub->callback([args, sub] {
     args->nproc_given = sub->get_option("--nproc-per-node")->count() > 0;

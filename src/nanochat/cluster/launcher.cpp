@@ -247,7 +247,8 @@ pid_t spawn(const std::string& program, const std::vector<std::string>& args, co
     dup2(out_w, 1);
     dup2(err_w, 2);
     if (!cpus.empty() && sched_setaffinity(0, sizeof mask, &mask) != 0) {
-      const char msg[] = "nanochat run: cannot pin the rank to its cores (sched_setaffinity failed); try --hybrid off\n";
+      const char msg[] =
+          "nanochat run: cannot pin the rank to its cores (sched_setaffinity failed); try --hybrid off\n";
       ssize_t ignored = ::write(2, msg, sizeof(msg) - 1);
       (void)ignored;
       _exit(127);
@@ -347,12 +348,12 @@ std::vector<Child> start_ranks(const LaunchOptions& o, const NodeCtx& ctx, const
         {"WORLD_SIZE", std::to_string(W)},         {"LOCAL_WORLD_SIZE", std::to_string(P)},
         {"GROUP_RANK", std::to_string(k)},         {"MASTER_ADDR", ctx.master},
         {"MASTER_PORT", std::to_string(ctx.port)}, {"NANOCHAT_STORE_HOSTED", "1"},
-        {"NANOCHAT_JOB_TOKEN", ctx.token},
-        {"OMP_NUM_THREADS", l < static_cast<int>(o.placement.ranks.size())
-                                ? std::to_string(o.placement.ranks[l].threads)
-                                : threads}};
-    const std::vector<int> no_pin;
-    const std::vector<int>& cpus = l < static_cast<int>(o.placement.ranks.size()) ? o.placement.ranks[l].cpus : no_pin;
+        {"NANOCHAT_JOB_TOKEN", ctx.token},         {"OMP_NUM_THREADS", threads}};
+    const bool pinned = l < static_cast<int>(o.placement.ranks.size());  // its core type's CPUs and threads
+    if (pinned)
+      for (auto& [name, value] : vars)
+        if (name == "OMP_NUM_THREADS") value = std::to_string(o.placement.ranks[l].threads);
+    const std::vector<int> cpus = pinned ? o.placement.ranks[l].cpus : std::vector<int>{};
     if (!o.iface.empty()) vars.push_back({"NANOCHAT_SOCKET_IFNAME", o.iface});
     c.pid = spawn(o.program.empty() ? self_executable() : o.program, o.args, child_environment(vars), out_w.get(),
                   err_w.get(), cpus);

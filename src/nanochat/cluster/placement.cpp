@@ -131,9 +131,8 @@ std::optional<CpuTopology> by_value(const std::string& root, const std::vector<i
     vals.push_back({*v, c});
   }
   if (vals.empty()) return std::nullopt;
-  std::sort(vals.begin(), vals.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  });
+  std::sort(vals.begin(), vals.end(),
+            [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
   CpuTopology t;
   double group_max = -1;
   for (const auto& [v, c] : vals) {
@@ -201,13 +200,14 @@ Placement plan_placement(const CpuTopology& topo, const PlacementRequest& req) {
     return p;
   }
   if (!req.nproc_given && req.nnodes > 1) {
-    p.summary = str_cat(n_types, ": ranks are not pinned in a multi-node job without --nproc-per-node; pass --nproc-per-node ",
-                        types, " on every node for one rank per core type");
+    p.summary =
+        str_cat(n_types, ": ranks are not pinned in a multi-node job without --nproc-per-node; pass --nproc-per-node ",
+                types, " on every node for one rank per core type");
     return p;
   }
   if (req.nproc_given && req.nproc_per_node != types) {
-    p.summary = str_cat(n_types, ": --nproc-per-node ", req.nproc_per_node, " is not one rank per type (",
-                        types, "), so ranks are not pinned");
+    p.summary = str_cat(n_types, ": --nproc-per-node ", req.nproc_per_node, " is not one rank per type (", types,
+                        "), so ranks are not pinned");
     return p;
   }
   p.nproc = types;
@@ -218,8 +218,8 @@ Placement plan_placement(const CpuTopology& topo, const PlacementRequest& req) {
     r.cpus = ty.cpus;
     r.threads = req.threads_per_rank > 0 ? req.threads_per_rank : std::max(1, ty.cores);
     r.type = ty.name;
-    where += str_cat(l ? ", " : "", "local rank ", l, " on the ", ty.name, " cores (CPUs ", cpu_list_str(ty.cpus),
-                     ", ", r.threads, " threads)");
+    where += str_cat(l ? ", " : "", "local rank ", l, " on the ", ty.name, " cores (CPUs ", cpu_list_str(ty.cpus), ", ",
+                     r.threads, " threads)");
     p.ranks.push_back(std::move(r));
   }
   p.summary = str_cat("one rank per core type: ", where, "; --hybrid off runs the ranks unpinned");

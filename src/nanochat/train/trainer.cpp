@@ -394,8 +394,8 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
                    plan.balance == BalanceMode::Even ? "evenly" : "by measured speed", "; device batch per rank: ",
                    json(layout.device_batches).dump(), "; first split ", split_percentages(sync.next_split())));
 
-  TrainContext ctx{plan, layout, tok, model, sync, *data, metrics, st, faults, json(), peak_gflops, a.profile,
-                   a.threads == 0 && num_threads() > 1};
+  TrainContext ctx{plan, layout, tok, model, sync, *data, metrics, st, faults, json(), peak_gflops, a.profile};
+  ctx.adapt_threads = a.threads == 0 && num_threads() > 1;
   ctx.run_meta = json{{"model_config", plan.model.to_json()},
                       {"data_stream", "one-rank"},
                       {"user_config", args_to_json(a)},
