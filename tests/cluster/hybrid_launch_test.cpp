@@ -62,6 +62,7 @@ TEST(HybridLaunch, OneRankPerCoreTypeEachPinnedToItsCores) {
   }
   EXPECT_THAT(out, HasSubstr("ranks 0-1 of WORLD_SIZE=2, OMP_NUM_THREADS=1/" + std::to_string(h.eff.size())));
   EXPECT_THAT(out, HasSubstr("placement: one rank per core type"));
+  EXPECT_THAT(out, HasSubstr("(OMP_NUM_THREADS=7 from the environment is not used"));
   EXPECT_THAT(out, HasSubstr("[rank 0] dist-selftest: rank 0 of 2 runs on CPUs " + cpu_list_str(h.perf) +
                              " with 1 OpenMP threads"));
   EXPECT_THAT(out, HasSubstr("[rank 1] dist-selftest: rank 1 of 2 runs on CPUs " + cpu_list_str(h.eff) + " with " +

@@ -56,6 +56,11 @@ void place_ranks(cluster::LaunchOptions& L, const RunArgs& a, bool nproc_given) 
   L.placement = cluster::plan_placement(topo, req);
   L.nproc_per_node = L.placement.nproc;
   L.placement.summary = "cores: " + cluster::describe_topology(topo) + "; placement: " + L.placement.summary;
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  if (!L.placement.ranks.empty() && L.threads_per_rank == 0 && omp && *omp)
+    L.placement.summary += str_cat(" (OMP_NUM_THREADS=", omp,
+                                   " from the environment is not used: each rank gets its cores; --threads-per-rank "
+                                   "sets every rank's count)");
 }
 
 void register_selftest(CLI::App& app) {
