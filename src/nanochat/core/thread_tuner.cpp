@@ -18,14 +18,25 @@ ThreadTuner::ThreadTuner(int max_threads, int warmup, std::string unit)
 
 double ThreadTuner::settled_cost() const { return *std::min_element(window_.begin(), window_.end()); }
 
-void ThreadTuner::schedule_probe() {
+bool ThreadTuner::contended(double run_delay_s, double wall_s, int threads) {
+  if (run_delay_s < 0) return true;
+  return wall_s > 0 && run_delay_s > kContended * wall_s * std::max(1, threads);
+}
+
+void ThreadTuner::schedule_probe(bool contended) {
   if (max_ == 1 || since_probe_ < interval_) return;
-  if (settled_ + dir_ < 1 || settled_ + dir_ > max_) dir_ = -dir_;
-  cur_ = settled_ + dir_;
+  int d = dir_;
+  if (settled_ + d < 1 || settled_ + d > max_) d = -d;
+  if (d < 0 && !contended) {  // no straggler in sight: only up is worth a step
+    if (settled_ == max_) return;
+    d = 1;
+  }
+  dir_ = d;
+  cur_ = settled_ + d;
   probing_ = true;
 }
 
-bool ThreadTuner::after_step(double seconds, double units) {
+bool ThreadTuner::after_step(double seconds, double units, bool contended) {
   if (units <= 0 || !(seconds > 0)) return false;  // no work this step: nothing learnt
   if (warmup_left_ > 0) {
     --warmup_left_;
@@ -36,7 +47,7 @@ bool ThreadTuner::after_step(double seconds, double units) {
     window_.push_back(cost);
     if (window_.size() > static_cast<size_t>(kWindow)) window_.pop_front();
     ++since_probe_;
-    schedule_probe();
+    schedule_probe(contended);
     return false;
   }
   probing_ = false;

@@ -19,6 +19,10 @@
 //     neighbour becomes the settled count (its window starts with that step) and the next probe
 //     goes on in the same direction after one more step, or, at the end of the range, the other
 //     way after 4; otherwise the direction flips and the interval doubles, up to kMaxInterval.
+//   - A probe to fewer threads needs a sign of a straggler: the step just measured was
+//     "contended" (the caller passes whether other work kept the threads off their cores, from
+//     the threads' run-queue delay, core/threads.h process_run_delay_ns). Without one it probes
+//     up when it can and otherwise waits, so a quiet machine at max runs no probes at all.
 //   With max = 1 the tuner never changes anything.
 // Cost: seconds per unit of work (the trainer passes its compute seconds per row), so a step with
 // more or fewer rows (the row balancer, train/balance.h) compares fairly; a step without work is
@@ -51,14 +55,22 @@ class ThreadTuner {
   int settled() const { return settled_; }
 
   /// Records the step just run at threads(): `seconds` of work over `units` of work (units <= 0:
-  /// not measured). Returns true when the settled count changed; then change() says why.
-  bool after_step(double seconds, double units);
+  /// not measured); `contended`: its threads waited for a CPU (unknown: pass true). Returns true
+  /// when the settled count changed; then change() says why.
+  bool after_step(double seconds, double units, bool contended = true);
+
+  /// Whether a step whose threads spent `run_delay_s` seconds in all waiting for a CPU, over
+  /// `wall_s` seconds at `threads` threads, counts as contended: more than kContended of the
+  /// threads' time. A negative delay (not reported) counts as contended.
+  static bool contended(double run_delay_s, double wall_s, int threads);
+  /// The share of the threads' time spent waiting for a CPU above which a step is contended.
+  static constexpr double kContended = 0.05;
 
   /// "2 -> 1 threads: 41.2 ms per unit against 55 ms" for the last change of the settled count.
   const std::string& change() const { return change_; }
 
  private:
-  void schedule_probe();
+  void schedule_probe(bool contended);
   double settled_cost() const;
 
   int max_, cur_, settled_;

@@ -194,6 +194,7 @@ class TrainLoop {
     const int64_t step = st_.step;
     prof::enable(c_.profile);
     Timer t;
+    if (c_.adapt_threads) run_delay_at_start_ = process_run_delay_ns();
     RankStep my;
     const StepShare share = sync_.begin_step(step);
     StepRows rows;
@@ -209,7 +210,7 @@ class TrainLoop {
     const StepSchedule sched{static_cast<float>(lrm), static_cast<float>(plan_.schedule.muon_momentum(step)),
                              static_cast<float>(plan_.schedule.muon_weight_decay(step, plan_.weight_decay_scaled))};
     my.opt_compute = sync_.update(sched);
-    if (c_.adapt_threads) adapt_threads(share, my);
+    if (c_.adapt_threads) adapt_threads(share, my, t);
     c_.faults.after_update(model_, sync_.rank(), step);
     my.dt = t.seconds();
     prof::enable(false);
@@ -222,11 +223,16 @@ class TrainLoop {
   }
 
   // Fewer threads while a step runs faster with fewer (another process keeps a core busy), more
-  // again once they measure faster (core/thread_tuner.h). Cost: this rank's compute seconds per row.
-  void adapt_threads(const StepShare& share, const RankStep& my) {
+  // again once they measure faster (core/thread_tuner.h). Cost: this rank's compute seconds per row;
+  // a probe down only after a step whose threads waited for a CPU (their run-queue delay).
+  void adapt_threads(const StepShare& share, const RankStep& my, const Timer& step_timer) {
     int rows = 0;
     for (int n : share.micro_batches) rows += n;
-    if (tuner_.after_step(my.compute + my.opt_compute, rows)) {
+    const int64_t delay = process_run_delay_ns();
+    const bool contended = ThreadTuner::contended(
+        run_delay_at_start_ < 0 || delay < 0 ? -1.0 : static_cast<double>(delay - run_delay_at_start_) * 1e-9,
+        step_timer.seconds(), num_threads());
+    if (tuner_.after_step(my.compute + my.opt_compute, rows, contended)) {
       std::printf("%sThreads: %s (--threads N fixes the count)\n",
                   sync_.world_size() > 1 ? str_cat("rank ", sync_.rank(), ": ").c_str() : "", tuner_.change().c_str());
       std::fflush(stdout);
@@ -317,6 +323,7 @@ class TrainLoop {
   json loader_state_ = c_.data.initial_state();  // after the last step trained
   bool noted_slow_rank_ = false;
   ThreadTuner tuner_{num_threads(), 1, "row"};
+  int64_t run_delay_at_start_ = -1;  // process_run_delay_ns() when the step began
   double dt_ema_ = 0;
   const int64_t flops_per_token_ = model_.num_flops_per_token();
   const std::vector<int32_t> token_bytes_;
