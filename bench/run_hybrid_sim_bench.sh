@@ -5,9 +5,9 @@
 # cores, the second half the efficiency cores, which a cgroup CPU quota slows to --slow of a core
 # each. A fake sysfs tree (NANOCHAT_SYSFS_ROOT, a test/diagnostic variable) tells nanochat which
 # CPUs are which. Real d4 runs (T 256, B 4, total batch 2048) on the demo corpus, in one invocation:
-#   1. "one rank": `nanochat run --hybrid off ... --threads <CPUs>`, one rank with a fixed thread
-#      per CPU, each bound to its CPU (OMP_PROC_BIND=close, OMP_PLACES=threads) so that the slow
-#      CPUs' threads are slow (fixed: the thread tuner would drop them, core/thread_tuner.h)
+#   1. "one rank": `nanochat base-train ... --threads <CPUs>`, one process with a fixed thread per
+#      CPU, each bound to its CPU (OMP_PROC_BIND=close, OMP_PLACES=threads) so that the slow CPUs'
+#      threads are slow (fixed: the thread tuner would drop them, core/thread_tuner.h)
 #   2. "default":  `nanochat run`, one rank per core type pinned to its cores (the default there)
 #   3. "fast alone": one rank on the fast CPUs only (--threads = their count)
 # and prints tok/s, the ratio 2 / 1 and 2 / the ideal sum (fast alone x (1 + slow x slow CPUs /
@@ -166,8 +166,11 @@ loads=()
 for rep in $(seq 1 "$repeat"); do
   loads+=("$(load)")
   echo "== one rank on every CPU, threads bound to CPUs (run $rep of $repeat; load average $(load))"
-  in_home env OMP_PROC_BIND=close OMP_PLACES=threads OMP_NUM_THREADS="$n" \
-    "$bin" run --hybrid off --master-port "$port" $train --threads "$n" > "$logs/one.$rep.log" 2>&1 || { tail -20 "$logs/one.$rep.log"; exit 1; }
+  # base-train itself, not under `nanochat run`: OpenMP binds a process's first thread to the
+  # first place when it loads, so a launcher (or nanochat's re-execution for its wait policy,
+  # skipped when OMP_WAIT_POLICY is set) would hand the rank CPU 0 alone.
+  in_home env OMP_PROC_BIND=close OMP_PLACES=threads OMP_WAIT_POLICY=passive \
+    "$bin" $train --threads "$n" > "$logs/one.$rep.log" 2>&1 || { tail -20 "$logs/one.$rep.log"; exit 1; }
   slowed
   echo "== default placement: one rank per core type (run $rep of $repeat)"
   in_home env -u OMP_NUM_THREADS "$bin" run --master-port "$port" $train > "$logs/default.$rep.log" 2>&1 ||
@@ -187,7 +190,7 @@ echo "d$depth (T 256, B 4, total batch 2048, vocab $vocab), median tok/s over st
 grep -m1 -h 'placement:' "$logs/default.1.log" | sed 's/^.*cores:/cores:/' || true
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $n CPUs; load average before each repeat (1 min): ${loads[*]}"
 printf '%-52s %10s\n' "run" "tok/s"
-printf '%-52s %10s\n' "one rank, a thread per CPU (--hybrid off)" "$o"
+printf '%-52s %10s\n' "one rank, a thread per CPU bound to it" "$o"
 printf '%-52s %10s\n' "default: one rank per core type" "$d"
 printf '%-52s %10s\n' "fast CPUs alone" "$f"
 printf '%-52s %10s\n' "ratio default / one rank" "$(awk -v a="$d" -v b="$o" 'BEGIN {printf "%.2fx", a / b}')"
