@@ -4,8 +4,11 @@
 #   1. default threads (every core), nothing else running          ("quiet")
 #   2. default threads, with a busy loop pinned to the last CPU    ("one core busy")
 #   3. --threads 1 pinned to the first CPU, with the same busy loop (the best fixed setting then)
-# and the ratio 2 / 3 (goal >= 0.9). The three runs alternate --repeat times; each figure is the
-# median tok/s over the steps after the first two (warm-up) of all its runs.
+#   4. --threads <every CPU>, with the same busy loop: the fixed team that the default started
+#      from before the thread tuner (core/thread_tuner.h) could drop the busy core's thread
+# and the ratios 2 / 3 (goal >= 0.9) and 4 / 3. The four runs alternate --repeat times; each
+# figure is the median tok/s over the steps after the first two (warm-up) of all its runs, and
+# next to it the fastest of those steps (the least disturbed one on a loaded machine).
 # The busy loop is `taskset -c <last CPU> sh -c 'while :; do :; done'`, stopped after each run.
 # Environment variables reach every run, so e.g. `GOMP_SPINCOUNT=300000 bench/run_busy_core_bench.sh`
 # measures OpenMP's own default wait policy instead of nanochat's.
@@ -34,7 +37,7 @@ while [ $# -gt 0 ]; do
     --depth) depth="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "run_busy_core_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -45,6 +48,7 @@ bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
 cpus=$(taskset -cp $$ | sed 's/.*: //' | tr ',' '\n' |
        awk -F- '{ if (NF == 2) for (i = $1; i <= $2; ++i) print i; else print $1 }')
 free_cpu=$(echo "$cpus" | head -1)
+n_cpus=$(echo "$cpus" | wc -l)
 busy_cpu=$(echo "$cpus" | tail -1)
 if [ "$free_cpu" = "$busy_cpu" ]; then echo "run_busy_core_bench.sh: needs at least 2 CPUs (this process may use only CPU $free_cpu)" >&2; exit 1; fi
 export NANOCHAT_BASE_DIR="$dir"
@@ -72,6 +76,9 @@ trap stop_hog EXIT
 start_hog() { taskset -c "$busy_cpu" sh -c 'while :; do :; done' & hog=$!; sleep 0.5; }
 
 # Median of the numbers on stdin.
+# The fastest step: other processes only slow steps down, so on a loaded machine it is the least
+# disturbed figure (printed next to the median).
+best() { sort -g | tail -1; }
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 # tok/s of the steps >= 2 of the logs given.
 step_tps() {
@@ -80,7 +87,7 @@ step_tps() {
 }
 load() { cut -d' ' -f1 /proc/loadavg; }
 
-rm -f "$logs"/quiet.*.log "$logs"/busy.*.log "$logs"/one.*.log
+rm -f "$logs"/quiet.*.log "$logs"/busy.*.log "$logs"/one.*.log "$logs"/fixed.*.log
 loads=()
 for rep in $(seq 1 "$repeat"); do
   loads+=("$(load)")
@@ -92,22 +99,27 @@ for rep in $(seq 1 "$repeat"); do
   echo "== --threads 1 on CPU $free_cpu, CPU $busy_cpu busy (run $rep of $repeat)"
   taskset -c "$free_cpu" "$bin" $flags --threads 1 > "$logs/one.$rep.log" 2>&1 ||
     { tail -20 "$logs/one.$rep.log"; exit 1; }
+  echo "== --threads $n_cpus (fixed), CPU $busy_cpu busy (run $rep of $repeat)"
+  "$bin" $flags --threads "$n_cpus" > "$logs/fixed.$rep.log" 2>&1 || { tail -20 "$logs/fixed.$rep.log"; exit 1; }
+  grep -h '^Threads: [0-9]* ->' "$logs/busy.$rep.log" | sed 's/^/   default run: /' || true
   stop_hog
 done
 
-q=$(step_tps "$logs"/quiet.*.log | median)
-b=$(step_tps "$logs"/busy.*.log | median)
-o=$(step_tps "$logs"/one.*.log | median)
 echo
 echo "d$depth (T 256, B 4, vocab $vocab), median tok/s over steps 2..$((steps - 1)) of $repeat runs each; logs in $logs"
 grep -m1 -h 'wait policy' "$logs/quiet.1.log" || true
 echo "load average before each repeat (1 min; the busy loop and the runs themselves count): ${loads[*]}"
-printf '%-44s %10s\n' "run" "tok/s"
-printf '%-44s %10s\n' "default threads, quiet" "$q"
-printf '%-44s %10s\n' "default threads, one core busy" "$b"
-printf '%-44s %10s\n' "--threads 1 on the free core, one core busy" "$o"
-printf '%-44s %10s\n' "ratio default / --threads 1, one core busy" "$(awk -v b="$b" -v o="$o" 'BEGIN {printf "%.2fx", b / o}')"
-for kind in quiet busy one; do
+row() { printf '%-44s %10s %10s\n' "$1" "$(step_tps "$logs"/$2.*.log | median)" "$(step_tps "$logs"/$2.*.log | best)"; }
+ratio() { awk -v a="$(step_tps "$logs"/$2.*.log | $4)" -v b="$(step_tps "$logs"/$3.*.log | $4)" 'BEGIN {printf "%.2fx", a / b}'; }
+printf '%-44s %10s %10s\n' "run" "tok/s" "best step"
+row "default threads, quiet" quiet
+row "default threads, one core busy" busy
+row "--threads 1 on the free core, one core busy" one
+row "--threads $n_cpus (fixed), one core busy" fixed
+printf '%-44s %10s %10s\n' "ratio default / --threads 1, one core busy" "$(ratio x busy one median)" "$(ratio x busy one best)"
+printf '%-44s %10s %10s\n' "ratio --threads $n_cpus / --threads 1, busy" "$(ratio x fixed one median)" "$(ratio x fixed one best)"
+echo "host: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $n_cpus CPUs"
+for kind in quiet busy one fixed; do
   printf '%s per run (median of its steps):' "$kind"
   for f in "$logs/$kind".*.log; do printf ' %s' "$(step_tps "$f" | median)"; done
   echo

@@ -69,3 +69,21 @@ TEST(Threads, StartUpLineNamesTheCpusThisRankMayUse) {
             std::string::npos)
       << r.out;
 }
+
+// Without --threads and with more than one thread, the rank tunes its count from its steps
+// (core/thread_tuner.h) and says so; --threads N keeps it fixed and the line says nothing of it.
+TEST(Threads, StartUpLineSaysWhenTheCountFollowsTheSteps) {
+  BaseDir b("nc_threads_tuned");
+  std::string args = kOneStep;
+  args.replace(args.find(" --threads 1"), 12, "");
+  auto tuned = run(b, args, kNoPolicy + " OMP_NUM_THREADS=2");
+  ASSERT_EQ(tuned.code, 0) << tuned.out;
+  EXPECT_NE(threads_line(tuned.out).find("Threads: 2 on CPUs "), std::string::npos) << tuned.out;
+  EXPECT_NE(threads_line(tuned.out).find("fewer while the steps measure faster with fewer (a busy core), --threads N "
+                                         "fixes the count"),
+            std::string::npos)
+      << threads_line(tuned.out);
+  auto fixed = run(b, args + " --threads 2", kNoPolicy);
+  ASSERT_EQ(fixed.code, 0) << fixed.out;
+  EXPECT_EQ(threads_line(fixed.out).find("fewer while"), std::string::npos) << threads_line(fixed.out);
+}

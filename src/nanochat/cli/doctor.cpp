@@ -11,10 +11,12 @@
 
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
+#include "nanochat/core/threads.h"
 #include "nanochat/core/version.h"
 #include "nanochat/cluster/env.h"
 #include "nanochat/cluster/launcher.h"
 #include "nanochat/cluster/net.h"
+#include "nanochat/cluster/placement.h"
 #include "nanochat/cluster/store.h"
 
 #ifdef NANOCHAT_HAVE_GLOO
@@ -30,10 +32,28 @@ struct DoctorArgs {
   int master_port = 0;
   std::string iface;
   int nproc_per_node = 1;
+  bool nproc_given = false;
   int nnodes = 1;
+  std::string hybrid = "auto";
 };
 
 void line(const char* status, const std::string& what) { std::printf("[%s] %s\n", status, what.c_str()); }
+
+// The core types found and where `nanochat run` would put its ranks (cluster/placement.h).
+void report_placement(const DoctorArgs& a) {
+  using namespace cluster;
+  const CpuTopology topo = detect_core_types(sysfs_root(), allowed_cpus());
+  line("info", "cores: " + describe_topology(topo));
+  PlacementRequest req;
+  req.nnodes = a.nnodes;
+  req.nproc_per_node = a.nproc_per_node;
+  req.nproc_given = a.nproc_given;
+  req.mode = parse_hybrid_mode(a.hybrid);
+  const Placement p = plan_placement(topo, req);
+  line("info", str_cat("placement of `nanochat run` (--nnodes ", a.nnodes,
+                       a.nproc_given ? str_cat(", --nproc-per-node ", a.nproc_per_node) : std::string(), ", --hybrid ",
+                       a.hybrid, "): ", p.nproc, " rank(s) on this node, ", p.summary));
+}
 
 int doctor(const DoctorArgs& a) {
   using namespace cluster;
@@ -52,9 +72,10 @@ int doctor(const DoctorArgs& a) {
   line("FAIL", "built without Gloo: only single-process training works (install libgloo-dev and rebuild)");
   ++problems;
 #endif
-  line("info",
-       str_cat("host ", host_name(), ", ", physical_cores(), " physical cores available; with --nproc-per-node ",
-               a.nproc_per_node, " each rank gets OMP_NUM_THREADS=", std::max(1, physical_cores() / a.nproc_per_node)));
+  line("info", str_cat("host ", host_name(), ", ", physical_cores(), " physical cores available (CPUs ",
+                       cpu_affinity_list(), "); with --nproc-per-node ", a.nproc_per_node,
+                       " each rank gets OMP_NUM_THREADS=", std::max(1, physical_cores() / a.nproc_per_node)));
+  report_placement(a);
 
   // A multi-node job needs a master the other hosts can reach.
   if (a.nnodes > 1 && a.master_addr.empty() && !std::getenv("MASTER_ADDR")) {
@@ -153,7 +174,11 @@ void register_doctor(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--nnodes", args->nnodes, "nodes of the job: with more than one, the master must not be loopback")
       ->capture_default_str();
-  sub->callback([args] {
+  sub->add_option("--hybrid", args->hybrid,
+                  "placement to show: auto (one rank per core type) or off, as `nanochat run`")
+      ->capture_default_str();
+  sub->callback([args, sub] {
+    args->nproc_given = sub->get_option("--nproc-per-node")->count() > 0;
     int rc = doctor(*args);
     std::fflush(stdout);
     if (rc != 0) std::exit(rc);

@@ -7,10 +7,12 @@
 
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
+#include "nanochat/core/threads.h"
 #include "nanochat/cluster/env.h"
 #include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/cluster/launcher.h"
 #include "nanochat/cluster/mesh.h"
+#include "nanochat/cluster/placement.h"
 #include "nanochat/cluster/selftest.h"
 #include "nanochat/cluster/startup.h"
 
@@ -24,6 +26,7 @@ struct RunArgs {
   double grace_s = 10;
   std::string port_range;
   bool standalone = false;
+  std::string hybrid = "auto";
 };
 
 struct SelftestArgs {
@@ -37,6 +40,27 @@ std::pair<std::string, std::string> split_fact(const std::string& s, const char*
   auto eq = s.find('=');
   if (eq == std::string::npos || eq == 0) fail(flag, " expects KEY=VALUE, got '", s, "'");
   return {s.substr(0, eq), s.substr(eq + 1)};
+}
+
+// One rank per core type on a hybrid CPU (cluster/placement.h): sets L.placement and, when the
+// ranks are pinned, L.nproc_per_node.
+void place_ranks(cluster::LaunchOptions& L, const RunArgs& a, bool nproc_given) {
+  cluster::PlacementRequest req;
+  req.nnodes = L.nnodes;
+  req.nproc_per_node = L.nproc_per_node;
+  req.nproc_given = nproc_given;
+  req.threads_per_rank = L.threads_per_rank;
+  req.mode = cluster::parse_hybrid_mode(a.hybrid);
+  const cluster::CpuTopology topo = cluster::detect_core_types(cluster::sysfs_root(), cluster::allowed_cpus());
+  if (!topo.hybrid()) return;
+  L.placement = cluster::plan_placement(topo, req);
+  L.nproc_per_node = L.placement.nproc;
+  L.placement.summary = "cores: " + cluster::describe_topology(topo) + "; placement: " + L.placement.summary;
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  if (!L.placement.ranks.empty() && L.threads_per_rank == 0 && omp && *omp)
+    L.placement.summary += str_cat(" (OMP_NUM_THREADS=", omp,
+                                   " from the environment is not used: each rank gets its cores; --threads-per-rank "
+                                   "sets every rank's count)");
 }
 
 void register_selftest(CLI::App& app) {
@@ -67,6 +91,9 @@ void register_selftest(CLI::App& app) {
                 << (d.iface.empty() ? "" : " on " + d.iface) << " (" << d.reason << ")" << std::endl;
     }
 #endif
+    // Where the launcher put this rank (cluster/placement.h), for the placement tests.
+    std::cout << "dist-selftest: rank " << comm->rank() << " of " << comm->world_size() << " runs on CPUs "
+              << cpu_affinity_list() << " with " << num_threads() << " OpenMP threads" << std::endl;
     cluster::startup_barrier(*comm, "selftest");
     cluster::run_selftest(*comm, args->st, std::cout);
   });
@@ -106,6 +133,11 @@ void register_run(CLI::App& app) {
                   "A-B: the ports the ranks' Gloo connections listen on (local rank i uses A+i; default "
                   "NANOCHAT_PORT_RANGE, else ephemeral ports); open them in every node's firewall");
   sub->add_flag("--standalone", args->standalone, "torchrun's one-node job (the default here; refuses --nnodes > 1)");
+  sub->add_option("--hybrid", args->hybrid,
+                  "auto: on a CPU with several core types (performance + efficiency), one rank per type, pinned "
+                  "to its cores, when --nproc-per-node is not given (one node) or equals the number of types; off: "
+                  "never pin")
+      ->capture_default_str();
   sub->add_option("--grace", args->grace_s, "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str();
   sub->callback([args, sub] {
@@ -125,6 +157,7 @@ void register_run(CLI::App& app) {
       const auto pr = cluster::parse_port_range(args->port_range, "--port-range");
       ::setenv("NANOCHAT_PORT_RANGE", pr.str().c_str(), 1);  // the ranks inherit it
     }
+    place_ranks(L, *args, sub->get_option("--nproc-per-node")->count() > 0);
     if (auto pr = cluster::port_range_from_env()) {
       const std::string what =
           args->port_range.empty() ? "NANOCHAT_PORT_RANGE=" + pr->str() : "--port-range " + pr->str();

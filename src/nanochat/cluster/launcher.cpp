@@ -224,7 +224,7 @@ std::vector<std::string> child_environment(const std::vector<std::pair<std::stri
 }
 
 pid_t spawn(const std::string& program, const std::vector<std::string>& args, const std::vector<std::string>& env,
-            int out_w, int err_w) {
+            int out_w, int err_w, const std::vector<int>& cpus) {
   // Everything the child needs is built before fork: between fork and exec only async-signal-safe
   // calls are allowed (the launcher may run the store thread).
   std::vector<char*> argv, envp;
@@ -234,6 +234,9 @@ pid_t spawn(const std::string& program, const std::vector<std::string>& args, co
   argv.push_back(nullptr);
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  for (int c : cpus) CPU_SET(c, &mask);
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) fail("cannot start a rank: fork failed: ", errno_str(errno));
@@ -243,6 +246,13 @@ pid_t spawn(const std::string& program, const std::vector<std::string>& args, co
     if (getppid() != parent) _exit(127);
     dup2(out_w, 1);
     dup2(err_w, 2);
+    if (!cpus.empty() && sched_setaffinity(0, sizeof mask, &mask) != 0) {
+      const char msg[] =
+          "nanochat run: cannot pin the rank to its cores (sched_setaffinity failed); try --hybrid off\n";
+      ssize_t ignored = ::write(2, msg, sizeof(msg) - 1);
+      (void)ignored;
+      _exit(127);
+    }
     execve(program.c_str(), argv.data(), envp.data());
     const char msg[] = "nanochat run: cannot execute the rank program\n";
     ssize_t ignored = ::write(2, msg, sizeof(msg) - 1);
@@ -339,9 +349,14 @@ std::vector<Child> start_ranks(const LaunchOptions& o, const NodeCtx& ctx, const
         {"GROUP_RANK", std::to_string(k)},         {"MASTER_ADDR", ctx.master},
         {"MASTER_PORT", std::to_string(ctx.port)}, {"NANOCHAT_STORE_HOSTED", "1"},
         {"NANOCHAT_JOB_TOKEN", ctx.token},         {"OMP_NUM_THREADS", threads}};
+    const bool pinned = l < static_cast<int>(o.placement.ranks.size());  // its core type's CPUs and threads
+    if (pinned)
+      for (auto& [name, value] : vars)
+        if (name == "OMP_NUM_THREADS") value = std::to_string(o.placement.ranks[l].threads);
+    const std::vector<int> cpus = pinned ? o.placement.ranks[l].cpus : std::vector<int>{};
     if (!o.iface.empty()) vars.push_back({"NANOCHAT_SOCKET_IFNAME", o.iface});
     c.pid = spawn(o.program.empty() ? self_executable() : o.program, o.args, child_environment(vars), out_w.get(),
-                  err_w.get());
+                  err_w.get(), cpus);
   }
   return kids;
 }
@@ -585,15 +600,22 @@ std::string loopback_master_problem(const std::string& master, int nnodes) {
 }
 
 int launch(const LaunchOptions& o) {
+  if (!o.placement.ranks.empty() && static_cast<int>(o.placement.ranks.size()) != o.nproc_per_node)
+    fail("internal: the placement has ", o.placement.ranks.size(), " ranks but --nproc-per-node is ", o.nproc_per_node);
   const NodeCtx c = plan_node(o);
   SignalGuard signals;
   LauncherStore ls;
   if (int rc = join_launchers(c, ls)) return rc;
 
-  const std::string threads = rank_threads(o);
+  std::string threads = rank_threads(o);
+  if (!o.placement.ranks.empty()) {
+    threads.clear();
+    for (const auto& r : o.placement.ranks) threads += str_cat(threads.empty() ? "" : "/", r.threads);
+  }
   std::fprintf(stderr, "%s%s of WORLD_SIZE=%d, OMP_NUM_THREADS=%s, store at %s, %s\n", c.tag.c_str(),
                rank_range(c.k * c.P, c.P).c_str(), c.N * c.P, threads.c_str(), host_port(c.master, c.port).c_str(),
                rank_address(o, c).c_str());
+  if (!o.placement.summary.empty()) std::fprintf(stderr, "%s%s\n", c.tag.c_str(), o.placement.summary.c_str());
   std::fflush(stderr);
   std::vector<Child> kids = start_ranks(o, c, threads);
 

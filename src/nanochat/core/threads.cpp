@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
@@ -127,6 +129,23 @@ std::string cpu_affinity_list() {
     c = e + 1;
   }
   return out;
+}
+
+int64_t process_run_delay_ns() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/proc/self/task", ec), end;
+  if (ec) return -1;
+  int64_t total = 0;
+  bool any = false;
+  for (; it != end; it.increment(ec)) {
+    if (ec) break;
+    std::ifstream f(it->path() / "schedstat");
+    int64_t on_cpu = 0, waiting = 0;
+    if (!(f >> on_cpu >> waiting)) continue;  // the thread exited meanwhile
+    total += waiting;
+    any = true;
+  }
+  return any ? total : -1;
 }
 
 }  // namespace nanochat

@@ -52,4 +52,10 @@ std::string wait_policy_summary();
 /// The CPUs this process may run on (sched_getaffinity), as a list like "0-3,6".
 std::string cpu_affinity_list();
 
+/// Nanoseconds the threads of this process have spent runnable but waiting for a CPU (the second
+/// field of /proc/self/task/*/schedstat, summed; threads that exited no longer count), or -1 where
+/// the kernel does not report it. The difference over a step shows whether other work kept this
+/// rank's threads off their cores (core/thread_tuner.h).
+int64_t process_run_delay_ns();
+
 }  // namespace nanochat

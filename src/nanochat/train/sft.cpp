@@ -278,7 +278,7 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
          " but the tokenizer has ", tok.vocab_size(), "; use the tokenizer the model was trained with");
 
   print0("nanochat.cpp chat-sft");
-  print_device_lines(plan, tok, master);
+  print_device_lines(plan, tok, master, a.threads == 0 && num_threads() > 1);
   print0(str_cat("Base checkpoint: ", base_cp.model()));
   for (const auto& l : plan.log) print0(l);
   if (a.chatcore_every > 0)
@@ -330,6 +330,7 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
   ModelConfig saved_cfg = plan.model;
   saved_cfg.sequence_len = plan.T;  // nanochat's SFT meta records the SFT sequence length
   TrainJob job{plan, layout, tok, model, opt, stream, json(), a.resume_from_step, peak, a.profile};
+  job.adapt_threads = a.threads == 0 && num_threads() > 1;
   job.run_meta = json{{"model_config", saved_cfg.to_json()},
                       {"user_config", user},
                       {"data_stream", "one-rank"},

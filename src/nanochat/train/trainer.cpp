@@ -15,6 +15,7 @@
 #include "nanochat/core/paths.h"
 #include "nanochat/core/peak.h"
 #include "nanochat/core/profile.h"
+#include "nanochat/core/thread_tuner.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/data/verify.h"
@@ -62,6 +63,7 @@ struct TrainContext {
   json run_meta;  // meta fields that do not change during the run
   double peak_gflops = 0;
   bool profile = false;
+  bool adapt_threads = false;  // --threads not given: the count follows the measured steps (core/thread_tuner.h)
 };
 
 // One rank's run of base_train after the set-up: the loop and its parts.
@@ -197,6 +199,7 @@ class TrainLoop {
     const int64_t step = st_.step;
     prof::enable(c_.profile);
     Timer t;
+    if (c_.adapt_threads) run_delay_at_start_ = process_run_delay_ns();
     RankStep my;
     const StepShare share = sync_.begin_step(step);
     StepRows rows;
@@ -226,6 +229,7 @@ class TrainLoop {
     }
     my.opt_compute = sync_.update(sched);
     model_.params_changed();  // the update wrote the weights through the optimizer's pointers
+    if (c_.adapt_threads) adapt_threads(share, my, t);
     c_.faults.after_update(model_, sync_.rank(), step);
     my.dt = t.seconds();
     prof::enable(false);
@@ -235,6 +239,24 @@ class TrainLoop {
     log_step(stats, lrm);
     for (const std::string& note : stats.notes) print0(note);
     note_a_rank_that_slows_the_job(stats);
+  }
+
+  // Fewer threads while a step runs faster with fewer (another process keeps a core busy), more
+  // again once they measure faster (core/thread_tuner.h). Cost: this rank's compute seconds per row;
+  // a probe down only after a step whose threads waited for a CPU (their run-queue delay).
+  void adapt_threads(const StepShare& share, const RankStep& my, const Timer& step_timer) {
+    int rows = 0;
+    for (int n : share.micro_batches) rows += n;
+    const int64_t delay = process_run_delay_ns();
+    const bool contended = ThreadTuner::contended(
+        run_delay_at_start_ < 0 || delay < 0 ? -1.0 : static_cast<double>(delay - run_delay_at_start_) * 1e-9,
+        step_timer.seconds(), num_threads());
+    if (tuner_.after_step(my.compute + my.opt_compute, rows, contended)) {
+      std::printf("%sThreads: %s (--threads N fixes the count)\n",
+                  sync_.world_size() > 1 ? str_cat("rank ", sync_.rank(), ": ").c_str() : "", tuner_.change().c_str());
+      std::fflush(stdout);
+    }
+    if (tuner_.threads() != num_threads()) set_num_threads(tuner_.threads());
   }
 
   // Once, when the others alone would be faster than the whole job (measured, after warm-up).
@@ -324,6 +346,8 @@ class TrainLoop {
   double pending_data_s_ = 0;
   double progress_ = 0;  // chat-sft: the largest progress seen (nanochat's progress = max(...))
   bool noted_slow_rank_ = false;
+  ThreadTuner tuner_{num_threads(), 1, "row"};
+  int64_t run_delay_at_start_ = -1;  // process_run_delay_ns() when the step began
   double dt_ema_ = 0;
   const int64_t flops_per_token_ = model_.num_flops_per_token();
   const std::vector<int32_t> token_bytes_;
@@ -338,7 +362,7 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
                                     bool reads_data) {
   auto print0 = [master](const std::string& s) { print_if(master, s); };
   print0("nanochat.cpp base-train");
-  print_device_lines(plan, tok, master);
+  print_device_lines(plan, tok, master, a.threads == 0 && num_threads() > 1);
   for (auto& l : plan.log) print0(l);
   if (reads_data) data::check_training_shards(data_dir(), a.skip_data_check, master);  // a corrupt page stops here
   if (a.core_metric_every > 0)
@@ -374,6 +398,7 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
   const JobLayout layout = agree_on_job_layout(comm, a, plan, tok);
   TrainJob job{plan, layout, tok, model, opt, token_row_stream(tok, plan), json(), a.resume_from_step, peak_gflops,
                a.profile};
+  job.adapt_threads = a.threads == 0 && num_threads() > 1;
   job.run_meta = json{{"model_config", plan.model.to_json()},
                       {"data_stream", "one-rank"},
                       {"user_config", args_to_json(a)},
@@ -388,15 +413,16 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
 
 }  // namespace
 
-void print_device_lines(const TrainPlan& plan, const Tokenizer& tok, bool master) {
+void print_device_lines(const TrainPlan& plan, const Tokenizer& tok, bool master, bool adapt_threads) {
   auto print0 = [master](const std::string& s) { print_if(master, s); };
   print0(str_cat("Device: cpu, dtype ", compute_dtype_name(plan.dtype),
                  plan.dtype == ComputeDtype::BFloat16
                      ? " (bf16 matrix products with fp32 accumulation; fp32 weights, optimizer state and the rest)"
                      : "",
                  ", ", num_threads(), " threads per rank, world size ", plan.world_size));
-  print0(
-      str_cat("Threads: ", num_threads(), " on CPUs ", cpu_affinity_list(), "; wait policy ", wait_policy_summary()));
+  print0(str_cat("Threads: ", num_threads(), " on CPUs ", cpu_affinity_list(), "; wait policy ", wait_policy_summary(),
+                 adapt_threads ? "; fewer while the steps measure faster with fewer (a busy core), --threads N fixes the count"
+                               : ""));
   print0("Vocab size: " + with_commas(tok.vocab_size()));
   print0("Model config: " + plan.model.to_json().dump());
 }
@@ -446,6 +472,7 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
 
   TrainContext ctx{plan,    layout, job.tok, job.model,    sync,       *data, metrics, st, faults, job.run_meta,
                    job.peak_gflops, job.profile};
+  ctx.adapt_threads = job.adapt_threads;
   TrainLoop loop(ctx);
   const std::string eval_error = loop.run();
 

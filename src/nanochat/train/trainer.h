@@ -40,6 +40,7 @@ struct TrainJob {
   int64_t resume_from_step = -1;
   double peak_gflops = 1;  ///< the MFU reference (measure_and_print_peak)
   bool profile = false;
+  bool adapt_threads = false;  ///< the thread tuner may change this rank's thread count (no --threads)
 };
 
 /// Collective: the steps of `job` on this rank, from the ZeRO-2 sync's set-up to the last step's save,
@@ -51,8 +52,9 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
 /// The parameters of `model` as the optimizer takes them (names, shapes, parameter and gradient pointers).
 std::vector<OptParam> optimizer_params(GPT& model);
 
-/// Rank 0 (`master`) prints the device, threads, vocabulary and model config lines of a run's start.
-void print_device_lines(const TrainPlan& plan, const Tokenizer& tok, bool master);
+/// Rank 0 (`master`) prints the device, threads, vocabulary and model config lines of a run's start;
+/// `adapt_threads`: the threads line says the thread tuner may lower the count.
+void print_device_lines(const TrainPlan& plan, const Tokenizer& tok, bool master, bool adapt_threads = false);
 
 /// Measures this rank's peak for `dtype` (fp32 FMA or bf16 dot-product; cached in base_dir()/fma_peak.json), prints it on rank 0 and
 /// returns the reference the log's MFU is computed against.
