@@ -126,10 +126,11 @@ int count_of(const std::string& s, const std::string& needle) {
 // Starts `nanochat run` with two ranks of kLongDist (env: extra VAR=value words) under `job`,
 // output to `log`, and returns once rank 0 has logged 3 steps (fatal failure after 180 s, or if
 // the job ends first); then job.ranks holds the launcher's children.
-void start_training(const BaseDir& b, const std::string& env, const std::string& log, Job& job) {
+void start_training(const BaseDir& b, const std::string& env, const std::string& log, Job& job,
+                    const std::string& flags = kLongDist) {
   const std::string cmd = env + " NANOCHAT_BASE_DIR=" + b.dir + " exec " + NANOCHAT_BINARY +
                           " run --nproc-per-node 2 --threads-per-rank 1 --master-port " + std::to_string(free_port()) +
-                          kLongDist + " > " + log + " 2>&1";
+                          flags + " > " + log + " 2>&1";
   job.launcher = ::fork();
   ASSERT_GE(job.launcher, 0) << std::strerror(errno);
   if (job.launcher == 0) {
@@ -226,5 +227,55 @@ TEST(DistKill, FrozenRankEndsTheJobWithinTheCollectiveTimeout) {
   EXPECT_NE(out.find(expected), std::string::npos) << "expected: " << expected << "\n" << out;
   EXPECT_NE(out.find("NANOCHAT_COLLECTIVE_TIMEOUT"), std::string::npos) << out;
   EXPECT_EQ(out.find("step 02000/"), std::string::npos) << out;
+  EXPECT_TRUE(stopped(rank1) || ::kill(rank1, 0) != 0) << "the frozen rank was left behind";
+}
+
+// A frozen rank is found by the heartbeat (NANOCHAT_HEARTBEAT_TIMEOUT, here 3 s) long before the
+// collective timeout (left at its 300 s default, so only the heartbeat can end the job in time):
+// rank 0 stops the job with a message that names the frozen rank, the step and what the step
+// waited for, and what node 0 has saved (the last checkpoint, --save-every 2) with the resume flag.
+TEST(DistKill, FrozenRankIsFoundByTheHeartbeatAndTheStopNamesStepAndCheckpoint) {
+  BaseDir b("nc_dk_heartbeat");
+  const std::string log = b.dir + "/launcher.log";
+  Job job;
+  std::string flags = kLongDist;
+  flags.replace(flags.find("--save-every -1"), std::strlen("--save-every -1"), "--save-every 2");
+  start_training(b, "NANOCHAT_HEARTBEAT_TIMEOUT=3", log, job, flags);
+  if (HasFatalFailure()) return;
+  pid_t rank1 = -1;
+  for (pid_t p : job.ranks)
+    if (rank_of(p) == 1) rank1 = p;
+  ASSERT_GT(rank1, 0) << "no child of the launcher has RANK=1";
+  ASSERT_EQ(::kill(rank1, SIGSTOP), 0) << std::strerror(errno);
+  const auto frozen_at = Clock::now();
+  // heartbeat 3 s + the launcher's settle and stop (10 s for a stopped process): far below the
+  // 300 s collective timeout
+  const bool ended = job.wait_until(frozen_at + std::chrono::seconds(60));
+  if (!ended) ::kill(rank1, SIGCONT);  // let the cleanup kill it
+  ASSERT_TRUE(ended) << "the job was still running 60 s after rank 1 froze:\n" << slurp(log);
+  std::printf("the launcher exited %.2f s after rank 1 froze\n",
+              std::chrono::duration<double>(Clock::now() - frozen_at).count());
+  const std::string out = slurp(log);
+  ASSERT_TRUE(WIFEXITED(job.status)) << out;
+  EXPECT_NE(WEXITSTATUS(job.status), 0) << out;
+  const std::string frozen = "rank 1 (host " + this_host() + ", pid " + std::to_string(rank1) +
+                             ") stopped answering its heartbeat for ";
+  EXPECT_NE(out.find(frozen), std::string::npos) << "expected: " << frozen << "\n" << out;
+  EXPECT_NE(out.find("NANOCHAT_HEARTBEAT_TIMEOUT 3.0 s"), std::string::npos) << out;
+  // the step and the operation it waited in, and no sign of the collective timeout
+  EXPECT_NE(out.find("the job stopped in step "), std::string::npos) << out;
+  EXPECT_NE(out.find("(collective #"), std::string::npos) << out;
+  EXPECT_EQ(out.find("within the collective timeout"), std::string::npos) << out;
+  // what node 0 holds: the checkpoints of --save-every 2 are on disk, the message names the last
+  const size_t at = out.find("The last checkpoint is step ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const long last = std::atol(out.c_str() + at + std::strlen("The last checkpoint is step "));
+  EXPECT_GE(last, 2) << out;
+  EXPECT_EQ(last % 2, 0) << out;
+  EXPECT_TRUE(fs::exists(b.ckpt() + "/model_" + std::string(6 - std::to_string(last).size(), '0') +
+                         std::to_string(last) + ".safetensors"))
+      << "the checkpoint the message names is not in " << b.ckpt() << "\n"
+      << out;
+  EXPECT_NE(out.find("--resume-from-step " + std::to_string(last)), std::string::npos) << out;
   EXPECT_TRUE(stopped(rank1) || ::kill(rank1, 0) != 0) << "the frozen rank was left behind";
 }

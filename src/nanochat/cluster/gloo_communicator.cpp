@@ -93,6 +93,7 @@ class GlooWork final : public Work {
   void wait() override {
     std::unique_lock<std::mutex> lk(st_->mu);
     st_->cv.wait(lk, [&] { return st_->done; });
+    if (st_->lost_peer >= 0) throw PeerLost(st_->error, st_->lost_peer);
     if (!st_->error.empty()) throw Error(st_->error);
   }
 
@@ -100,11 +101,12 @@ class GlooWork final : public Work {
   std::shared_ptr<OpState> st_;
 };
 
-void finish(OpState& st, std::string error) {
+void finish(OpState& st, std::string error, int lost_peer = -1) {
   {
     std::lock_guard<std::mutex> lk(st.mu);
     st.done = true;
     st.error = std::move(error);
+    st.lost_peer = lost_peer;
   }
   st.cv.notify_all();
 }
@@ -264,8 +266,25 @@ int GlooCommunicator::Impl::silent_peer(const std::string& gloo_msg) const {
   return -1;
 }
 
-std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std::string& gloo_msg) {
+std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std::string& gloo_msg, int* lost_peer) {
   const int W = env.world_size;
+  *lost_peer = -1;
+  {
+    std::lock_guard<std::mutex> lk(qmu);
+    if (!lost.empty()) *lost_peer = lost_rank;
+  }
+  if (*lost_peer >= 0) {  // the heartbeat found a peer gone: that is why this operation failed
+    std::string msg;
+    {
+      std::lock_guard<std::mutex> lk(qmu);
+      msg = str_cat(me(), ": ", what, " failed: ", lost);
+    }
+    try {
+      store->set(str_cat("error/", job_rank[env.rank]), msg);  // the other ranks quote it
+    } catch (const std::exception&) {
+    }
+    return msg;
+  }
   bool store_ok = true;
   try {
     store->set(str_cat("error/", job_rank[env.rank]), str_cat(me(), ": ", what, " failed: ", gloo_msg));
@@ -275,6 +294,7 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
   // Ranks whose store connection dropped without a goodbye and that reported no error of their
   // own died first (killed or crashed); ranks that reported an error failed because of something.
   std::vector<std::string> dead;
+  std::vector<int> dead_ranks;
   std::vector<std::string> errors;
   if (store_ok) {
     // A killed peer's store connection drops at the same moment as its Gloo sockets; give the
@@ -283,12 +303,16 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
     try {
       for (;;) {
         dead.clear();
+        dead_ranks.clear();
         errors.clear();
         for (int j = 0; j < W; ++j) {
           if (j == env.rank) continue;
           auto e = store->try_get(str_cat("error/", job_rank[j]));
           if (e) errors.push_back(*e);
-          if (auto v = store->try_get(str_cat("dead/", job_rank[j])); v && !e) dead.push_back(*v);
+          if (auto v = store->try_get(str_cat("dead/", job_rank[j])); v && !e) {
+            dead.push_back(*v);
+            dead_ranks.push_back(j);
+          }
         }
         if (!dead.empty() || Clock::now() >= until) break;
         std::this_thread::sleep_for(Ms(50));
@@ -299,6 +323,7 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
   }
   std::string msg = str_cat(me(), ": ", what, " failed: ");
   if (!dead.empty()) {
+    *lost_peer = dead_ranks[0];
     for (size_t i = 0; i < dead.size(); ++i) msg += (i ? "; " : "") + dead[i];
     msg += dead.size() == 1 ? " has died (killed or crashed: its connection to the store dropped)"
                             : " have died (killed or crashed: their connections to the store dropped)";
@@ -344,18 +369,24 @@ void GlooCommunicator::Impl::run_thread() {
       }
       if (!broken.empty()) {
         std::string b = broken;
+        const int peer = broken_peer;
         lk.unlock();
-        finish(*t.st, str_cat(me(), ": ", t.what, " cannot run: the communicator failed earlier: ", b));
+        finish(*t.st, str_cat(me(), ": ", t.what, " cannot run: the communicator failed earlier: ", b), peer);
         continue;
       }
     }
     std::string err;
+    int lost_peer = -1;
     try {
+      {
+        std::lock_guard<std::mutex> lk(qmu);
+        if (!lost.empty()) throw Error("a peer was lost before this operation started");  // diagnose names it
+      }
       t.fn();
     } catch (const Error& e) {
-      err = diagnose(t.what, e.what());
+      err = diagnose(t.what, e.what(), &lost_peer);
     } catch (const std::exception& e) {
-      err = diagnose(t.what, clean_gloo_message(e.what()));
+      err = diagnose(t.what, clean_gloo_message(e.what()), &lost_peer);
     }
     if (!err.empty()) {
       try {
@@ -364,8 +395,9 @@ void GlooCommunicator::Impl::run_thread() {
       }
       std::lock_guard<std::mutex> lk(qmu);
       broken = err;
+      broken_peer = lost_peer;
     }
-    finish(*t.st, err);
+    finish(*t.st, err, lost_peer);
   }
 }
 
@@ -498,6 +530,7 @@ GlooCommunicator::GlooCommunicator(const DistEnv& env, const DistOptions& option
   SigpipeBlock no_sigpipe;  // Gloo's threads created here inherit the blocked SIGPIPE
   impl_->rendezvous();
   start_thread();
+  if (env.world_size > 1) impl_->start_heartbeat();
 }
 
 GlooCommunicator::GlooCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { start_thread(); }
@@ -513,6 +546,7 @@ void GlooCommunicator::start_thread() {
 }
 
 GlooCommunicator::~GlooCommunicator() {
+  impl_->heartbeat.reset();  // says goodbye: the other ranks do not report this one as lost
   {
     std::lock_guard<std::mutex> lk(impl_->qmu);
     impl_->stopping = true;

@@ -53,7 +53,8 @@ json args_to_json(const BaseTrainArgs& a) {
               {"seed", a.seed},
               {"check_replicas_every", a.check_replicas_every},
               {"balance", a.balance},
-              {"local_data", a.local_data}};
+              {"local_data", a.local_data},
+              {"copy_state_every", a.copy_state_every}};
 }
 
 namespace {

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "nanochat/comm/communicator.h"
@@ -84,22 +86,59 @@ class TrainLoop {
         y_(x_.size()) {}
 
   // Steps until num_iterations (nanochat base_train.py's while loop); the last step is saved and
-  // evaluated. Returns the final evaluation's error ("" = none).
+  // evaluated. Returns the final evaluation's error ("" = none). A peer that leaves the job (it
+  // died, froze or was cut off: PeerLost) stops it with a message that names the step, what the
+  // step was doing and what is saved.
   std::string run() {
+    try {
+      return run_steps();
+    } catch (const PeerLost& e) {
+      c_.metrics.record({{"step", st_.step},
+                         {"membership", str_cat("rank ", e.peer(), " left")},
+                         {"reason", e.what()},
+                         {"world_size", sync_.world_size()},
+                         {"world_size_after", 0}});
+      std::string copy_error;
+      if (copied_ > last_saved_) try {  // rank 0: node 0's copy is newer than the last checkpoint
+          if (sync_.save_copy(plan_.checkpoint_dir) == copied_) last_saved_ = copied_;
+        } catch (const std::exception& s) {
+          copy_error = str_cat(" (node 0 could not save its copy of step ", copied_, ": ", s.what(), ")");
+        }
+      fail(peer_lost_message(e), copy_error);
+    }
+  }
+
+  std::string run_steps() {
     for (;;) {
       const int64_t step = st_.step;
       const bool last = step == plan_.num_iterations;
       const bool in_sync = sync_.in_sync(step);
       const bool save_now = in_sync && plan_.cadence.save_at(step, last);
       // 1. the replicas are still identical (and a checkpoint never stores one rank's fault)
+      phase_ = "comparing the replicas";
       if (in_sync && plan_.cadence.check_replicas_at(step, save_now)) sync_.check_replicas(step);
       if (last) return finish_last_step();
       // 2. val bpb and samples, 3. checkpoint, 4. one optimizer step
+      phase_ = "evaluating";
       if (in_sync) evaluate_and_sample(false);
+      phase_ = "saving the checkpoint";
       if (save_now) save();
+      phase_ = "training the step";
       train_step();
       ++st_.step;
+      keep_copy_if_due();
     }
+  }
+
+  // Node 0 keeps the job's state at this step boundary (--copy-state-every): a node lost later
+  // costs no step before it.
+  void keep_copy_if_due() {
+    if (!plan_.cadence.copy_at(st_.step) || !sync_.in_sync(st_.step) || st_.step >= plan_.num_iterations) return;
+    LoopState s = st_;
+    s.loader_state = loader_state_;
+    phase_ = "sending node 0 the copy of the job's state";
+    sync_.keep_copy(c_.run_meta, s);
+    copied_ = st_.step;
   }
 
   double profiled_seconds() const { return profiled_seconds_; }
@@ -111,6 +150,31 @@ class TrainLoop {
   void save() {
     st_.loader_state = loader_state_;
     sync_.save(plan_.checkpoint_dir, c_.run_meta, st_, c_.faults);
+    last_saved_ = st_.step;
+  }
+
+  // Why the job stops, on every rank: the step and what it was doing, the lost peer (e), and what
+  // node 0 holds: the last checkpoint (the steps after it are lost) and the command that resumes.
+  std::string peer_lost_message(const PeerLost& e) const {
+    const int64_t step = st_.step;
+    // a worker cannot see node 0's disk: it says what node 0 saves (its copy, when newer)
+    const int64_t on_disk = sync_.rank() == 0 ? last_saved_ : std::max(last_saved_, copied_);
+    std::string saved;
+    if (on_disk >= 0)
+      saved = str_cat("The last checkpoint is step ", on_disk, " in node 0's ", plan_.checkpoint_dir,
+                      step > on_disk ? str_cat(" (", step - on_disk, step - on_disk == 1 ? " step" : " steps",
+                                                " trained since then lost)")
+                                     : " (the last completed step: nothing trained is lost)",
+                      "; to continue, run the same command on every node that is still here, with --nnodes "
+                      "set to their number and --resume-from-step ",
+                      on_disk, " (the optimizer state is dealt to any number of ranks)");
+    else
+      saved = str_cat("No checkpoint of this run was saved yet (--save-every ",
+                      plan_.cadence.save_every > 0 ? std::to_string(plan_.cadence.save_every) : std::string("-1"),
+                      "): the ", step, " steps trained are lost; with --save-every N a lost node costs at most N steps, "
+                      "with --copy-state-every N too but without writing files (node 0 keeps a copy in memory)");
+    return str_cat("the job stopped in step ", step, " of ", plan_.num_iterations, " (", phase_, ") because a node left: ",
+                   e.what(), ". ", saved);
   }
 
   // The last step is saved BEFORE the final evaluation: a failure there (or a rank lost during
@@ -300,6 +364,9 @@ class TrainLoop {
   LoopState& st_;
   json loader_state_ = c_.data.initial_state();  // after the last step trained
   bool noted_slow_rank_ = false;
+  int64_t last_saved_ = c_.plan.cadence.resume_step;  // the last step on disk (-1: none)
+  int64_t copied_ = -1;                               // the step node 0 last copied (keep_copy)
+  const char* phase_ = "starting";                    // what the loop is doing, for a failure's message
   double dt_ema_ = 0;
   const int64_t flops_per_token_ = model_.num_flops_per_token();
   const std::vector<int32_t> token_bytes_;
@@ -397,6 +464,33 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
   if (!eval_error.empty()) fail("the final evaluation failed after the weights were saved: ", eval_error);
 }
 
+// While it lives, a lost peer (Communicator::on_peer_lost) reaches the data feed, so that a wait
+// for rank 0's frames, or rank 0's send to the lost rank, ends at once. The communicator outlives
+// the feed: the hook holds a state this guard empties.
+class FeedLossHook {
+ public:
+  FeedLossHook(Communicator& comm, DataFeed& feed) : s_(std::make_shared<State>()) {
+    s_->feed = &feed;
+    comm.on_peer_lost([s = s_](int peer, const std::string& why) {
+      std::lock_guard<std::mutex> lk(s->mu);
+      if (s->feed) s->feed->peer_lost(peer, why);
+    });
+  }
+  ~FeedLossHook() {
+    std::lock_guard<std::mutex> lk(s_->mu);
+    s_->feed = nullptr;
+  }
+  FeedLossHook(const FeedLossHook&) = delete;
+  FeedLossHook& operator=(const FeedLossHook&) = delete;
+
+ private:
+  struct State {
+    std::mutex mu;
+    DataFeed* feed = nullptr;
+  };
+  std::shared_ptr<State> s_;
+};
+
 }  // namespace
 
 void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks hooks) {
@@ -409,6 +503,7 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
   hooks.fault = test_fault_from_env();
   const std::unique_ptr<FaultInjector> faults = make_fault_injector(hooks);
   DataFeed feed = open_data_feed(comm, a.local_data);
+  const FeedLossHook feed_loss(comm, feed);
   try {
     train(a, comm, *faults, feed);
   } catch (const std::exception& e) {

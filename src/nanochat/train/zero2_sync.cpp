@@ -1,5 +1,6 @@
 #include "nanochat/train/zero2_sync.h"
 
+#include <cstdio>
 #include <functional>
 
 #include "nanochat/comm/communicator.h"
@@ -105,6 +106,19 @@ void Zero2Sync::sum_over_ranks(double* v, size_t n) {
 void Zero2Sync::save(const std::string& dir, const nlohmann::json& run_meta, const LoopState& state,
                      const FaultInjector& faults) {
   save_checkpoint(comm_, dir, model_, opt_, run_meta, state, faults);
+}
+
+void Zero2Sync::keep_copy(const nlohmann::json& run_meta, const LoopState& state) {
+  if (world_size() > 1) copy_checkpoint_state(comm_, model_, opt_, run_meta, state, &copy_);
+}
+
+int64_t Zero2Sync::save_copy(const std::string& dir) {
+  if (rank() != 0 || copy_.step < 0) return -1;
+  const CheckpointPaths cp = write_job_state_copy(dir, model_, copy_);
+  std::printf("Saved checkpoint %s (node 0's copy of the job's state at step %lld)\n", cp.model().c_str(),
+              static_cast<long long>(copy_.step));
+  std::fflush(stdout);
+  return copy_.step;
 }
 
 LoopState Zero2Sync::resume(const TrainPlan& plan, int64_t step) {
