@@ -15,7 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include "nanochat/core/safetensors.h"
+#include "nanochat/train/checkpoint.h"
 #include "support/cli_util.h"
+#include "support/weights_compare.h"
 
 using namespace nctest;
 
@@ -278,4 +281,69 @@ TEST(DistKill, FrozenRankIsFoundByTheHeartbeatAndTheStopNamesStepAndCheckpoint) 
       << out;
   EXPECT_NE(out.find("--resume-from-step " + std::to_string(last)), std::string::npos) << out;
   EXPECT_TRUE(stopped(rank1) || ::kill(rank1, 0) != 0) << "the frozen rank was left behind";
+}
+
+// With --copy-state-every 1, a rank killed mid-run costs no completed step: node 0 writes its copy
+// of the job's state as a checkpoint, and that checkpoint holds the same weights and optimizer
+// state as an uninterrupted run's checkpoint of the same step (--balance even: the same split,
+// so the same sums; held to the world-size tests' tolerance).
+TEST(DistKill, KilledRankCostsNoCompletedStepWithTheStateCopy) {
+  BaseDir b("nc_dk_copy");
+  const std::string log = b.dir + "/launcher.log";
+  auto with = [](const std::string& from, const std::string& to) {
+    std::string f = kLongDist;
+    f.replace(f.find(from), from.size(), to);
+    return f + " --balance even";
+  };
+  int64_t step = -1;
+  {
+    Job job;
+    start_training(b, "", log, job, with("--save-every -1", "--save-every -1 --copy-state-every 1"));
+    if (HasFatalFailure()) return;
+    pid_t rank1 = -1;
+    for (pid_t p : job.ranks)
+      if (rank_of(p) == 1) rank1 = p;
+    ASSERT_GT(rank1, 0);
+    ASSERT_EQ(::kill(rank1, SIGKILL), 0) << std::strerror(errno);
+    ASSERT_TRUE(job.wait_until(Clock::now() + std::chrono::seconds(30))) << slurp(log);
+    const std::string out = slurp(log);
+    const std::string said = "The last checkpoint is step ";
+    const size_t at = out.find(said);
+    ASSERT_NE(at, std::string::npos) << out;
+    step = std::atol(out.c_str() + at + said.size());
+    ASSERT_GE(step, 3) << out;
+    EXPECT_NE(out.find("(node 0's copy of the job's state at step " + std::to_string(step) + ")"), std::string::npos)
+        << out;
+    // the step in progress, or at most the one before it when the kill met the copy itself
+    const std::string stopped_in = "the job stopped in step ";
+    const size_t in = out.find(stopped_in);
+    ASSERT_NE(in, std::string::npos) << out;
+    const long current = std::atol(out.c_str() + in + stopped_in.size());
+    EXPECT_LE(current - step, 1) << out;
+  }
+  const nanochat::CheckpointPaths copy{b.ckpt(), step};
+  ASSERT_TRUE(fs::exists(copy.marker())) << "no complete checkpoint of step " << step;
+  const std::string kept = b.dir + "/from_copy";
+  fs::create_directories(kept);
+  for (const std::string& f : {copy.model(), copy.optim(0), copy.optim(1)})
+    fs::copy_file(f, kept + "/" + fs::path(f).filename().string());
+  fs::remove_all(b.ckpt());
+
+  // the uninterrupted run, saving every step, stopped once step `step` is on disk
+  {
+    Job job;
+    start_training(b, "", b.dir + "/reference.log", job, with("--save-every -1", "--save-every 1"));
+    if (HasFatalFailure()) return;
+    const auto deadline = Clock::now() + std::chrono::seconds(120);
+    while (!fs::exists(copy.marker()) && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(fs::exists(copy.marker())) << slurp(b.dir + "/reference.log");
+  }
+  for (const std::string& f : {copy.model(), copy.optim(0), copy.optim(1)}) {
+    const double d =
+        nctest::max_rel_diff(nanochat::load_safetensors(f),
+                             nanochat::load_safetensors(kept + "/" + fs::path(f).filename().string()));
+    std::printf("%s: max relative difference %.3g\n", fs::path(f).filename().string().c_str(), d);
+    EXPECT_LE(d, 1e-4) << f;
+  }
 }

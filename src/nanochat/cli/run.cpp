@@ -22,6 +22,7 @@ struct RunArgs {
   cluster::LaunchOptions launch;
   double rendezvous_timeout_s = 0;
   double grace_s = 10;
+  double heartbeat_timeout_s = -1;  // -1: NANOCHAT_HEARTBEAT_TIMEOUT, else 10
   std::string port_range;
   bool standalone = false;
 };
@@ -105,6 +106,11 @@ void register_run(CLI::App& app) {
   sub->add_option("--port-range", args->port_range,
                   "A-B: the ports the ranks' Gloo connections listen on (local rank i uses A+i; default "
                   "NANOCHAT_PORT_RANGE, else ephemeral ports); open them in every node's firewall");
+  sub->add_option("--heartbeat-timeout", args->heartbeat_timeout_s,
+                  "seconds without a heartbeat after which a rank counts as gone (frozen: a machine asleep, a process "
+                  "stopped; or cut off), ending the wait for it (default NANOCHAT_HEARTBEAT_TIMEOUT, else 10; 0 = "
+                  "no heartbeat, a frozen rank is then found at the collective timeout)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_flag("--standalone", args->standalone, "torchrun's one-node job (the default here; refuses --nnodes > 1)");
   sub->add_option("--grace", args->grace_s, "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str();
@@ -121,6 +127,8 @@ void register_run(CLI::App& app) {
       L.rendezvous_timeout = *d.resolved().rendezvous_timeout;
     }
     L.grace = cluster::Ms(static_cast<long>(args->grace_s * 1000));
+    if (args->heartbeat_timeout_s >= 0)  // the ranks inherit it (cluster/heartbeat.h)
+      ::setenv("NANOCHAT_HEARTBEAT_TIMEOUT", std::to_string(args->heartbeat_timeout_s).c_str(), 1);
     if (!args->port_range.empty()) {
       const auto pr = cluster::parse_port_range(args->port_range, "--port-range");
       ::setenv("NANOCHAT_PORT_RANGE", pr.str().c_str(), 1);  // the ranks inherit it

@@ -510,7 +510,11 @@ void Supervisor::escalate() {
 
 void Supervisor::signal_live(int sig) {
   for (auto& c : kids_)
-    if (!c.exited) ::kill(-c.pid, sig);
+    if (!c.exited) {
+      ::kill(-c.pid, sig);
+      // a stopped rank (SIGSTOP, Ctrl-Z) acts on SIGTERM only once it runs again
+      if (sig == SIGTERM) ::kill(-c.pid, SIGCONT);
+    }
 }
 
 void Supervisor::start_stopping() {
