@@ -562,6 +562,8 @@ int GlooCommunicator::world_size() const { return impl_->env.world_size; }
 Store& GlooCommunicator::store() { return *impl_->store; }
 const std::vector<PeerInfo>& GlooCommunicator::peers() const { return impl_->peers; }
 const DeviceChoice& GlooCommunicator::device() const { return impl_->dev_choice; }
+const DistEnv& GlooCommunicator::env() const { return impl_->env; }
+const DistOptions& GlooCommunicator::options() const { return impl_->opts; }
 std::string GlooCommunicator::describe_rank(int r) const { return impl_->rank_desc(r); }
 
 WorkPtr GlooCommunicator::all_reduce_sum(float* data, size_t n) {

@@ -81,6 +81,10 @@ class GlooCommunicator final : public Communicator {
   const std::vector<PeerInfo>& peers() const;
   /// The device this rank bound.
   const DeviceChoice& device() const;
+  /// Where this rank sits (rank and world size of this communicator) and its resolved options
+  /// (generation: the store prefix "nc/g<k>/").
+  const DistEnv& env() const;
+  const DistOptions& options() const;
   /// "rank R (host H)".
   std::string describe_rank(int r) const;
 

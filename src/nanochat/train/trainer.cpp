@@ -26,6 +26,8 @@
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/balance.h"
+#include "nanochat/cluster/env.h"
+#include "nanochat/train/elastic.h"
 #include "nanochat/train/eval.h"
 #include "nanochat/train/job_checkpoint.h"
 #include "nanochat/train/job_layout.h"
@@ -70,6 +72,7 @@ struct TrainContext {
   json run_meta;  // meta fields that do not change during the run
   double peak_gflops = 0;
   bool profile = false;
+  bool elastic = false;  // a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
 };
 
 // One rank's run of base_train after the set-up: the loop and its parts.
@@ -93,17 +96,21 @@ class TrainLoop {
     try {
       return run_steps();
     } catch (const PeerLost& e) {
-      c_.metrics.record({{"step", st_.step},
-                         {"membership", str_cat("rank ", e.peer(), " left")},
-                         {"reason", e.what()},
-                         {"world_size", sync_.world_size()},
-                         {"world_size_after", 0}});
+      if (!c_.elastic)  // an elastic job records the change once the survivors are known
+        c_.metrics.record({{"step", st_.step},
+                           {"membership", str_cat("rank ", e.peer(), " left")},
+                           {"reason", e.what()},
+                           {"world_size", sync_.world_size()},
+                           {"world_size_after", 0}});
       std::string copy_error;
       if (copied_ > last_saved_) try {  // rank 0: node 0's copy is newer than the last checkpoint
           if (sync_.save_copy(plan_.checkpoint_dir) == copied_) last_saved_ = copied_;
         } catch (const std::exception& s) {
           copy_error = str_cat(" (node 0 could not save its copy of step ", copied_, ": ", s.what(), ")");
         }
+      if (c_.elastic && copy_error.empty())  // the others regroup and go on (train/elastic.h)
+        throw RankLeft(str_cat("step ", st_.step, " (", phase_, ") was interrupted: ", e.what()), e.peer(), st_.step,
+                       sync_.rank() == 0 ? last_saved_ : -1);
       fail(peer_lost_message(e), copy_error);
     }
   }
@@ -402,7 +409,8 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
   return peak.reference;
 }
 
-void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed) {
+void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed,
+           const Rejoined* rejoined, bool elastic) {
   const int rank = comm.rank(), W = comm.world_size();
   const bool master = rank == 0;
   auto print0 = [master](const std::string& s) { print_if(master, s); };
@@ -442,7 +450,13 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
                    plan.balance == BalanceMode::Even ? "evenly" : "by measured speed", "; device batch per rank: ",
                    json(layout.device_batches).dump(), "; first split ", split_percentages(sync.next_split())));
 
-  TrainContext ctx{plan, layout, tok, model, sync, *data, metrics, st, faults, json(), peak_gflops, a.profile};
+  if (rejoined) {  // a regrouped elastic job: who left, and how long it took to go on
+    json note = rejoined->note;
+    note["recovery_s"] = rejoined->since.seconds();
+    print0(str_cat(rejoined->line, "; training again ", fixed(rejoined->since.seconds(), 1), " s after it was found gone"));
+    metrics.record(note);
+  }
+  TrainContext ctx{plan, layout, tok, model, sync, *data, metrics, st, faults, json(), peak_gflops, a.profile, elastic};
   ctx.run_meta = json{{"model_config", plan.model.to_json()},
                       {"data_stream", "one-rank"},
                       {"user_config", args_to_json(a)},
@@ -502,10 +516,21 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
   if (a.threads > 0) set_num_threads(a.threads);
   hooks.fault = test_fault_from_env();
   const std::unique_ptr<FaultInjector> faults = make_fault_injector(hooks);
+  const long min_world = cluster::env_int("NANOCHAT_MIN_WORLD_SIZE").value_or(0);  // nanochat run --nnodes MIN:MAX
+  if (min_world > 0 && comm.world_size() > 1)
+    run_elastic(a, comm, *faults, static_cast<int>(min_world));
+  else
+    run_generation(a, comm, *faults, nullptr, false);
+}
+
+void run_generation(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, const Rejoined* rejoined,
+                    bool elastic) {
   DataFeed feed = open_data_feed(comm, a.local_data);
   const FeedLossHook feed_loss(comm, feed);
   try {
-    train(a, comm, *faults, feed);
+    train(a, comm, faults, feed, rejoined, elastic);
+  } catch (const RankLeft&) {
+    throw;  // the workers that remain go on with node 0 (train/elastic.h)
   } catch (const std::exception& e) {
     feed.tell_workers(e.what());  // every node then shows node 0's error
     throw;
