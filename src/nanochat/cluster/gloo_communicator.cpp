@@ -296,6 +296,7 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
   std::vector<std::string> dead;
   std::vector<int> dead_ranks;
   std::vector<std::string> errors;
+  std::string lost_elsewhere;  // another rank's heartbeat found a peer gone (peer_lost's key)
   if (store_ok) {
     // A killed peer's store connection drops at the same moment as its Gloo sockets; give the
     // store a moment to apply its last will.
@@ -306,6 +307,10 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
         dead_ranks.clear();
         errors.clear();
         for (int j = 0; j < W; ++j) {
+          if (auto l = store->try_get(str_cat("lost/", job_rank[j])); l && *lost_peer < 0) {
+            *lost_peer = j;
+            lost_elsewhere = *l;
+          }
           if (j == env.rank) continue;
           auto e = store->try_get(str_cat("error/", job_rank[j]));
           if (e) errors.push_back(*e);
@@ -314,7 +319,7 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
             dead_ranks.push_back(j);
           }
         }
-        if (!dead.empty() || Clock::now() >= until) break;
+        if (!dead.empty() || *lost_peer >= 0 || Clock::now() >= until) break;
         std::this_thread::sleep_for(Ms(50));
       }
     } catch (const std::exception&) {
@@ -322,7 +327,9 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
     }
   }
   std::string msg = str_cat(me(), ": ", what, " failed: ");
-  if (!dead.empty()) {
+  if (*lost_peer >= 0 && dead.empty()) {
+    msg += lost_elsewhere;
+  } else if (!dead.empty()) {
     *lost_peer = dead_ranks[0];
     for (size_t i = 0; i < dead.size(); ++i) msg += (i ? "; " : "") + dead[i];
     msg += dead.size() == 1 ? " has died (killed or crashed: its connection to the store dropped)"

@@ -71,13 +71,20 @@ void GlooCommunicator::Impl::peer_lost(int r, const std::string& why) {
   }
   std::fprintf(stderr, "%s: %s\n", me().c_str(), msg.c_str());
   std::fflush(stderr);
+  if (r != env.rank) try {  // the ranks whose operations fail because of this one name the lost rank too
+      store->set(str_cat("lost/", job_rank[r]), msg);
+    } catch (const std::exception&) {
+    }
   bool ended = false;
-  try {
-    if (ctx && r != env.rank && r < ctx->size) ended = fail_pair(ctx->getPair(r).get(), msg);
-  } catch (const std::exception&) {
-    // the pair had failed already: its waits end anyway
+  for (int i = 0; ctx && i < ctx->size; ++i) {
+    if (i == env.rank || (r != env.rank && i != r)) continue;  // this rank itself is out: every pair
+    try {
+      ended = fail_pair(ctx->getPair(i).get(), msg) || ended;
+    } catch (const std::exception&) {
+      // the pair had failed already: its waits end anyway
+    }
   }
-  if (!ended && r != env.rank)
+  if (!ended)
     std::fprintf(stderr, "%s: the wait for it ends at the collective timeout (%ld s)\n", me().c_str(),
                  static_cast<long>(coll_timeout.count() / 1000));
   for (auto& h : hooks) h(r, msg);

@@ -68,6 +68,12 @@ bool Heartbeat::beat_and_watch() {
     }
     client_->set(str_cat(prefix_, "hb/", rank_), std::to_string(++beats_));
     const auto now = Clock::now();
+    // This rank was found gone by another (it was frozen, and the others went on): it is out.
+    if (!self_reported_)
+      if (auto why = client_->try_get(str_cat(prefix_, "lost/", rank_))) {
+        self_reported_ = true;
+        on_lost_(rank_, str_cat("was found gone by another rank while it did not answer: ", *why));
+      }
     for (int j = 0; j < world_; ++j) {
       const size_t i = static_cast<size_t>(j);
       if (done_[i]) continue;

@@ -9,7 +9,9 @@
 // (timeout / 10, between 100 ms and 1 s) it sets `hb/<rank>` to a new counter and reads every
 // other rank's counter and its last will `dead/<rank>`. A peer is lost when its counter has not
 // changed for `timeout` (frozen or cut off) or its will fired (died); a peer that said goodbye
-// (`hb/<rank>` = "left", set by the destructor) is never reported. When the store itself does not
+// (`hb/<rank>` = "left", set by the destructor) is never reported. A rank that another rank found
+// gone (key `lost/<rank>`, set by the communicator: it was frozen and woke up) reports itself, so
+// that it stops at once. When the store itself does not
 // answer for `timeout`, node 0 (which hosts it) is reported as lost under rank 0. Each lost rank is
 // reported once, from the heartbeat's thread.
 //
@@ -63,6 +65,7 @@ class Heartbeat {
   std::vector<Clock::time_point> since_;  // when it last changed
   std::vector<bool> done_;                // reported or left
   int64_t beats_ = 0;
+  bool self_reported_ = false;  // this rank's own `lost/<rank>` key was seen
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
