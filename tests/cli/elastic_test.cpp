@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -99,4 +100,119 @@ TEST(Elastic, AKilledNodeLeavesAndTheOthersEndWhereTheUninterruptedRunEnds) {
       max_rel_diff(nanochat::load_safetensors(n0.ckpt() + "/model_000010.safetensors"), elastic, /*verbose=*/true);
   std::printf("elastic run vs uninterrupted: max relative difference %.3g\n", d);
   EXPECT_LE(d, 1e-4);
+}
+
+namespace {
+
+// A `nanochat run` started in the background with its output in a file; killed (its process
+// group: the launcher and its rank) on destruction if still running.
+struct BackgroundNode {
+  pid_t pid = -1;
+  int status = -1;
+  std::string log;
+  BackgroundNode(const std::string& dir, const std::string& args, const std::string& env, const std::string& log_path)
+      : log(log_path) {
+    const std::string cmd = "NANOCHAT_BASE_DIR=" + dir + " " + env + " exec " + NANOCHAT_BINARY + args + " > " + log + " 2>&1";
+    pid = ::fork();
+    if (pid == 0) {
+      ::setpgid(0, 0);  // its own group: the test can freeze the whole node
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    ::setpgid(pid, pid);
+  }
+  bool wait_until(std::chrono::steady_clock::time_point deadline) {
+    while (status < 0) {
+      int st = 0;
+      if (::waitpid(pid, &st, WNOHANG) == pid) {
+        status = st;
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return true;
+  }
+  // The launcher's ranks (each in its own process group), from /proc.
+  std::vector<pid_t> ranks() const {
+    std::vector<pid_t> out;
+    std::istringstream in(slurp("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children"));
+    for (pid_t c; in >> c;) out.push_back(c);
+    return out;
+  }
+  // SIGSTOP / SIGCONT to the launcher and its ranks: the whole node (a laptop asleep or awake).
+  void signal_node(int sig) {
+    for (pid_t r : ranks()) ::kill(r, sig);
+    ::kill(-pid, sig);
+  }
+  ~BackgroundNode() {
+    if (pid > 0 && status < 0) {
+      for (pid_t r : ranks())
+        if (slurp("/proc/" + std::to_string(r) + "/comm").rfind("nanochat", 0) == 0) {
+          ::kill(r, SIGCONT);
+          ::kill(r, SIGKILL);
+        }
+      ::kill(-pid, SIGCONT);
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+  }
+};
+
+}  // namespace
+
+// A node that freezes (SIGSTOP to its launcher and rank: a laptop whose lid closed) is found by the
+// heartbeat; the other two regroup and finish the run. When it wakes after they went on, it is told
+// so and exits; it never joins the new group.
+TEST(Elastic, AFrozenNodeIsLeftBehindAndToldSoWhenItWakes) {
+  BaseDir n0("nc_elf_node0");
+  EmptyDir n1("nc_elf_node1"), n2("nc_elf_node2");
+  const std::string common =
+      " run --nnodes 2:3 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
+      " --heartbeat-timeout 3 --master-port " +
+      std::to_string(test_port());
+  std::string flags = kElastic;
+  flags.replace(flags.find("--num-iterations 10"), std::strlen("--num-iterations 10"), "--num-iterations 150");
+  std::vector<std::unique_ptr<BackgroundNode>> nodes;
+  const std::vector<std::string> dirs{n0.dir, n1.dir, n2.dir};
+  for (int k = 0; k < 3; ++k)
+    nodes.push_back(std::make_unique<BackgroundNode>(dirs[k], common + " --node-rank " + std::to_string(k) + flags,
+                                                     "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
+                                                     n0.dir + "/node" + std::to_string(k) + ".log"));
+  const auto start = std::chrono::steady_clock::now();
+  while (count_of(slurp(nodes[0]->log), "] step ") < 5) {
+    ASSERT_LT(std::chrono::steady_clock::now(), start + std::chrono::seconds(120)) << slurp(nodes[0]->log);
+    ASSERT_FALSE(nodes[0]->wait_until(std::chrono::steady_clock::now())) << slurp(nodes[0]->log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(nodes[2]->ranks().empty()) << "node 2's launcher has no rank";
+  nodes[2]->signal_node(SIGSTOP);
+  // the others go on: wait for the regroup line (heartbeat 3 s, then seconds), bounded
+  const auto frozen = std::chrono::steady_clock::now();
+  while (slurp(nodes[0]->log).find("Rank 2 left the job") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), frozen + std::chrono::seconds(90)) << slurp(nodes[0]->log);
+    ASSERT_FALSE(nodes[0]->wait_until(std::chrono::steady_clock::now())) << slurp(nodes[0]->log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::printf("the job went on %.1f s after node 2 froze\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen).count());
+  // node 2 wakes while the others train: it must stop, saying it was left behind
+  nodes[2]->signal_node(SIGCONT);
+  ASSERT_TRUE(nodes[2]->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(60)))
+      << slurp(nodes[2]->log);
+  const std::string out2 = slurp(nodes[2]->log);
+  EXPECT_NE(out2.find("the job went on without this rank"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("this node left the job, which went on without it"), std::string::npos) << out2;
+  // the two others finish the run
+  ASSERT_TRUE(nodes[0]->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(240)))
+      << slurp(nodes[0]->log);
+  ASSERT_TRUE(nodes[1]->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(60)))
+      << slurp(nodes[1]->log);
+  const std::string out0 = slurp(nodes[0]->log);
+  EXPECT_TRUE(WIFEXITED(nodes[0]->status) && WEXITSTATUS(nodes[0]->status) == 0) << out0;
+  EXPECT_TRUE(WIFEXITED(nodes[1]->status) && WEXITSTATUS(nodes[1]->status) == 0) << slurp(nodes[1]->log);
+  EXPECT_NE(out0.find("stopped answering its heartbeat for "), std::string::npos) << out0;
+  EXPECT_NE(out0.find("2 ranks go on (old ranks [0,1])"), std::string::npos) << out0;
+  EXPECT_NE(out0.find("step 00149/00150"), std::string::npos) << out0;
+  EXPECT_EQ(count_of(out0, "left the job in step"), 1u) << out0;
 }
