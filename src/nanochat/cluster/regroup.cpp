@@ -55,6 +55,7 @@ Regrouped regroup(GlooCommunicator& old, int lost, int64_t step, Ms wait) {
     fail(str_cat("rank ", me, " (job generation ", old.options().generation,
                  "): the job went on without this rank (it did not answer in time: it was frozen, asleep or cut "
                  "off when another rank left); run this node's command again to train with a later job"));
+  if (out.members.size() == 1) return out;  // rank 0 alone: no group to form (the caller goes on as one process)
   DistEnv next = env;
   next.rank = static_cast<int>(at - out.members.begin());
   next.world_size = static_cast<int>(out.members.size());

@@ -22,7 +22,7 @@ namespace nanochat::cluster {
 #ifdef NANOCHAT_HAVE_GLOO
 /// The next generation of an elastic job.
 struct Regrouped {
-  std::unique_ptr<GlooCommunicator> comm;  ///< the survivors' communicator (generation k+1)
+  std::unique_ptr<GlooCommunicator> comm;  ///< the survivors' communicator (generation k+1); null when rank 0 is alone
   std::vector<int> members;                ///< old rank of each new rank
   int64_t step = -1;                       ///< rank 0's step to continue from
 };

@@ -21,7 +21,8 @@ Rejoined describe_regroup(const RankLeft& e, const cluster::Regrouped& g, int ol
   Rejoined r;
   const int64_t age = g.step >= 0 ? e.step - g.step : -1;
   r.line = str_cat("Rank ", e.peer, " left the job in step ", e.step, " (why: above); ", g.members.size(),
-                   " ranks go on (old ranks ", nlohmann::json(g.members).dump(), ") ",
+                   g.members.size() == 1 ? " rank goes on (old rank " : " ranks go on (old ranks ",
+                   g.members.size() == 1 ? "0" : nlohmann::json(g.members).dump(), ") ",
                    g.step >= 0 ? str_cat("from step ", g.step, ": the interrupted step is redone, and the optimizer "
                                                                "state comes from node 0's copy of step ",
                                          g.step, " (", age, age == 1 ? " step" : " steps", " old)")
@@ -66,6 +67,11 @@ void run_elastic(const BaseTrainArgs& a0, Communicator& comm, const FaultInjecto
       rejoined = describe_regroup(e, g, old_world);
       rejoined->since = since;
       a.resume_from_step = g.step;
+      if (!g.comm) {  // rank 0 alone: one process, no group to lose anyone from
+        LocalCommunicator alone;
+        run_generation(a, alone, faults, &*rejoined, false);
+        return;
+      }
       owned = std::move(g.comm);  // the previous later generation, if any, goes now
       cur = owned.get();
     } catch (const Error&) {
