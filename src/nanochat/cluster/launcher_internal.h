@@ -100,6 +100,6 @@ std::optional<Failure> read_superseded(Store& store, const NodeCtx& c);
 /// stops waiting). Returns 0, or 128+signal when interrupted (after saying so). `elastic` (--nnodes
 /// MIN:MAX): a node that failed or vanished had left the job and is skipped, and one still silent
 /// after 30 s (a frozen machine the job went on without) too.
-int wait_for_nodes_to_finish(Store& store, const NodeCtx& c, std::optional<Failure>& remote, bool elastic);
+int wait_for_nodes_to_finish(Store& store, const NodeCtx& c, std::optional<Failure>& remote, bool elastic = false);
 
 }  // namespace nanochat::cluster::launcher_detail
