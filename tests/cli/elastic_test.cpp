@@ -36,7 +36,8 @@ const char* kElastic =
 
 // Three nodes of one rank each (node 0 in dirs[0], ...), `nnodes` ("3" or "2:3"), each with the
 // extra environment `env`; returns their results.
-std::vector<Result> three_nodes(const std::vector<std::string>& dirs, const std::string& nnodes, const std::string& env) {
+std::vector<Result> three_nodes(const std::vector<std::string>& dirs, const std::string& nnodes,
+                                const std::string& env) {
   const std::string common = " run --nnodes " + nnodes +
                              " --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 "
                              "--allow-loopback-master --heartbeat-timeout 4 --master-port " +
@@ -112,7 +113,8 @@ struct BackgroundNode {
   std::string log;
   BackgroundNode(const std::string& dir, const std::string& args, const std::string& env, const std::string& log_path)
       : log(log_path) {
-    const std::string cmd = "NANOCHAT_BASE_DIR=" + dir + " " + env + " exec " + NANOCHAT_BINARY + args + " > " + log + " 2>&1";
+    const std::string cmd =
+        "NANOCHAT_BASE_DIR=" + dir + " " + env + " exec " + NANOCHAT_BINARY + args + " > " + log + " 2>&1";
     pid = ::fork();
     if (pid == 0) {
       ::setpgid(0, 0);  // its own group: the test can freeze the whole node

@@ -96,7 +96,7 @@ TEST(Heartbeat, RankWhoseLastWillFiredIsReportedDead) {
   other.set("nc/g0/hb/2", "7");
   Reports r;
   Heartbeat hb(opts_for(server), "nc/g0/", 0, 3, Ms(60000), r.fn());  // a timeout far away
-  other.set("nc/g0/dead/2", "rank 2 (host h, pid 9)");                 // what its will sets
+  other.set("nc/g0/dead/2", "rank 2 (host h, pid 9)");                // what its will sets
   ASSERT_TRUE(r.wait_for(1, Ms(20000)));
   EXPECT_EQ(r.got[0].first, 2);
   EXPECT_NE(r.got[0].second.find("died"), std::string::npos) << r.got[0].second;

@@ -1,8 +1,8 @@
 #pragma once
 // Internal to cluster: the state of a GlooCommunicator (cluster/gloo_communicator.h), shared by
-// gloo_communicator.cpp (rendezvous, the comm thread, failure diagnosis, the ring collectives,
-// all-reduce, broadcast, barrier) and gloo_point_to_point.cpp (send/recv, gather, scatter, the
-// byte all-gather and split). Only the comm thread touches `ctx`; an operation is a Task that
+// gloo_communicator.cpp (rendezvous, the comm thread, the ring collectives, all-reduce, broadcast,
+// barrier), gloo_point_to_point.cpp (send/recv, gather, scatter, the byte all-gather and split)
+// and gloo_failure.cpp (failure diagnosis, the heartbeat's lost peers). Only the comm thread touches `ctx`; an operation is a Task that
 // submit() queues for it.
 #ifdef NANOCHAT_HAVE_GLOO
 #include <pthread.h>

@@ -92,11 +92,11 @@ bool Heartbeat::beat_and_watch() {
         since_[i] = now;
       } else if (now - since_[i] >= timeout_) {
         done_[i] = true;
-        on_lost_(j, str_cat("stopped answering its heartbeat for ",
-                            secs(std::chrono::duration_cast<Ms>(now - since_[i])), " s (NANOCHAT_HEARTBEAT_TIMEOUT ",
-                            secs(timeout_),
-                            " s): it is frozen (a machine that went to sleep, a process stopped with SIGSTOP) or "
-                            "its network to node 0 is cut"));
+        on_lost_(j,
+                 str_cat("stopped answering its heartbeat for ", secs(std::chrono::duration_cast<Ms>(now - since_[i])),
+                         " s (NANOCHAT_HEARTBEAT_TIMEOUT ", secs(timeout_),
+                         " s): it is frozen (a machine that went to sleep, a process stopped with SIGSTOP) or "
+                         "its network to node 0 is cut"));
       }
     }
     return true;
@@ -121,11 +121,11 @@ void Heartbeat::loop() {
       store_reported = true;
       if (!done_[0]) {
         done_[0] = true;
-        on_lost_(0, str_cat("cannot be reached: the job's store at ", host_port(opts_.host, opts_.port),
-                            " (node 0) has not answered its heartbeat for ",
-                            secs(std::chrono::duration_cast<Ms>(Clock::now() - last_ok)),
-                            " s (NANOCHAT_HEARTBEAT_TIMEOUT ", secs(timeout_),
-                            " s): node 0 is frozen or stopped, or the network to it is cut"));
+        on_lost_(
+            0, str_cat("cannot be reached: the job's store at ", host_port(opts_.host, opts_.port),
+                       " (node 0) has not answered its heartbeat for ",
+                       secs(std::chrono::duration_cast<Ms>(Clock::now() - last_ok)), " s (NANOCHAT_HEARTBEAT_TIMEOUT ",
+                       secs(timeout_), " s): node 0 is frozen or stopped, or the network to it is cut"));
       }
     }
     for (Ms slept(0); slept < period_ && !stop_; slept += Ms(50)) std::this_thread::sleep_for(Ms(50));

@@ -71,8 +71,8 @@ std::string left_out_message(GlooCommunicator& comm) {
     if (!v) return "";
     const auto members = nlohmann::json::parse(*v).at("members").get<std::vector<int>>();
     if (std::find(members.begin(), members.end(), comm.rank()) != members.end()) return "";
-    return str_cat("the job went on without this rank (ranks ", nlohmann::json(members).dump(),
-                   " of generation ", comm.options().generation,
+    return str_cat("the job went on without this rank (ranks ", nlohmann::json(members).dump(), " of generation ",
+                   comm.options().generation,
                    " regrouped while this one did not answer: it was frozen, asleep or cut off); nothing of it "
                    "is lost (node 0 holds the run); run this node's command again to train with a later job");
   } catch (const std::exception&) {

@@ -23,14 +23,19 @@ Rejoined describe_regroup(const RankLeft& e, const cluster::Regrouped& g, int ol
   r.line = str_cat("Rank ", e.peer, " left the job in step ", e.step, " (why: above); ", g.members.size(),
                    g.members.size() == 1 ? " rank goes on (old rank " : " ranks go on (old ranks ",
                    g.members.size() == 1 ? "0" : nlohmann::json(g.members).dump(), ") ",
-                   g.step >= 0 ? str_cat("from step ", g.step, ": the interrupted step is redone, and the optimizer "
-                                                               "state comes from node 0's copy of step ",
+                   g.step >= 0 ? str_cat("from step ", g.step,
+                                         ": the interrupted step is redone, and the optimizer "
+                                         "state comes from node 0's copy of step ",
                                          g.step, " (", age, age == 1 ? " step" : " steps", " old)")
                                : std::string("from the start: node 0 held no copy and no checkpoint"));
-  r.note = {{"step", g.step >= 0 ? g.step : 0},     {"membership", str_cat("rank ", e.peer, " left")},
-            {"reason", e.what()},                   {"world_size", old_world},
-            {"world_size_after", g.members.size()}, {"members", g.members},
-            {"interrupted_step", e.step},           {"restored_steps_old", age}};
+  r.note = {{"step", g.step >= 0 ? g.step : 0},
+            {"membership", str_cat("rank ", e.peer, " left")},
+            {"reason", e.what()},
+            {"world_size", old_world},
+            {"world_size_after", g.members.size()},
+            {"members", g.members},
+            {"interrupted_step", e.step},
+            {"restored_steps_old", age}};
   return r;
 }
 
@@ -43,9 +48,10 @@ void run_elastic(const BaseTrainArgs& a0, Communicator& comm, const FaultInjecto
   if (a.copy_state_every == 0) {
     a.copy_state_every = 1;  // a rank that leaves costs no completed step
     if (comm.rank() == 0)
-      std::printf("Elastic job (at least %d ranks): node 0 keeps a copy of the job's state every step "
-                  "(--copy-state-every 1; pass another N to copy less often)\n",
-                  min_world_size);
+      std::printf(
+          "Elastic job (at least %d ranks): node 0 keeps a copy of the job's state every step "
+          "(--copy-state-every 1; pass another N to copy less often)\n",
+          min_world_size);
   }
   const cluster::Ms wait = std::max(cluster::heartbeat_timeout(), cluster::Ms(5000));
   std::unique_ptr<cluster::GlooCommunicator> owned;  // generations after the first
