@@ -418,8 +418,9 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
   // Tokenizer, derived plan, start-up report.
   const Tokenizer tok = load_tokenizer(feed);
   const TrainPlan plan = derive_plan(a, tok.vocab_size(), W, base_dir());
-  const double peak_gflops = print_setup_and_measure_peak(a, tok, plan, master, !feed.client);
-  if (feed.server)
+  // A regrouped elastic job (rejoined) has said all this once already.
+  const double peak_gflops = print_setup_and_measure_peak(a, tok, plan, master && !rejoined, !feed.client);
+  if (feed.server && !rejoined)
     print0(str_cat("Data: node 0 reads ", data_dir(), " and sends every rank its rows (port ", feed.port(),
                    "); --local-data makes every node read its own copy"));
 
@@ -428,7 +429,7 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
   model.init_weights(a.seed);
   model.set_recompute_mlp(a.recompute_mlp);
   MuonAdamW opt(optimizer_params(model), plan.optim, &comm);
-  print0(plan.dmodel_lr_scale_line());
+  if (!rejoined) print0(plan.dmodel_lr_scale_line());
   prof::reset();
 
   // The whole job, agreed by every rank before any collective on tensors (job_layout.h).
