@@ -72,6 +72,7 @@ void run_elastic(const BaseTrainArgs& a0, Communicator& comm, const FaultInjecto
              g.step >= 0 ? str_cat("; continue later with --resume-from-step ", g.step) : std::string());
       rejoined = describe_regroup(e, g, old_world);
       rejoined->since = since;
+      rejoined->before = e.seconds;
       a.resume_from_step = g.step;
       if (!g.comm) {  // rank 0 alone: one process, no group to lose anyone from
         LocalCommunicator alone;

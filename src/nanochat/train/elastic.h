@@ -23,21 +23,24 @@ class Communicator;
 class FaultInjector;
 struct BaseTrainArgs;
 
-/// Thrown by the loop of an elastic job when rank `peer` left in step `step`; `saved`: the step
-/// node 0's checkpoint holds (its copy, or the last save; -1: none).
+/// Thrown by the loop of an elastic job when rank `peer` (not 0) left in step `step`; `saved`: the
+/// step node 0's checkpoint holds (its copy, or the last save; -1: none); `seconds`: spent since
+/// the loss was caught (node 0 writing its copy).
 class RankLeft : public Error {
  public:
-  RankLeft(const std::string& msg, int peer, int64_t step, int64_t saved)
-      : Error(msg), peer(peer), step(step), saved(saved) {}
+  RankLeft(const std::string& msg, int peer, int64_t step, int64_t saved, double seconds)
+      : Error(msg), peer(peer), step(step), saved(saved), seconds(seconds) {}
   int peer;
   int64_t step, saved;
+  double seconds;
 };
 
 /// What a new generation of the job says once it is ready to train.
 struct Rejoined {
   std::string line;     ///< rank 0's line, completed with the seconds it took
   nlohmann::json note;  ///< the metrics record (recovery_s added)
-  Timer since;          ///< started when the rank was found gone
+  Timer since;          ///< started at the regroup
+  double before = 0;    ///< seconds from the loss to the regroup (RankLeft::seconds)
 };
 
 /// One generation of a job: the data feed, the set-up and the loop (train/trainer.cpp).

@@ -96,6 +96,7 @@ class TrainLoop {
     try {
       return run_steps();
     } catch (const PeerLost& e) {
+      const Timer caught;  // an elastic job reports how long it took to go on from here
       if (!c_.elastic)  // an elastic job records the change once the survivors are known
         c_.metrics.record({{"step", st_.step},
                            {"membership", str_cat("rank ", e.peer(), " left")},
@@ -108,9 +109,9 @@ class TrainLoop {
         } catch (const std::exception& s) {
           copy_error = str_cat(" (node 0 could not save its copy of step ", copied_, ": ", s.what(), ")");
         }
-      if (c_.elastic && copy_error.empty())  // the others regroup and go on (train/elastic.h)
+      if (c_.elastic && copy_error.empty() && e.peer() != 0)  // the others regroup and go on (train/elastic.h)
         throw RankLeft(str_cat("step ", st_.step, " (", phase_, ") was interrupted: ", e.what()), e.peer(), st_.step,
-                       sync_.rank() == 0 ? last_saved_ : -1);
+                       sync_.rank() == 0 ? last_saved_ : -1, caught.seconds());
       fail(peer_lost_message(e), copy_error);
     }
   }
@@ -453,8 +454,9 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
 
   if (rejoined) {  // a regrouped elastic job: who left, and how long it took to go on
     json note = rejoined->note;
-    note["recovery_s"] = rejoined->since.seconds();
-    print0(str_cat(rejoined->line, "; training again ", fixed(rejoined->since.seconds(), 1), " s after it was found gone"));
+    const double seconds = rejoined->before + rejoined->since.seconds();
+    note["recovery_s"] = seconds;
+    print0(str_cat(rejoined->line, "; training again ", fixed(seconds, 1), " s after it was found gone"));
     metrics.record(note);
   }
   TrainContext ctx{plan, layout, tok, model, sync, *data, metrics, st, faults, json(), peak_gflops, a.profile, elastic};
