@@ -15,7 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include "nanochat/core/safetensors.h"
+#include "nanochat/train/checkpoint.h"
 #include "support/cli_util.h"
+#include "support/weights_compare.h"
 
 using namespace nctest;
 
@@ -126,10 +129,11 @@ int count_of(const std::string& s, const std::string& needle) {
 // Starts `nanochat run` with two ranks of kLongDist (env: extra VAR=value words) under `job`,
 // output to `log`, and returns once rank 0 has logged 3 steps (fatal failure after 180 s, or if
 // the job ends first); then job.ranks holds the launcher's children.
-void start_training(const BaseDir& b, const std::string& env, const std::string& log, Job& job) {
+void start_training(const BaseDir& b, const std::string& env, const std::string& log, Job& job,
+                    const std::string& flags = kLongDist) {
   const std::string cmd = env + " NANOCHAT_BASE_DIR=" + b.dir + " exec " + NANOCHAT_BINARY +
                           " run --nproc-per-node 2 --threads-per-rank 1 --master-port " + std::to_string(free_port()) +
-                          kLongDist + " > " + log + " 2>&1";
+                          flags + " > " + log + " 2>&1";
   job.launcher = ::fork();
   ASSERT_GE(job.launcher, 0) << std::strerror(errno);
   if (job.launcher == 0) {
@@ -227,4 +231,119 @@ TEST(DistKill, FrozenRankEndsTheJobWithinTheCollectiveTimeout) {
   EXPECT_NE(out.find("NANOCHAT_COLLECTIVE_TIMEOUT"), std::string::npos) << out;
   EXPECT_EQ(out.find("step 02000/"), std::string::npos) << out;
   EXPECT_TRUE(stopped(rank1) || ::kill(rank1, 0) != 0) << "the frozen rank was left behind";
+}
+
+// A frozen rank is found by the heartbeat (NANOCHAT_HEARTBEAT_TIMEOUT, here 3 s) long before the
+// collective timeout (left at its 300 s default, so only the heartbeat can end the job in time):
+// rank 0 stops the job with a message that names the frozen rank, the step and what the step
+// waited for, and what node 0 has saved (the last checkpoint, --save-every 2) with the resume flag.
+TEST(DistKill, FrozenRankIsFoundByTheHeartbeatAndTheStopNamesStepAndCheckpoint) {
+  BaseDir b("nc_dk_heartbeat");
+  const std::string log = b.dir + "/launcher.log";
+  Job job;
+  std::string flags = kLongDist;
+  flags.replace(flags.find("--save-every -1"), std::strlen("--save-every -1"), "--save-every 2");
+  start_training(b, "NANOCHAT_HEARTBEAT_TIMEOUT=3", log, job, flags);
+  if (HasFatalFailure()) return;
+  pid_t rank1 = -1;
+  for (pid_t p : job.ranks)
+    if (rank_of(p) == 1) rank1 = p;
+  ASSERT_GT(rank1, 0) << "no child of the launcher has RANK=1";
+  ASSERT_EQ(::kill(rank1, SIGSTOP), 0) << std::strerror(errno);
+  const auto frozen_at = Clock::now();
+  // heartbeat 3 s + the launcher's settle and stop (10 s for a stopped process): far below the
+  // 300 s collective timeout
+  const bool ended = job.wait_until(frozen_at + std::chrono::seconds(60));
+  if (!ended) ::kill(rank1, SIGCONT);  // let the cleanup kill it
+  ASSERT_TRUE(ended) << "the job was still running 60 s after rank 1 froze:\n" << slurp(log);
+  std::printf("the launcher exited %.2f s after rank 1 froze\n",
+              std::chrono::duration<double>(Clock::now() - frozen_at).count());
+  const std::string out = slurp(log);
+  ASSERT_TRUE(WIFEXITED(job.status)) << out;
+  EXPECT_NE(WEXITSTATUS(job.status), 0) << out;
+  const std::string frozen = "rank 1 (host " + this_host() + ", pid " + std::to_string(rank1) +
+                             ") stopped answering its heartbeat for ";
+  EXPECT_NE(out.find(frozen), std::string::npos) << "expected: " << frozen << "\n" << out;
+  EXPECT_NE(out.find("NANOCHAT_HEARTBEAT_TIMEOUT 3.0 s"), std::string::npos) << out;
+  // the step and the operation it waited in, and no sign of the collective timeout
+  EXPECT_NE(out.find("the job stopped in step "), std::string::npos) << out;
+  EXPECT_NE(out.find("(collective #"), std::string::npos) << out;
+  EXPECT_EQ(out.find("within the collective timeout"), std::string::npos) << out;
+  // what node 0 holds: the checkpoints of --save-every 2 are on disk, the message names the last
+  const size_t at = out.find("The last checkpoint is step ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const long last = std::atol(out.c_str() + at + std::strlen("The last checkpoint is step "));
+  EXPECT_GE(last, 2) << out;
+  EXPECT_EQ(last % 2, 0) << out;
+  EXPECT_TRUE(fs::exists(b.ckpt() + "/model_" + std::string(6 - std::to_string(last).size(), '0') +
+                         std::to_string(last) + ".safetensors"))
+      << "the checkpoint the message names is not in " << b.ckpt() << "\n"
+      << out;
+  EXPECT_NE(out.find("--resume-from-step " + std::to_string(last)), std::string::npos) << out;
+  EXPECT_TRUE(stopped(rank1) || ::kill(rank1, 0) != 0) << "the frozen rank was left behind";
+}
+
+// With --copy-state-every 1, a rank killed mid-run costs no completed step: node 0 writes its copy
+// of the job's state as a checkpoint, and that checkpoint holds the same weights and optimizer
+// state as an uninterrupted run's checkpoint of the same step (--balance even: the same split,
+// so the same sums; held to the world-size tests' tolerance).
+TEST(DistKill, KilledRankCostsNoCompletedStepWithTheStateCopy) {
+  BaseDir b("nc_dk_copy");
+  const std::string log = b.dir + "/launcher.log";
+  auto with = [](const std::string& from, const std::string& to) {
+    std::string f = kLongDist;
+    f.replace(f.find(from), from.size(), to);
+    return f + " --balance even";
+  };
+  int64_t step = -1;
+  {
+    Job job;
+    start_training(b, "", log, job, with("--save-every -1", "--save-every -1 --copy-state-every 1"));
+    if (HasFatalFailure()) return;
+    pid_t rank1 = -1;
+    for (pid_t p : job.ranks)
+      if (rank_of(p) == 1) rank1 = p;
+    ASSERT_GT(rank1, 0);
+    ASSERT_EQ(::kill(rank1, SIGKILL), 0) << std::strerror(errno);
+    ASSERT_TRUE(job.wait_until(Clock::now() + std::chrono::seconds(30))) << slurp(log);
+    const std::string out = slurp(log);
+    const std::string said = "The last checkpoint is step ";
+    const size_t at = out.find(said);
+    ASSERT_NE(at, std::string::npos) << out;
+    step = std::atol(out.c_str() + at + said.size());
+    ASSERT_GE(step, 3) << out;
+    EXPECT_NE(out.find("(node 0's copy of the job's state at step " + std::to_string(step) + ")"), std::string::npos)
+        << out;
+    // the step in progress, or at most the one before it when the kill met the copy itself
+    const std::string stopped_in = "the job stopped in step ";
+    const size_t in = out.find(stopped_in);
+    ASSERT_NE(in, std::string::npos) << out;
+    const long current = std::atol(out.c_str() + in + stopped_in.size());
+    EXPECT_LE(current - step, 1) << out;
+  }
+  const nanochat::CheckpointPaths copy{b.ckpt(), step};
+  ASSERT_TRUE(fs::exists(copy.marker())) << "no complete checkpoint of step " << step;
+  const std::string kept = b.dir + "/from_copy";
+  fs::create_directories(kept);
+  for (const std::string& f : {copy.model(), copy.optim(0), copy.optim(1)})
+    fs::copy_file(f, kept + "/" + fs::path(f).filename().string());
+  fs::remove_all(b.ckpt());
+
+  // the uninterrupted run, saving every step, stopped once step `step` is on disk
+  {
+    Job job;
+    start_training(b, "", b.dir + "/reference.log", job, with("--save-every -1", "--save-every 1"));
+    if (HasFatalFailure()) return;
+    const auto deadline = Clock::now() + std::chrono::seconds(120);
+    while (!fs::exists(copy.marker()) && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(fs::exists(copy.marker())) << slurp(b.dir + "/reference.log");
+  }
+  for (const std::string& f : {copy.model(), copy.optim(0), copy.optim(1)}) {
+    const double d =
+        nctest::max_rel_diff(nanochat::load_safetensors(f),
+                             nanochat::load_safetensors(kept + "/" + fs::path(f).filename().string()));
+    std::printf("%s: max relative difference %.3g\n", fs::path(f).filename().string().c_str(), d);
+    EXPECT_LE(d, 1e-4) << f;
+  }
 }

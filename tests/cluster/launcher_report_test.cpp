@@ -137,6 +137,18 @@ TEST(LauncherReport, Node0WaitingForTheOthersReadsTheSameReports) {
   EXPECT_FALSE(remote);
 }
 
+// --nnodes MIN:MAX: a node that failed or vanished had left the job, which went on without it;
+// node 0 does not report it at the end.
+TEST(LauncherReport, Node0OfAnElasticJobSkipsTheNodesThatLeft) {
+  MapStore s;
+  std::optional<Failure> remote;
+  s.kv["done/1"] = "1";
+  s.kv["failure/2"] = failure_report({"rank 2 (host c, pid 5) was killed by signal 9 (SIGKILL)", true});
+  s.kv["gone/3"] = "node 3's launcher (host d)";
+  EXPECT_EQ(wait_for_nodes_to_finish(s, node0_of(4), remote, /*elastic=*/true), 0);
+  EXPECT_FALSE(remote) << remote->desc;
+}
+
 TEST(LauncherReport, Node0StopsWaitingForASilentNodeAtTheDeadline) {
   MapStore s;
   std::optional<Failure> remote;

@@ -85,6 +85,13 @@ void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
                 "a difference stops the job naming the tensor and the rank (0 = never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  c->add_option("--copy-state-every", a.copy_state_every,
+                "with several ranks, node 0 keeps in memory a copy of the whole job state (the weights and every "
+                "rank's optimizer shard, sent to it) every N steps; when a node leaves the job (killed, frozen, cut "
+                "off) node 0 saves that copy, so at most N steps are lost instead of those since the last "
+                "--save-every checkpoint (1 = none; 0 = no copy)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
 }
 
 /// The hidden test-only flags (train/test_fault.h TrainTestHooks).

@@ -24,6 +24,8 @@ struct RunArgs {
   cluster::LaunchOptions launch;
   double rendezvous_timeout_s = 0;
   double grace_s = 10;
+  double heartbeat_timeout_s = -1;  // -1: NANOCHAT_HEARTBEAT_TIMEOUT, else 10
+  std::string nnodes = "1";         // N, or MIN:MAX (elastic)
   std::string port_range;
   bool standalone = false;
   std::string hybrid = "auto";
@@ -99,6 +101,27 @@ void register_selftest(CLI::App& app) {
   });
 }
 
+// --nnodes: "N" (a fixed-size job) or torchrun's elastic "MIN:MAX" (1 <= MIN <= MAX). The job
+// starts with MAX nodes; the ranks go on while MIN remain (cluster/launcher.h min_nnodes).
+void parse_nnodes(const std::string& v, cluster::LaunchOptions& L) {
+  auto number = [&](const std::string& s) {
+    char* end = nullptr;
+    const long n = std::strtol(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0' || n < 1 || n > 65536)
+      fail("--nnodes ", v, ": expected a number of nodes N, or MIN:MAX with 1 <= MIN <= MAX (e.g. 1:2)");
+    return static_cast<int>(n);
+  };
+  const size_t colon = v.find(':');
+  if (colon == std::string::npos) {
+    L.nnodes = number(v);
+    return;
+  }
+  L.min_nnodes = number(v.substr(0, colon));
+  L.nnodes = number(v.substr(colon + 1));
+  if (L.min_nnodes > L.nnodes)
+    fail("--nnodes ", v, ": MIN (", L.min_nnodes, ") is larger than MAX (", L.nnodes, "); use MIN:MAX, e.g. 1:", L.nnodes);
+}
+
 }  // namespace
 
 void register_run(CLI::App& app) {
@@ -110,7 +133,11 @@ void register_run(CLI::App& app) {
                          "usage: nanochat run [flags] <subcommand> [its flags]");
   sub->prefix_command();  // everything from the first positional on is the ranks' command line
   // torchrun's underscore spellings are accepted too (--nproc_per_node, --master_addr, ...).
-  sub->add_option("--nnodes", L.nnodes, "number of nodes (machines) in the job")->capture_default_str();
+  sub->add_option("--nnodes", args->nnodes,
+                  "number of nodes (machines) in the job; MIN:MAX (torchrun's elastic form) starts with MAX nodes "
+                  "and goes on while at least MIN remain: a node that dies or freezes leaves and the others regroup "
+                  "and continue the run")
+      ->capture_default_str();
   sub->add_option("--nproc-per-node,--nproc_per_node", L.nproc_per_node, "ranks to start on this node")
       ->capture_default_str();
   sub->add_option("--node-rank,--node_rank", L.node_rank, "index of this node in [0, nnodes); node 0 hosts the store")
@@ -132,6 +159,11 @@ void register_run(CLI::App& app) {
   sub->add_option("--port-range", args->port_range,
                   "A-B: the ports the ranks' Gloo connections listen on (local rank i uses A+i; default "
                   "NANOCHAT_PORT_RANGE, else ephemeral ports); open them in every node's firewall");
+  sub->add_option("--heartbeat-timeout", args->heartbeat_timeout_s,
+                  "seconds without a heartbeat after which a rank counts as gone (frozen: a machine asleep, a process "
+                  "stopped; or cut off), ending the wait for it (default NANOCHAT_HEARTBEAT_TIMEOUT, else 10; 0 = "
+                  "no heartbeat, a frozen rank is then found at the collective timeout)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_flag("--standalone", args->standalone, "torchrun's one-node job (the default here; refuses --nnodes > 1)");
   sub->add_option("--hybrid", args->hybrid,
                   "auto: on a CPU with several core types (performance + efficiency), one rank per type, pinned "
@@ -144,6 +176,7 @@ void register_run(CLI::App& app) {
     auto& L = args->launch;
     L.args = sub->remaining();  // the ranks' command line (prefix_command keeps it verbatim)
     if (!L.args.empty() && L.args.front() == "--") L.args.erase(L.args.begin());
+    parse_nnodes(args->nnodes, L);
     if (args->standalone && L.nnodes != 1)
       fail("--standalone is a one-node job; drop it, or --nnodes ", L.nnodes, ", and pass --master-addr");
     if (args->rendezvous_timeout_s > 0) {
@@ -153,6 +186,8 @@ void register_run(CLI::App& app) {
       L.rendezvous_timeout = *d.resolved().rendezvous_timeout;
     }
     L.grace = cluster::Ms(static_cast<long>(args->grace_s * 1000));
+    if (args->heartbeat_timeout_s >= 0)  // the ranks inherit it (cluster/heartbeat.h)
+      ::setenv("NANOCHAT_HEARTBEAT_TIMEOUT", std::to_string(args->heartbeat_timeout_s).c_str(), 1);
     if (!args->port_range.empty()) {
       const auto pr = cluster::parse_port_range(args->port_range, "--port-range");
       ::setenv("NANOCHAT_PORT_RANGE", pr.str().c_str(), 1);  // the ranks inherit it

@@ -127,6 +127,11 @@ void FeedServer::shutdown() noexcept {
     if (p.fd) ::shutdown(p.fd.get(), SHUT_RDWR);
 }
 
+void FeedServer::drop(int r) noexcept {
+  if (r > 0 && r < static_cast<int>(peers_.size()) && peers_[static_cast<size_t>(r)].fd)
+    ::shutdown(peers_[static_cast<size_t>(r)].fd.get(), SHUT_RDWR);
+}
+
 std::string FeedServer::describe(int r) const {
   return str_cat("rank ", r, " (host ", peers_.at(static_cast<size_t>(r)).host, ")");
 }
@@ -184,6 +189,14 @@ FeedClient::~FeedClient() {
   stop_ = true;
   if (fd_) ::shutdown(fd_.get(), SHUT_RDWR);
   if (receiver_.joinable()) receiver_.join();
+}
+
+void FeedClient::abort(const std::string& reason) noexcept {
+  try {
+    main_q_.close(reason);
+    val_q_.close(reason);
+  } catch (...) {
+  }
 }
 
 void FeedClient::receive_loop() {

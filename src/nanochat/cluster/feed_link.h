@@ -51,6 +51,8 @@ class FeedServer {
   void send_error(const std::string& message) noexcept;
   /// Shuts every connection down (a blocked send() then fails at once). Never throws.
   void shutdown() noexcept;
+  /// Shuts rank r's connection down (it left the job: a send to it fails at once). Never throws.
+  void drop(int r) noexcept;
 
  private:
   struct Peer {
@@ -84,6 +86,9 @@ class FeedClient {
   FeedFrame next_any(FeedKind kind, Clock::time_point deadline, const std::string& what);
   /// "rank 0 (host h)".
   const std::string& server() const { return server_; }
+  /// Rank 0 is gone (its heartbeat stopped, cluster/heartbeat.h): a wait in next() ends now and
+  /// throws `reason` (frames already queued are still delivered). Never throws.
+  void abort(const std::string& reason) noexcept;
 
  private:
   void receive_loop();

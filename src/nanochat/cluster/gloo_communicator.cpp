@@ -93,6 +93,7 @@ class GlooWork final : public Work {
   void wait() override {
     std::unique_lock<std::mutex> lk(st_->mu);
     st_->cv.wait(lk, [&] { return st_->done; });
+    if (st_->lost_peer >= 0) throw PeerLost(st_->error, st_->lost_peer);
     if (!st_->error.empty()) throw Error(st_->error);
   }
 
@@ -100,11 +101,12 @@ class GlooWork final : public Work {
   std::shared_ptr<OpState> st_;
 };
 
-void finish(OpState& st, std::string error) {
+void finish(OpState& st, std::string error, int lost_peer = -1) {
   {
     std::lock_guard<std::mutex> lk(st.mu);
     st.done = true;
     st.error = std::move(error);
+    st.lost_peer = lost_peer;
   }
   st.cv.notify_all();
 }
@@ -256,78 +258,6 @@ void GlooCommunicator::Impl::connect_gloo(int port, const std::string& range, Cl
   scratch.assign(kInFlight * kChunk, 0.f);
 }
 
-// The rank a timed-out collective waited for: the one our own ring code recorded, or, in a job of
-// two ranks, the other one (Gloo's own algorithms, used for the small all-reduces, do not say).
-int GlooCommunicator::Impl::silent_peer(const std::string& gloo_msg) const {
-  if (waiting_on >= 0) return waiting_on;
-  if (env.world_size == 2 && gloo_msg.find("Timed out") != std::string::npos) return 1 - env.rank;
-  return -1;
-}
-
-std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std::string& gloo_msg) {
-  const int W = env.world_size;
-  bool store_ok = true;
-  try {
-    store->set(str_cat("error/", job_rank[env.rank]), str_cat(me(), ": ", what, " failed: ", gloo_msg));
-  } catch (const std::exception&) {
-    store_ok = false;
-  }
-  // Ranks whose store connection dropped without a goodbye and that reported no error of their
-  // own died first (killed or crashed); ranks that reported an error failed because of something.
-  std::vector<std::string> dead;
-  std::vector<std::string> errors;
-  if (store_ok) {
-    // A killed peer's store connection drops at the same moment as its Gloo sockets; give the
-    // store a moment to apply its last will.
-    auto until = Clock::now() + Ms(3000);
-    try {
-      for (;;) {
-        dead.clear();
-        errors.clear();
-        for (int j = 0; j < W; ++j) {
-          if (j == env.rank) continue;
-          auto e = store->try_get(str_cat("error/", job_rank[j]));
-          if (e) errors.push_back(*e);
-          if (auto v = store->try_get(str_cat("dead/", job_rank[j])); v && !e) dead.push_back(*v);
-        }
-        if (!dead.empty() || Clock::now() >= until) break;
-        std::this_thread::sleep_for(Ms(50));
-      }
-    } catch (const std::exception&) {
-      store_ok = false;
-    }
-  }
-  std::string msg = str_cat(me(), ": ", what, " failed: ");
-  if (!dead.empty()) {
-    for (size_t i = 0; i < dead.size(); ++i) msg += (i ? "; " : "") + dead[i];
-    msg += dead.size() == 1 ? " has died (killed or crashed: its connection to the store dropped)"
-                            : " have died (killed or crashed: their connections to the store dropped)";
-  } else if (!errors.empty()) {
-    msg += "another rank failed first: " + errors[0];
-  } else if (!store_ok) {
-    std::string host_of_store = env.store_hosted ? "node 0's `nanochat run`" : rank_desc(0);
-    msg += str_cat(client->where(), " is unreachable as well, so the process hosting it (", host_of_store,
-                   ") has probably died");
-  } else if (const int silent = silent_peer(gloo_msg); silent >= 0 && waiting_send) {
-    msg += str_cat(rank_desc(silent), " did not receive this rank's data within the collective timeout (",
-                   secs(coll_timeout),
-                   " s, NANOCHAT_COLLECTIVE_TIMEOUT) and no rank reported a failure: that rank is hung or "
-                   "stopped, the network to it failed, or it never posts the matching receive (a send with no "
-                   "recv, or two ranks that both send first)");
-  } else if (silent >= 0) {
-    msg += str_cat("no data from ", rank_desc(silent), " within the collective timeout (", secs(coll_timeout),
-                   " s, NANOCHAT_COLLECTIVE_TIMEOUT) and no rank reported a failure: that rank (or one before it in "
-                   "the ring) is probably hung or stopped, or the network to it failed");
-  } else {
-    msg += str_cat(
-        "no other rank reported a failure: a peer may be hung or stopped, or the network between hosts "
-        "failed (collective timeout ",
-        secs(coll_timeout), " s, NANOCHAT_COLLECTIVE_TIMEOUT)");
-  }
-  msg += ". Gloo reported: " + gloo_msg;
-  return msg;
-}
-
 void GlooCommunicator::Impl::run_thread() {
   for (;;) {
     Task t;
@@ -344,18 +274,24 @@ void GlooCommunicator::Impl::run_thread() {
       }
       if (!broken.empty()) {
         std::string b = broken;
+        const int peer = broken_peer;
         lk.unlock();
-        finish(*t.st, str_cat(me(), ": ", t.what, " cannot run: the communicator failed earlier: ", b));
+        finish(*t.st, str_cat(me(), ": ", t.what, " cannot run: the communicator failed earlier: ", b), peer);
         continue;
       }
     }
     std::string err;
+    int lost_peer = -1;
     try {
+      {
+        std::lock_guard<std::mutex> lk(qmu);
+        if (!lost.empty()) throw Error("a peer was lost before this operation started");  // diagnose names it
+      }
       t.fn();
     } catch (const Error& e) {
-      err = diagnose(t.what, e.what());
+      err = diagnose(t.what, e.what(), &lost_peer);
     } catch (const std::exception& e) {
-      err = diagnose(t.what, clean_gloo_message(e.what()));
+      err = diagnose(t.what, clean_gloo_message(e.what()), &lost_peer);
     }
     if (!err.empty()) {
       try {
@@ -364,8 +300,9 @@ void GlooCommunicator::Impl::run_thread() {
       }
       std::lock_guard<std::mutex> lk(qmu);
       broken = err;
+      broken_peer = lost_peer;
     }
-    finish(*t.st, err);
+    finish(*t.st, err, lost_peer);
   }
 }
 
@@ -498,6 +435,7 @@ GlooCommunicator::GlooCommunicator(const DistEnv& env, const DistOptions& option
   SigpipeBlock no_sigpipe;  // Gloo's threads created here inherit the blocked SIGPIPE
   impl_->rendezvous();
   start_thread();
+  if (env.world_size > 1) impl_->start_heartbeat();
 }
 
 GlooCommunicator::GlooCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { start_thread(); }
@@ -513,6 +451,7 @@ void GlooCommunicator::start_thread() {
 }
 
 GlooCommunicator::~GlooCommunicator() {
+  impl_->heartbeat.reset();  // says goodbye: the other ranks do not report this one as lost
   {
     std::lock_guard<std::mutex> lk(impl_->qmu);
     impl_->stopping = true;
@@ -528,6 +467,8 @@ int GlooCommunicator::world_size() const { return impl_->env.world_size; }
 Store& GlooCommunicator::store() { return *impl_->store; }
 const std::vector<PeerInfo>& GlooCommunicator::peers() const { return impl_->peers; }
 const DeviceChoice& GlooCommunicator::device() const { return impl_->dev_choice; }
+const DistEnv& GlooCommunicator::env() const { return impl_->env; }
+const DistOptions& GlooCommunicator::options() const { return impl_->opts; }
 std::string GlooCommunicator::describe_rank(int r) const { return impl_->rank_desc(r); }
 
 WorkPtr GlooCommunicator::all_reduce_sum(float* data, size_t n) {

@@ -68,6 +68,11 @@ class GlooCommunicator final : public Communicator {
   /// new communicator has its own comm thread; its messages name a rank by its rank in the
   /// group, the group and its job rank. It shares this one's store connection.
   std::unique_ptr<Communicator> split(int color) override;
+  /// The job's communicator runs a heartbeat (cluster/heartbeat.h, NANOCHAT_HEARTBEAT_TIMEOUT): a
+  /// peer that stops answering it, or dies, is reported to `fn` and fails the operation waiting
+  /// for it (and every later one) with PeerLost naming it, in seconds instead of the collective
+  /// timeout.
+  void on_peer_lost(std::function<void(int peer, const std::string& why)> fn) override;
 
   /// The job's store, prefixed with this generation ("nc/g<k>/"). Thread-safe, but the comm
   /// thread uses the same connection when diagnosing a failure.
@@ -76,6 +81,10 @@ class GlooCommunicator final : public Communicator {
   const std::vector<PeerInfo>& peers() const;
   /// The device this rank bound.
   const DeviceChoice& device() const;
+  /// Where this rank sits (rank and world size of this communicator) and its resolved options
+  /// (generation: the store prefix "nc/g<k>/").
+  const DistEnv& env() const;
+  const DistOptions& options() const;
   /// "rank R (host H)".
   std::string describe_rank(int r) const;
 

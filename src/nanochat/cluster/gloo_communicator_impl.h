@@ -1,8 +1,8 @@
 #pragma once
 // Internal to cluster: the state of a GlooCommunicator (cluster/gloo_communicator.h), shared by
-// gloo_communicator.cpp (rendezvous, the comm thread, failure diagnosis, the ring collectives,
-// all-reduce, broadcast, barrier) and gloo_point_to_point.cpp (send/recv, gather, scatter, the
-// byte all-gather and split). Only the comm thread touches `ctx`; an operation is a Task that
+// gloo_communicator.cpp (rendezvous, the comm thread, the ring collectives, all-reduce, broadcast,
+// barrier), gloo_point_to_point.cpp (send/recv, gather, scatter, the byte all-gather and split)
+// and gloo_failure.cpp (failure diagnosis, the heartbeat's lost peers). Only the comm thread touches `ctx`; an operation is a Task that
 // submit() queues for it.
 #ifdef NANOCHAT_HAVE_GLOO
 #include <pthread.h>
@@ -23,6 +23,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "nanochat/cluster/gloo_communicator.h"
+#include "nanochat/cluster/heartbeat.h"
 
 namespace nanochat::cluster {
 
@@ -47,6 +48,7 @@ struct OpState {
   std::condition_variable cv;
   bool done = false;
   std::string error;
+  int lost_peer = -1;  // >= 0: the error is that peer's loss (Work::wait throws PeerLost)
 };
 
 struct Task {
@@ -115,6 +117,12 @@ struct GlooCommunicator::Impl {
   std::deque<gloo_detail::Task> queue;
   bool stopping = false;
   std::string broken;  // first failure, guarded by qmu
+  int broken_peer = -1;  // the peer whose loss broke it (-1: another failure), guarded by qmu
+  // A peer found lost by the heartbeat (guarded by qmu): the reason every later operation fails.
+  std::string lost;
+  int lost_rank = -1;
+  std::vector<std::function<void(int, const std::string&)>> lost_hooks;  // guarded by qmu
+  std::unique_ptr<Heartbeat> heartbeat;  // the job's communicator only
   uint64_t seq = 0;    // collectives submitted (for messages)
   std::vector<float> scratch;
 
@@ -157,7 +165,13 @@ struct GlooCommunicator::Impl {
   // Connects Gloo's pairs, all on `port` when it is not 0 (--port-range `range`).
   void connect_gloo(int port, const std::string& range, Clock::time_point deadline);
   void run_thread();
-  std::string diagnose(const std::string& what, const std::string& gloo_msg);
+  // The message of a failed operation; *lost_peer = the rank whose loss caused it (else -1).
+  std::string diagnose(const std::string& what, const std::string& gloo_msg, int* lost_peer);
+  // Starts the heartbeat (cluster/heartbeat.h) unless its timeout is 0.
+  void start_heartbeat();
+  // The heartbeat found job rank `r` lost: remember why, fail the Gloo pair to it (a wait on it
+  // ends now), call the hooks.
+  void peer_lost(int r, const std::string& why);
   int silent_peer(const std::string& gloo_msg) const;
   WorkPtr submit(std::string what, std::function<void()> fn);
   void recv_from(gloo::transport::UnboundBuffer& buf, int peer);

@@ -355,6 +355,8 @@ std::vector<Child> start_ranks(const LaunchOptions& o, const NodeCtx& ctx, const
         if (name == "OMP_NUM_THREADS") value = std::to_string(o.placement.ranks[l].threads);
     const std::vector<int> cpus = pinned ? o.placement.ranks[l].cpus : std::vector<int>{};
     if (!o.iface.empty()) vars.push_back({"NANOCHAT_SOCKET_IFNAME", o.iface});
+    if (o.min_nnodes > 0)  // an elastic job: the ranks regroup when one leaves (train/elastic.h)
+      vars.push_back({"NANOCHAT_MIN_WORLD_SIZE", std::to_string(o.min_nnodes * o.nproc_per_node)});
     c.pid = spawn(o.program.empty() ? self_executable() : o.program, o.args, child_environment(vars), out_w.get(),
                   err_w.get(), cpus);
   }
@@ -369,10 +371,12 @@ class Supervisor {
   Supervisor(const LaunchOptions& o, const NodeCtx& c, PrefixStore& store, std::vector<Child>& kids, int wake_fd)
       : o_(o), c_(c), store_(store), kids_(kids), wake_fd_(wake_fd) {}
   void run();
+  bool elastic() const { return o_.min_nnodes > 0; }
   // Another node's launcher reported a failed rank, or vanished: sets `remote`.
   void check_remote();
 
   std::vector<Failure> failures;  // local, in the order noticed
+  std::vector<Failure> left;      // elastic job: local ranks that left while the job went on
   std::optional<Failure> remote;
   int interrupted = 0;     // the first signal that stopped the job
   bool term_sent = false;  // the launcher sent SIGTERM (or forwarded a signal) to the ranks
@@ -469,6 +473,13 @@ void Supervisor::reap() {
     if (ok || interrupted) continue;
     Failure f;
     f.desc = str_cat("rank ", c.rank, " (host ", c_.host, ", pid ", c.pid, ") ", describe_status(st));
+    if (o_.min_nnodes > 0 && c.rank != 0 && !stopping_) {  // elastic: the others go on without it
+      std::fprintf(stderr, "%s%s: it left the job, which goes on without it (--nnodes %d:%d)\n", c_.tag.c_str(),
+                   f.desc.c_str(), o_.min_nnodes, c_.N);
+      std::fflush(stderr);
+      left.push_back(f);
+      continue;
+    }
     f.crash = WIFSIGNALED(st) && !term_sent;
     f.induced = stopping_ && (remote.has_value() || !failures.empty());
     if (WIFEXITED(st)) {  // its own error: the other nodes show its last words (drained first)
@@ -490,7 +501,7 @@ void Supervisor::check_remote() {
   try {
     remote = read_superseded(store_, c_);
     for (int j = 0; j < c_.N && !remote; ++j) {
-      if (j == c_.k) continue;
+      if (j == c_.k || (o_.min_nnodes > 0 && j != 0)) continue;  // elastic: only node 0 ends the job
       remote = read_remote_failure(store_, j, "disappeared (its connection to the store dropped)");
     }
   } catch (const Error& e) {
@@ -525,7 +536,11 @@ void Supervisor::escalate() {
 
 void Supervisor::signal_live(int sig) {
   for (auto& c : kids_)
-    if (!c.exited) ::kill(-c.pid, sig);
+    if (!c.exited) {
+      ::kill(-c.pid, sig);
+      // a stopped rank (SIGSTOP, Ctrl-Z) acts on SIGTERM only once it runs again
+      if (sig == SIGTERM) ::kill(-c.pid, SIGCONT);
+    }
 }
 
 void Supervisor::start_stopping() {
@@ -560,12 +575,14 @@ int conclude(Supervisor& s, const NodeCtx& c, LauncherStore& ls) {
   if (s.failures.empty() && !s.remote) {
     ls.store->set(str_cat("done/", c.k), "1");
     if (c.k == 0) {
-      if (int rc = wait_for_nodes_to_finish(*ls.store, c, s.remote)) return rc;
+      if (int rc = wait_for_nodes_to_finish(*ls.store, c, s.remote, s.elastic())) return rc;
     }
   }
   // Node 0's store outlives this function only briefly: let the other launchers read the outcome.
   if (ls.server && c.N > 1) ls.server->wait_clients_at_most(1, Ms(10000));
-  if (s.failures.empty() && !s.remote) return 0;
+  if (s.failures.empty() && !s.remote && (c.k == 0 || s.left.empty())) return 0;
+  if (s.failures.empty() && !s.remote)  // elastic: this node's ranks left; the job went on without them
+    fail(describe_failures(s.left, std::nullopt, false), "; this node left the job, which went on without it");
   fail(describe_failures(s.failures, s.remote, s.term_sent));
 }
 

@@ -22,6 +22,9 @@ namespace nanochat::cluster {
 
 struct LaunchOptions {
   int nnodes = 1;
+  /// --nnodes MIN:MAX: the job starts with nnodes = MAX nodes and goes on while at least MIN
+  /// remain (a node whose ranks die or freeze leaves; the others regroup). 0: a fixed-size job.
+  int min_nnodes = 0;
   int nproc_per_node = 1;
   int node_rank = 0;
   std::string master_addr;  ///< "" = 127.0.0.1 when nnodes == 1 (required otherwise)

@@ -97,7 +97,9 @@ std::optional<Failure> read_superseded(Store& store, const NodeCtx& c);
 
 /// Node 0 after its ranks all succeeded: keeps the store up until every other node says done.
 /// Sets `remote` when one reports a failure, vanishes or does not finish within c.rdzv (then it
-/// stops waiting). Returns 0, or 128+signal when interrupted (after saying so).
-int wait_for_nodes_to_finish(Store& store, const NodeCtx& c, std::optional<Failure>& remote);
+/// stops waiting). Returns 0, or 128+signal when interrupted (after saying so). `elastic` (--nnodes
+/// MIN:MAX): a node that failed or vanished had left the job and is skipped, and one still silent
+/// after 30 s (a frozen machine the job went on without) too.
+int wait_for_nodes_to_finish(Store& store, const NodeCtx& c, std::optional<Failure>& remote, bool elastic = false);
 
 }  // namespace nanochat::cluster::launcher_detail

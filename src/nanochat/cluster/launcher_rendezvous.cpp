@@ -466,8 +466,8 @@ int join_launchers(const NodeCtx& c, LauncherStore& ls) {
   }
 }
 
-int wait_for_nodes_to_finish(Store& store, const NodeCtx& c, std::optional<Failure>& remote) {
-  const auto deadline = Clock::now() + c.rdzv;
+int wait_for_nodes_to_finish(Store& store, const NodeCtx& c, std::optional<Failure>& remote, bool elastic) {
+  const auto deadline = Clock::now() + (elastic ? std::min(c.rdzv, Ms(30000)) : c.rdzv);
   WaitReporter report(c.tag, c.rdzv);
   for (int j = 1; j < c.N && !remote;) {
     if (int sig = pending_signal()) {
@@ -484,7 +484,14 @@ int wait_for_nodes_to_finish(Store& store, const NodeCtx& c, std::optional<Failu
                      " up until node ", j, " of ", c.N, " finishes too");
     });
     if (auto f = read_remote_failure(store, j, "disappeared before its ranks finished")) {
+      if (elastic) {  // that node left the job; the others went on without it
+        ++j;
+        continue;
+      }
       remote = f;
+    } else if (Clock::now() >= deadline && elastic) {
+      std::fprintf(stderr, "%snode %d has not finished; the job went on without it\n", c.tag.c_str(), j);
+      ++j;
     } else if (Clock::now() >= deadline) {
       remote = Failure{
           str_cat("node ", j, " did not finish within ", c.rdzv.count() / 1000.0, " s after this node's ranks did"),

@@ -15,10 +15,25 @@
 // other before receiving wait for each other until the deadline: the lower rank sends first.
 // Typed helpers over these operations (all_gather_value, gather_strings, ...): comm/typed.h.
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "nanochat/core/error.h"
+
 namespace nanochat {
+
+/// What Work::wait throws when an operation failed because a peer left the job: it died, froze or
+/// was cut off (docs/architecture.md 7.7, 7.12). The message names the peer and why; `peer` is its rank.
+class PeerLost : public Error {
+ public:
+  PeerLost(const std::string& msg, int peer) : Error(msg), peer_(peer) {}
+  int peer() const { return peer_; }
+
+ private:
+  int peer_;
+};
 
 /// Handle of an asynchronous collective. wait() is idempotent.
 class Work {
@@ -84,6 +99,11 @@ class Communicator {
   /// be destroyed before this one. Throws nanochat::Error for a negative color, or naming the
   /// rank at fault when the group cannot be formed within the deadline.
   virtual std::unique_ptr<Communicator> split(int color) = 0;
+  /// Registers `fn`, called from another thread at most once per peer, as soon as the
+  /// communicator finds that peer lost (a heartbeat it stopped answering, a death), before or
+  /// while an operation waits for it; the operations then fail with PeerLost. For the parts that
+  /// wait on a peer outside the communicator (a data connection). Default: never called.
+  virtual void on_peer_lost(std::function<void(int peer, const std::string& why)> fn) { (void)fn; }
 };
 
 /// World size 1: every collective is an identity (reduce-scatter/all-gather copy), already done.

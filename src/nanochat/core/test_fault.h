@@ -10,7 +10,10 @@
 //   "slow:<rank>:<factor>"             that rank's forward+backward takes <factor> times as long
 //                                      (it sleeps after each micro-batch: a slower machine);
 //   "start-delay:<rank>:<seconds>"     that rank sleeps before its first start-up barrier
-//                                      (cluster/startup.h).
+//                                      (cluster/startup.h);
+//   "die:<rank>:<step>"                the process started as RANK=<rank> kills itself (SIGKILL)
+//                                      right after that step's optimizer update (a node lost
+//                                      mid-step, at a step the test chooses).
 // Who acts on them: train/test_fault.h (the trainer's FaultInjector) and cluster/startup.cpp.
 #include <cstdint>
 #include <string>
@@ -19,7 +22,7 @@ namespace nanochat {
 
 /// One parsed NANOCHAT_TEST_FAULT; kind "" when it is unset or empty.
 struct TestFault {
-  std::string kind;  ///< "", "flip-bit", "write-fail", "save-stall", "slow" or "start-delay"
+  std::string kind;  ///< "", "flip-bit", "write-fail", "save-stall", "slow", "start-delay" or "die"
   int rank = -1;
   int64_t step = -1;
   std::string tensor;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "nanochat/comm/communicator.h"
+#include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/file_io.h"
 #include "nanochat/cluster/gather.h"
@@ -173,6 +174,41 @@ void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GP
       }
   }
   cluster::throw_if_any_rank_failed(comm, err, hint);
+}
+
+void copy_job_state(Communicator& comm, const GPT& model, const MuonAdamW& opt,
+                    const std::map<std::string, std::string>& optim_metadata, const json& meta, int64_t step,
+                    JobStateCopy* copy) {
+  std::vector<std::string> shards = gather_strings(comm, pack_shard(opt.state_entries(), optim_metadata), 0);
+  if (comm.rank() != 0) return;
+  copy->params.assign(model.param_data(), model.param_data() + model.num_params());
+  copy->shards = std::move(shards);
+  copy->meta = meta;
+  copy->step = step;
+}
+
+CheckpointPaths write_job_state_copy(const std::string& dir, const GPT& model, const JobStateCopy& copy) {
+  NC_CHECK(copy.step >= 0 && copy.params.size() == model.num_params(), "no state copy to write");
+  const CheckpointPaths cp{dir, copy.step};
+  auto check = [](const std::string& err) {
+    if (!err.empty()) fail(err);
+  };
+  check(create_dir(dir));
+  begin_checkpoint(cp);
+  json crcs = json::object();
+  for (size_t r = 0; r < copy.shards.size(); ++r) {
+    const std::string path = cp.optim(static_cast<int>(r));
+    write_packed_shard(path, copy.shards[r], str_cat("rank ", r));
+    crcs[file_name(path)] = file_crc32(path);
+  }
+  std::vector<StWriteEntry> entries;
+  for (const auto& p : model.params()) entries.push_back({p.name, "F32", p.shape, copy.params.data() + p.offset});
+  write_safetensors_atomic(cp.model(), entries, {{"format", "nanochat.cpp"}});
+  crcs[file_name(cp.model())] = file_crc32(cp.model());
+  write_file_atomic(cp.meta(), copy.meta.dump(2));
+  crcs[file_name(cp.meta())] = file_crc32(cp.meta());
+  finish_checkpoint(cp, crcs, static_cast<int>(copy.shards.size()));
+  return cp;
 }
 
 void rewrite_checkpoint_meta(const CheckpointPaths& cp, const json& meta) {

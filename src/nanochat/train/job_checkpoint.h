@@ -39,6 +39,30 @@ void save_job_checkpoint(Communicator& comm, const CheckpointPaths& cp, const GP
                          const std::map<std::string, std::string>& optim_metadata, const nlohmann::json& meta,
                          const FaultInjector& faults = no_faults());
 
+/// Node 0's copy, in memory, of the whole job's state at a step boundary (docs/architecture.md
+/// 8.6): what a checkpoint of that step would hold. With it, a rank that leaves the job (dies,
+/// freezes) costs no step trained before the copy: node 0 writes it as a checkpoint alone.
+struct JobStateCopy {
+  int64_t step = -1;                ///< the step it holds (-1: no copy yet)
+  std::vector<float> params;        ///< the weights, model.param_data() order (num_params floats)
+  std::vector<std::string> shards;  ///< every rank's packed optimizer shard (index = rank)
+  nlohmann::json meta;              ///< the checkpoint's meta of that step
+};
+
+/// Collective: every rank sends rank 0 its optimizer shard packed with `optim_metadata` (one
+/// gather); rank 0 replaces *copy with the weights, the shards, `meta` and `step` once all have
+/// arrived (a failure leaves the previous copy whole). Other ranks leave *copy untouched. Extra
+/// memory on rank 0: the weights and the whole optimizer state.
+void copy_job_state(Communicator& comm, const GPT& model, const MuonAdamW& opt,
+                    const std::map<std::string, std::string>& optim_metadata, const nlohmann::json& meta,
+                    int64_t step, JobStateCopy* copy);
+
+/// Rank 0 alone, without communication (the job's group may be broken): writes `copy` as step
+/// copy.step into `dir`, the files save_job_checkpoint writes for copy.shards.size() ranks, each
+/// atomically, the marker last. `model`: the parameters' names and shapes. Throws nanochat::Error
+/// naming the file it could not write.
+CheckpointPaths write_job_state_copy(const std::string& dir, const GPT& model, const JobStateCopy& copy);
+
 /// Rank 0 only: replaces meta_<S>.json of a complete step with `meta` without ever leaving a
 /// marker whose checksum the meta file fails (the marker first accepts both versions).
 void rewrite_checkpoint_meta(const CheckpointPaths& cp, const nlohmann::json& meta);

@@ -54,7 +54,8 @@ json args_to_json(const BaseTrainArgs& a) {
               {"check_replicas_every", a.check_replicas_every},
               {"balance", a.balance},
               {"local_data", a.local_data},
-              {"dtype", a.dtype}};
+              {"dtype", a.dtype},
+              {"copy_state_every", a.copy_state_every}};
 }
 
 namespace {

@@ -178,6 +178,13 @@ CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, cons
   return cp;
 }
 
+void copy_checkpoint_state(Communicator& comm, const GPT& model, const MuonAdamW& opt, const json& run_meta,
+                           const LoopState& state, JobStateCopy* copy) {
+  auto optim_meta = opt.state_metadata();
+  optim_meta["loader_state"] = state.loader_state.dump();
+  copy_job_state(comm, model, opt, optim_meta, checkpoint_meta(run_meta, state), state.step, copy);
+}
+
 LoopState resume(Communicator& comm, const TrainPlan& plan, int64_t step, GPT& model, MuonAdamW& opt) {
   const CheckpointPaths cp{plan.checkpoint_dir, step};
   json meta, marker;

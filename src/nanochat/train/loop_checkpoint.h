@@ -7,6 +7,7 @@
 
 #include "nanochat/train/checkpoint.h"
 #include "nanochat/train/faults.h"
+#include "nanochat/train/job_checkpoint.h"
 #include "nanochat/train/loop_state.h"
 
 namespace nanochat {
@@ -29,6 +30,11 @@ nlohmann::json checkpoint_meta(const nlohmann::json& run_meta, const LoopState& 
 CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, const GPT& model, const MuonAdamW& opt,
                                 const nlohmann::json& run_meta, const LoopState& state,
                                 const FaultInjector& faults = no_faults());
+
+/// Node 0 keeps in `copy` what save_checkpoint would write for `state` (copy_job_state; every rank
+/// sends rank 0 its shard). All ranks call it together.
+void copy_checkpoint_state(Communicator& comm, const GPT& model, const MuonAdamW& opt, const nlohmann::json& run_meta,
+                           const LoopState& state, JobStateCopy* copy);
 
 /// Resumes step `step` from plan.checkpoint_dir into `model` and `opt` and returns the loop state,
 /// with this rank's loader state. Rank 0 reads the weights and the meta and broadcasts them; the

@@ -60,6 +60,9 @@ struct BaseTrainArgs {
   bool local_data = false;
   /// number format of the matrix products (model/gpt.h ComputeDtype): float32 or bfloat16
   std::string dtype = "float32";
+  /// node 0 keeps a copy of the whole job state (weights, every rank's optimizer shard) every N
+  /// steps, written as a checkpoint when a node leaves the job; 0 = no copy
+  int64_t copy_state_every = 0;
 };
 
 /// Parameter counts of nanochat's GPT.num_scaling_params plus matmul params (docs/nanochat.md 1.9).
@@ -90,11 +93,14 @@ struct Cadence {
   int64_t save_every = -1;             ///< --save-every
   int64_t check_replicas_every = 100;  ///< --check-replicas-every
   int64_t resume_step = -1;            ///< --resume-from-step: that step is on disk already (not saved again)
+  int64_t copy_state_every = 0;        ///< --copy-state-every (0 = never)
 
   bool eval_at(int64_t step, bool last) const { return eval_every > 0 && (last || step % eval_every == 0); }
   bool sample_at(int64_t step, bool last) const {
     return sample_every > 0 && (last || (step > 0 && step % sample_every == 0));
   }
+  /// Node 0 copies the job's state (StepSync::keep_copy) at the start of this step.
+  bool copy_at(int64_t step) const { return copy_state_every > 0 && step > 0 && step % copy_state_every == 0; }
   bool save_at(int64_t step, bool last) const {
     return last || (step > 0 && step != resume_step && save_every > 0 && step % save_every == 0);
   }

@@ -356,6 +356,11 @@ void DataFeed::tell_workers(const std::string& error) noexcept {
   if (server) server->send_error(error);
 }
 
+void DataFeed::peer_lost(int peer, const std::string& why) noexcept {
+  if (server) server->drop(peer);
+  if (client && peer == 0) client->abort(why);
+}
+
 DataFeed open_data_feed(Communicator& comm, bool local_data) {
   DataFeed f;
   if (comm.world_size() < 2) return f;

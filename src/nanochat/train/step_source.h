@@ -94,6 +94,10 @@ struct DataFeed {
   int port() const;
   /// Rank 0 of a served job: sends `error` to every worker, which prints it (else nothing). Never throws.
   void tell_workers(const std::string& error) noexcept;
+  /// Rank `peer` left the job (Communicator::on_peer_lost, `why` names it): rank 0 drops its
+  /// connection (a send to it fails at once); a worker that lost rank 0 stops waiting for its
+  /// frames (they throw `why`). Never throws.
+  void peer_lost(int peer, const std::string& why) noexcept;
 };
 
 /// Collective. With several ranks the ranks first agree on the data source ("data source": a rank

@@ -99,6 +99,21 @@ class StepSync {
   /// Loads step `step` of plan.checkpoint_dir into the weights and optimizer state; returns the
   /// loop state with this rank's loader state (train/loop_checkpoint.h resume). Collective.
   virtual LoopState resume(const TrainPlan& plan, int64_t step) = 0;
+
+  /// Node 0 keeps in memory a copy of what save would write for `state` (the weights, every rank's
+  /// optimizer shard), so that a rank lost later costs no step up to state.step (save_copy).
+  /// Collective where the mode communicates. Default: keeps nothing.
+  virtual void keep_copy(const nlohmann::json& run_meta, const LoopState& state) {
+    (void)run_meta;
+    (void)state;
+  }
+  /// After a rank was lost (the group is broken: no collective), on rank 0: writes the last copy
+  /// into `dir` as a checkpoint and returns its step; -1 when there is none. Throws
+  /// nanochat::Error naming the file it could not write.
+  virtual int64_t save_copy(const std::string& dir) {
+    (void)dir;
+    return -1;
+  }
 };
 
 }  // namespace nanochat

@@ -1,7 +1,9 @@
 #include "nanochat/train/test_fault.h"
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -22,6 +24,14 @@ class HookFaults final : public FaultInjector {
   }
   void after_update(GPT& model, int rank, int64_t step) const override {
     if (f().kind == "flip-bit" && f().rank == rank && f().step == step) flip_lowest_bit(model, f().tensor);
+    // die: the process started as that RANK (its rank may have changed since the job regrouped)
+    const char* job_rank = std::getenv("RANK");
+    if (f().kind == "die" && f().step == step && job_rank && std::atoi(job_rank) == f().rank) {
+      std::fprintf(stderr, "NANOCHAT_TEST_FAULT: RANK=%d kills itself after the update of step %lld\n", f().rank,
+                   static_cast<long long>(step));
+      std::fflush(stderr);
+      ::raise(SIGKILL);
+    }
   }
   void before_final_evaluation() const override {
     if (h_.fault_inject == "final-eval") fail("fault injected into the final evaluation (--fault-inject)");

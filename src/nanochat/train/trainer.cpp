@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "nanochat/comm/communicator.h"
@@ -26,6 +28,8 @@
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/balance.h"
+#include "nanochat/cluster/env.h"
+#include "nanochat/train/elastic.h"
 #include "nanochat/train/eval.h"
 #include "nanochat/train/job_checkpoint.h"
 #include "nanochat/train/job_layout.h"
@@ -64,6 +68,7 @@ struct TrainContext {
   double peak_gflops = 0;
   bool profile = false;
   bool adapt_threads = false;  // --threads not given: the count follows the measured steps (core/thread_tuner.h)
+  bool elastic = false;  // a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
 };
 
 // One rank's run of base_train after the set-up: the loop and its parts.
@@ -80,8 +85,34 @@ class TrainLoop {
         y_(x_.size()) {}
 
   // Steps until num_iterations (nanochat base_train.py's while loop); the last step is saved and
-  // evaluated. Returns the final evaluation's error ("" = none).
+  // evaluated. Returns the final evaluation's error ("" = none). A peer that leaves the job (it
+  // died, froze or was cut off: PeerLost) stops it with a message that names the step, what the
+  // step was doing and what is saved.
   std::string run() {
+    try {
+      return run_steps();
+    } catch (const PeerLost& e) {
+      const Timer caught;  // an elastic job reports how long it took to go on from here
+      if (!c_.elastic)  // an elastic job records the change once the survivors are known
+        c_.metrics.record({{"step", st_.step},
+                           {"membership", str_cat("rank ", e.peer(), " left")},
+                           {"reason", e.what()},
+                           {"world_size", sync_.world_size()},
+                           {"world_size_after", 0}});
+      std::string copy_error;
+      if (copied_ > last_saved_) try {  // rank 0: node 0's copy is newer than the last checkpoint
+          if (sync_.save_copy(plan_.checkpoint_dir) == copied_) last_saved_ = copied_;
+        } catch (const std::exception& s) {
+          copy_error = str_cat(" (node 0 could not save its copy of step ", copied_, ": ", s.what(), ")");
+        }
+      if (c_.elastic && copy_error.empty() && e.peer() != 0)  // the others regroup and go on (train/elastic.h)
+        throw RankLeft(str_cat("step ", st_.step, " (", phase_, ") was interrupted: ", e.what()), e.peer(), st_.step,
+                       sync_.rank() == 0 ? last_saved_ : -1, caught.seconds());
+      fail(peer_lost_message(e), copy_error);
+    }
+  }
+
+  std::string run_steps() {
     for (;;) {
       const int64_t step = st_.step;
       if (plan_.sft) prefetch(step);  // the stream says whether this step ends the run
@@ -89,14 +120,30 @@ class TrainLoop {
       const bool in_sync = sync_.in_sync(step);
       const bool save_now = in_sync && plan_.cadence.save_at(step, last);
       // 1. the replicas are still identical (and a checkpoint never stores one rank's fault)
+      phase_ = "comparing the replicas";
       if (in_sync && plan_.cadence.check_replicas_at(step, save_now)) sync_.check_replicas(step);
       if (last) return finish_last_step();
       // 2. val bpb and samples, 3. checkpoint, 4. one optimizer step
+      phase_ = "evaluating";
       if (in_sync) evaluate_and_sample(false);
+      phase_ = "saving the checkpoint";
       if (save_now) save();
+      phase_ = "training the step";
       train_step();
       ++st_.step;
+      keep_copy_if_due();
     }
+  }
+
+  // Node 0 keeps the job's state at this step boundary (--copy-state-every): a node lost later
+  // costs no step before it.
+  void keep_copy_if_due() {
+    if (!plan_.cadence.copy_at(st_.step) || !sync_.in_sync(st_.step) || st_.step >= plan_.num_iterations) return;
+    LoopState s = st_;
+    s.loader_state = loader_state_;
+    phase_ = "sending node 0 the copy of the job's state";
+    sync_.keep_copy(c_.run_meta, s);
+    copied_ = st_.step;
   }
 
   double profiled_seconds() const { return profiled_seconds_; }
@@ -118,6 +165,31 @@ class TrainLoop {
   void save() {
     st_.loader_state = loader_state_;
     sync_.save(plan_.checkpoint_dir, c_.run_meta, st_, c_.faults);
+    last_saved_ = st_.step;
+  }
+
+  // Why the job stops, on every rank: the step and what it was doing, the lost peer (e), and what
+  // node 0 holds: the last checkpoint (the steps after it are lost) and the command that resumes.
+  std::string peer_lost_message(const PeerLost& e) const {
+    const int64_t step = st_.step;
+    // a worker cannot see node 0's disk: it says what node 0 saves (its copy, when newer)
+    const int64_t on_disk = sync_.rank() == 0 ? last_saved_ : std::max(last_saved_, copied_);
+    std::string saved;
+    if (on_disk >= 0)
+      saved = str_cat("The last checkpoint is step ", on_disk, " in node 0's ", plan_.checkpoint_dir,
+                      step > on_disk ? str_cat(" (", step - on_disk, step - on_disk == 1 ? " step" : " steps",
+                                                " trained since then lost)")
+                                     : " (the last completed step: nothing trained is lost)",
+                      "; to continue, run the same command on every node that is still here, with --nnodes "
+                      "set to their number and --resume-from-step ",
+                      on_disk, " (the optimizer state is dealt to any number of ranks)");
+    else
+      saved = str_cat("No checkpoint of this run was saved yet (--save-every ",
+                      plan_.cadence.save_every > 0 ? std::to_string(plan_.cadence.save_every) : std::string("-1"),
+                      "): the ", step, " steps trained are lost; with --save-every N a lost node costs at most N steps, "
+                      "with --copy-state-every N too but without writing files (node 0 keeps a copy in memory)");
+    return str_cat("the job stopped in step ", step, " of ", plan_.num_iterations, " (", phase_, ") because a node left: ",
+                   e.what(), ". ", saved);
   }
 
   // The last step is saved BEFORE the final evaluation: a failure there (or a rank lost during
@@ -348,6 +420,9 @@ class TrainLoop {
   bool noted_slow_rank_ = false;
   ThreadTuner tuner_{num_threads(), 1, "row"};
   int64_t run_delay_at_start_ = -1;  // process_run_delay_ns() when the step began
+  int64_t last_saved_ = c_.plan.cadence.resume_step;  // the last step on disk (-1: none)
+  int64_t copied_ = -1;                               // the step node 0 last copied (keep_copy)
+  const char* phase_ = "starting";                    // what the loop is doing, for a failure's message
   double dt_ema_ = 0;
   const int64_t flops_per_token_ = model_.num_flops_per_token();
   const std::vector<int32_t> token_bytes_;
@@ -372,7 +447,8 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
   return measure_and_print_peak(master, plan.dtype);
 }
 
-void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed) {
+void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed,
+           const Rejoined* rejoined, bool elastic) {
   const int rank = comm.rank(), W = comm.world_size();
   const bool master = rank == 0;
   auto print0 = [master](const std::string& s) { print_if(master, s); };
@@ -380,8 +456,9 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
   // Tokenizer, derived plan, start-up report.
   const Tokenizer tok = load_tokenizer(feed);
   const TrainPlan plan = derive_plan(a, tok.vocab_size(), W, base_dir());
-  const double peak_gflops = print_setup_and_measure_peak(a, tok, plan, master, !feed.client);
-  if (feed.server)
+  // A regrouped elastic job (rejoined) has said all this once already.
+  const double peak_gflops = print_setup_and_measure_peak(a, tok, plan, master && !rejoined, !feed.client);
+  if (feed.server && !rejoined)
     print0(str_cat("Data: node 0 reads ", data_dir(), " and sends every rank its rows (port ", feed.port(),
                    "); --local-data makes every node read its own copy"));
 
@@ -391,7 +468,7 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
   model.set_recompute_mlp(a.recompute_mlp);
   model.set_compute_dtype(plan.dtype);
   MuonAdamW opt(optimizer_params(model), plan.optim, &comm);
-  print0(plan.dmodel_lr_scale_line());
+  if (!rejoined) print0(plan.dmodel_lr_scale_line());
   prof::reset();
 
   // The whole job, agreed by every rank before any collective on tensors (job_layout.h).
@@ -399,6 +476,8 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
   TrainJob job{plan, layout, tok, model, opt, token_row_stream(tok, plan), json(), a.resume_from_step, peak_gflops,
                a.profile};
   job.adapt_threads = a.threads == 0 && num_threads() > 1;
+  job.rejoined = rejoined;
+  job.elastic = elastic;
   job.run_meta = json{{"model_config", plan.model.to_json()},
                       {"data_stream", "one-rank"},
                       {"user_config", args_to_json(a)},
@@ -469,10 +548,18 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
     print0(str_cat("Rows per step: ", layout.rows_per_step, ", dealt ",
                    plan.balance == BalanceMode::Even ? "evenly" : "by measured speed", "; device batch per rank: ",
                    json(layout.device_batches).dump(), "; first split ", split_percentages(sync.next_split())));
+  if (job.rejoined) {  // a regrouped elastic job: who left, and how long it took to go on
+    json note = job.rejoined->note;
+    const double seconds = job.rejoined->before + job.rejoined->since.seconds();
+    note["recovery_s"] = seconds;
+    print0(str_cat(job.rejoined->line, "; training again ", fixed(seconds, 1), " s after it was found gone"));
+    metrics.record(note);
+  }
 
   TrainContext ctx{plan,    layout, job.tok, job.model,    sync,       *data, metrics, st, faults, job.run_meta,
                    job.peak_gflops, job.profile};
   ctx.adapt_threads = job.adapt_threads;
+  ctx.elastic = job.elastic;
   TrainLoop loop(ctx);
   const std::string eval_error = loop.run();
 
@@ -493,6 +580,36 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
   if (!eval_error.empty()) fail("the final evaluation failed after the weights were saved: ", eval_error);
 }
 
+namespace {
+
+// While it lives, a lost peer (Communicator::on_peer_lost) reaches the data feed, so that a wait
+// for rank 0's frames, or rank 0's send to the lost rank, ends at once. The communicator outlives
+// the feed: the hook holds a state this guard empties.
+class FeedLossHook {
+ public:
+  FeedLossHook(Communicator& comm, DataFeed& feed) : s_(std::make_shared<State>()) {
+    s_->feed = &feed;
+    comm.on_peer_lost([s = s_](int peer, const std::string& why) {
+      std::lock_guard<std::mutex> lk(s->mu);
+      if (s->feed) s->feed->peer_lost(peer, why);
+    });
+  }
+  ~FeedLossHook() {
+    std::lock_guard<std::mutex> lk(s_->mu);
+    s_->feed = nullptr;
+  }
+  FeedLossHook(const FeedLossHook&) = delete;
+  FeedLossHook& operator=(const FeedLossHook&) = delete;
+
+ private:
+  struct State {
+    std::mutex mu;
+    DataFeed* feed = nullptr;
+  };
+  std::shared_ptr<State> s_;
+};
+
+}  // namespace
 
 void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks hooks) {
   if (!a.device_type.empty() && a.device_type != "cpu")
@@ -504,9 +621,21 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
   if (parse_compute_dtype(a.dtype, "--dtype") == ComputeDtype::BFloat16) require_native_bf16("--dtype bfloat16");
   hooks.fault = test_fault_from_env();
   const std::unique_ptr<FaultInjector> faults = make_fault_injector(hooks);
+  const long min_world = cluster::env_int("NANOCHAT_MIN_WORLD_SIZE").value_or(0);  // nanochat run --nnodes MIN:MAX
+  if (min_world > 0 && comm.world_size() > 1)
+    run_elastic(a, comm, *faults, static_cast<int>(min_world));
+  else
+    run_generation(a, comm, *faults, nullptr, false);
+}
+
+void run_generation(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, const Rejoined* rejoined,
+                    bool elastic) {
   DataFeed feed = open_data_feed(comm, a.local_data);
+  const FeedLossHook feed_loss(comm, feed);
   try {
-    train(a, comm, *faults, feed);
+    train(a, comm, faults, feed, rejoined, elastic);
+  } catch (const RankLeft&) {
+    throw;  // the workers that remain go on with node 0 (train/elastic.h)
   } catch (const std::exception& e) {
     feed.tell_workers(e.what());  // every node then shows node 0's error
     throw;

@@ -19,6 +19,7 @@ class GPT;
 class MuonAdamW;
 class Tokenizer;
 struct OptParam;
+struct Rejoined;
 
 /// Runs base-train with `args` on this rank (comm->world_size() ranks in all). `hooks`: the
 /// end-to-end tests' faults and data-stream switch (test_fault.h); NANOCHAT_TEST_FAULT is read
@@ -41,6 +42,8 @@ struct TrainJob {
   double peak_gflops = 1;  ///< the MFU reference (measure_and_print_peak)
   bool profile = false;
   bool adapt_threads = false;  ///< the thread tuner may change this rank's thread count (no --threads)
+  const Rejoined* rejoined = nullptr;  ///< an elastic job regrouped: who left (printed and recorded at the start)
+  bool elastic = false;                ///< a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
 };
 
 /// Collective: the steps of `job` on this rank, from the ZeRO-2 sync's set-up to the last step's save,

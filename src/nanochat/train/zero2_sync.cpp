@@ -1,5 +1,7 @@
 #include "nanochat/train/zero2_sync.h"
 
+#include <csignal>
+#include <cstdio>
 #include <functional>
 
 #include "nanochat/comm/communicator.h"
@@ -105,6 +107,50 @@ void Zero2Sync::sum_over_ranks(double* v, size_t n) {
 void Zero2Sync::save(const std::string& dir, const nlohmann::json& run_meta, const LoopState& state,
                      const FaultInjector& faults) {
   save_checkpoint(comm_, dir, model_, opt_, run_meta, state, faults);
+}
+
+void Zero2Sync::keep_copy(const nlohmann::json& run_meta, const LoopState& state) {
+  if (world_size() > 1) copy_checkpoint_state(comm_, model_, opt_, run_meta, state, &copy_);
+}
+
+namespace {
+
+volatile std::sig_atomic_t g_deferred_signal = 0;
+extern "C" void remember_signal(int sig) { g_deferred_signal = sig; }
+
+// While it lives, SIGTERM, SIGINT and SIGHUP are remembered instead of ending the process, and
+// the first one takes effect when it ends: the launcher stops a failed job's ranks (SIGTERM 3 s
+// after the failure, SIGKILL --grace later), and node 0's copy must not be cut off by it.
+class DeferStopSignals {
+ public:
+  DeferStopSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = remember_signal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
+  }
+  ~DeferStopSignals() {
+    for (size_t i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+    if (g_deferred_signal != 0) ::raise(g_deferred_signal);
+  }
+  DeferStopSignals(const DeferStopSignals&) = delete;
+  DeferStopSignals& operator=(const DeferStopSignals&) = delete;
+
+ private:
+  static constexpr int kSignals[3] = {SIGTERM, SIGINT, SIGHUP};
+  struct sigaction old_[3];
+};
+
+}  // namespace
+
+int64_t Zero2Sync::save_copy(const std::string& dir) {
+  if (rank() != 0 || copy_.step < 0) return -1;
+  const DeferStopSignals defer;
+  const CheckpointPaths cp = write_job_state_copy(dir, model_, copy_);
+  std::printf("Saved checkpoint %s (node 0's copy of the job's state at step %lld)\n", cp.model().c_str(),
+              static_cast<long long>(copy_.step));
+  std::fflush(stdout);
+  return copy_.step;
 }
 
 LoopState Zero2Sync::resume(const TrainPlan& plan, int64_t step) {

@@ -15,6 +15,7 @@
 
 #include "nanochat/train/balance.h"
 #include "nanochat/train/grad_accum.h"
+#include "nanochat/train/job_checkpoint.h"
 #include "nanochat/train/sync.h"
 
 namespace nanochat {
@@ -43,6 +44,8 @@ class Zero2Sync final : public StepSync {
   void save(const std::string& dir, const nlohmann::json& run_meta, const LoopState& state,
             const FaultInjector& faults) override;
   LoopState resume(const TrainPlan& plan, int64_t step) override;
+  void keep_copy(const nlohmann::json& run_meta, const LoopState& state) override;
+  int64_t save_copy(const std::string& dir) override;
 
   /// The split of the next step (rows per rank).
   const std::vector<int64_t>& next_split() const { return balancer_.rows(); }
@@ -63,6 +66,7 @@ class Zero2Sync final : public StepSync {
   int64_t rows_ = 0;            // this rank's rows in the current step
   double loss_sum_ = 0;         // sum of (micro-batch mean loss x its valid targets), this rank
   float grad_scale_ = 0;        // 1 / valid targets of the step over all ranks
+  JobStateCopy copy_;           // rank 0: the last keep_copy
 };
 
 }  // namespace nanochat
