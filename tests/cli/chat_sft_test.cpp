@@ -326,3 +326,46 @@ TEST(ChatSft, TheLoadedOptimizerKeepsTheBaseRunsLastWeightDecay) {
   EXPECT_NE(r.out.find("Muon weight decay: 0;"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("Loaded optimizer state"), std::string::npos) << r.out;
 }
+
+// ChatCORE during chat-sft (nanochat's --chatcore-every): without the five tasks' files the run
+// trains on and says why ChatCORE is skipped; with them (the tasks' fixture datasets) the estimate
+// at the last step equals chat-eval's on the saved checkpoint with the same problem limits, and
+// metrics.jsonl records it.
+TEST(ChatSft, ChatCoreAtTheLastStepEqualsChatEvalOfTheSavedCheckpoint) {
+  SftDir b("nc_sft_chatcore");
+  const std::string sft = " chat-sft --model-tag t --train-jsonl " + b.dir +
+                          "/train.jsonl --eval-every -1 --threads 1 --chatcore-every 100 --chatcore-max-cat 2"
+                          " --chatcore-max-sample 2";
+  auto r = run(b, sft);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("NOTE: ChatCORE (--chatcore-every) is skipped: rank 0 cannot open its tasks"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("| ChatCORE:"), std::string::npos) << r.out;
+
+  fs::copy(std::string(NANOCHAT_TEST_DATA) + "/tasks/task_data", b.dir + "/task_data", fs::copy_options::recursive);
+  fs::remove_all(b.sft_ckpt());
+  r = run(b, sft);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const size_t at = r.out.find("| ChatCORE: ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  std::string during = r.out.substr(at + 12);  // "Step 00005 | ChatCORE: 0.1234 | ChatCORE_cat: ..."
+  during = during.substr(0, during.find(' '));
+  for (const char* task : {"  ARC-Easy: ", "  ARC-Challenge: ", "  MMLU: ", "  GSM8K: ", "  HumanEval: "})
+    EXPECT_NE(r.out.find(task), std::string::npos) << task << "\n" << r.out;
+  std::ifstream metrics(b.sft_ckpt() + "/metrics.jsonl");
+  std::string line;
+  bool recorded = false;
+  while (std::getline(metrics, line))
+    if (line.find("\"chatcore\"") != std::string::npos && line.find("\"chatcore/GSM8K\"") != std::string::npos)
+      recorded = true;
+  EXPECT_TRUE(recorded);
+
+  auto e = run(b, " chat-eval -i sft -g t -x 2 --threads 1");
+  ASSERT_EQ(e.code, 0) << e.out;
+  const size_t m = e.out.find("ChatCORE metric: ");
+  ASSERT_NE(m, std::string::npos) << e.out;
+  std::string after = e.out.substr(m + 17);
+  after = after.substr(0, after.find('\n'));
+  EXPECT_EQ(during, after) << r.out << "\n" << e.out;
+}

@@ -8,6 +8,8 @@
 
 #include "nanochat/cluster/gather.h"
 #include "nanochat/comm/communicator.h"
+#include "nanochat/comm/typed.h"
+#include "nanochat/engine/engine.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/format.h"
 #include "nanochat/core/paths.h"
@@ -18,7 +20,9 @@
 #include "nanochat/tasks/jsonl_task.h"
 #include "nanochat/tasks/registry.h"
 #include "nanochat/tokenizer/tokenizer.h"
+#include "nanochat/train/chat_eval.h"
 #include "nanochat/train/checkpoint.h"
+#include "nanochat/train/metrics_log.h"
 #include "nanochat/train/interop_optim.h"
 #include "nanochat/train/job_layout.h"
 #include "nanochat/train/loop_checkpoint.h"
@@ -51,6 +55,31 @@ std::string py_str(const json& v) {
   std::string s = b;
   if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
   return s;
+}
+
+// Whether every rank can open ChatCORE's five tasks (each rank reads its own copy of the task files,
+// train/chat_eval.h). Collective. When one cannot, rank 0 says which rank and what is missing, and
+// chat-sft trains without ChatCORE rather than stopping at its first estimate.
+bool chatcore_tasks_on_every_rank(Communicator& comm) {
+  std::string missing;
+  for (const std::string& name : chatcore_task_names()) {
+    try {
+      open_chat_eval_task(name);
+    } catch (const Error& e) {
+      missing = e.what();
+      break;
+    }
+  }
+  const std::vector<std::string> all = all_gather_strings(comm, missing);
+  for (size_t r = 0; r < all.size(); ++r)
+    if (!all[r].empty()) {
+      print_if(comm.rank() == 0,
+               str_cat("NOTE: ChatCORE (--chatcore-every) is skipped: rank ", r, " cannot open its tasks: ", all[r],
+                       " (every rank needs them: `nanochat data download --tasks` on each node; or run chat-eval on "
+                       "the saved checkpoint; --chatcore-every -1 silences this)"));
+      return false;
+    }
+  return true;
 }
 
 }  // namespace
@@ -281,10 +310,6 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
   print_device_lines(plan, tok, master, a.threads == 0 && num_threads() > 1);
   print0(str_cat("Base checkpoint: ", base_cp.model()));
   for (const auto& l : plan.log) print0(l);
-  if (a.chatcore_every > 0)
-    print0(
-        "NOTE: ChatCORE (--chatcore-every) is not evaluated inside chat-sft by this build; run chat evaluation on "
-        "the saved checkpoint. Pass --chatcore-every -1 to silence this.");
   const double peak = measure_and_print_peak(master);
   if (feed.server)
     print0(str_cat("Data: node 0 packs the conversations and sends every rank its rows (port ", feed.port(), ")"));
@@ -341,6 +366,24 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
                       {"total_batch_size", plan.total_batch_size},
                       {"world_size", plan.world_size},
                       {"tokenizer_hash", std::to_string(tok.hash())}};
+  const bool chatcore = a.chatcore_every > 0 && chatcore_tasks_on_every_rank(comm);
+  if (chatcore)
+    job.extra_eval = [&a, &model, &tok, &comm, master, B = plan.B](int64_t step, bool last, MetricsLog& metrics) {
+      if (!(last || (step > 0 && step % a.chatcore_every == 0))) return;
+      Engine engine(model, tok);
+      const ChatCoreResult r =
+          chat_core(engine, open_chat_eval_task, ChatCoreLimits{a.chatcore_max_cat, a.chatcore_max_sample, B}, comm,
+                    [master](const ChatEvalResult& t) {
+                      print_if(master, str_cat("  ", t.task, ": ", fixed(100 * t.accuracy, 2), "%"));
+                    });
+      char b[128];
+      std::snprintf(b, sizeof b, "Step %05lld | ChatCORE: %.4f | ChatCORE_cat: %.4f", static_cast<long long>(step),
+                    r.chatcore, r.chatcore_cat);
+      print_if(master, b);
+      json rec{{"step", step}, {"chatcore", r.chatcore}, {"chatcore_cat", r.chatcore_cat}};
+      for (const auto& [name, acc] : r.accuracies) rec["chatcore/" + name] = acc;
+      metrics.record(rec);
+    };
   run_train_job(job, comm, faults, feed);
 }
 

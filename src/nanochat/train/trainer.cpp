@@ -69,6 +69,7 @@ struct TrainContext {
   bool profile = false;
   bool adapt_threads = false;  // --threads not given: the count follows the measured steps (core/thread_tuner.h)
   bool elastic = false;  // a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
+  std::function<void(int64_t, bool, MetricsLog&)> extra_eval = {};  // TrainJob::extra_eval
 };
 
 // One rank's run of base_train after the set-up: the loop and its parts.
@@ -228,6 +229,7 @@ class TrainLoop {
       print0(b);
       c_.metrics.record({{"step", step}, {"val_bpb", number_or_infinity(st_.val_bpb)}});
     }
+    if (c_.extra_eval) c_.extra_eval(step, last, c_.metrics);
     if (plan_.cadence.sample_at(step, last) && sync_.rank() == 0) {
       // nanochat's base_train: Engine.generate_batch, one greedy row of at most 16 tokens
       Engine engine(model_, c_.tok);
@@ -560,6 +562,7 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
                    job.peak_gflops, job.profile};
   ctx.adapt_threads = job.adapt_threads;
   ctx.elastic = job.elastic;
+  ctx.extra_eval = job.extra_eval;
   TrainLoop loop(ctx);
   const std::string eval_error = loop.run();
 

@@ -2,6 +2,7 @@
 // base_train's main loop (nanochat scripts/base_train.py; docs/nanochat.md 3.3-3.10) for one rank of a
 // data-parallel job: derivations, init or resume, gradient accumulation, MuonAdamW steps, log
 // lines, val bpb, samples, atomic checkpoints, metrics JSONL and an SVG report.
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@ class MuonAdamW;
 class Tokenizer;
 struct OptParam;
 struct Rejoined;
+class MetricsLog;
 
 /// Runs base-train with `args` on this rank (comm->world_size() ranks in all). `hooks`: the
 /// end-to-end tests' faults and data-stream switch (test_fault.h); NANOCHAT_TEST_FAULT is read
@@ -44,6 +46,9 @@ struct TrainJob {
   bool adapt_threads = false;  ///< the thread tuner may change this rank's thread count (no --threads)
   const Rejoined* rejoined = nullptr;  ///< an elastic job regrouped: who left (printed and recorded at the start)
   bool elastic = false;                ///< a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
+  /// The command's own evaluation at the loop's evaluation points, after val bpb (every rank calls
+  /// it together with the step and whether it is the run's last; chat-sft's ChatCORE). Empty: none.
+  std::function<void(int64_t step, bool last, MetricsLog& metrics)> extra_eval = {};
 };
 
 /// Collective: the steps of `job` on this rank, from the ZeRO-2 sync's set-up to the last step's save,
