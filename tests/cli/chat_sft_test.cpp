@@ -338,8 +338,7 @@ TEST(ChatSft, ChatCoreAtTheLastStepEqualsChatEvalOfTheSavedCheckpoint) {
                           " --chatcore-max-sample 2";
   auto r = run(b, sft);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("NOTE: ChatCORE (--chatcore-every) is skipped: rank 0 cannot open its tasks"),
-            std::string::npos)
+  EXPECT_NE(r.out.find("NOTE: ChatCORE (--chatcore-every) is skipped: rank 0 cannot open its tasks"), std::string::npos)
       << r.out;
   EXPECT_EQ(r.out.find("| ChatCORE:"), std::string::npos) << r.out;
 

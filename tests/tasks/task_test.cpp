@@ -39,8 +39,8 @@ TEST(TaskMixture, OrderIsPythonsRandom42Shuffle) {
   const std::vector<std::pair<int, int>> expected = {{1, 4}, {1, 0}, {0, 2}, {2, 0}, {1, 2},
                                                      {1, 3}, {2, 1}, {1, 1}, {0, 0}, {0, 1}};
   const char* tags[] = {"a", "b", "c"};
-  TaskMixture mix({std::make_shared<Numbers>("a", 3), std::make_shared<Numbers>("b", 5),
-                   std::make_shared<Numbers>("c", 2)});
+  TaskMixture mix(
+      {std::make_shared<Numbers>("a", 3), std::make_shared<Numbers>("b", 5), std::make_shared<Numbers>("c", 2)});
   ASSERT_EQ(mix.size(), 10);
   for (size_t k = 0; k < expected.size(); ++k) {
     const auto [t, i] = expected[k];
@@ -68,8 +68,8 @@ TEST(TaskSlice, StartStopStepLikeNanochat) {
 }
 
 TEST(TaskSequence, ConcatenatesInOrder) {
-  TaskSequence seq({std::make_shared<Numbers>("a", 2), std::make_shared<Numbers>("b", 0),
-                    std::make_shared<Numbers>("c", 3)});
+  TaskSequence seq(
+      {std::make_shared<Numbers>("a", 2), std::make_shared<Numbers>("b", 0), std::make_shared<Numbers>("c", 3)});
   ASSERT_EQ(seq.size(), 5);
   EXPECT_EQ(prompt_of(seq.get(1)), "a 1");
   EXPECT_EQ(prompt_of(seq.get(2)), "c 0");

@@ -21,8 +21,8 @@ TaskSlice::TaskSlice(TaskPtr task, int64_t start, int64_t stop, int64_t step)
   const int64_t n = task_->size();
   if (stop < 0) stop = n;
   if (start < 0 || step < 1 || stop < start || stop > n)
-    fail("task ", task_->name(), ": the slice start ", start, ", stop ", stop, ", step ", step,
-         " is not within its ", n, " examples (need 0 <= start <= stop <= size, step >= 1)");
+    fail("task ", task_->name(), ": the slice start ", start, ", stop ", stop, ", step ", step, " is not within its ",
+         n, " examples (need 0 <= start <= stop <= size, step >= 1)");
   size_ = (stop - start + step - 1) / step;
 }
 

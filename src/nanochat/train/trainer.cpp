@@ -10,6 +10,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "nanochat/cluster/env.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
@@ -28,7 +29,6 @@
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/balance.h"
-#include "nanochat/cluster/env.h"
 #include "nanochat/train/elastic.h"
 #include "nanochat/train/eval.h"
 #include "nanochat/train/job_checkpoint.h"
@@ -68,7 +68,7 @@ struct TrainContext {
   double peak_gflops = 0;
   bool profile = false;
   bool adapt_threads = false;  // --threads not given: the count follows the measured steps (core/thread_tuner.h)
-  bool elastic = false;  // a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
+  bool elastic = false;        // a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
   std::function<void(int64_t, bool, MetricsLog&)> extra_eval = {};  // TrainJob::extra_eval
 };
 
@@ -94,7 +94,7 @@ class TrainLoop {
       return run_steps();
     } catch (const PeerLost& e) {
       const Timer caught;  // an elastic job reports how long it took to go on from here
-      if (!c_.elastic)  // an elastic job records the change once the survivors are known
+      if (!c_.elastic)     // an elastic job records the change once the survivors are known
         c_.metrics.record({{"step", st_.step},
                            {"membership", str_cat("rank ", e.peer(), " left")},
                            {"reason", e.what()},
@@ -179,7 +179,7 @@ class TrainLoop {
     if (on_disk >= 0)
       saved = str_cat("The last checkpoint is step ", on_disk, " in node 0's ", plan_.checkpoint_dir,
                       step > on_disk ? str_cat(" (", step - on_disk, step - on_disk == 1 ? " step" : " steps",
-                                                " trained since then lost)")
+                                               " trained since then lost)")
                                      : " (the last completed step: nothing trained is lost)",
                       "; to continue, run the same command on every node that is still here, with --nnodes "
                       "set to their number and --resume-from-step ",
@@ -187,10 +187,11 @@ class TrainLoop {
     else
       saved = str_cat("No checkpoint of this run was saved yet (--save-every ",
                       plan_.cadence.save_every > 0 ? std::to_string(plan_.cadence.save_every) : std::string("-1"),
-                      "): the ", step, " steps trained are lost; with --save-every N a lost node costs at most N steps, "
+                      "): the ", step,
+                      " steps trained are lost; with --save-every N a lost node costs at most N steps, "
                       "with --copy-state-every N too but without writing files (node 0 keeps a copy in memory)");
-    return str_cat("the job stopped in step ", step, " of ", plan_.num_iterations, " (", phase_, ") because a node left: ",
-                   e.what(), ". ", saved);
+    return str_cat("the job stopped in step ", step, " of ", plan_.num_iterations, " (", phase_,
+                   ") because a node left: ", e.what(), ". ", saved);
   }
 
   // The last step is saved BEFORE the final evaluation: a failure there (or a rank lost during
@@ -421,7 +422,7 @@ class TrainLoop {
   double progress_ = 0;  // chat-sft: the largest progress seen (nanochat's progress = max(...))
   bool noted_slow_rank_ = false;
   ThreadTuner tuner_{num_threads(), 1, "row"};
-  int64_t run_delay_at_start_ = -1;  // process_run_delay_ns() when the step began
+  int64_t run_delay_at_start_ = -1;                   // process_run_delay_ns() when the step began
   int64_t last_saved_ = c_.plan.cadence.resume_step;  // the last step on disk (-1: none)
   int64_t copied_ = -1;                               // the step node 0 last copied (keep_copy)
   const char* phase_ = "starting";                    // what the loop is doing, for a failure's message
@@ -475,8 +476,8 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
 
   // The whole job, agreed by every rank before any collective on tensors (job_layout.h).
   const JobLayout layout = agree_on_job_layout(comm, a, plan, tok);
-  TrainJob job{plan, layout, tok, model, opt, token_row_stream(tok, plan), json(), a.resume_from_step, peak_gflops,
-               a.profile};
+  TrainJob job{plan,        layout,   tok, model, opt, token_row_stream(tok, plan), json(), a.resume_from_step,
+               peak_gflops, a.profile};
   job.adapt_threads = a.threads == 0 && num_threads() > 1;
   job.rejoined = rejoined;
   job.elastic = elastic;
@@ -502,8 +503,9 @@ void print_device_lines(const TrainPlan& plan, const Tokenizer& tok, bool master
                      : "",
                  ", ", num_threads(), " threads per rank, world size ", plan.world_size));
   print0(str_cat("Threads: ", num_threads(), " on CPUs ", cpu_affinity_list(), "; wait policy ", wait_policy_summary(),
-                 adapt_threads ? "; fewer while the steps measure faster with fewer (a busy core), --threads N fixes the count"
-                               : ""));
+                 adapt_threads
+                     ? "; fewer while the steps measure faster with fewer (a busy core), --threads N fixes the count"
+                     : ""));
   print0("Vocab size: " + with_commas(tok.vocab_size()));
   print0("Model config: " + plan.model.to_json().dump());
 }
@@ -558,8 +560,8 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
     metrics.record(note);
   }
 
-  TrainContext ctx{plan,    layout, job.tok, job.model,    sync,       *data, metrics, st, faults, job.run_meta,
-                   job.peak_gflops, job.profile};
+  TrainContext ctx{plan, layout, job.tok,      job.model,       sync,       *data, metrics,
+                   st,   faults, job.run_meta, job.peak_gflops, job.profile};
   ctx.adapt_threads = job.adapt_threads;
   ctx.elastic = job.elastic;
   ctx.extra_eval = job.extra_eval;

@@ -43,7 +43,7 @@ struct TrainJob {
   int64_t resume_from_step = -1;
   double peak_gflops = 1;  ///< the MFU reference (measure_and_print_peak)
   bool profile = false;
-  bool adapt_threads = false;  ///< the thread tuner may change this rank's thread count (no --threads)
+  bool adapt_threads = false;          ///< the thread tuner may change this rank's thread count (no --threads)
   const Rejoined* rejoined = nullptr;  ///< an elastic job regrouped: who left (printed and recorded at the start)
   bool elastic = false;                ///< a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
   /// The command's own evaluation at the loop's evaluation points, after val bpb (every rank calls
@@ -64,8 +64,8 @@ std::vector<OptParam> optimizer_params(GPT& model);
 /// `adapt_threads`: the threads line says the thread tuner may lower the count.
 void print_device_lines(const TrainPlan& plan, const Tokenizer& tok, bool master, bool adapt_threads = false);
 
-/// Measures this rank's peak for `dtype` (fp32 FMA or bf16 dot-product; cached in base_dir()/fma_peak.json), prints it on rank 0 and
-/// returns the reference the log's MFU is computed against.
+/// Measures this rank's peak for `dtype` (fp32 FMA or bf16 dot-product; cached in base_dir()/fma_peak.json), prints it
+/// on rank 0 and returns the reference the log's MFU is computed against.
 double measure_and_print_peak(bool master, ComputeDtype dtype = ComputeDtype::Float32);
 
 }  // namespace nanochat
