@@ -2,7 +2,9 @@
 // Started alone it trains in one process; under `nanochat run` (or torchrun-style environment
 // variables RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT) it is one rank of a data-parallel job.
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "nanochat/cli/commands.h"
 #include "nanochat/comm/communicator.h"
@@ -106,6 +108,9 @@ void register_base_train(CLI::App& app) {
   add_base_train_flags(c, *args);
   add_train_test_hook_flags(c, *hooks);
   c->callback([args, hooks] {
+    // A node joining a running elastic job has no communicator until rank 0 admits it.
+    if (const char* j = std::getenv("NANOCHAT_JOIN"); j && std::string(j) == "1")
+      return run_base_train_joining(*args, *hooks);
     // World size 1 unless started by `nanochat run` or with torchrun's variables (RANK, ...).
     std::unique_ptr<Communicator> comm = cluster::make_communicator_from_env();
     run_base_train(*args, *comm, *hooks);

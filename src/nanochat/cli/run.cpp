@@ -25,6 +25,7 @@ struct RunArgs {
   double rendezvous_timeout_s = 0;
   double grace_s = 10;
   double heartbeat_timeout_s = -1;  // -1: NANOCHAT_HEARTBEAT_TIMEOUT, else 10
+  double min_nodes_timeout_s = -1;  // -1: NANOCHAT_ELASTIC_WAIT_TIMEOUT, else 600
   std::string nnodes = "1";         // N, or MIN:MAX (elastic)
   std::string port_range;
   bool standalone = false;
@@ -102,7 +103,7 @@ void register_selftest(CLI::App& app) {
 }
 
 // --nnodes: "N" (a fixed-size job) or torchrun's elastic "MIN:MAX" (1 <= MIN <= MAX). The job
-// starts with MAX nodes; the ranks go on while MIN remain (cluster/launcher.h min_nnodes).
+// starts with MAX nodes; the ranks go on while MIN remain, and nodes may join (train/elastic.h).
 void parse_nnodes(const std::string& v, cluster::LaunchOptions& L) {
   auto number = [&](const std::string& s) {
     char* end = nullptr;
@@ -136,7 +137,7 @@ void register_run(CLI::App& app) {
   sub->add_option("--nnodes", args->nnodes,
                   "number of nodes (machines) in the job; MIN:MAX (torchrun's elastic form) starts with MAX nodes "
                   "and goes on while at least MIN remain: a node that dies or freezes leaves and the others regroup "
-                  "and continue the run")
+                  "and continue the run; a node whose command runs again (or that wakes) joins at the next step")
       ->capture_default_str();
   sub->add_option("--nproc-per-node,--nproc_per_node", L.nproc_per_node, "ranks to start on this node")
       ->capture_default_str();
@@ -164,6 +165,10 @@ void register_run(CLI::App& app) {
                   "stopped; or cut off), ending the wait for it (default NANOCHAT_HEARTBEAT_TIMEOUT, else 10; 0 = "
                   "no heartbeat, a frozen rank is then found at the collective timeout)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--min-nodes-timeout", args->min_nodes_timeout_s,
+                  "elastic job (--nnodes MIN:MAX) left with fewer than MIN nodes: seconds it waits for nodes to join "
+                  "before node 0 stops it with its checkpoint (default NANOCHAT_ELASTIC_WAIT_TIMEOUT, else 600)")
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--standalone", args->standalone, "torchrun's one-node job (the default here; refuses --nnodes > 1)");
   sub->add_option("--hybrid", args->hybrid,
                   "auto: on a CPU with several core types (performance + efficiency), one rank per type, pinned "
@@ -186,6 +191,8 @@ void register_run(CLI::App& app) {
       L.rendezvous_timeout = *d.resolved().rendezvous_timeout;
     }
     L.grace = cluster::Ms(static_cast<long>(args->grace_s * 1000));
+    if (args->min_nodes_timeout_s > 0)  // the ranks inherit it (cluster/regroup.h)
+      ::setenv("NANOCHAT_ELASTIC_WAIT_TIMEOUT", std::to_string(args->min_nodes_timeout_s).c_str(), 1);
     if (args->heartbeat_timeout_s >= 0)  // the ranks inherit it (cluster/heartbeat.h)
       ::setenv("NANOCHAT_HEARTBEAT_TIMEOUT", std::to_string(args->heartbeat_timeout_s).c_str(), 1);
     if (!args->port_range.empty()) {

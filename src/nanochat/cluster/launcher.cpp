@@ -304,6 +304,7 @@ NodeCtx plan_node(const LaunchOptions& o) {
   c.port = o.master_port;
   c.rdzv = o.rendezvous_timeout;
   c.token = token;
+  c.elastic = o.min_nnodes > 0;
   c.started = wall_seconds();
   c.tag = str_cat("nanochat run (node ", c.k, " on ", c.host, "): ");
   return c;
@@ -330,7 +331,7 @@ std::string rank_address(const LaunchOptions& o, const NodeCtx& c) {
 }
 
 // Starts this node's P ranks with their environment; their output comes through pipes.
-std::vector<Child> start_ranks(const LaunchOptions& o, const NodeCtx& ctx, const std::string& threads) {
+std::vector<Child> start_ranks(const LaunchOptions& o, const NodeCtx& ctx, const std::string& threads, bool joining) {
   const int P = ctx.P, k = ctx.k, W = ctx.N * ctx.P;
   std::vector<Child> kids(P);
   for (int l = 0; l < P; ++l) {
@@ -357,6 +358,7 @@ std::vector<Child> start_ranks(const LaunchOptions& o, const NodeCtx& ctx, const
     if (!o.iface.empty()) vars.push_back({"NANOCHAT_SOCKET_IFNAME", o.iface});
     if (o.min_nnodes > 0)  // an elastic job: the ranks regroup when one leaves (train/elastic.h)
       vars.push_back({"NANOCHAT_MIN_WORLD_SIZE", std::to_string(o.min_nnodes * o.nproc_per_node)});
+    if (joining) vars.push_back({"NANOCHAT_JOIN", "1"});  // rank 0 admits it at a step boundary
     c.pid = spawn(o.program.empty() ? self_executable() : o.program, o.args, child_environment(vars), out_w.get(),
                   err_w.get(), cpus);
   }
@@ -629,12 +631,19 @@ int launch(const LaunchOptions& o) {
     threads.clear();
     for (const auto& r : o.placement.ranks) threads += str_cat(threads.empty() ? "" : "/", r.threads);
   }
-  std::fprintf(stderr, "%s%s of WORLD_SIZE=%d, OMP_NUM_THREADS=%s, store at %s, %s\n", c.tag.c_str(),
-               rank_range(c.k * c.P, c.P).c_str(), c.N * c.P, threads.c_str(), host_port(c.master, c.port).c_str(),
-               rank_address(o, c).c_str());
+  if (ls.joining)
+    std::fprintf(stderr,
+                 "%sthe elastic job at %s is already training: this node's %d rank%s ask%s node 0 to admit them at "
+                 "its next step boundary; OMP_NUM_THREADS=%s, %s\n",
+                 c.tag.c_str(), host_port(c.master, c.port).c_str(), c.P, c.P == 1 ? "" : "s", c.P == 1 ? "s" : "",
+                 threads.c_str(), rank_address(o, c).c_str());
+  else
+    std::fprintf(stderr, "%s%s of WORLD_SIZE=%d, OMP_NUM_THREADS=%s, store at %s, %s\n", c.tag.c_str(),
+                 rank_range(c.k * c.P, c.P).c_str(), c.N * c.P, threads.c_str(), host_port(c.master, c.port).c_str(),
+                 rank_address(o, c).c_str());
   if (!o.placement.summary.empty()) std::fprintf(stderr, "%s%s\n", c.tag.c_str(), o.placement.summary.c_str());
   std::fflush(stderr);
-  std::vector<Child> kids = start_ranks(o, c, threads);
+  std::vector<Child> kids = start_ranks(o, c, threads, ls.joining);
 
   Supervisor s(o, c, *ls.store, kids, signals.r.get());
   s.run();

@@ -68,6 +68,7 @@ struct NodeCtx {
   int port = 0;              ///< the store's port
   Ms rdzv{0};                ///< how long launchers wait for each other
   std::string token;         ///< the job token
+  bool elastic = false;      ///< --nnodes MIN:MAX
   int64_t started = 0;       ///< wall-clock second this launcher started (wall_seconds())
   std::string tag;           ///< "nanochat run (node K on HOST): ", the prefix of its messages
 };
@@ -77,10 +78,12 @@ struct LauncherStore {
   std::unique_ptr<StoreServer> server;
   std::unique_ptr<StoreClient> client;
   std::unique_ptr<PrefixStore> store;  ///< "nc/launch/" view of client
+  bool joining = false;  ///< this node joins an elastic job that already started (its ranks ask to be admitted)
 };
 
 /// Rendezvous of the launchers: node 0 starts the store, every launcher connects (with its will
-/// "gone/<k>") and registers; they go on once all N have joined with the same shape. Returns 0, or
+/// "gone/<k>") and registers; they go on once all N have joined with the same shape. In an elastic
+/// job that already said "go", a node other than 0 goes on at once with ls.joining set. Returns 0, or
 /// 128+signal when a signal arrived meanwhile (after saying so; other nodes learn it through
 /// "error"). Throws nanochat::Error on a mismatch, a busy port or when c.rdzv passes.
 int join_launchers(const NodeCtx& c, LauncherStore& ls);

@@ -284,12 +284,18 @@ void report_duplicates(PrefixStore& store, const NodeCtx& c, std::vector<std::st
 }
 
 // The launchers of all nodes meet in the store: each registers its shape, node 0 checks them and
-// says "go" once all have joined. Prints what it waits for every wait_report_interval(). Throws
-// Interrupted on a signal, nanochat::Error on a mismatch or when the rendezvous deadline passes.
-void meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::time_point deadline) {
+// says "go" once all have joined. Prints what it waits for every wait_report_interval(). Returns
+// true when this node joins an elastic job that already started (it registers nothing; its ranks
+// ask rank 0 to admit them). Throws Interrupted on a signal, nanochat::Error on a mismatch or when
+// the rendezvous deadline passes.
+bool meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::time_point deadline) {
   const int N = c.N, k = c.k;
   const std::string at = host_port(c.master, c.port);
   check_superseded(store, c);
+  if (c.elastic && k != 0 && store.try_get("go")) {
+    if (auto v = store.try_get("node/0")) check_shape(store, c, 0, *v);
+    return true;
+  }
   register_node(store, c);
   // Node 0 checks every node each round; the others only look for "go" (and, when they report or
   // give up, for who is missing), so the store's load does not grow with the square of the nodes.
@@ -300,7 +306,7 @@ void meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::tim
     throw_if_signalled();
     check_superseded(store, c);
     fail_on_published_error(store, c);
-    if (store.try_get("go")) return;
+    if (store.try_get("go")) return false;
     if (!checked_node0) {
       if (auto v = store.try_get("node/0")) {
         check_shape(store, c, 0, *v);
@@ -312,7 +318,7 @@ void meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::tim
       missing = missing_nodes(store, c, true);
       if (missing.empty()) {
         store.set("go", std::to_string(wall_seconds()));
-        return;
+        return false;
       }
     }
     if (Clock::now() >= deadline) {
@@ -432,7 +438,7 @@ int join_launchers(const NodeCtx& c, LauncherStore& ls) {
       ls.client = std::make_unique<StoreClient>(co);
       ls.store = std::make_unique<PrefixStore>(*ls.client, "nc/launch/");
       ls.client->set_will(str_cat("nc/launch/gone/", c.k), str_cat("node ", c.k, "'s launcher (host ", c.host, ")"));
-      meet(*ls.store, c, report, deadline);
+      ls.joining = meet(*ls.store, c, report, deadline);
       return 0;
     } catch (const Superseded& s) {
       // Node 0 was launched again before the job started: join the new launch once it is up.

@@ -16,13 +16,46 @@ namespace nanochat {
 #ifdef NANOCHAT_HAVE_GLOO
 namespace {
 
-// The line and record of a regroup, once the survivors are known (completed when they are ready).
-Rejoined describe_regroup(const RankLeft& e, const cluster::Regrouped& g, int old_world) {
+std::string rank_list(const std::vector<int>& members) {
+  return members.size() == 1 ? "0" : nlohmann::json(members).dump();
+}
+
+// "rank 2: local rank 0 of node 2 (host h, pid 7); rank 3: ..." for the ranks a regroup admitted.
+std::string joined_ranks(const cluster::Regrouped& g) {
+  std::string who;
+  for (size_t i = 0; i < g.joined.size(); ++i)
+    who += str_cat(i ? "; " : "", "rank ", g.members.size() + i, ": ", g.joined[i]);
+  return who;
+}
+
+// The line and record of a regroup that admitted the nodes that asked to join at step `step`.
+Rejoined describe_join(int64_t step, const cluster::Regrouped& g, int old_world) {
+  Rejoined r;
+  const std::string who = joined_ranks(g);
+  const size_t world = g.members.size() + g.joined.size();
+  r.line = str_cat(g.joined.size() == 1 ? "A rank joined" : str_cat(g.joined.size(), " ranks joined"), " the job at step ",
+                   step, " (", who, "); ", world, " ranks go on from step ", step,
+                   " with node 0's state of that step; the balancer gives the new ranks rows once their speed is "
+                   "measured");
+  r.note = {{"step", step},
+            {"membership", str_cat(g.joined.size(), g.joined.size() == 1 ? " rank joined" : " ranks joined")},
+            {"reason", who},
+            {"world_size", old_world},
+            {"world_size_after", world},
+            {"members", g.members},
+            {"joined", g.joined}};
+  return r;
+}
+
+// The line and record of a regroup after rank `e.peer` left, once the ranks that go on are known
+// (completed when they are ready).
+Rejoined describe_leave(const RankLeft& e, const cluster::Regrouped& g, int old_world) {
   Rejoined r;
   const int64_t age = g.step >= 0 ? e.step - g.step : -1;
-  r.line = str_cat("Rank ", e.peer, " left the job in step ", e.step, " (why: above); ", g.members.size(),
-                   g.members.size() == 1 ? " rank goes on (old rank " : " ranks go on (old ranks ",
-                   g.members.size() == 1 ? "0" : nlohmann::json(g.members).dump(), ") ",
+  const size_t world = g.members.size() + g.joined.size();
+  r.line = str_cat("Rank ", e.peer, " left the job in step ", e.step, " (why: above); ", world,
+                   world == 1 ? " rank goes on (old rank " : " ranks go on (old ranks ", rank_list(g.members), ")",
+                   g.joined.empty() ? "" : str_cat(" with ", g.joined.size(), " that joined (", joined_ranks(g), ")"), " ",
                    g.step >= 0 ? str_cat("from step ", g.step,
                                          ": the interrupted step is redone, and the optimizer "
                                          "state comes from node 0's copy of step ",
@@ -32,66 +65,166 @@ Rejoined describe_regroup(const RankLeft& e, const cluster::Regrouped& g, int ol
             {"membership", str_cat("rank ", e.peer, " left")},
             {"reason", e.what()},
             {"world_size", old_world},
-            {"world_size_after", g.members.size()},
+            {"world_size_after", world},
             {"members", g.members},
+            {"joined", g.joined},
             {"interrupted_step", e.step},
             {"restored_steps_old", age}};
+  if (!g.joined.empty())  // one record per change: the leave, then the join
+    r.note = nlohmann::json::array({r.note, describe_join(g.step >= 0 ? g.step : 0, g, static_cast<int>(g.members.size())).note});
   return r;
+}
+
+// Where the job's generations stand on this rank.
+struct Generations {
+  cluster::DistEnv env;        // the job's store (rank and world size of generation 0)
+  cluster::DistOptions opts;   // resolved; generation 0's
+  int generation = 0;
+  std::unique_ptr<cluster::GlooCommunicator> owned;  // generations this rank built
+  cluster::GlooCommunicator* cur = nullptr;          // null: rank 0 trains alone
+  std::unique_ptr<cluster::JoinDesk> desk;           // rank 0
+  int old_world() const { return cur ? cur->world_size() : 1; }
+};
+
+// Takes generation g.comm as the current one (null: rank 0 alone).
+void advance(Generations& s, cluster::Regrouped& g) {
+  s.generation = g.generation;
+  s.owned = std::move(g.comm);  // the previous generation this rank built, if any, goes now
+  s.cur = s.owned.get();
+}
+
+// This rank asks to join again (it was left out, or it is a new node): it becomes a member of the
+// generation rank 0 admits it to, and continues from that generation's step.
+void rejoin(Generations& s, BaseTrainArgs& a, std::optional<Rejoined>& rejoined) {
+  const cluster::Admission adm = cluster::request_to_join(s.env, s.opts, cluster::below_min_timeout());
+  std::printf("rank %d of %d (job generation %d): admitted after %.1f s; training from step %lld with the job\n",
+              adm.env.rank, adm.env.world_size, adm.options.generation, adm.waited_s,
+              static_cast<long long>(adm.step));
+  std::fflush(stdout);
+  s.owned.reset();
+  s.owned = std::make_unique<cluster::GlooCommunicator>(adm.env, adm.options);
+  s.cur = s.owned.get();
+  s.generation = adm.options.generation;
+  a.resume_from_step = adm.step;
+  rejoined = Rejoined{};  // the set-up report was printed by rank 0 at the start
+}
+
+// This rank was left out of the job's next generation (it froze): it says so and asks to join again.
+void left_out(const std::string& why) {
+  std::printf("%s; asking node 0 to admit it again\n", why.c_str());
+  std::fflush(stdout);
+}
+
+void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min_world,
+           std::optional<Rejoined> rejoined) {
+  if (a.copy_state_every == 0) a.copy_state_every = 1;  // a rank that leaves costs no completed step
+  const cluster::Ms wait = std::max(cluster::heartbeat_timeout(), cluster::Ms(5000));
+  std::function<int()> pending;
+  for (;;) {
+    const bool rank0 = !s.cur || s.cur->rank() == 0;
+    if (rank0 && !s.desk) s.desk = std::make_unique<cluster::JoinDesk>(s.env, s.opts);
+    if (rank0) pending = [&s] { return static_cast<int>(s.desk->waiting().size()); };
+    cluster::RegroupPlan p;
+    p.wait = wait;
+    p.min_world = min_world;
+    p.below_min_timeout = cluster::below_min_timeout();
+    p.desk = s.desk.get();
+    // What ended the generation; the next one is formed outside the handlers, so that a rank
+    // found left out there (LeftOut) asks to join again like one that learns it in training.
+    std::optional<RankLeft> left;
+    std::optional<NodesJoin> join;
+    try {
+      if (s.cur) {
+        run_generation(a, *s.cur, faults, rejoined ? &*rejoined : nullptr, true, pending);
+      } else {
+        LocalCommunicator alone;  // rank 0 alone: one process, no group to lose anyone from
+        run_generation(a, alone, faults, rejoined ? &*rejoined : nullptr, true, pending);
+      }
+      if (s.desk) s.desk->close("the job finished its run");
+      return;
+    } catch (const RankLeft& e) {
+      if (e.peer == 0) throw;  // node 0 holds the store, the data and the checkpoints
+      left = e;
+    } catch (const NodesJoin& e) {
+      join = e;
+    } catch (const cluster::LeftOut& e) {
+      left_out(e.what());
+    } catch (const Error& e) {
+      if (!s.cur || s.cur->rank() == 0) throw;
+      const std::string m = cluster::left_out_message(*s.cur);
+      if (m.empty()) throw;
+      left_out(str_cat("rank ", s.cur->rank(), ": ", m));
+    }
+    try {
+      if (left) {
+        Timer since;
+        const int old_world = s.old_world();
+        p.lost = left->peer;
+        p.step = left->saved;
+        cluster::Regrouped g = cluster::regroup(s.cur, s.generation, s.env, s.opts, p);
+        if (g.stop)
+          fail(left->what(), "; ", g.members.size(), g.members.size() == 1 ? " rank remains" : " ranks remain",
+               ", fewer than the ", min_world, " the job needs (--nnodes MIN:MAX), and no node joined within ",
+               p.below_min_timeout.count() / 1000.0, " s: the job stops",
+               g.step >= 0 ? str_cat("; node 0 saved step ", g.step, ": continue later with --resume-from-step ", g.step)
+                           : std::string());
+        rejoined = describe_leave(*left, g, old_world);
+        rejoined->since = since;
+        rejoined->before = left->seconds;
+        a.resume_from_step = g.step;
+        advance(s, g);
+      } else if (join) {
+        Timer since;
+        const int old_world = s.old_world();
+        p.step = join->step;
+        cluster::Regrouped g = cluster::regroup(s.cur, s.generation, s.env, s.opts, p);
+        rejoined = describe_join(join->step, g, old_world);
+        rejoined->since = since;
+        rejoined->since_what = "after the step boundary";
+        a.resume_from_step = join->step;
+        advance(s, g);
+      } else {
+        rejoin(s, a, rejoined);
+      }
+    } catch (const cluster::LeftOut& e) {
+      left_out(e.what());
+      rejoin(s, a, rejoined);
+    }
+  }
 }
 
 }  // namespace
 
-void run_elastic(const BaseTrainArgs& a0, Communicator& comm, const FaultInjector& faults, int min_world_size) {
+void run_elastic(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, int min_world_size) {
   auto* first = dynamic_cast<cluster::GlooCommunicator*>(&comm);
   NC_CHECK(first, "an elastic job needs the Gloo communicator");
+  if (a.copy_state_every == 0 && comm.rank() == 0)
+    std::printf(
+        "Elastic job (at least %d ranks): node 0 keeps a copy of the job's state every step "
+        "(--copy-state-every 1; pass another N to copy less often); nodes may leave and join\n",
+        min_world_size);
+  Generations s;
+  s.env = first->env();
+  s.opts = first->options();
+  s.generation = s.opts.generation;
+  s.cur = first;
+  drive(s, a, faults, min_world_size, std::nullopt);
+}
+
+void run_elastic_joining(const BaseTrainArgs& a0, const FaultInjector& faults, int min_world_size) {
+  Generations s;
+  s.env = cluster::DistEnv::from_env();
+  s.opts = cluster::DistOptions{}.resolved();
   BaseTrainArgs a = a0;
-  if (a.copy_state_every == 0) {
-    a.copy_state_every = 1;  // a rank that leaves costs no completed step
-    if (comm.rank() == 0)
-      std::printf(
-          "Elastic job (at least %d ranks): node 0 keeps a copy of the job's state every step "
-          "(--copy-state-every 1; pass another N to copy less often)\n",
-          min_world_size);
-  }
-  const cluster::Ms wait = std::max(cluster::heartbeat_timeout(), cluster::Ms(5000));
-  std::unique_ptr<cluster::GlooCommunicator> owned;  // generations after the first
-  cluster::GlooCommunicator* cur = first;
   std::optional<Rejoined> rejoined;
-  for (;;) {
-    try {
-      run_generation(a, *cur, faults, rejoined ? &*rejoined : nullptr, true);
-      return;
-    } catch (const RankLeft& e) {
-      if (e.peer == 0) throw;  // node 0 holds the store, the data and the checkpoints
-      Timer since;
-      const int old_world = cur->world_size();
-      cluster::Regrouped g = cluster::regroup(*cur, e.peer, e.saved, wait);
-      if (static_cast<int>(g.members.size()) < min_world_size)
-        fail(e.what(), "; ", g.members.size(), " ranks remain, fewer than the ", min_world_size,
-             " the job needs (--nnodes MIN:MAX): it stops",
-             g.step >= 0 ? str_cat("; continue later with --resume-from-step ", g.step) : std::string());
-      rejoined = describe_regroup(e, g, old_world);
-      rejoined->since = since;
-      rejoined->before = e.seconds;
-      a.resume_from_step = g.step;
-      if (!g.comm) {  // rank 0 alone: one process, no group to lose anyone from
-        LocalCommunicator alone;
-        run_generation(a, alone, faults, &*rejoined, false);
-        return;
-      }
-      owned = std::move(g.comm);  // the previous later generation, if any, goes now
-      cur = owned.get();
-    } catch (const Error&) {
-      if (cur->rank() != 0) {
-        const std::string m = cluster::left_out_message(*cur);
-        if (!m.empty()) fail("rank ", cur->rank(), ": ", m);
-      }
-      throw;
-    }
-  }
+  rejoin(s, a, rejoined);
+  drive(s, a, faults, min_world_size, rejoined);
 }
 #else
 void run_elastic(const BaseTrainArgs&, Communicator&, const FaultInjector&, int) {
+  fail("an elastic job (--nnodes MIN:MAX) needs the Gloo communicator; this build has none");
+}
+void run_elastic_joining(const BaseTrainArgs&, const FaultInjector&, int) {
   fail("an elastic job (--nnodes MIN:MAX) needs the Gloo communicator; this build has none");
 }
 #endif

@@ -9,8 +9,16 @@
 // interrupted step is redone from its start with its rows dealt to the survivors), and the row
 // balancer and the optimizer's layout start again for the new ranks. Rank 0 logs who left, why,
 // and how long the job took to continue; metrics.jsonl records the change. Rank 0's loss ends the
-// job (it holds the store, the data and the checkpoints), and so does a group smaller than MIN.
+// job (it holds the store, the data and the checkpoints). Below MIN ranks the job waits for nodes
+// to join (cluster::below_min_timeout()), then stops with node 0's checkpoint.
+//
+// A node joins the same way: its ranks ask rank 0 (cluster::request_to_join); rank 0 sees the
+// request in the step's statistics (RankStep::joiners), so every rank ends the same step, node 0
+// writes the state of that boundary, and the ranks with the admitted ones form the next
+// generation, which continues from it. A rank left out (it froze and woke after the others went
+// on) asks to join again.
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -35,23 +43,38 @@ class RankLeft : public Error {
   double seconds;
 };
 
+/// Thrown by the loop of an elastic job at the end of a step after which nodes join: `step` is
+/// the next step (node 0 saved the state to continue from; `saved` = step there, -1 elsewhere).
+class NodesJoin : public Error {
+ public:
+  NodesJoin(const std::string& msg, int64_t step, int64_t saved) : Error(msg), step(step), saved(saved) {}
+  int64_t step, saved;
+};
+
 /// What a new generation of the job says once it is ready to train.
 struct Rejoined {
   std::string line;     ///< rank 0's line, completed with the seconds it took
-  nlohmann::json note;  ///< the metrics record (recovery_s added)
+  nlohmann::json note;  ///< the metrics record, or an array of them (recovery_s added to each)
   Timer since;          ///< started at the regroup
   double before = 0;    ///< seconds from the loss to the regroup (RankLeft::seconds)
+  std::string since_what = "after it was found gone";  ///< what the seconds in the line count from
 };
 
 /// One generation of a job: the data feed, the set-up and the loop (train/trainer.cpp).
 /// `rejoined`: set when the job regrouped; `elastic`: a lost rank throws RankLeft instead of
-/// stopping the job.
+/// stopping the job; `pending_joins` (rank 0 of an elastic job): how many ranks ask to join now
+/// (a positive count ends the step with NodesJoin).
 void run_generation(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, const Rejoined* rejoined,
-                    bool elastic);
+                    bool elastic, std::function<int()> pending_joins = {});
 
 /// The elastic job: generations until the run ends. `comm` (generation 0) must be the job's
 /// GlooCommunicator; `min_world_size`: the fewest ranks the job goes on with. Throws
-/// nanochat::Error like run_base_train, and when the group falls below the minimum.
+/// nanochat::Error like run_base_train, and when the group stays below the minimum until the
+/// timeout.
 void run_elastic(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, int min_world_size);
+
+/// A node that joins a running elastic job (`nanochat run` found the job started): asks rank 0 to
+/// admit this rank (its environment names the store), then trains with the job like run_elastic.
+void run_elastic_joining(const BaseTrainArgs& a, const FaultInjector& faults, int min_world_size);
 
 }  // namespace nanochat

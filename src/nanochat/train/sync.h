@@ -51,6 +51,7 @@ struct RankStep {
   double dt = 0;           ///< the step's wall seconds on that rank
   double loss_sum = 0;     ///< sum over its micro-batches of (mean loss in nats x valid targets)
   double tokens = 0;       ///< its valid targets
+  double joiners = 0;      ///< rank 0 of an elastic job: ranks asking to join (train/elastic.h); 0 elsewhere
 };
 
 /// A finished step, the same on every rank.

@@ -69,6 +69,7 @@ struct TrainContext {
   bool profile = false;
   bool adapt_threads = false;  // --threads not given: the count follows the measured steps (core/thread_tuner.h)
   bool elastic = false;        // a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
+  std::function<int()> pending_joins = {};  // TrainJob::pending_joins
   std::function<void(int64_t, bool, MetricsLog&)> extra_eval = {};  // TrainJob::extra_eval
 };
 
@@ -133,7 +134,20 @@ class TrainLoop {
       train_step();
       ++st_.step;
       keep_copy_if_due();
+      if (join_due_ && st_.step < plan_.num_iterations) admit_joiners();
     }
+  }
+
+  // Ranks ask to join an elastic job (every rank saw it in the step's statistics): node 0 writes the
+  // state of this boundary and every rank ends the generation here (train/elastic.h).
+  [[noreturn]] void admit_joiners() {
+    phase_ = "saving the state for the ranks that join";
+    if (copied_ == st_.step) {
+      if (sync_.save_copy(plan_.checkpoint_dir) == copied_) last_saved_ = copied_;  // rank 0; no collective
+    } else {
+      save();
+    }
+    throw NodesJoin(str_cat("ranks join the job at step ", st_.step), st_.step, sync_.rank() == 0 ? last_saved_ : -1);
   }
 
   // Node 0 keeps the job's state at this step boundary (--copy-state-every): a node lost later
@@ -310,7 +324,9 @@ class TrainLoop {
     prof::enable(false);
     profiled_seconds_ += my.dt;
     ++profiled_steps_;
+    if (c_.pending_joins) my.joiners = c_.pending_joins();
     const StepStats stats = sync_.finish(my);
+    if (c_.elastic && !stats.ranks.empty() && stats.ranks[0].joiners > 0) join_due_ = true;
     log_step(stats, lrm);
     for (const std::string& note : stats.notes) print0(note);
     note_a_rank_that_slows_the_job(stats);
@@ -425,6 +441,7 @@ class TrainLoop {
   int64_t run_delay_at_start_ = -1;                   // process_run_delay_ns() when the step began
   int64_t last_saved_ = c_.plan.cadence.resume_step;  // the last step on disk (-1: none)
   int64_t copied_ = -1;                               // the step node 0 last copied (keep_copy)
+  bool join_due_ = false;                             // ranks join at the end of this step (elastic)
   const char* phase_ = "starting";                    // what the loop is doing, for a failure's message
   double dt_ema_ = 0;
   const int64_t flops_per_token_ = model_.num_flops_per_token();
@@ -451,7 +468,7 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
 }
 
 void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed,
-           const Rejoined* rejoined, bool elastic) {
+           const Rejoined* rejoined, bool elastic, const std::function<int()>& pending_joins) {
   const int rank = comm.rank(), W = comm.world_size();
   const bool master = rank == 0;
   auto print0 = [master](const std::string& s) { print_if(master, s); };
@@ -481,6 +498,7 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
   job.adapt_threads = a.threads == 0 && num_threads() > 1;
   job.rejoined = rejoined;
   job.elastic = elastic;
+  job.pending_joins = pending_joins;
   job.run_meta = json{{"model_config", plan.model.to_json()},
                       {"data_stream", "one-rank"},
                       {"user_config", args_to_json(a)},
@@ -553,17 +571,20 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
                    plan.balance == BalanceMode::Even ? "evenly" : "by measured speed", "; device batch per rank: ",
                    json(layout.device_batches).dump(), "; first split ", split_percentages(sync.next_split())));
   if (job.rejoined) {  // a regrouped elastic job: who left, and how long it took to go on
-    json note = job.rejoined->note;
     const double seconds = job.rejoined->before + job.rejoined->since.seconds();
-    note["recovery_s"] = seconds;
-    print0(str_cat(job.rejoined->line, "; training again ", fixed(seconds, 1), " s after it was found gone"));
-    metrics.record(note);
+    print0(str_cat(job.rejoined->line, "; training again ", fixed(seconds, 1), " s ", job.rejoined->since_what));
+    const json& n = job.rejoined->note;  // one record, or one per change (a leave and a join at once)
+    for (json note : n.is_array() ? n : json::array({n})) {
+      note["recovery_s"] = seconds;
+      metrics.record(note);
+    }
   }
 
   TrainContext ctx{plan, layout, job.tok,      job.model,       sync,       *data, metrics,
                    st,   faults, job.run_meta, job.peak_gflops, job.profile};
   ctx.adapt_threads = job.adapt_threads;
   ctx.elastic = job.elastic;
+  ctx.pending_joins = job.pending_joins;
   ctx.extra_eval = job.extra_eval;
   TrainLoop loop(ctx);
   const std::string eval_error = loop.run();
@@ -616,16 +637,31 @@ class FeedLossHook {
 
 }  // namespace
 
-void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks hooks) {
+namespace {
+
+// Refuses what base-train cannot run, applies --threads; the fault injector of the run.
+std::unique_ptr<FaultInjector> prepare_base_train(const BaseTrainArgs& a, bool master, TrainTestHooks& hooks) {
   if (!a.device_type.empty() && a.device_type != "cpu")
     fail("--device-type ", a.device_type,
          ": nanochat.cpp trains on CPUs only; use --device-type cpu or leave it unset");
-  if (a.fp8)
-    print_if(comm.rank() == 0, "WARNING: --fp8 is CUDA-only in nanochat; ignored on CPU (training runs in fp32)");
+  if (a.fp8) print_if(master, "WARNING: --fp8 is CUDA-only in nanochat; ignored on CPU (training runs in fp32)");
   if (a.threads > 0) set_num_threads(a.threads);
   if (parse_compute_dtype(a.dtype, "--dtype") == ComputeDtype::BFloat16) require_native_bf16("--dtype bfloat16");
   hooks.fault = test_fault_from_env();
-  const std::unique_ptr<FaultInjector> faults = make_fault_injector(hooks);
+  return make_fault_injector(hooks);
+}
+
+}  // namespace
+
+void run_base_train_joining(const BaseTrainArgs& a, TrainTestHooks hooks) {
+  const std::unique_ptr<FaultInjector> faults = prepare_base_train(a, false, hooks);
+  const long min_world = cluster::env_int("NANOCHAT_MIN_WORLD_SIZE").value_or(0);
+  if (min_world <= 0) fail("NANOCHAT_JOIN=1 is for the ranks of a node that joins an elastic job (nanochat run --nnodes MIN:MAX)");
+  run_elastic_joining(a, *faults, static_cast<int>(min_world));
+}
+
+void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks hooks) {
+  const std::unique_ptr<FaultInjector> faults = prepare_base_train(a, comm.rank() == 0, hooks);
   const long min_world = cluster::env_int("NANOCHAT_MIN_WORLD_SIZE").value_or(0);  // nanochat run --nnodes MIN:MAX
   if (min_world > 0 && comm.world_size() > 1)
     run_elastic(a, comm, *faults, static_cast<int>(min_world));
@@ -634,13 +670,15 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
 }
 
 void run_generation(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, const Rejoined* rejoined,
-                    bool elastic) {
+                    bool elastic, std::function<int()> pending_joins) {
   DataFeed feed = open_data_feed(comm, a.local_data);
   const FeedLossHook feed_loss(comm, feed);
   try {
-    train(a, comm, faults, feed, rejoined, elastic);
+    train(a, comm, faults, feed, rejoined, elastic, pending_joins);
   } catch (const RankLeft&) {
     throw;  // the workers that remain go on with node 0 (train/elastic.h)
+  } catch (const NodesJoin&) {
+    throw;  // the job goes on with the ranks that join
   } catch (const std::exception& e) {
     feed.tell_workers(e.what());  // every node then shows node 0's error
     throw;

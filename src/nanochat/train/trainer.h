@@ -30,6 +30,10 @@ class MetricsLog;
 /// Throws nanochat::Error for user errors (missing tokenizer/data, bad flags, bad resume step).
 void run_base_train(const BaseTrainArgs& args, Communicator& comm, TrainTestHooks hooks = {});
 
+/// base-train on a node that joins a running elastic job (`nanochat run` started this rank with
+/// NANOCHAT_JOIN=1): no communicator yet; rank 0 admits it at a step boundary (train/elastic.h).
+void run_base_train_joining(const BaseTrainArgs& args, TrainTestHooks hooks = {});
+
 /// A run its command has set up (base-train here, chat-sft in train/sft.h): what the loop trains,
 /// on what, and what its checkpoints' meta says. The references outlive run_train_job.
 struct TrainJob {
@@ -46,6 +50,9 @@ struct TrainJob {
   bool adapt_threads = false;          ///< the thread tuner may change this rank's thread count (no --threads)
   const Rejoined* rejoined = nullptr;  ///< an elastic job regrouped: who left (printed and recorded at the start)
   bool elastic = false;                ///< a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
+  /// Rank 0 of an elastic job: how many ranks ask to join now (read once per step; a positive
+  /// count ends the step with NodesJoin on every rank). Empty: none.
+  std::function<int()> pending_joins = {};
   /// The command's own evaluation at the loop's evaluation points, after val bpb (every rank calls
   /// it together with the step and whether it is the run's last; chat-sft's ChatCORE). Empty: none.
   std::function<void(int64_t step, bool last, MetricsLog& metrics)> extra_eval = {};
