@@ -20,6 +20,7 @@
 
 #include "nanochat/core/safetensors.h"
 #include "support/cli_util.h"
+#include "support/netns_pair.h"
 #include "support/test_port.h"
 #include "support/two_nodes.h"
 #include "support/weights_compare.h"
@@ -111,10 +112,12 @@ struct BackgroundNode {
   pid_t pid = -1;
   int status = -1;
   std::string log;
-  BackgroundNode(const std::string& dir, const std::string& args, const std::string& env, const std::string& log_path)
+  // `wrap`: a command that runs the binary (e.g. `ip netns exec NS`), or "".
+  BackgroundNode(const std::string& dir, const std::string& args, const std::string& env, const std::string& log_path,
+                 const std::string& wrap = "")
       : log(log_path) {
     const std::string cmd =
-        "NANOCHAT_BASE_DIR=" + dir + " " + env + " exec " + NANOCHAT_BINARY + args + " > " + log + " 2>&1";
+        "NANOCHAT_BASE_DIR=" + dir + " " + env + " exec " + wrap + " " + NANOCHAT_BINARY + args + " > " + log + " 2>&1";
     pid = ::fork();
     if (pid == 0) {
       ::setpgid(0, 0);  // its own group: the test can freeze the whole node
@@ -302,4 +305,51 @@ TEST(Elastic, BelowItsMinimumUntilTheTimeoutTheJobStopsWithItsCheckpoint) {
       << out;
   EXPECT_TRUE(fs::exists(n0.ckpt() + "/model_000003.safetensors")) << out;
   EXPECT_TRUE(fs::exists(n0.ckpt() + "/optim_000003_rank1.safetensors")) << out;
+}
+
+// A worker whose network goes away (its link cut: Wi-Fi dropped) is found by the heartbeat within
+// seconds; the other two go on and finish, and the cut-off node stops with a message that says it
+// lost node 0. Nodes 0 and 1 share one network namespace, node 2 is in another, joined by a veth
+// link that the test takes down.
+TEST(Elastic, ANodeCutOffByItsLinkIsLeftBehindAndTheOthersFinish) {
+  NetnsPair net("el");
+  const std::string why = net.make();
+  if (!why.empty()) GTEST_SKIP() << why;
+  BaseDir n0("nc_elc_node0");
+  EmptyDir n1("nc_elc_node1"), n2("nc_elc_node2");
+  const std::string common = std::string(" run --nnodes 2:3 --nproc-per-node 1 --threads-per-rank 1 --master-addr ") +
+                             NetnsPair::kAddrA + " --heartbeat-timeout 3 --master-port 29500";
+  std::string flags = kElastic;
+  flags.replace(flags.find("--num-iterations 10"), std::strlen("--num-iterations 10"), "--num-iterations 60");
+  const std::vector<std::string> dirs{n0.dir, n1.dir, n2.dir};
+  std::vector<std::unique_ptr<BackgroundNode>> nodes;
+  for (int k = 0; k < 3; ++k) {
+    const std::string ns = k < 2 ? net.a : net.b;
+    nodes.push_back(std::make_unique<BackgroundNode>(dirs[k], common + " --node-rank " + std::to_string(k) + flags,
+                                                     "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_JOB_TOKEN=cut",
+                                                     n0.dir + "/node" + std::to_string(k) + ".log",
+                                                     std::string(NetnsPair::kIp) + " netns exec " + ns));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  while (count_of(slurp(nodes[0]->log), "] step ") < 5) {
+    ASSERT_LT(std::chrono::steady_clock::now(), start + std::chrono::seconds(120)) << slurp(nodes[0]->log);
+    ASSERT_FALSE(nodes[0]->wait_until(std::chrono::steady_clock::now())) << slurp(nodes[0]->log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const auto cut = std::chrono::steady_clock::now();
+  ASSERT_EQ(NetnsPair::sh({NetnsPair::kIp, "-n", net.b, "link", "set", net.vb, "down"}).first, 0);
+  for (auto& n : nodes)
+    ASSERT_TRUE(n->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(180))) << slurp(n->log);
+  const std::string out0 = slurp(nodes[0]->log), out2 = slurp(nodes[2]->log);
+  EXPECT_TRUE(WIFEXITED(nodes[0]->status) && WEXITSTATUS(nodes[0]->status) == 0) << out0;
+  EXPECT_TRUE(WIFEXITED(nodes[1]->status) && WEXITSTATUS(nodes[1]->status) == 0) << slurp(nodes[1]->log);
+  EXPECT_NE(out0.find("rank 2 (host "), std::string::npos) << out0;
+  EXPECT_NE(out0.find("stopped answering its heartbeat for "), std::string::npos) << out0;
+  EXPECT_NE(out0.find("Rank 2 left the job in step "), std::string::npos) << out0;
+  EXPECT_NE(out0.find("step 00059/00060"), std::string::npos) << out0;
+  // the cut-off node stops (non-zero) saying it cannot reach node 0
+  EXPECT_FALSE(WIFEXITED(nodes[2]->status) && WEXITSTATUS(nodes[2]->status) == 0) << out2;
+  EXPECT_NE(out2.find("cannot be reached: the job's store at 10.78.0.1:29500 (node 0)"), std::string::npos) << out2;
+  std::printf("the cut-off node ended %.1f s after the cut\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count());
 }

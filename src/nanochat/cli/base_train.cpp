@@ -7,8 +7,8 @@
 #include <string>
 
 #include "nanochat/cli/commands.h"
-#include "nanochat/comm/communicator.h"
 #include "nanochat/cluster/gloo_communicator.h"
+#include "nanochat/comm/communicator.h"
 #include "nanochat/train/test_fault.h"
 #include "nanochat/train/trainer.h"
 

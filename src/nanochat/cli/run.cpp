@@ -6,8 +6,6 @@
 #include <memory>
 
 #include "nanochat/cli/commands.h"
-#include "nanochat/core/error.h"
-#include "nanochat/core/threads.h"
 #include "nanochat/cluster/env.h"
 #include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/cluster/launcher.h"
@@ -15,6 +13,8 @@
 #include "nanochat/cluster/placement.h"
 #include "nanochat/cluster/selftest.h"
 #include "nanochat/cluster/startup.h"
+#include "nanochat/core/error.h"
+#include "nanochat/core/threads.h"
 
 namespace nanochat::cli {
 
@@ -120,7 +120,8 @@ void parse_nnodes(const std::string& v, cluster::LaunchOptions& L) {
   L.min_nnodes = number(v.substr(0, colon));
   L.nnodes = number(v.substr(colon + 1));
   if (L.min_nnodes > L.nnodes)
-    fail("--nnodes ", v, ": MIN (", L.min_nnodes, ") is larger than MAX (", L.nnodes, "); use MIN:MAX, e.g. 1:", L.nnodes);
+    fail("--nnodes ", v, ": MIN (", L.min_nnodes, ") is larger than MAX (", L.nnodes,
+         "); use MIN:MAX, e.g. 1:", L.nnodes);
 }
 
 }  // namespace

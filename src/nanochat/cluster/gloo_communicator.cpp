@@ -150,7 +150,8 @@ void GlooCommunicator::Impl::rendezvous() {
                          {"address", dev_choice.address},
                          {"pid", static_cast<long>(getpid())},
                          {"world_size", W},
-                         {"local_rank", env.local_rank}};
+                         {"local_rank", env.local_rank},
+                         {"node", env_int("GROUP_RANK").value_or(-1)}};
   const auto range = port_range_from_env();
   if (range) check_port_range_size(*range, env.local_world_size, "NANOCHAT_PORT_RANGE=" + range->str());
   if (store->add(str_cat("claim/", r), 1) > 1) {
@@ -200,6 +201,7 @@ void GlooCommunicator::Impl::rendezvous() {
     peers[j].host = j_info.value("host", "?");
     peers[j].address = j_info.value("address", "?");
     peers[j].pid = j_info.value("pid", 0L);
+    peers[j].node = j_info.value("node", -1L);
     int their_ws = j_info.value("world_size", 0);
     if (their_ws != W) ws_mismatch += str_cat("; ", rank_desc(j), " has WORLD_SIZE=", their_ws);
   }

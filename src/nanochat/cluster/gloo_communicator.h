@@ -35,6 +35,7 @@ struct PeerInfo {
   std::string host;     ///< gethostname() of the rank
   std::string address;  ///< address its Gloo device bound
   long pid = 0;
+  long node = -1;  ///< its launcher's node (GROUP_RANK; -1: not started by `nanochat run`)
 };
 
 #ifdef NANOCHAT_HAVE_GLOO

@@ -20,10 +20,10 @@
 #include <set>
 #include <thread>
 
-#include "nanochat/core/error.h"
-#include "nanochat/core/paths.h"
 #include "nanochat/cluster/env.h"
 #include "nanochat/cluster/launcher_internal.h"
+#include "nanochat/core/error.h"
+#include "nanochat/core/paths.h"
 
 extern char** environ;
 

@@ -6,7 +6,8 @@
 // pid and start time), "go" (the wall-clock second the job started), "error", "failure/<node>"
 // (failure_report() of its first failed rank), "gone/<node>" (its will: set by the store when its
 // connection drops), "done/<node>" (its ranks all succeeded) and "superseded" (node 0 was launched
-// again: the new launch's host, pid and start time; every launcher of the earlier one stops).
+// again: the new launch's host, pid and start time; every launcher of the earlier one stops) and,
+// in an elastic job, "nodes_at_end" (set by rank 0: the nodes whose ranks trained to the end).
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -101,8 +102,9 @@ std::optional<Failure> read_superseded(Store& store, const NodeCtx& c);
 /// Node 0 after its ranks all succeeded: keeps the store up until every other node says done.
 /// Sets `remote` when one reports a failure, vanishes or does not finish within c.rdzv (then it
 /// stops waiting). Returns 0, or 128+signal when interrupted (after saying so). `elastic` (--nnodes
-/// MIN:MAX): a node that failed or vanished had left the job and is skipped, and one still silent
-/// after 30 s (a frozen machine the job went on without) too.
+/// MIN:MAX): a node that failed or vanished had left the job and is skipped, so is one rank 0 did
+/// not list in "nodes_at_end", and one still silent after 30 s (a frozen machine the job went on
+/// without) too.
 int wait_for_nodes_to_finish(Store& store, const NodeCtx& c, std::optional<Failure>& remote, bool elastic = false);
 
 }  // namespace nanochat::cluster::launcher_detail

@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "nanochat/core/error.h"
 #include "nanochat/cluster/env.h"
 #include "nanochat/cluster/launcher_internal.h"
+#include "nanochat/core/error.h"
 
 namespace nanochat::cluster::launcher_detail {
 
@@ -430,6 +430,9 @@ int join_launchers(const NodeCtx& c, LauncherStore& ls) {
       co.port = c.port;
       co.job_token = c.token;
       co.connect_timeout = remaining(deadline);
+      // a launcher's requests are small: an answer 10 s late means node 0 is cut off (a node whose
+      // link dropped then reports and stops in seconds, not after the default 60 s)
+      co.op_timeout = Ms(10000);
       co.identity = str_cat("launcher of node ", c.k, " on ", c.host, " (pid ", getpid(), ")");
       co.on_retry = [&](const std::string& err) {
         throw_if_signalled();
@@ -472,6 +475,22 @@ int join_launchers(const NodeCtx& c, LauncherStore& ls) {
   }
 }
 
+namespace {
+
+// Whether rank 0 of an elastic job listed node j among those that trained to the end (true when
+// it said nothing: a job that did not get there).
+bool in_nodes_at_end(Store& store, int j) {
+  const auto v = store.try_get("nodes_at_end");
+  if (!v) return true;
+  const auto nodes = nlohmann::json::parse(*v, nullptr, false);
+  if (!nodes.is_array()) return true;
+  for (const auto& n : nodes)
+    if (n.is_number_integer() && n.get<long>() == j) return true;
+  return false;
+}
+
+}  // namespace
+
 int wait_for_nodes_to_finish(Store& store, const NodeCtx& c, std::optional<Failure>& remote, bool elastic) {
   const auto deadline = Clock::now() + (elastic ? std::min(c.rdzv, Ms(30000)) : c.rdzv);
   WaitReporter report(c.tag, c.rdzv);
@@ -481,8 +500,8 @@ int wait_for_nodes_to_finish(Store& store, const NodeCtx& c, std::optional<Failu
                    signal_name(sig).c_str(), j);
       return 128 + sig;
     }
-    if (store.try_get(str_cat("done/", j))) {
-      ++j;
+    if (store.try_get(str_cat("done/", j)) || (elastic && !in_nodes_at_end(store, j))) {
+      ++j;  // done, or an elastic job's node that left before its end (rank 0 said who trained to the end)
       continue;
     }
     report.tick([&] {

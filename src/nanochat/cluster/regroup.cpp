@@ -81,8 +81,9 @@ Ms below_min_timeout() { return env_seconds("NANOCHAT_ELASTIC_WAIT_TIMEOUT", Ms(
 Admission request_to_join(const DistEnv& env, const DistOptions& options, Ms extra) {
   const DistOptions o = options.resolved();
   const std::string host = host_name();
-  const std::string who = str_cat("local rank ", env.local_rank, " of node ", env.rank / std::max(1, env.local_world_size),
-                                  " (host ", host, ", pid ", getpid(), ")");
+  const std::string who =
+      str_cat("local rank ", env.local_rank, " of node ", env.rank / std::max(1, env.local_world_size), " (host ", host,
+              ", pid ", getpid(), ")");
   auto client = connect_store(env, o, "joining " + who);
   PrefixStore store(*client, kJoinPrefix);
   const int64_t t = store.add("next", 1);
@@ -91,8 +92,8 @@ Admission request_to_join(const DistEnv& env, const DistOptions& options, Ms ext
   const auto t0 = Clock::now();
   const Ms limit = *o.rendezvous_timeout + extra;
   const std::string where = host_port(env.master_addr, env.master_port);
-  std::printf("%s asks the job at %s to admit it at its next step boundary (ticket %lld)\n", who.c_str(),
-              where.c_str(), static_cast<long long>(t));
+  std::printf("%s asks the job at %s to admit it at its next step boundary (ticket %lld)\n", who.c_str(), where.c_str(),
+              static_cast<long long>(t));
   std::fflush(stdout);
   for (;;) {
     try {
@@ -111,8 +112,8 @@ Admission request_to_join(const DistEnv& env, const DistOptions& options, Ms ext
       return a;
     } catch (const StoreTimeout&) {
       if (Clock::now() >= t0 + limit)
-        fail(who, ": node 0 (", where, ") did not admit it within ", limit.count() / 1000.0,
-             " s (ticket ", t, "): is the job still training? Node 0 admits a node at the end of a step");
+        fail(who, ": node 0 (", where, ") did not admit it within ", limit.count() / 1000.0, " s (ticket ", t,
+             "): is the job still training? Node 0 admits a node at the end of a step");
       std::printf("%s: waiting for node 0 (%s) to admit it at the job's next step boundary (%ld s of %g s)\n",
                   who.c_str(), where.c_str(), std::lround(seconds_since(t0)), limit.count() / 1000.0);
       std::fflush(stdout);
@@ -134,8 +135,8 @@ std::vector<int64_t> JoinDesk::waiting() {
   seen_ = std::max(seen_, next);
   std::vector<int64_t> live;
   for (int64_t t : open_) {
-    if (store_->try_get(str_cat("gone/", t))) continue;       // it gave up or died while waiting
-    if (!store_->try_get(str_cat("req/", t))) continue;       // ticket taken, request not written yet
+    if (store_->try_get(str_cat("gone/", t))) continue;  // it gave up or died while waiting
+    if (!store_->try_get(str_cat("req/", t))) continue;  // ticket taken, request not written yet
     live.push_back(t);
   }
   return live;
@@ -155,8 +156,9 @@ void JoinDesk::answer(int64_t ticket, const std::string& json) {
   open_.erase(std::remove(open_.begin(), open_.end(), ticket), open_.end());
 }
 
-void JoinDesk::close(const std::string& why) {
+void JoinDesk::close(const std::string& why, const std::vector<long>& nodes) {
   try {
+    client_->set("nc/launch/nodes_at_end", nlohmann::json(nodes).dump());
     store_->set("closed", why);
     for (int64_t t : waiting()) answer(t, nlohmann::json{{"refused", why}}.dump());
   } catch (const Error&) {
@@ -171,8 +173,8 @@ Regrouped regroup(GlooCommunicator* old, int generation, const DistEnv& env, con
   out.generation = generation + 1;
   std::vector<int64_t> tickets;
   if (me == 0) {
-    out.members = old && p.lost >= 0 ? collect_members(old->store(), old->world_size(), p.lost, p.wait)
-                                     : std::vector<int>{0};
+    out.members =
+        old && p.lost >= 0 ? collect_members(old->store(), old->world_size(), p.lost, p.wait) : std::vector<int>{0};
     if (old && p.lost < 0)  // nodes join: every old rank stays
       for (int j = 1; j < old->world_size(); ++j) out.members.push_back(j);
     std::string missing = "nobody left";

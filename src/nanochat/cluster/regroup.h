@@ -49,8 +49,9 @@ struct Admission {
 
 /// Asks the job behind env's store (node 0) to admit this process at its next step boundary, and
 /// waits for the answer, printing every report interval what it waits for, at most
-/// options.rendezvous_timeout plus `extra` (the job may be waiting below its minimum). Throws nanochat::Error when the store cannot be reached, when rank 0 refuses (the job
-/// ended) or when no answer came in time (naming the store and the ticket).
+/// options.rendezvous_timeout plus `extra` (the job may be waiting below its minimum). Throws nanochat::Error when the
+/// store cannot be reached, when rank 0 refuses (the job ended) or when no answer came in time (naming the store and
+/// the ticket).
 Admission request_to_join(const DistEnv& env, const DistOptions& options, Ms extra);
 
 /// Rank 0's side of joining: its own connection to the job's store (so a join never waits behind
@@ -69,23 +70,25 @@ class JoinDesk {
   std::string describe(int64_t ticket);
   /// Sets the answer of `ticket` (JSON, request_to_join reads it).
   void answer(int64_t ticket, const std::string& json);
-  /// No more joins: refuses every waiting request with `why` and every later one.
-  void close(const std::string& why);
+  /// No more joins: refuses every waiting request with `why` and every later one. `nodes`: the
+  /// launchers' nodes whose ranks trained to the end (node 0's launcher waits only for those;
+  /// launcher_internal.h "nodes_at_end").
+  void close(const std::string& why, const std::vector<long>& nodes);
 
  private:
   std::unique_ptr<StoreClient> client_;
   std::unique_ptr<PrefixStore> store_;
-  int64_t seen_ = 0;                 // highest ticket looked at
-  std::vector<int64_t> open_;        // tickets seen, not answered, not gone
+  int64_t seen_ = 0;           // highest ticket looked at
+  std::vector<int64_t> open_;  // tickets seen, not answered, not gone
   std::vector<int64_t> answered_;
 };
 
 /// Rank 0's inputs of a regroup.
 struct RegroupPlan {
-  int lost = -1;        ///< the old rank that left; -1: nobody left (nodes join)
-  int64_t step = -1;    ///< the step the run continues from (rank 0's saved state)
-  Ms wait{5000};        ///< how long rank 0 waits for the staying ranks to check in
-  int min_world = 1;    ///< the fewest ranks the job trains with
+  int lost = -1;                 ///< the old rank that left; -1: nobody left (nodes join)
+  int64_t step = -1;             ///< the step the run continues from (rank 0's saved state)
+  Ms wait{5000};                 ///< how long rank 0 waits for the staying ranks to check in
+  int min_world = 1;             ///< the fewest ranks the job trains with
   Ms below_min_timeout{600000};  ///< how long it waits for joiners below min_world
   JoinDesk* desk = nullptr;      ///< rank 0: where joiners wait (null: admit nobody)
 };

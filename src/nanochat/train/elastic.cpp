@@ -33,8 +33,8 @@ Rejoined describe_join(int64_t step, const cluster::Regrouped& g, int old_world)
   Rejoined r;
   const std::string who = joined_ranks(g);
   const size_t world = g.members.size() + g.joined.size();
-  r.line = str_cat(g.joined.size() == 1 ? "A rank joined" : str_cat(g.joined.size(), " ranks joined"), " the job at step ",
-                   step, " (", who, "); ", world, " ranks go on from step ", step,
+  r.line = str_cat(g.joined.size() == 1 ? "A rank joined" : str_cat(g.joined.size(), " ranks joined"),
+                   " the job at step ", step, " (", who, "); ", world, " ranks go on from step ", step,
                    " with node 0's state of that step; the balancer gives the new ranks rows once their speed is "
                    "measured");
   r.note = {{"step", step},
@@ -53,14 +53,15 @@ Rejoined describe_leave(const RankLeft& e, const cluster::Regrouped& g, int old_
   Rejoined r;
   const int64_t age = g.step >= 0 ? e.step - g.step : -1;
   const size_t world = g.members.size() + g.joined.size();
-  r.line = str_cat("Rank ", e.peer, " left the job in step ", e.step, " (why: above); ", world,
-                   world == 1 ? " rank goes on (old rank " : " ranks go on (old ranks ", rank_list(g.members), ")",
-                   g.joined.empty() ? "" : str_cat(" with ", g.joined.size(), " that joined (", joined_ranks(g), ")"), " ",
-                   g.step >= 0 ? str_cat("from step ", g.step,
-                                         ": the interrupted step is redone, and the optimizer "
-                                         "state comes from node 0's copy of step ",
-                                         g.step, " (", age, age == 1 ? " step" : " steps", " old)")
-                               : std::string("from the start: node 0 held no copy and no checkpoint"));
+  r.line =
+      str_cat("Rank ", e.peer, " left the job in step ", e.step, " (why: above); ", world,
+              world == 1 ? " rank goes on (old rank " : " ranks go on (old ranks ", rank_list(g.members), ")",
+              g.joined.empty() ? "" : str_cat(" with ", g.joined.size(), " that joined (", joined_ranks(g), ")"), " ",
+              g.step >= 0 ? str_cat("from step ", g.step,
+                                    ": the interrupted step is redone, and the optimizer "
+                                    "state comes from node 0's copy of step ",
+                                    g.step, " (", age, age == 1 ? " step" : " steps", " old)")
+                          : std::string("from the start: node 0 held no copy and no checkpoint"));
   r.note = {{"step", g.step >= 0 ? g.step : 0},
             {"membership", str_cat("rank ", e.peer, " left")},
             {"reason", e.what()},
@@ -71,14 +72,15 @@ Rejoined describe_leave(const RankLeft& e, const cluster::Regrouped& g, int old_
             {"interrupted_step", e.step},
             {"restored_steps_old", age}};
   if (!g.joined.empty())  // one record per change: the leave, then the join
-    r.note = nlohmann::json::array({r.note, describe_join(g.step >= 0 ? g.step : 0, g, static_cast<int>(g.members.size())).note});
+    r.note = nlohmann::json::array(
+        {r.note, describe_join(g.step >= 0 ? g.step : 0, g, static_cast<int>(g.members.size())).note});
   return r;
 }
 
 // Where the job's generations stand on this rank.
 struct Generations {
-  cluster::DistEnv env;        // the job's store (rank and world size of generation 0)
-  cluster::DistOptions opts;   // resolved; generation 0's
+  cluster::DistEnv env;       // the job's store (rank and world size of generation 0)
+  cluster::DistOptions opts;  // resolved; generation 0's
   int generation = 0;
   std::unique_ptr<cluster::GlooCommunicator> owned;  // generations this rank built
   cluster::GlooCommunicator* cur = nullptr;          // null: rank 0 trains alone
@@ -98,8 +100,7 @@ void advance(Generations& s, cluster::Regrouped& g) {
 void rejoin(Generations& s, BaseTrainArgs& a, std::optional<Rejoined>& rejoined) {
   const cluster::Admission adm = cluster::request_to_join(s.env, s.opts, cluster::below_min_timeout());
   std::printf("rank %d of %d (job generation %d): admitted after %.1f s; training from step %lld with the job\n",
-              adm.env.rank, adm.env.world_size, adm.options.generation, adm.waited_s,
-              static_cast<long long>(adm.step));
+              adm.env.rank, adm.env.world_size, adm.options.generation, adm.waited_s, static_cast<long long>(adm.step));
   std::fflush(stdout);
   s.owned.reset();
   s.owned = std::make_unique<cluster::GlooCommunicator>(adm.env, adm.options);
@@ -140,7 +141,12 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
         LocalCommunicator alone;  // rank 0 alone: one process, no group to lose anyone from
         run_generation(a, alone, faults, rejoined ? &*rejoined : nullptr, true, pending);
       }
-      if (s.desk) s.desk->close("the job finished its run");
+      if (s.desk) {  // the nodes that trained to the end (node 0's launcher waits for them only)
+        std::vector<long> nodes{0};
+        if (s.cur)
+          for (const auto& peer : s.cur->peers()) nodes.push_back(peer.node);
+        s.desk->close("the job finished its run", nodes);
+      }
       return;
     } catch (const RankLeft& e) {
       if (e.peer == 0) throw;  // node 0 holds the store, the data and the checkpoints
@@ -166,8 +172,9 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
           fail(left->what(), "; ", g.members.size(), g.members.size() == 1 ? " rank remains" : " ranks remain",
                ", fewer than the ", min_world, " the job needs (--nnodes MIN:MAX), and no node joined within ",
                p.below_min_timeout.count() / 1000.0, " s: the job stops",
-               g.step >= 0 ? str_cat("; node 0 saved step ", g.step, ": continue later with --resume-from-step ", g.step)
-                           : std::string());
+               g.step >= 0
+                   ? str_cat("; node 0 saved step ", g.step, ": continue later with --resume-from-step ", g.step)
+                   : std::string());
         rejoined = describe_leave(*left, g, old_world);
         rejoined->since = since;
         rejoined->before = left->seconds;

@@ -69,7 +69,7 @@ struct TrainContext {
   bool profile = false;
   bool adapt_threads = false;  // --threads not given: the count follows the measured steps (core/thread_tuner.h)
   bool elastic = false;        // a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
-  std::function<int()> pending_joins = {};  // TrainJob::pending_joins
+  std::function<int()> pending_joins = {};                          // TrainJob::pending_joins
   std::function<void(int64_t, bool, MetricsLog&)> extra_eval = {};  // TrainJob::extra_eval
 };
 
@@ -656,7 +656,8 @@ std::unique_ptr<FaultInjector> prepare_base_train(const BaseTrainArgs& a, bool m
 void run_base_train_joining(const BaseTrainArgs& a, TrainTestHooks hooks) {
   const std::unique_ptr<FaultInjector> faults = prepare_base_train(a, false, hooks);
   const long min_world = cluster::env_int("NANOCHAT_MIN_WORLD_SIZE").value_or(0);
-  if (min_world <= 0) fail("NANOCHAT_JOIN=1 is for the ranks of a node that joins an elastic job (nanochat run --nnodes MIN:MAX)");
+  if (min_world <= 0)
+    fail("NANOCHAT_JOIN=1 is for the ranks of a node that joins an elastic job (nanochat run --nnodes MIN:MAX)");
   run_elastic_joining(a, *faults, static_cast<int>(min_world));
 }
 
