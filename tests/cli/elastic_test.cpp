@@ -307,6 +307,67 @@ TEST(Elastic, BelowItsMinimumUntilTheTimeoutTheJobStopsWithItsCheckpoint) {
   EXPECT_TRUE(fs::exists(n0.ckpt() + "/optim_000003_rank1.safetensors")) << out;
 }
 
+// An elastic job starts with the nodes that are there (node 0 alone, after the last call) and a
+// node started later joins at a step boundary and gets rows; the run ends where the one-process
+// run ends (the same rows, summed in another grouping).
+TEST(Elastic, TheJobStartsWithTheNodesThereAndANodeStartedLaterJoins) {
+  BaseDir n0("nc_elj_node0");
+  EmptyDir n1("nc_elj_node1");
+  const std::string common =
+      " run --nnodes 1:2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
+      " --master-port " +
+      std::to_string(test_port());
+  std::string flags = kElastic;
+  // 20 steps (the tolerance below holds over a few tens of steps); node 0's steps are made 8x
+  // slower so that node 1 starts while it trains (the math does not change)
+  flags.replace(flags.find("--num-iterations 10"), std::strlen("--num-iterations 10"), "--num-iterations 20");
+  BackgroundNode first(n0.dir, common + " --node-rank 0" + flags,
+                       "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_ELASTIC_LAST_CALL=1 NANOCHAT_TEST_FAULT=slow:0:8",
+                       n0.dir + "/node0.log");
+  const auto start = std::chrono::steady_clock::now();
+  while (count_of(slurp(first.log), "] step ") < 3) {
+    ASSERT_LT(std::chrono::steady_clock::now(), start + std::chrono::seconds(120)) << slurp(first.log);
+    ASSERT_FALSE(first.wait_until(std::chrono::steady_clock::now())) << slurp(first.log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  BackgroundNode later(n1.dir, common + " --node-rank 1" + flags, "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
+                       n0.dir + "/node1.log");
+  for (auto* n : {&first, &later})
+    ASSERT_TRUE(n->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(180))) << slurp(n->log);
+  const std::string out0 = slurp(first.log), out1 = slurp(later.log);
+  EXPECT_TRUE(WIFEXITED(first.status) && WEXITSTATUS(first.status) == 0) << out0;
+  EXPECT_TRUE(WIFEXITED(later.status) && WEXITSTATUS(later.status) == 0) << out1;
+  EXPECT_NE(out0.find("1 of 2 nodes are here (at least 1 needed): the job starts with them in 1 s"), std::string::npos)
+      << out0;
+  EXPECT_NE(out0.find("rank 0 of WORLD_SIZE=1"), std::string::npos) << out0;
+  EXPECT_NE(out0.find("A rank joined the job at step "), std::string::npos) << out0;
+  EXPECT_NE(out1.find("is already training"), std::string::npos) << out1;
+  const size_t last = out0.find("step 00019/00020");
+  ASSERT_NE(last, std::string::npos) << out0;
+  EXPECT_NE(out0.substr(last, out0.find('\n', last) - last).find(" r1 "), std::string::npos) << out0.substr(last, 600);
+  const nanochat::StFile elastic = nanochat::load_safetensors(n0.ckpt() + "/model_000020.safetensors");
+
+  fs::remove_all(n0.ckpt());
+  const Result one = run_at(n0.dir, flags, "");
+  ASSERT_EQ(one.code, 0) << one.out;
+  const double d =
+      max_rel_diff(nanochat::load_safetensors(n0.ckpt() + "/model_000020.safetensors"), elastic, /*verbose=*/true);
+  std::printf("one node, then two vs one process: max relative difference %.3g\n", d);
+  // every step trained the one-process stream's rows: the same loss at every step (printed to 6
+  // decimals; the grouping of the sums moves the last one), and weights within rounding's drift
+  const auto losses = [](const std::string& out) {
+    std::vector<double> l;
+    for (size_t at = out.find("| loss: "); at != std::string::npos; at = out.find("| loss: ", at + 1))
+      l.push_back(std::stod(out.substr(at + 8, 9)));
+    return l;
+  };
+  const std::vector<double> a = losses(out0), b = losses(one.out);
+  ASSERT_EQ(a.size(), 20u) << out0;
+  ASSERT_EQ(b.size(), 20u) << one.out;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << "step " << i;
+  EXPECT_LE(d, 2e-3);
+}
+
 // A worker whose network goes away (its link cut: Wi-Fi dropped) is found by the heartbeat within
 // seconds; the other two go on and finish, and the cut-off node stops with a message that says it
 // lost node 0. Nodes 0 and 1 share one network namespace, node 2 is in another, joined by a veth

@@ -305,6 +305,7 @@ NodeCtx plan_node(const LaunchOptions& o) {
   c.rdzv = o.rendezvous_timeout;
   c.token = token;
   c.elastic = o.min_nnodes > 0;
+  c.min_nodes = o.min_nnodes;
   c.started = wall_seconds();
   c.tag = str_cat("nanochat run (node ", c.k, " on ", c.host, "): ");
   return c;
@@ -332,11 +333,11 @@ std::string rank_address(const LaunchOptions& o, const NodeCtx& c) {
 
 // Starts this node's P ranks with their environment; their output comes through pipes.
 std::vector<Child> start_ranks(const LaunchOptions& o, const NodeCtx& ctx, const std::string& threads, bool joining) {
-  const int P = ctx.P, k = ctx.k, W = ctx.N * ctx.P;
+  const int P = ctx.P, W = ctx.world_at_start();
   std::vector<Child> kids(P);
   for (int l = 0; l < P; ++l) {
     Child& c = kids[l];
-    c.rank = k * P + l;
+    c.rank = ctx.first_rank() + l;
     int po[2], pe[2];
     if (::pipe2(po, O_CLOEXEC) != 0 || ::pipe2(pe, O_CLOEXEC) != 0) fail("pipe: ", errno_str(errno));
     Fd out_w(po[1]), err_w(pe[1]);
@@ -347,7 +348,7 @@ std::vector<Child> start_ranks(const LaunchOptions& o, const NodeCtx& ctx, const
     std::vector<std::pair<std::string, std::string>> vars = {
         {"RANK", std::to_string(c.rank)},          {"LOCAL_RANK", std::to_string(l)},
         {"WORLD_SIZE", std::to_string(W)},         {"LOCAL_WORLD_SIZE", std::to_string(P)},
-        {"GROUP_RANK", std::to_string(k)},         {"MASTER_ADDR", ctx.master},
+        {"GROUP_RANK", std::to_string(ctx.k)},     {"MASTER_ADDR", ctx.master},
         {"MASTER_PORT", std::to_string(ctx.port)}, {"NANOCHAT_STORE_HOSTED", "1"},
         {"NANOCHAT_JOB_TOKEN", ctx.token},         {"OMP_NUM_THREADS", threads}};
     const bool pinned = l < static_cast<int>(o.placement.ranks.size());  // its core type's CPUs and threads
@@ -621,7 +622,7 @@ std::string loopback_master_problem(const std::string& master, int nnodes) {
 int launch(const LaunchOptions& o) {
   if (!o.placement.ranks.empty() && static_cast<int>(o.placement.ranks.size()) != o.nproc_per_node)
     fail("internal: the placement has ", o.placement.ranks.size(), " ranks but --nproc-per-node is ", o.nproc_per_node);
-  const NodeCtx c = plan_node(o);
+  NodeCtx c = plan_node(o);
   SignalGuard signals;
   LauncherStore ls;
   if (int rc = join_launchers(c, ls)) return rc;
@@ -639,8 +640,8 @@ int launch(const LaunchOptions& o) {
                  threads.c_str(), rank_address(o, c).c_str());
   else
     std::fprintf(stderr, "%s%s of WORLD_SIZE=%d, OMP_NUM_THREADS=%s, store at %s, %s\n", c.tag.c_str(),
-                 rank_range(c.k * c.P, c.P).c_str(), c.N * c.P, threads.c_str(), host_port(c.master, c.port).c_str(),
-                 rank_address(o, c).c_str());
+                 rank_range(c.first_rank(), c.P).c_str(), c.world_at_start(), threads.c_str(),
+                 host_port(c.master, c.port).c_str(), rank_address(o, c).c_str());
   if (!o.placement.summary.empty()) std::fprintf(stderr, "%s%s\n", c.tag.c_str(), o.placement.summary.c_str());
   std::fflush(stderr);
   std::vector<Child> kids = start_ranks(o, c, threads, ls.joining);

@@ -4,7 +4,8 @@
 //
 // Store keys of the launchers (under "nc/launch/"): "claim/<node>", "node/<node>" (its shape, host,
 // pid and start time), "go" (the wall-clock second the job started), "error", "failure/<node>"
-// (failure_report() of its first failed rank), "gone/<node>" (its will: set by the store when its
+// (failure_report() of its first failed rank), "present" (an elastic job that started with fewer
+// than N nodes: the nodes it started with, set before "go"), "gone/<node>" (its will: set by the store when its
 // connection drops), "done/<node>" (its ranks all succeeded) and "superseded" (node 0 was launched
 // again: the new launch's host, pid and start time; every launcher of the earlier one stops) and,
 // in an elastic job, "nodes_at_end" (set by rank 0: the nodes whose ranks trained to the end).
@@ -70,8 +71,14 @@ struct NodeCtx {
   Ms rdzv{0};                ///< how long launchers wait for each other
   std::string token;         ///< the job token
   bool elastic = false;      ///< --nnodes MIN:MAX
-  int64_t started = 0;       ///< wall-clock second this launcher started (wall_seconds())
-  std::string tag;           ///< "nanochat run (node K on HOST): ", the prefix of its messages
+  int min_nodes = 0;         ///< MIN of an elastic job
+  int slot = -1;             ///< this node's index among the nodes the job started with (-1: all N, slot = k)
+  int started_nodes = 0;     ///< how many nodes the job started with (0: all N)
+  /// The rank of this node's first rank, and the job's world size at its start.
+  int first_rank() const { return (slot >= 0 ? slot : k) * P; }
+  int world_at_start() const { return (started_nodes > 0 ? started_nodes : N) * P; }
+  int64_t started = 0;  ///< wall-clock second this launcher started (wall_seconds())
+  std::string tag;      ///< "nanochat run (node K on HOST): ", the prefix of its messages
 };
 
 /// The launchers' store: node 0 hosts it (server), every launcher is a client of it.
@@ -84,10 +91,13 @@ struct LauncherStore {
 
 /// Rendezvous of the launchers: node 0 starts the store, every launcher connects (with its will
 /// "gone/<k>") and registers; they go on once all N have joined with the same shape. In an elastic
-/// job that already said "go", a node other than 0 goes on at once with ls.joining set. Returns 0, or
+/// job that already said "go", a node other than 0 goes on at once with ls.joining set; node 0 of an
+/// elastic job says "go" with MIN or more nodes once none has arrived for the last call
+/// (NANOCHAT_ELASTIC_LAST_CALL seconds, default 30), and sets c.slot and c.started_nodes on every
+/// node it started with. Returns 0, or
 /// 128+signal when a signal arrived meanwhile (after saying so; other nodes learn it through
 /// "error"). Throws nanochat::Error on a mismatch, a busy port or when c.rdzv passes.
-int join_launchers(const NodeCtx& c, LauncherStore& ls);
+int join_launchers(NodeCtx& c, LauncherStore& ls);
 
 /// Wall-clock seconds since the epoch (the launch times the launchers exchange).
 int64_t wall_seconds();

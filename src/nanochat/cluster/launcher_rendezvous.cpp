@@ -283,12 +283,58 @@ void report_duplicates(PrefixStore& store, const NodeCtx& c, std::vector<std::st
   }
 }
 
+// An elastic job's node 0 waits this long after the last node arrived before it starts with the
+// MIN or more nodes that are there (torchrun's last call).
+Ms last_call_time() { return env_seconds("NANOCHAT_ELASTIC_LAST_CALL", Ms(30000)); }
+
+struct LastCall {
+  size_t present = 0;
+  Clock::time_point since{};
+};
+
+// Node 0 of an elastic job: once MIN or more nodes are here and none arrived for the last call,
+// publishes who starts ("present", before "go") and says go. True when it did.
+bool start_without(PrefixStore& store, NodeCtx& c, const std::vector<int>& missing, LastCall& lc) {
+  const size_t here = static_cast<size_t>(c.N) - missing.size();
+  if (!c.elastic || static_cast<int>(here) < c.min_nodes) return false;
+  if (here != lc.present) {
+    lc = {here, Clock::now()};
+    std::fprintf(stderr,
+                 "%s%zu of %d nodes are here (at least %d needed): the job starts with them in %g s unless "
+                 "another arrives (the others may join later)\n",
+                 c.tag.c_str(), here, c.N, c.min_nodes, last_call_time().count() / 1000.0);
+    std::fflush(stderr);
+  }
+  if (Clock::now() - lc.since < last_call_time()) return false;
+  std::vector<int> present;
+  for (int j = 0; j < c.N; ++j)
+    if (std::find(missing.begin(), missing.end(), j) == missing.end()) present.push_back(j);
+  store.set("present", nlohmann::json(present).dump());
+  store.set("go", std::to_string(wall_seconds()));
+  c.slot = 0;
+  c.started_nodes = static_cast<int>(present.size());
+  return true;
+}
+
+// After "go": this node's place among the nodes the job started with. False when the job started
+// without it (it registered after node 0 decided): it joins like a node that comes later.
+bool take_slot(PrefixStore& store, NodeCtx& c) {
+  const auto v = store.try_get("present");
+  if (!v) return true;  // every node started
+  const auto present = nlohmann::json::parse(*v).get<std::vector<int>>();
+  const auto at = std::find(present.begin(), present.end(), c.k);
+  if (at == present.end()) return false;
+  c.slot = static_cast<int>(at - present.begin());
+  c.started_nodes = static_cast<int>(present.size());
+  return true;
+}
+
 // The launchers of all nodes meet in the store: each registers its shape, node 0 checks them and
 // says "go" once all have joined. Prints what it waits for every wait_report_interval(). Returns
 // true when this node joins an elastic job that already started (it registers nothing; its ranks
 // ask rank 0 to admit them). Throws Interrupted on a signal, nanochat::Error on a mismatch or when
 // the rendezvous deadline passes.
-bool meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::time_point deadline) {
+bool meet(PrefixStore& store, NodeCtx& c, WaitReporter& report, Clock::time_point deadline) {
   const int N = c.N, k = c.k;
   const std::string at = host_port(c.master, c.port);
   check_superseded(store, c);
@@ -300,13 +346,14 @@ bool meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::tim
   // Node 0 checks every node each round; the others only look for "go" (and, when they report or
   // give up, for who is missing), so the store's load does not grow with the square of the nodes.
   bool checked_node0 = k == 0;
+  LastCall last_call;
   std::vector<std::string> dups;  // notices of launchers refused for a --node-rank already taken
   for (int round = 0;; ++round) {
     if (round % 5 == 0) report_duplicates(store, c, dups);
     throw_if_signalled();
     check_superseded(store, c);
     fail_on_published_error(store, c);
-    if (store.try_get("go")) return false;
+    if (store.try_get("go")) return !take_slot(store, c);
     if (!checked_node0) {
       if (auto v = store.try_get("node/0")) {
         check_shape(store, c, 0, *v);
@@ -320,6 +367,7 @@ bool meet(PrefixStore& store, const NodeCtx& c, WaitReporter& report, Clock::tim
         store.set("go", std::to_string(wall_seconds()));
         return false;
       }
+      if (start_without(store, c, missing, last_call)) return false;
     }
     if (Clock::now() >= deadline) {
       if (k != 0) missing = missing_nodes(store, c, false);
@@ -418,7 +466,7 @@ std::string describe_failures(const std::vector<Failure>& local, const std::opti
   return msg;
 }
 
-int join_launchers(const NodeCtx& c, LauncherStore& ls) {
+int join_launchers(NodeCtx& c, LauncherStore& ls) {
   const auto deadline = Clock::now() + c.rdzv;
   bool said_rejoin = false;
   for (;;) {

@@ -204,17 +204,22 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
 
 void run_elastic(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, int min_world_size) {
   auto* first = dynamic_cast<cluster::GlooCommunicator*>(&comm);
-  NC_CHECK(first, "an elastic job needs the Gloo communicator");
+  NC_CHECK(first || comm.world_size() == 1, "an elastic job needs the Gloo communicator");
   if (a.copy_state_every == 0 && comm.rank() == 0)
     std::printf(
         "Elastic job (at least %d ranks): node 0 keeps a copy of the job's state every step "
         "(--copy-state-every 1; pass another N to copy less often); nodes may leave and join\n",
         min_world_size);
   Generations s;
-  s.env = first->env();
-  s.opts = first->options();
+  if (first) {
+    s.env = first->env();
+    s.opts = first->options();
+    s.cur = first;
+  } else {  // the job started with node 0 alone (its launcher hosts the store): nodes may join
+    s.env = cluster::DistEnv::from_env();
+    s.opts = cluster::DistOptions{}.resolved();
+  }
   s.generation = s.opts.generation;
-  s.cur = first;
   drive(s, a, faults, min_world_size, std::nullopt);
 }
 

@@ -142,7 +142,7 @@ class TrainLoop {
   // state of this boundary and every rank ends the generation here (train/elastic.h).
   [[noreturn]] void admit_joiners() {
     phase_ = "saving the state for the ranks that join";
-    if (copied_ == st_.step) {
+    if (copied_ == st_.step && sync_.world_size() > 1) {  // node 0 holds the copy (one rank keeps none)
       if (sync_.save_copy(plan_.checkpoint_dir) == copied_) last_saved_ = copied_;  // rank 0; no collective
     } else {
       save();
@@ -664,7 +664,9 @@ void run_base_train_joining(const BaseTrainArgs& a, TrainTestHooks hooks) {
 void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks hooks) {
   const std::unique_ptr<FaultInjector> faults = prepare_base_train(a, comm.rank() == 0, hooks);
   const long min_world = cluster::env_int("NANOCHAT_MIN_WORLD_SIZE").value_or(0);  // nanochat run --nnodes MIN:MAX
-  if (min_world > 0 && comm.world_size() > 1)
+  // an elastic job (node 0 may start alone: its launcher hosts the store others join through)
+  const bool launched = cluster::env_int("NANOCHAT_STORE_HOSTED").value_or(0) == 1;
+  if (min_world > 0 && (comm.world_size() > 1 || launched))
     run_elastic(a, comm, *faults, static_cast<int>(min_world));
   else
     run_generation(a, comm, *faults, nullptr, false);
