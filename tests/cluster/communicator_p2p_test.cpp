@@ -256,6 +256,30 @@ void unanswered(bool send) {
 TEST(GlooCommunicatorP2P, ASendWithNoMatchingRecvFailsAtTheDeadlineNamingThePeer) { unanswered(true); }
 TEST(GlooCommunicatorP2P, ARecvWithNoMatchingSendFailsAtTheDeadlineNamingThePeer) { unanswered(false); }
 
+// A rank that dies just before the root posts a gather for its part (its connection already
+// closed, the heartbeat not yet beaten): the root's wait ends within seconds (the heartbeat finds
+// the death through the store), naming the rank, not at the 30 s collective timeout (a receive
+// posted on a pair that already failed is not ended by that pair).
+TEST(GlooCommunicatorP2P, AGatherWaitingForARankThatDiesEndsInSecondsNamingIt) {
+  auto ps = run_ranks(2, [](GlooCommunicator& c) {
+    if (c.rank() == 1) {
+      std::this_thread::sleep_for(Ms(1500));
+      _exit(0);  // killed: no goodbye to the store, no part sent
+    }
+    std::this_thread::sleep_for(Ms(1700));
+    std::vector<char> in(100, 'a'), out(200);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string e = nctest::error_of([&] { c.gather(in.data(), out.data(), {100, 100}, 0)->wait(); });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("after %.1f s: %s\n", secs, e.c_str());
+    std::printf(secs < 15 ? "ended in time\n" : "waited too long\n");
+  });
+  const std::string out = ps[0].output();
+  EXPECT_THAT(out, HasSubstr("ended in time")) << out;
+  EXPECT_THAT(out, HasSubstr("rank 1 (host")) << out;
+  EXPECT_THAT(out, HasSubstr("died")) << out;
+}
+
 #endif  // NANOCHAT_HAVE_GLOO
 
 TEST(LocalCommunicator, ByteOperationsCopyAndPointToPointHasNoPeer) {

@@ -344,8 +344,8 @@ void GlooCommunicator::Impl::ring_reduce_scatter(float* in, float* out, const st
   if (total > 0) {
     const int next = (r + 1) % W, prev = (r - 1 + W) % W;
     const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, 0);
-    auto inbuf = ctx->createUnboundBuffer(in, total * sizeof(float));
-    auto tmp = ctx->createUnboundBuffer(scratch.data(), scratch.size() * sizeof(float));
+    auto inbuf = unbound(in, total * sizeof(float));
+    auto tmp = unbound(scratch.data(), scratch.size() * sizeof(float));
     size_t sends = 0;
     auto send_chunks = [&](int j) {
       for (size_t b = 0; b < counts[j]; b += kChunk) {
@@ -398,7 +398,7 @@ void GlooCommunicator::Impl::ring_all_gather(const void* in, void* out_v, const 
   auto seg = [&](int k) { return ((k % W) + W) % W; };
   const int next = (r + 1) % W, prev = (r - 1 + W) % W;
   const uint64_t slot = gloo::Slot::build(kAllgatherSlotPrefix, 0);
-  auto buf = ctx->createUnboundBuffer(out, total);
+  auto buf = unbound(out, total);
   size_t sends = 0;
   struct Piece {
     size_t begin, len;

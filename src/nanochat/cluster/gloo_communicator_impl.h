@@ -2,8 +2,8 @@
 // Internal to cluster: the state of a GlooCommunicator (cluster/gloo_communicator.h), shared by
 // gloo_communicator.cpp (rendezvous, the comm thread, the ring collectives, all-reduce, broadcast,
 // barrier), gloo_point_to_point.cpp (send/recv, gather, scatter, the byte all-gather and split)
-// and gloo_failure.cpp (failure diagnosis, the heartbeat's lost peers). Only the comm thread touches `ctx`; an operation is a Task that
-// submit() queues for it.
+// and gloo_failure.cpp (failure diagnosis, the heartbeat's lost peers). Only the comm thread touches `ctx`; an
+// operation is a Task that submit() queues for it.
 #ifdef NANOCHAT_HAVE_GLOO
 #include <pthread.h>
 #include <signal.h>
@@ -116,14 +116,15 @@ struct GlooCommunicator::Impl {
   std::condition_variable qcv;
   std::deque<gloo_detail::Task> queue;
   bool stopping = false;
-  std::string broken;  // first failure, guarded by qmu
+  std::string broken;    // first failure, guarded by qmu
   int broken_peer = -1;  // the peer whose loss broke it (-1: another failure), guarded by qmu
   // A peer found lost by the heartbeat (guarded by qmu): the reason every later operation fails.
   std::string lost;
   int lost_rank = -1;
+  std::vector<gloo::transport::UnboundBuffer*> live_buffers;             // (qmu) their waits end when a peer is lost
   std::vector<std::function<void(int, const std::string&)>> lost_hooks;  // guarded by qmu
-  std::unique_ptr<Heartbeat> heartbeat;  // the job's communicator only
-  uint64_t seq = 0;    // collectives submitted (for messages)
+  std::unique_ptr<Heartbeat> heartbeat;                                  // the job's communicator only
+  uint64_t seq = 0;                                                      // collectives submitted (for messages)
   std::vector<float> scratch;
 
   ~Impl() {
@@ -175,6 +176,14 @@ struct GlooCommunicator::Impl {
   int silent_peer(const std::string& gloo_msg) const;
   WorkPtr submit(std::string what, std::function<void()> fn);
   void recv_from(gloo::transport::UnboundBuffer& buf, int peer);
+  // An unbound buffer whose waits peer_lost() aborts (a posted receive from a rank that died waits
+  // for its remote's notification, which a failed pair never delivers), deregistered when freed.
+  struct UnboundDeleter {
+    Impl* impl;
+    void operator()(gloo::transport::UnboundBuffer* b) const;
+  };
+  using Unbound = std::unique_ptr<gloo::transport::UnboundBuffer, UnboundDeleter>;
+  Unbound unbound(void* data, size_t bytes);
   // Waits for one send / receive per rank of `pending` (any order), naming the first one still
   // pending when the deadline passes.
   void wait_sends(gloo::transport::UnboundBuffer& buf, std::vector<int> pending);

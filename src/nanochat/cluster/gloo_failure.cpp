@@ -16,6 +16,7 @@
 // failure still names the lost peer.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <thread>
@@ -179,6 +180,10 @@ void GlooCommunicator::Impl::peer_lost(int r, const std::string& why) {
     lost = msg;
     lost_rank = r;
     hooks = lost_hooks;
+    for (auto* b : live_buffers) {  // a receive posted for the lost rank would wait out the timeout
+      b->abortWaitRecv();
+      b->abortWaitSend();
+    }
   }
   std::fprintf(stderr, "%s: %s\n", me().c_str(), msg.c_str());
   std::fflush(stderr);
@@ -199,6 +204,26 @@ void GlooCommunicator::Impl::peer_lost(int r, const std::string& why) {
     std::fprintf(stderr, "%s: the wait for it ends at the collective timeout (%ld s)\n", me().c_str(),
                  static_cast<long>(coll_timeout.count() / 1000));
   for (auto& h : hooks) h(r, msg);
+}
+
+void GlooCommunicator::Impl::UnboundDeleter::operator()(gloo::transport::UnboundBuffer* b) const {
+  {
+    std::lock_guard<std::mutex> lk(impl->qmu);
+    impl->live_buffers.erase(std::remove(impl->live_buffers.begin(), impl->live_buffers.end(), b),
+                             impl->live_buffers.end());
+  }
+  delete b;
+}
+
+GlooCommunicator::Impl::Unbound GlooCommunicator::Impl::unbound(void* data, size_t bytes) {
+  Unbound b(ctx->createUnboundBuffer(data, bytes).release(), UnboundDeleter{this});
+  std::lock_guard<std::mutex> lk(qmu);
+  live_buffers.push_back(b.get());
+  if (!lost.empty()) {  // lost before this operation waits: it ends at once
+    b->abortWaitRecv();
+    b->abortWaitSend();
+  }
+  return b;
 }
 
 void GlooCommunicator::on_peer_lost(std::function<void(int peer, const std::string& why)> fn) {

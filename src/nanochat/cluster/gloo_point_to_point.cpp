@@ -55,7 +55,7 @@ void GlooCommunicator::Impl::gather_to(const void* in, void* out_v, const std::v
   const uint64_t slot = gloo::Slot::build(kGatherSlotPrefix, 0);
   if (r != root) {
     if (bytes[r] == 0) return;
-    auto buf = ctx->createUnboundBuffer(const_cast<void*>(in), bytes[r]);
+    auto buf = unbound(const_cast<void*>(in), bytes[r]);
     buf->send(root, slot);
     wait_sends(*buf, {root});
     return;
@@ -64,7 +64,7 @@ void GlooCommunicator::Impl::gather_to(const void* in, void* out_v, const std::v
   const auto off = offsets_of(bytes);
   if (bytes[r] > 0 && in != out + off[r]) std::memmove(out + off[r], in, bytes[r]);
   if (off[W] == 0) return;
-  auto buf = ctx->createUnboundBuffer(out, off[W]);
+  auto buf = unbound(out, off[W]);
   std::vector<int> from;
   for (int j = 0; j < W; ++j)
     if (j != r && bytes[j] > 0) {
@@ -80,7 +80,7 @@ void GlooCommunicator::Impl::scatter_from(const void* in_v, void* out, const std
   const uint64_t slot = gloo::Slot::build(kScatterSlotPrefix, 0);
   if (r != root) {
     if (bytes[r] == 0) return;
-    auto buf = ctx->createUnboundBuffer(out, bytes[r]);
+    auto buf = unbound(out, bytes[r]);
     buf->recv(root, slot);
     wait_recvs(*buf, {root});
     return;
@@ -89,7 +89,7 @@ void GlooCommunicator::Impl::scatter_from(const void* in_v, void* out, const std
   const auto off = offsets_of(bytes);
   if (bytes[r] > 0 && out != in + off[r]) std::memmove(out, in + off[r], bytes[r]);
   if (off[W] == 0) return;
-  auto buf = ctx->createUnboundBuffer(const_cast<char*>(in), off[W]);
+  auto buf = unbound(const_cast<char*>(in), off[W]);
   std::vector<int> to;
   for (int j = 0; j < W; ++j)
     if (j != r && bytes[j] > 0) {
@@ -147,7 +147,7 @@ WorkPtr GlooCommunicator::send(const void* data, size_t bytes, int peer) {
   Impl* I = impl_.get();
   return I->submit(str_cat("send of ", bytes, " bytes to ", I->rank_desc(peer)), [I, data, bytes, peer] {
     if (bytes == 0) return;
-    auto buf = I->ctx->createUnboundBuffer(const_cast<void*>(data), bytes);
+    auto buf = I->unbound(const_cast<void*>(data), bytes);
     buf->send(peer, gloo::Slot::build(kSendRecvSlotPrefix, 0));
     I->wait_sends(*buf, {peer});
   });
@@ -158,7 +158,7 @@ WorkPtr GlooCommunicator::recv(void* data, size_t bytes, int peer) {
   Impl* I = impl_.get();
   return I->submit(str_cat("recv of ", bytes, " bytes from ", I->rank_desc(peer)), [I, data, bytes, peer] {
     if (bytes == 0) return;
-    auto buf = I->ctx->createUnboundBuffer(data, bytes);
+    auto buf = I->unbound(data, bytes);
     buf->recv(peer, gloo::Slot::build(kSendRecvSlotPrefix, 0));
     I->wait_recvs(*buf, {peer});
   });
