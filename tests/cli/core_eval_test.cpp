@@ -146,6 +146,21 @@ TEST(CoreEval, AMissingOrMalformedBundleNamesTheFile) {
   auto [c4, o4] = nctest::shell(cmd + " base-eval -g d1 --eval core 2>&1");
   EXPECT_EQ(c4, 1) << o4;
   EXPECT_NE(o4.find(data + ":2: gold 3 is outside the 1 options"), std::string::npos) << o4;
+  write_file(data, rows);
+
+  // the last task's file is bad: the tasks before it are kept in a partial CSV without CORE
+  const std::string last = bundle + "/eval_data/lm/greedy.jsonl";
+  write_file(last, "not json\n");
+  auto [c5, o5] = nctest::shell(cmd + " base-eval -g d1 --eval core --max-per-task 5 2>&1");
+  EXPECT_EQ(c5, 1) << o5;
+  const std::string partial = b.base.dir + "/base_eval/base_model_000003_partial.csv";
+  EXPECT_NE(o5.find("(task 6 of 6, greedy_lm; the 5 tasks before it are in " + partial + ", without a CORE metric)"),
+            std::string::npos)
+      << o5;
+  const std::string csv = slurp(partial);
+  EXPECT_NE(csv.find("counting_lm_2shot"), std::string::npos) << csv;
+  EXPECT_EQ(csv.find("CORE"), std::string::npos) << csv;
+  EXPECT_FALSE(fs::exists(b.base.dir + "/base_eval/base_model_000003.csv"));
 }
 
 TEST(CoreEval, YamlSubsetReadsCoreYamlsConstructs) {

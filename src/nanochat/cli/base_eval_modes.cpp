@@ -74,14 +74,27 @@ void run_core_eval(LoadedModel& lm, const Tokenizer& tok, int64_t max_per_task, 
     return;
   }
   const CoreBundle bundle = read_core_bundle(dir);
-  const CoreResult r = evaluate_core(*lm.model, tok, bundle, max_per_task, [](const CoreTaskResult& t) {
-    std::printf("Evaluating: %s (%d-shot, type: %s)... accuracy: %.4f | centered: %.4f | time: %.2fs\n",
-                t.label.c_str(), t.num_fewshot, core_task_type_name(t.type), t.accuracy, t.centered, t.seconds);
-    std::fflush(stdout);
-  });
   char name[64];
-  std::snprintf(name, sizeof name, "base_model_%06lld.csv", static_cast<long long>(lm.step));
-  const std::string csv = base_dir() + "/base_eval/" + name;
+  std::snprintf(name, sizeof name, "base_model_%06lld", static_cast<long long>(lm.step));
+  const std::string csv = base_dir() + "/base_eval/" + name + ".csv";
+  CoreResult done;  // the tasks finished so far: written when a later one stops the run
+  CoreResult r;
+  try {
+    r = evaluate_core(*lm.model, tok, bundle, max_per_task, [&done](const CoreTaskResult& t) {
+      std::printf("Evaluating: %s (%d-shot, type: %s)... accuracy: %.4f | centered: %.4f | time: %.2fs\n",
+                  t.label.c_str(), t.num_fewshot, core_task_type_name(t.type), t.accuracy, t.centered, t.seconds);
+      std::fflush(stdout);
+      done.tasks.push_back(t);
+    });
+  } catch (const Error& e) {
+    if (done.tasks.empty()) throw;
+    const std::string partial = base_dir() + "/base_eval/" + name + "_partial.csv";
+    write_core_csv(partial, done, /*complete=*/false);
+    fail(e.what(), " (task ", done.tasks.size() + 1, " of ", bundle.tasks.size(), ", ",
+         bundle.tasks[done.tasks.size()].label, "; the ", done.tasks.size(),
+         done.tasks.size() == 1 ? " task before it is in " : " tasks before it are in ", partial,
+         ", without a CORE metric)");
+  }
   write_core_csv(csv, r);
   std::printf("\nResults written to: %s\nCORE metric: %.4f\n", csv.c_str(), r.core_metric);
   std::fflush(stdout);

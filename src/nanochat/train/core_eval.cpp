@@ -238,7 +238,7 @@ CoreResult evaluate_core(GPT& model, const Tokenizer& tok, const CoreBundle& bun
   return r;
 }
 
-void write_core_csv(const std::string& path, const CoreResult& r) {
+void write_core_csv(const std::string& path, const CoreResult& r, bool complete) {
   std::string text;
   char line[256];
   std::snprintf(line, sizeof line, "%-35s, %-10s, %-10s\n", "Task", "Accuracy", "Centered");
@@ -247,8 +247,10 @@ void write_core_csv(const std::string& path, const CoreResult& r) {
     std::snprintf(line, sizeof line, "%-35s, %-10.6f, %-10.6f\n", t.label.c_str(), t.accuracy, t.centered);
     text += line;
   }
-  std::snprintf(line, sizeof line, "%-35s, %-10s, %-10.6f\n", "CORE", "", r.core_metric);
-  text += line;
+  if (complete) {
+    std::snprintf(line, sizeof line, "%-35s, %-10s, %-10.6f\n", "CORE", "", r.core_metric);
+    text += line;
+  }
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   if (ec) fail("cannot create the folder of ", path, ": ", ec.message());

@@ -70,7 +70,8 @@ CoreResult evaluate_core(GPT& model, const Tokenizer& tok, const CoreBundle& bun
                          const std::function<void(const CoreTaskResult&)>& on_task = {});
 
 /// Writes nanochat base_eval.py's CSV: "Task, Accuracy, Centered" padded to 35/10/10 columns, a
-/// row per task (6 decimals), then "CORE" with the metric. Throws nanochat::Error naming the path.
-void write_core_csv(const std::string& path, const CoreResult& r);
+/// row per task (6 decimals), then "CORE" with the metric (left out when !complete: the tasks of a
+/// run that stopped early). Throws nanochat::Error naming the path.
+void write_core_csv(const std::string& path, const CoreResult& r, bool complete = true);
 
 }  // namespace nanochat
