@@ -291,4 +291,12 @@ TEST(Doctor, ReportsTheDeviceAndThePort) {
   ASSERT_TRUE(bad.wait(Ms(15000)));
   EXPECT_EQ(bad.exit_code(), 1);
   EXPECT_THAT(bad.output(), HasSubstr("network interface 'nosuchif0'"));
+  // an elastic job's --nnodes as `run` takes it: its MAX counts (a loopback master is named)
+  Proc el = run_cli({"doctor", "--nnodes", "1:2", "--master-addr", "127.0.0.1"});
+  ASSERT_TRUE(el.wait(Ms(15000)));
+  EXPECT_THAT(el.output(), HasSubstr("with --nnodes 2")) << el.output();
+  Proc nn = run_cli({"doctor", "--nnodes", "2:x"});
+  ASSERT_TRUE(nn.wait(Ms(15000)));
+  EXPECT_EQ(nn.exit_code(), 1);
+  EXPECT_THAT(nn.output(), HasSubstr("--nnodes 2:x: expected a number of nodes N, or MIN:MAX")) << nn.output();
 }

@@ -10,14 +10,14 @@
 #include <string>
 
 #include "nanochat/cli/commands.h"
-#include "nanochat/core/error.h"
-#include "nanochat/core/threads.h"
-#include "nanochat/core/version.h"
 #include "nanochat/cluster/env.h"
 #include "nanochat/cluster/launcher.h"
 #include "nanochat/cluster/net.h"
 #include "nanochat/cluster/placement.h"
 #include "nanochat/cluster/store.h"
+#include "nanochat/core/error.h"
+#include "nanochat/core/threads.h"
+#include "nanochat/core/version.h"
 
 #ifdef NANOCHAT_HAVE_GLOO
 #include <gloo/config.h>
@@ -34,6 +34,7 @@ struct DoctorArgs {
   int nproc_per_node = 1;
   bool nproc_given = false;
   int nnodes = 1;
+  std::string nnodes_text = "1";  // N, or an elastic job's MIN:MAX (its MAX counts here)
   std::string hybrid = "auto";
 };
 
@@ -172,13 +173,24 @@ void register_doctor(CLI::App& app) {
   sub->add_option("--iface", args->iface, "network interface to check (default NANOCHAT_SOCKET_IFNAME / route)");
   sub->add_option("--nproc-per-node", args->nproc_per_node, "ranks per node, for the thread split")
       ->capture_default_str();
-  sub->add_option("--nnodes", args->nnodes, "nodes of the job: with more than one, the master must not be loopback")
+  sub->add_option("--nnodes", args->nnodes_text,
+                  "nodes of the job, N or MIN:MAX (as given to `nanochat run`): with more than one, the master must "
+                  "not be loopback")
       ->capture_default_str();
   sub->add_option("--hybrid", args->hybrid,
                   "placement to show: auto (one rank per core type) or off, as `nanochat run`")
       ->capture_default_str();
   sub->callback([args, sub] {
     args->nproc_given = sub->get_option("--nproc-per-node")->count() > 0;
+    {  // N, or MIN:MAX like `nanochat run` (an elastic job may have MAX nodes)
+      const std::string& v = args->nnodes_text;
+      const std::string max = v.substr(v.find(':') == std::string::npos ? 0 : v.find(':') + 1);
+      char* end = nullptr;
+      const long n = std::strtol(max.c_str(), &end, 10);
+      if (max.empty() || *end != '\0' || n < 1 || n > 65536)
+        fail("--nnodes ", v, ": expected a number of nodes N, or MIN:MAX (e.g. 1:2)");
+      args->nnodes = static_cast<int>(n);
+    }
     int rc = doctor(*args);
     std::fflush(stdout);
     if (rc != 0) std::exit(rc);

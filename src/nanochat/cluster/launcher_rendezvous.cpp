@@ -290,19 +290,23 @@ Ms last_call_time() { return env_seconds("NANOCHAT_ELASTIC_LAST_CALL", Ms(30000)
 struct LastCall {
   size_t present = 0;
   Clock::time_point since{};
+  bool said = false;
 };
 
 // Node 0 of an elastic job: once MIN or more nodes are here and none arrived for the last call,
-// publishes who starts ("present", before "go") and says go. True when it did.
+// publishes who starts ("present", before "go") and says go. True when it did. Says that it
+// will once the others have had a moment to arrive (they usually start together).
 bool start_without(PrefixStore& store, NodeCtx& c, const std::vector<int>& missing, LastCall& lc) {
   const size_t here = static_cast<size_t>(c.N) - missing.size();
   if (!c.elastic || static_cast<int>(here) < c.min_nodes) return false;
-  if (here != lc.present) {
-    lc = {here, Clock::now()};
+  if (here != lc.present) lc = {here, Clock::now(), false};
+  const Ms grace = std::min(Ms(3000), last_call_time() / 2);
+  if (!lc.said && Clock::now() - lc.since >= grace) {
+    lc.said = true;
     std::fprintf(stderr,
                  "%s%zu of %d nodes are here (at least %d needed): the job starts with them in %g s unless "
                  "another arrives (the others may join later)\n",
-                 c.tag.c_str(), here, c.N, c.min_nodes, last_call_time().count() / 1000.0);
+                 c.tag.c_str(), here, c.N, c.min_nodes, (last_call_time() - grace).count() / 1000.0);
     std::fflush(stderr);
   }
   if (Clock::now() - lc.since < last_call_time()) return false;
