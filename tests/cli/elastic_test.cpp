@@ -37,8 +37,8 @@ const char* kElastic =
 
 // Three nodes of one rank each (node 0 in dirs[0], ...), `nnodes` ("3" or "2:3"), each with the
 // extra environment `env`; returns their results.
-std::vector<Result> three_nodes(const std::vector<std::string>& dirs, const std::string& nnodes,
-                                const std::string& env) {
+std::vector<Result> three_nodes(const std::vector<std::string>& dirs, const std::string& nnodes, const std::string& env,
+                                const std::string& extra_flags = "") {
   const std::string common = " run --nnodes " + nnodes +
                              " --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 "
                              "--allow-loopback-master --heartbeat-timeout 4 --master-port " +
@@ -47,7 +47,7 @@ std::vector<Result> three_nodes(const std::vector<std::string>& dirs, const std:
   std::vector<std::thread> t;
   for (int k = 0; k < 3; ++k)
     t.emplace_back([&, k] {
-      r[k] = run_at(dirs[k], common + " --node-rank " + std::to_string(k) + kElastic,
+      r[k] = run_at(dirs[k], common + " --node-rank " + std::to_string(k) + kElastic + extra_flags,
                     "NANOCHAT_RENDEZVOUS_TIMEOUT=60 " + env);
     });
   for (auto& x : t) x.join();
@@ -93,14 +93,27 @@ TEST(Elastic, AKilledNodeLeavesAndTheOthersEndWhereTheUninterruptedRunEnds) {
   EXPECT_EQ(changes, 1);
   const nanochat::StFile elastic = nanochat::load_safetensors(n0.ckpt() + "/model_000010.safetensors");
 
+  // with a copy every 3 steps (K = 3; the last --copy-state-every counts) the copy of step 3 is 1 step old: steps 3 and
+  // 4 are done again, and the run still ends where the uninterrupted one does (the same stream)
+  fs::remove_all(n0.ckpt());
+  const auto k3 = three_nodes(dirs, "2:3", "NANOCHAT_TEST_FAULT=die:2:4", " --copy-state-every 3");
+  ASSERT_EQ(k3[0].code, 0) << k3[0].out;
+  EXPECT_NE(k3[0].out.find("from step 3: steps 3 to 4 are done again, and the optimizer state comes from node 0's "
+                           "copy of step 3 (1 step old)"),
+            std::string::npos)
+      << k3[0].out;
+  const nanochat::StFile elastic_k3 = nanochat::load_safetensors(n0.ckpt() + "/model_000010.safetensors");
+
   // the same run on three nodes, nobody leaving
   fs::remove_all(n0.ckpt());
   const auto u = three_nodes(dirs, "3", "");
   ASSERT_EQ(u[0].code, 0) << u[0].out;
-  const double d =
-      max_rel_diff(nanochat::load_safetensors(n0.ckpt() + "/model_000010.safetensors"), elastic, /*verbose=*/true);
-  std::printf("elastic run vs uninterrupted: max relative difference %.3g\n", d);
+  const nanochat::StFile uninterrupted = nanochat::load_safetensors(n0.ckpt() + "/model_000010.safetensors");
+  const double d = max_rel_diff(uninterrupted, elastic, /*verbose=*/true);
+  const double d3 = max_rel_diff(uninterrupted, elastic_k3, /*verbose=*/false);
+  std::printf("elastic run vs uninterrupted: max relative difference %.3g (K = 1), %.3g (K = 3)\n", d, d3);
   EXPECT_LE(d, 1e-4);
+  EXPECT_LE(d3, 1e-4);
 }
 
 namespace {
