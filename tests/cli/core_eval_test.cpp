@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -19,6 +20,7 @@
 #include "nanochat/train/core_eval.h"
 #include "nanochat/train/model_io.h"
 #include "support/cli_util.h"
+#include "support/two_nodes.h"
 
 using namespace nctest;
 
@@ -229,4 +231,67 @@ TEST(CoreEval, DataDownloadUnpacksTheEvalBundle) {
                                 " data download --eval-bundle --eval-bundle-url file://" + zip + " 2>&1");
   EXPECT_EQ(c3, 1) << o3;
   EXPECT_NE(o3.find("record 'eval_bundle/core.yaml'"), std::string::npos) << o3;
+}
+
+namespace {
+
+// The fixture bundle without its last task (its empty delimiter needs a tokenizer that does not
+// merge across the boundary, which the test tokenizer does).
+void copy_bundle_without_greedy(const std::string& base) {
+  fs::copy(fixture("core_eval/eval_bundle"), base + "/eval_bundle", fs::copy_options::recursive);
+  const std::string yaml = slurp(base + "/eval_bundle/core.yaml");
+  write_file(base + "/eval_bundle/core.yaml", yaml.substr(0, yaml.find("- label: greedy_lm")));
+}
+
+// "Step 00004 | CORE metric: 0.1234" -> "0.1234" ("" when absent).
+std::string core_at(const std::string& out, int step) {
+  char key[64];
+  std::snprintf(key, sizeof key, "Step %05d | CORE metric: ", step);
+  const size_t at = out.find(key);
+  return at == std::string::npos ? "" : out.substr(at + std::strlen(key), 6);
+}
+
+const char* kTrainCore =
+    " base-train --depth 3 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --window-pattern SL"
+    " --device-batch-size 2 --total-batch-size 512 --eval-every -1 --sample-every -1 --threads 1 --model-tag c"
+    " --num-iterations 4 --warmup-steps 1 --core-metric-every 2 --core-metric-max-per-task 5";
+
+}  // namespace
+
+// base-train's CORE (--core-metric-every, nanochat base_train): at step 2 and the last step, on one
+// process and shared by two nodes; each equals base-eval's CORE of the checkpoint saved there.
+TEST(CoreEval, BaseTrainEvaluatesCoreOnOneAndTwoNodesLikeBaseEval) {
+  BaseDir one("nc_core_train1"), n0("nc_core_train0");
+  EmptyDir n1("nc_core_train_w");
+  copy_bundle_without_greedy(one.dir);
+  copy_bundle_without_greedy(n0.dir);
+  copy_bundle_without_greedy(n1.dir);  // every rank reads the bundle
+  auto base_eval_core = [](const std::string& dir) {
+    auto [code, out] = nctest::shell("NANOCHAT_BASE_DIR=" + dir + " timeout 300 " + NANOCHAT_BINARY +
+                                     " base-eval -g c --eval core --max-per-task 5 --threads 1 2>&1");
+    EXPECT_EQ(code, 0) << out;
+    const size_t at = out.find("CORE metric: ");
+    return at == std::string::npos ? std::string() : out.substr(at + 13, 6);
+  };
+  const Result r = run_at(one.dir, kTrainCore, "");
+  ASSERT_EQ(r.code, 0) << r.out;
+  ASSERT_NE(core_at(r.out, 2), "") << r.out;
+  ASSERT_NE(core_at(r.out, 4), "") << r.out;
+  EXPECT_EQ(core_at(r.out, 4), base_eval_core(one.dir)) << r.out;
+  EXPECT_NE(slurp(one.ckpt("c") + "/metrics.jsonl").find("\"core_metric\""), std::string::npos);
+
+  const auto [r0, r1] = two_nodes(n0.dir, n1.dir, kTrainCore, "");
+  ASSERT_EQ(r0.code, 0) << r0.out << "\n--- node 1:\n" << r1.out;
+  ASSERT_NE(core_at(r0.out, 4), "") << r0.out;
+  EXPECT_EQ(core_at(r0.out, 4), base_eval_core(n0.dir)) << r0.out;
+
+  // a worker without the bundle: skipped with a note naming the rank, the run goes on
+  fs::remove_all(n1.dir + "/eval_bundle");
+  fs::remove_all(n0.ckpt("c"));
+  const auto [s0, s1] = two_nodes(n0.dir, n1.dir, kTrainCore, "");
+  ASSERT_EQ(s0.code, 0) << s0.out;
+  EXPECT_NE(s0.out.find("NOTE: the CORE metric (--core-metric-every) is skipped: rank 1 cannot read its eval bundle"),
+            std::string::npos)
+      << s0.out;
+  EXPECT_EQ(core_at(s0.out, 4), "") << s0.out;
 }

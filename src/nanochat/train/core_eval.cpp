@@ -5,14 +5,21 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
 
+#include "nanochat/comm/communicator.h"
+#include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/file_io.h"
+#include "nanochat/core/format.h"
+#include "nanochat/core/paths.h"
 #include "nanochat/core/py_random.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/checkpoint.h"
+#include "nanochat/train/metrics_log.h"
 
 namespace nanochat {
 
@@ -208,7 +215,8 @@ bool evaluate_core_example(GPT& model, const Tokenizer& tok, const CoreTask& tas
 }
 
 CoreResult evaluate_core(GPT& model, const Tokenizer& tok, const CoreBundle& bundle, int64_t max_per_task,
-                         const std::function<void(const CoreTaskResult&)>& on_task) {
+                         const std::function<void(const CoreTaskResult&)>& on_task, const CoreRanks& ranks) {
+  NC_CHECK(ranks.world >= 1 && ranks.rank >= 0 && ranks.rank < ranks.world, "bad CORE ranks");
   CoreResult r;
   double centered_sum = 0;
   for (const CoreTask& task : bundle.tasks) {
@@ -219,11 +227,15 @@ CoreResult evaluate_core(GPT& model, const Tokenizer& tok, const CoreBundle& bun
     tr.label = task.label;
     tr.type = task.type;
     tr.num_fewshot = task.num_fewshot;
+    // nanochat evaluate_task: example i on rank i % world, then the 0/1 results summed over ranks
+    std::vector<double> ok(data.size(), 0.0);
+    for (size_t i = static_cast<size_t>(ranks.rank); i < data.size(); i += static_cast<size_t>(ranks.world))
+      ok[i] = evaluate_core_example(model, tok, task, data, i) ? 1.0 : 0.0;
+    if (ranks.world > 1) ranks.sum(ok.data(), ok.size());
     size_t correct = 0;
-    for (size_t i = 0; i < data.size(); ++i) {
-      const bool ok = evaluate_core_example(model, tok, task, data, i);
-      tr.correct.push_back(ok ? 1 : 0);
-      correct += ok ? 1 : 0;
+    for (double v : ok) {
+      tr.correct.push_back(v > 0.5 ? 1 : 0);
+      correct += v > 0.5 ? 1 : 0;
     }
     // nanochat: the mean of a float32 tensor of 0/1 (.item() of a float32: e.g. 0.1f, not 0.1)
     tr.accuracy = static_cast<double>(static_cast<float>(correct) / static_cast<float>(data.size()));
@@ -255,6 +267,51 @@ void write_core_csv(const std::string& path, const CoreResult& r, bool complete)
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   if (ec) fail("cannot create the folder of ", path, ": ", ec.message());
   write_file_atomic(path, text);
+}
+
+namespace {
+
+void say0(bool master, const std::string& s) {
+  if (!master) return;
+  std::printf("%s\n", s.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+std::function<void(int64_t, bool, MetricsLog&)> core_metric_hook(int64_t every, int64_t max_per_task, GPT& model,
+                                                                 const Tokenizer& tok, Communicator& comm, bool quiet) {
+  if (every <= 0) return {};
+  std::string why;
+  std::shared_ptr<CoreBundle> bundle;
+  try {
+    bundle = std::make_shared<CoreBundle>(read_core_bundle(base_dir() + "/eval_bundle"));
+  } catch (const Error& e) {
+    why = e.what();
+  }
+  const std::vector<std::string> all = all_gather_strings(comm, why);
+  for (size_t r = 0; r < all.size(); ++r)
+    if (!all[r].empty()) {
+      if (!quiet)
+        say0(comm.rank() == 0,
+             str_cat("NOTE: the CORE metric (--core-metric-every) is skipped: rank ", r,
+                     " cannot read its eval bundle: ", all[r],
+                     " (every rank needs it: `nanochat data download --eval-bundle` on each node; or run "
+                     "base-eval on the saved checkpoint; --core-metric-every -1 silences this)"));
+      return {};
+    }
+  return [every, max_per_task, &model, &tok, &comm, bundle](int64_t step, bool last, MetricsLog& metrics) {
+    if (!(last || (step > 0 && step % every == 0))) return;
+    const CoreRanks ranks{comm.rank(), comm.world_size(),
+                          [&comm](double* v, size_t n) { comm.all_reduce_sum_f64(v, n)->wait(); }};
+    const CoreResult r = evaluate_core(model, tok, *bundle, max_per_task, {}, ranks);
+    char b[96];
+    std::snprintf(b, sizeof b, "Step %05lld | CORE metric: %.4f", static_cast<long long>(step), r.core_metric);
+    say0(comm.rank() == 0, b);
+    nlohmann::json rec{{"step", step}, {"core_metric", r.core_metric}};
+    for (const CoreTaskResult& t : r.tasks) rec["centered/" + t.label] = t.centered;
+    metrics.record(rec);
+  };
 }
 
 }  // namespace nanochat

@@ -22,6 +22,9 @@
 
 namespace nanochat {
 
+class Communicator;
+class MetricsLog;
+
 class GPT;
 class Tokenizer;
 
@@ -64,14 +67,32 @@ struct CoreResult {
   double core_metric = 0;
 };
 
-/// Evaluates every task of the bundle. on_task (if set) is called after each task (for progress
-/// lines). Throws nanochat::Error from the bundle readers or the model.
+/// The ranks that share CORE's examples (nanochat core_eval under torchrun): this rank evaluates
+/// examples rank, rank + world, ...; `sum` adds n doubles over the ranks in place (collective).
+struct CoreRanks {
+  int rank = 0, world = 1;
+  std::function<void(double*, size_t)> sum = {};
+};
+
+/// Evaluates every task of the bundle (its examples shared by `ranks`; every rank gets the whole
+/// result). on_task (if set) is called after each task (for progress lines). Throws
+/// nanochat::Error from the bundle readers or the model.
 CoreResult evaluate_core(GPT& model, const Tokenizer& tok, const CoreBundle& bundle, int64_t max_per_task,
-                         const std::function<void(const CoreTaskResult&)>& on_task = {});
+                         const std::function<void(const CoreTaskResult&)>& on_task = {}, const CoreRanks& ranks = {});
 
 /// Writes nanochat base_eval.py's CSV: "Task, Accuracy, Centered" padded to 35/10/10 columns, a
 /// row per task (6 decimals), then "CORE" with the metric (left out when !complete: the tasks of a
 /// run that stopped early). Throws nanochat::Error naming the path.
 void write_core_csv(const std::string& path, const CoreResult& r, bool complete = true);
+
+/// nanochat base_train.py's CORE during training: a TrainJob::extra_eval that evaluates CORE at
+/// the steps that are multiples of `every` and at the last one (`max_per_task` examples per task,
+/// shared by the ranks of `comm`), prints "Step 00002 | CORE metric: 0.1234" on rank 0 and records
+/// {"step", "core_metric", "centered/<task>"}. Collective (an all-gather of whether each rank can
+/// read $NANOCHAT_BASE_DIR/eval_bundle): empty when every <= 0 or when a rank cannot (rank 0 then
+/// prints a note naming it, unless `quiet`). model, tok and comm must outlive the hook.
+std::function<void(int64_t, bool, MetricsLog&)> core_metric_hook(int64_t every, int64_t max_per_task, GPT& model,
+                                                                 const Tokenizer& tok, Communicator& comm,
+                                                                 bool quiet = false);
 
 }  // namespace nanochat

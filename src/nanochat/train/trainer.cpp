@@ -29,6 +29,8 @@
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/balance.h"
+#include "nanochat/train/core_bundle.h"
+#include "nanochat/train/core_eval.h"
 #include "nanochat/train/elastic.h"
 #include "nanochat/train/eval.h"
 #include "nanochat/train/job_checkpoint.h"
@@ -460,10 +462,6 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
   print_device_lines(plan, tok, master, a.threads == 0 && num_threads() > 1);
   for (auto& l : plan.log) print0(l);
   if (reads_data) data::check_training_shards(data_dir(), a.skip_data_check, master);  // a corrupt page stops here
-  if (a.core_metric_every > 0)
-    print0(
-        "NOTE: the CORE metric (--core-metric-every) needs nanochat's DCLM eval bundle and is not "
-        "implemented in nanochat.cpp; it is skipped. Pass --core-metric-every -1 to silence this.");
   return measure_and_print_peak(master, plan.dtype);
 }
 
@@ -508,6 +506,8 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
                       {"world_size", plan.world_size},
                       {"dtype", compute_dtype_name(plan.dtype)},
                       {"tokenizer_hash", std::to_string(tok.hash())}};
+  job.extra_eval =
+      core_metric_hook(a.core_metric_every, a.core_metric_max_per_task, model, tok, comm, rejoined != nullptr);
   run_train_job(job, comm, faults, feed);
 }
 
