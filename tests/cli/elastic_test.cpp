@@ -96,12 +96,16 @@ TEST(Elastic, AKilledNodeLeavesAndTheOthersEndWhereTheUninterruptedRunEnds) {
   // with a copy every 3 steps (K = 3; the last --copy-state-every counts) the copy of step 3 is 1 step old: steps 3 and
   // 4 are done again, and the run still ends where the uninterrupted one does (the same stream)
   fs::remove_all(n0.ckpt());
-  const auto k3 = three_nodes(dirs, "2:3", "NANOCHAT_TEST_FAULT=die:2:4", " --copy-state-every 3");
+  const auto k3 = three_nodes(dirs, "2:3", "NANOCHAT_TEST_FAULT=die:2:4",
+                              " --copy-state-every 3 --eval-every 3 --eval-tokens 768");
   ASSERT_EQ(k3[0].code, 0) << k3[0].out;
   EXPECT_NE(k3[0].out.find("from step 3: steps 3 to 4 are done again, and the optimizer state comes from node 0's "
                            "copy of step 3 (1 step old)"),
             std::string::npos)
       << k3[0].out;
+  // step 3 was evaluated before the loss: the regrouped job does not evaluate it again
+  EXPECT_EQ(count_of(k3[0].out, "Step 00003 | Validation bpb"), 1u) << k3[0].out;
+  EXPECT_EQ(count_of(k3[0].out, "Step 00006 | Validation bpb"), 1u) << k3[0].out;
   const nanochat::StFile elastic_k3 = nanochat::load_safetensors(n0.ckpt() + "/model_000010.safetensors");
 
   // the same run on three nodes, nobody leaving

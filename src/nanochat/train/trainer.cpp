@@ -71,7 +71,8 @@ struct TrainContext {
   bool profile = false;
   bool adapt_threads = false;  // --threads not given: the count follows the measured steps (core/thread_tuner.h)
   bool elastic = false;        // a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
-  std::function<int()> pending_joins = {};                          // TrainJob::pending_joins
+  std::function<int()> pending_joins = {};  // TrainJob::pending_joins
+  int64_t evaluated_step = -1;              // a regrouped job's first step: the generation before evaluated it
   std::function<void(int64_t, bool, MetricsLog&)> extra_eval = {};  // TrainJob::extra_eval
 };
 
@@ -129,7 +130,7 @@ class TrainLoop {
       if (last) return finish_last_step();
       // 2. val bpb and samples, 3. checkpoint, 4. one optimizer step
       phase_ = "evaluating";
-      if (in_sync) evaluate_and_sample(false);
+      if (in_sync && step != c_.evaluated_step) evaluate_and_sample(false);
       phase_ = "saving the checkpoint";
       if (save_now) save();
       phase_ = "training the step";
@@ -585,6 +586,7 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
   ctx.adapt_threads = job.adapt_threads;
   ctx.elastic = job.elastic;
   ctx.pending_joins = job.pending_joins;
+  if (job.rejoined) ctx.evaluated_step = st.step;  // evaluated before the regroup (its copy's step)
   ctx.extra_eval = job.extra_eval;
   TrainLoop loop(ctx);
   const std::string eval_error = loop.run();
