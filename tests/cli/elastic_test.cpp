@@ -96,8 +96,8 @@ TEST(Elastic, AKilledNodeLeavesAndTheOthersEndWhereTheUninterruptedRunEnds) {
   // with a copy every 3 steps (K = 3; the last --copy-state-every counts) the copy of step 3 is 1 step old: steps 3 and
   // 4 are done again, and the run still ends where the uninterrupted one does (the same stream)
   fs::remove_all(n0.ckpt());
-  const auto k3 = three_nodes(dirs, "2:3", "NANOCHAT_TEST_FAULT=die:2:4",
-                              " --copy-state-every 3 --eval-every 3 --eval-tokens 768");
+  const auto k3 =
+      three_nodes(dirs, "2:3", "NANOCHAT_TEST_FAULT=die:2:4", " --copy-state-every 3 --eval-every 3 --eval-tokens 768");
   ASSERT_EQ(k3[0].code, 0) << k3[0].out;
   EXPECT_NE(k3[0].out.find("from step 3: steps 3 to 4 are done again, and the optimizer state comes from node 0's "
                            "copy of step 3 (1 step old)"),
@@ -180,6 +180,27 @@ struct BackgroundNode {
   }
 };
 
+// kElastic with `n` steps instead of 10.
+std::string with_iterations(int n) {
+  std::string flags = kElastic;
+  flags.replace(flags.find("--num-iterations 10"), std::strlen("--num-iterations 10"),
+                "--num-iterations " + std::to_string(n));
+  return flags;
+}
+
+// Waits (at most 120 s) until `node` has logged `n` step lines; fails with its log when it ended
+// first or the time passed.
+::testing::AssertionResult logged_steps(BackgroundNode& node, size_t n) {
+  const auto start = std::chrono::steady_clock::now();
+  while (count_of(slurp(node.log), "] step ") < n) {
+    if (std::chrono::steady_clock::now() >= start + std::chrono::seconds(120) ||
+        node.wait_until(std::chrono::steady_clock::now()))
+      return ::testing::AssertionFailure() << "no " << n << " step lines:\n" << slurp(node.log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace
 
 // A node that freezes (SIGSTOP to its launcher and rank: a laptop whose lid closed) is found by the
@@ -192,20 +213,14 @@ TEST(Elastic, AFrozenNodeIsLeftBehindAndRejoinsWhenItWakes) {
       " run --nnodes 2:3 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
       " --heartbeat-timeout 3 --master-port " +
       std::to_string(test_port());
-  std::string flags = kElastic;
-  flags.replace(flags.find("--num-iterations 10"), std::strlen("--num-iterations 10"), "--num-iterations 200");
+  const std::string flags = with_iterations(200);
   std::vector<std::unique_ptr<BackgroundNode>> nodes;
   const std::vector<std::string> dirs{n0.dir, n1.dir, n2.dir};
   for (int k = 0; k < 3; ++k)
     nodes.push_back(std::make_unique<BackgroundNode>(dirs[k], common + " --node-rank " + std::to_string(k) + flags,
                                                      "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
                                                      n0.dir + "/node" + std::to_string(k) + ".log"));
-  const auto start = std::chrono::steady_clock::now();
-  while (count_of(slurp(nodes[0]->log), "] step ") < 5) {
-    ASSERT_LT(std::chrono::steady_clock::now(), start + std::chrono::seconds(120)) << slurp(nodes[0]->log);
-    ASSERT_FALSE(nodes[0]->wait_until(std::chrono::steady_clock::now())) << slurp(nodes[0]->log);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  ASSERT_TRUE(logged_steps(*nodes[0], 5));
   ASSERT_FALSE(nodes[2]->ranks().empty()) << "node 2's launcher has no rank";
   nodes[2]->signal_node(SIGSTOP);
   // the others go on: wait for the regroup line (heartbeat 3 s, then seconds), bounded
@@ -333,19 +348,13 @@ TEST(Elastic, TheJobStartsWithTheNodesThereAndANodeStartedLaterJoins) {
       " run --nnodes 1:2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
       " --master-port " +
       std::to_string(test_port());
-  std::string flags = kElastic;
   // 20 steps (the tolerance below holds over a few tens of steps); node 0's steps are made 8x
   // slower so that node 1 starts while it trains (the math does not change)
-  flags.replace(flags.find("--num-iterations 10"), std::strlen("--num-iterations 10"), "--num-iterations 20");
+  const std::string flags = with_iterations(20);
   BackgroundNode first(n0.dir, common + " --node-rank 0" + flags,
                        "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_ELASTIC_LAST_CALL=1 NANOCHAT_TEST_FAULT=slow:0:8",
                        n0.dir + "/node0.log");
-  const auto start = std::chrono::steady_clock::now();
-  while (count_of(slurp(first.log), "] step ") < 3) {
-    ASSERT_LT(std::chrono::steady_clock::now(), start + std::chrono::seconds(120)) << slurp(first.log);
-    ASSERT_FALSE(first.wait_until(std::chrono::steady_clock::now())) << slurp(first.log);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  ASSERT_TRUE(logged_steps(first, 3));
   BackgroundNode later(n1.dir, common + " --node-rank 1" + flags, "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
                        n0.dir + "/node1.log");
   for (auto* n : {&first, &later})
@@ -396,8 +405,7 @@ TEST(Elastic, ANodeCutOffByItsLinkIsLeftBehindAndTheOthersFinish) {
   EmptyDir n1("nc_elc_node1"), n2("nc_elc_node2");
   const std::string common = std::string(" run --nnodes 2:3 --nproc-per-node 1 --threads-per-rank 1 --master-addr ") +
                              NetnsPair::kAddrA + " --heartbeat-timeout 3 --master-port 29500";
-  std::string flags = kElastic;
-  flags.replace(flags.find("--num-iterations 10"), std::strlen("--num-iterations 10"), "--num-iterations 60");
+  const std::string flags = with_iterations(60);
   const std::vector<std::string> dirs{n0.dir, n1.dir, n2.dir};
   std::vector<std::unique_ptr<BackgroundNode>> nodes;
   for (int k = 0; k < 3; ++k) {
@@ -407,12 +415,7 @@ TEST(Elastic, ANodeCutOffByItsLinkIsLeftBehindAndTheOthersFinish) {
                                                      n0.dir + "/node" + std::to_string(k) + ".log",
                                                      std::string(NetnsPair::kIp) + " netns exec " + ns));
   }
-  const auto start = std::chrono::steady_clock::now();
-  while (count_of(slurp(nodes[0]->log), "] step ") < 5) {
-    ASSERT_LT(std::chrono::steady_clock::now(), start + std::chrono::seconds(120)) << slurp(nodes[0]->log);
-    ASSERT_FALSE(nodes[0]->wait_until(std::chrono::steady_clock::now())) << slurp(nodes[0]->log);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  ASSERT_TRUE(logged_steps(*nodes[0], 5));
   const auto cut = std::chrono::steady_clock::now();
   ASSERT_EQ(NetnsPair::sh({NetnsPair::kIp, "-n", net.b, "link", "set", net.vb, "down"}).first, 0);
   for (auto& n : nodes)
