@@ -108,7 +108,6 @@ Admission request_to_join(const DistEnv& env, const DistOptions& options, Ms ext
       a.options.generation = j.at("generation").get<int>();
       a.step = j.at("step").get<int64_t>();
       a.waited_s = seconds_since(t0);
-      client->set_will(str_cat(kJoinPrefix, "gone/", t), who);  // still set: the answer was read
       return a;
     } catch (const StoreTimeout&) {
       if (Clock::now() >= t0 + limit)
@@ -133,12 +132,13 @@ std::vector<int64_t> JoinDesk::waiting() {
   const int64_t next = store_->add("next", 0);
   for (int64_t t = seen_ + 1; t <= next; ++t) open_.push_back(t);
   seen_ = std::max(seen_, next);
-  std::vector<int64_t> live;
+  std::vector<int64_t> live, still_open;
   for (int64_t t : open_) {
-    if (store_->try_get(str_cat("gone/", t))) continue;  // it gave up or died while waiting
-    if (!store_->try_get(str_cat("req/", t))) continue;  // ticket taken, request not written yet
-    live.push_back(t);
+    if (store_->try_get(str_cat("gone/", t))) continue;  // it gave up or died while waiting: never again
+    still_open.push_back(t);
+    if (store_->try_get(str_cat("req/", t))) live.push_back(t);  // else: ticket taken, request not written yet
   }
+  open_ = std::move(still_open);
   return live;
 }
 

@@ -80,7 +80,6 @@ class JoinDesk {
   std::unique_ptr<PrefixStore> store_;
   int64_t seen_ = 0;           // highest ticket looked at
   std::vector<int64_t> open_;  // tickets seen, not answered, not gone
-  std::vector<int64_t> answered_;
 };
 
 /// Rank 0's inputs of a regroup.

@@ -88,8 +88,7 @@ Rejoined describe_leave(const RankLeft& e, const cluster::Regrouped& g, int old_
 // A laptop that comes and goes then leaves one such checkpoint, not one per change. Never throws.
 void remove_membership_checkpoint(const BaseTrainArgs& a, int64_t step) {
   if (step <= 0 || (a.save_every > 0 && step % a.save_every == 0)) return;
-  const std::string dir =
-      base_dir() + "/base_checkpoints/" + (a.model_tag.empty() ? str_cat("d", a.depth) : a.model_tag);
+  const std::string dir = base_checkpoint_dir(a, base_dir());
   const CheckpointPaths cp{dir, step};
   std::error_code ec;
   std::filesystem::remove(cp.marker(), ec);
@@ -110,6 +109,7 @@ struct Generations {
   cluster::GlooCommunicator* cur = nullptr;          // null: rank 0 trains alone
   std::unique_ptr<cluster::JoinDesk> desk;           // rank 0
   int old_world() const { return cur ? cur->world_size() : 1; }
+  bool rank0() const { return !cur || cur->rank() == 0; }  // rank 0 of the current generation
 };
 
 // Takes generation g.comm as the current one (null: rank 0 alone).
@@ -155,7 +155,7 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
     changed_at = step;
   };
   for (;;) {
-    const bool rank0 = !s.cur || s.cur->rank() == 0;
+    const bool rank0 = s.rank0();
     if (rank0 && !s.desk) s.desk = std::make_unique<cluster::JoinDesk>(s.env, s.opts);
     if (rank0) pending = [&s] { return static_cast<int>(s.desk->waiting().size()); };
     cluster::RegroupPlan p;
@@ -189,7 +189,7 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
     } catch (const cluster::LeftOut& e) {
       left_out(e.what());
     } catch (const Error& e) {
-      if (!s.cur || s.cur->rank() == 0) throw;
+      if (s.rank0()) throw;
       const std::string m = cluster::left_out_message(*s.cur);
       if (m.empty()) throw;
       left_out(str_cat("rank ", s.cur->rank(), ": ", m));
@@ -208,7 +208,7 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
                g.step >= 0
                    ? str_cat("; node 0 saved step ", g.step, ": continue later with --resume-from-step ", g.step)
                    : std::string());
-        note_checkpoint(!s.cur || s.cur->rank() == 0, g.step);
+        note_checkpoint(s.rank0(), g.step);
         rejoined = describe_leave(*left, g, old_world);
         rejoined->since = since;
         rejoined->before = left->seconds;
@@ -219,7 +219,7 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
         const int old_world = s.old_world();
         p.step = join->step;
         cluster::Regrouped g = cluster::regroup(s.cur, s.generation, s.env, s.opts, p);
-        note_checkpoint(!s.cur || s.cur->rank() == 0, join->saved);
+        note_checkpoint(s.rank0(), join->saved);
         rejoined = describe_join(join->step, g, old_world);
         rejoined->since = since;
         rejoined->since_what = "after the step boundary";

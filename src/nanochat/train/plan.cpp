@@ -84,7 +84,7 @@ void derive_run_settings(const BaseTrainArgs& a, const std::string& base_dir, Tr
   p.schedule.warmdown_ratio = a.warmdown_ratio;
   p.schedule.final_lr_frac = a.final_lr_frac;
   p.tag = a.model_tag.empty() ? str_cat("d", a.depth) : a.model_tag;
-  p.checkpoint_dir = base_dir + "/base_checkpoints/" + p.tag;
+  p.checkpoint_dir = base_checkpoint_dir(a, base_dir);
 }
 
 // The number of steps and the totals it gives (docs/nanochat.md 3.1).
@@ -202,6 +202,10 @@ TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size
   derive_grad_accum(a, p);
   derive_run_settings(a, base_dir, p);
   return p;
+}
+
+std::string base_checkpoint_dir(const BaseTrainArgs& a, const std::string& base_dir) {
+  return base_dir + "/base_checkpoints/" + (a.model_tag.empty() ? str_cat("d", a.depth) : a.model_tag);
 }
 
 }  // namespace nanochat

@@ -171,4 +171,8 @@ struct TrainPlan {
 /// a --dtype other than float32 or bfloat16.
 TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size, const std::string& base_dir = ".");
 
+/// base-train's checkpoint folder under `base_dir`: base_checkpoints/<--model-tag, else d<depth>>
+/// (TrainPlan::checkpoint_dir).
+std::string base_checkpoint_dir(const BaseTrainArgs& a, const std::string& base_dir);
+
 }  // namespace nanochat
