@@ -406,6 +406,51 @@ TEST(MuonAdamWLayout, RebalanceFollowsTheSpeedsWithHysteresis) {
   EXPECT_LT(share1, 0.35);
 }
 
+// floats_leaving() counts every float that changes rank (each is sent once and received once:
+// the ranks' last_moved_floats add up to twice it). A move must pay for itself: with the move's
+// measured rate, speeds that swap between two nearly equal ranks every step (a loaded machine)
+// move nothing, where without costs the state went back and forth every step; a cheap move, or
+// the first one (no rate measured yet), is made.
+TEST(MuonAdamWLayout, RebalanceMovesOnlyWhenTheMovePaysForItself) {
+  ParamSet init = make_params();
+  Rng rng0(1050);
+  init.fill_params(rng0, -0.5, 0.5);
+  std::vector<ParamSet> ranks(2, init);
+  std::vector<size_t> leaving(2), moved(2);
+  std::vector<int> swaps_costed(2), swaps_free(2);
+  std::vector<std::vector<int>> changed(2);
+  on_ranks(2, [&](int r, Communicator& comm) {
+    MuonAdamW opt(ranks[r].views(), config(), &comm);
+    const std::vector<double> a{1.25, 1.0}, b{1.0, 1.25};
+    const OptLayout to_a = opt.layout_for(a);
+    leaving[r] = opt.floats_leaving(opt.layout(), to_a);
+    MuonAdamW::MoveCosts costs;
+    costs.opt_seconds = {0.2, 0.2};
+    // the move to `a` costs 100 s: no gain of a 0.2 s step repays it in 20 steps
+    costs.seconds_per_float = 100.0 / static_cast<double>(leaving[r]);
+    changed[r].push_back(opt.rebalance(a, 0.1, &costs));
+    // swapping speeds, a move costed at 10 s (50 of these 0.2 s optimizer steps; the swaps save
+    // about a quarter of one per step): nothing moves
+    costs.seconds_per_float = 10.0 / static_cast<double>(leaving[r]);
+    for (int i = 0; i < 10; ++i) swaps_costed[r] += opt.rebalance(i % 2 ? b : a, 0.1, &costs);
+    // 1 ms a move: it pays
+    costs.seconds_per_float = 1e-3 / static_cast<double>(leaving[r]);
+    changed[r].push_back(opt.rebalance(a, 0.1, &costs));
+    moved[r] = opt.last_moved_floats();
+    // not costed (the first move of a run): the swaps move the state every time
+    for (int i = 0; i < 10; ++i) swaps_free[r] += opt.rebalance(i % 2 ? a : b, 0.1, nullptr);
+  });
+  EXPECT_GT(leaving[0], 0u);
+  EXPECT_EQ(leaving[1], leaving[0]);
+  EXPECT_EQ(moved[0] + moved[1], 2 * leaving[0]);
+  EXPECT_EQ(changed[0], (std::vector<int>{0, 1}));
+  EXPECT_EQ(changed[1], changed[0]);
+  EXPECT_EQ(swaps_costed[0], 0);
+  EXPECT_EQ(swaps_free[0], 10);
+  EXPECT_EQ(swaps_costed[1], swaps_costed[0]);
+  EXPECT_EQ(swaps_free[1], swaps_free[0]);
+}
+
 // A run saved under an uneven layout (speeds 3:1) resumes at 1, 2 (another layout) and 3 ranks
 // and continues the one-process run; shards of the earlier format (no layout recorded, Muon
 // tensors padded to ceil(K/W) matrices) assemble to the same whole state and load as a rank's own

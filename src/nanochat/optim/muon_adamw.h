@@ -182,10 +182,28 @@ class MuonAdamW {
   /// moves). Throws nanochat::Error for a layout of another shape, rows that do not add up or an
   /// owner out of range, before anything moves.
   void set_layout(const OptLayout& layout);
+  /// What a layout change costs and what it saves, measured by the caller (train/zero2_sync.h) and
+  /// identical on every rank.
+  struct MoveCosts {
+    /// Each rank's optimizer compute seconds in the last step, under the current layout.
+    std::vector<double> opt_seconds;
+    /// Seconds to move one float of state, from the last layout change (seconds of its slowest
+    /// rank / its floats_leaving); 0 = no change measured yet: the move is not costed.
+    double seconds_per_float = 0;
+    /// A move must save its own time within this many steps.
+    double payback_steps = 20;
+  };
+  /// Floats of state (AdamW moments, Muon buffers) that leave their rank when the layout changes
+  /// from `from` to `to`, all ranks together (each is sent to every rank in one all-gather,
+  /// set_layout). Throws nanochat::Error for a layout of another shape.
+  size_t floats_leaving(const OptLayout& from, const OptLayout& to) const;
   /// Collective: switches to layout_for(speeds) when its predicted time (the slowest rank's work /
-  /// speed) is at least `min_gain` (a fraction) shorter than the current layout's. Returns true
-  /// when the layout changed. Speeds must be identical on every rank.
-  bool rebalance(const std::vector<double>& speeds, double min_gain = 0.1);
+  /// speed) is at least `min_gain` (a fraction) shorter than the current layout's and, given
+  /// `costs` with a measured move rate, when the move pays for itself: the predicted optimizer
+  /// seconds saved per step (the predicted times scaled to costs->opt_seconds) times
+  /// payback_steps is at least floats_leaving(layout(), next) x seconds_per_float. Returns true when the layout
+  /// changed. Speeds and costs must be identical on every rank.
+  bool rebalance(const std::vector<double>& speeds, double min_gain = 0.1, const MoveCosts* costs = nullptr);
   /// Floats of state this rank sent or received in the last layout change.
   size_t last_moved_floats() const { return moved_floats_; }
 
@@ -216,6 +234,8 @@ class MuonAdamW {
   void check_layout(const OptLayout& l) const;
   void move_adam(AdamSlot& s, const std::vector<int64_t>& to);
   void move_muon(MuonSlot& s, const std::vector<int>& to);
+  bool move_pays(const std::vector<double>& now_work, double now_t, double next_t, const OptLayout& next,
+                 const std::vector<double>& speeds, const MoveCosts& costs) const;
   // muon_adamw.cpp: the update of the rows / matrices this rank owns (no communicator).
   void update_adam(AdamSlot& s, const OptGroup& g, float grad_scale);
   void update_muon(MuonSlot& s, const OptGroup& g, float grad_scale);

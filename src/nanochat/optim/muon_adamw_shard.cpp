@@ -9,7 +9,8 @@
 //    reduction early so that it overlaps the backward.
 //  - Rebalance and state moves: set_layout() sends each piece of state whose owner changes to its
 //    new owner with one all-gather per tensor or group that moves; rebalance() switches layouts
-//    when the predicted optimizer time gains enough.
+//    when the predicted optimizer time gains enough and, once a move was timed, the time saved
+//    pays for the move (move_pays, floats_leaving).
 // Every rank calls the collectives here in the same order with the same arguments; every wait is
 // a Work::wait() with the communicator's deadline (its error names the peer). The checkpoint
 // format of the state is muon_adamw_state.cpp's.
@@ -397,7 +398,7 @@ void MuonAdamW::move_muon(MuonSlot& s, const std::vector<int>& to) {
   moved_floats_ += counts[me] + received;
 }
 
-bool MuonAdamW::rebalance(const std::vector<double>& speeds, double min_gain) {
+bool MuonAdamW::rebalance(const std::vector<double>& speeds, double min_gain, const MoveCosts* costs) {
   if (world_ == 1 || static_cast<int>(speeds.size()) != world_) return false;
   for (double v : speeds)
     if (!(v > 0) || !std::isfinite(v)) return false;  // a rank not measured yet
@@ -407,8 +408,48 @@ bool MuonAdamW::rebalance(const std::vector<double>& speeds, double min_gain) {
   const double now_t = predicted_optimizer_time(now_work, std::vector<double>(now_work.size(), 0.0), speeds);
   const double next_t = predicted_optimizer_time(next_work, std::vector<double>(next_work.size(), 0.0), speeds);
   if (next_t > (1.0 - min_gain) * now_t) return false;
+  if (costs != nullptr && costs->seconds_per_float > 0 && !move_pays(now_work, now_t, next_t, next, speeds, *costs))
+    return false;
   set_layout(next);
   return true;
+}
+
+// The predicted times are in work / speed units; the last step's measured seconds scale them
+// (the mean over the ranks that did optimizer work of seconds x speed / work).
+bool MuonAdamW::move_pays(const std::vector<double>& now_work, double now_t, double next_t, const OptLayout& next,
+                          const std::vector<double>& speeds, const MoveCosts& costs) const {
+  if (static_cast<int>(costs.opt_seconds.size()) != world_) return true;  // nothing measured: not costed
+  double k = 0;
+  int n = 0;
+  for (int r = 0; r < world_; ++r) {
+    const size_t i = static_cast<size_t>(r);
+    if (now_work[i] > 0 && costs.opt_seconds[i] > 0) {
+      k += costs.opt_seconds[i] * speeds[i] / now_work[i];
+      ++n;
+    }
+  }
+  if (n == 0) return true;
+  const double saved_per_step = (now_t - next_t) * k / n;
+  const double move_seconds = static_cast<double>(floats_leaving(layout_, next)) * costs.seconds_per_float;
+  return saved_per_step * costs.payback_steps >= move_seconds;
+}
+
+size_t MuonAdamW::floats_leaving(const OptLayout& from, const OptLayout& to) const {
+  check_layout(from);
+  check_layout(to);
+  size_t floats = 0;
+  for (size_t k = 0; k < adam_.size(); ++k) {
+    if (!adam_[k].sharded) continue;
+    const std::vector<int64_t> a = starts_of(from.adam_rows[k]), b = starts_of(to.adam_rows[k]);
+    for (size_t q = 0; q + 1 < a.size(); ++q)
+      floats += static_cast<size_t>(total_rows(minus({a[q], a[q + 1]}, {b[q], b[q + 1]}))) * 2 *
+                static_cast<size_t>(adam_[k].row_elems);
+  }
+  for (size_t k = 0; k < muon_.size(); ++k)
+    for (int64_t j = 0; j < muon_[k].K; ++j)
+      if (from.muon_owner[k][static_cast<size_t>(j)] != to.muon_owner[k][static_cast<size_t>(j)])
+        floats += muon_[k].mn + static_cast<size_t>(muon_[k].nv);
+  return floats;
 }
 
 }  // namespace nanochat

@@ -44,14 +44,15 @@ struct StepSchedule {
 
 /// One rank's part of a finished step.
 struct RankStep {
-  double rows = 0;         ///< rows it ran
-  double compute = 0;      ///< forward+backward seconds
-  double opt_compute = 0;  ///< optimizer seconds not spent waiting for other ranks
-  double data = 0;         ///< seconds reading the step's rows
-  double dt = 0;           ///< the step's wall seconds on that rank
-  double loss_sum = 0;     ///< sum over its micro-batches of (mean loss in nats x valid targets)
-  double tokens = 0;       ///< its valid targets
-  double joiners = 0;      ///< rank 0 of an elastic job: ranks asking to join (train/elastic.h); 0 elsewhere
+  double rows = 0;          ///< rows it ran
+  double compute = 0;       ///< forward+backward seconds
+  double opt_compute = 0;   ///< optimizer seconds not spent waiting for other ranks
+  double data = 0;          ///< seconds reading the step's rows
+  double dt = 0;            ///< the step's wall seconds on that rank
+  double loss_sum = 0;      ///< sum over its micro-batches of (mean loss in nats x valid targets)
+  double tokens = 0;        ///< its valid targets
+  double joiners = 0;       ///< rank 0 of an elastic job: ranks asking to join (train/elastic.h); 0 elsewhere
+  double move_seconds = 0;  ///< seconds the optimizer state's last move took on it (0: none since the last step)
 };
 
 /// A finished step, the same on every rank.

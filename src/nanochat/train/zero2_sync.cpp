@@ -1,5 +1,6 @@
 #include "nanochat/train/zero2_sync.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <functional>
@@ -60,6 +61,8 @@ StepStats Zero2Sync::finish(RankStep mine) {
   mine.rows = static_cast<double>(rows_);
   mine.loss_sum = loss_sum_;
   mine.tokens = static_cast<double>(accum_->local_tokens());
+  mine.move_seconds = move_seconds_;
+  move_seconds_ = 0;
   // every rank's part of the step to every rank
   StepStats st;
   st.split = split_;
@@ -80,16 +83,26 @@ StepStats Zero2Sync::finish(RankStep mine) {
                                " (measured speeds, rows/s: ", speeds, ")"));
   }
   st.speeds = balancer_.speeds();
-  const std::string moved = rebalance_optimizer(step_);
+  const std::string moved = rebalance_optimizer(step_, st.ranks);
   if (!moved.empty()) st.notes.push_back(moved);
   return st;
 }
 
-std::string Zero2Sync::rebalance_optimizer(int64_t step) {
+std::string Zero2Sync::rebalance_optimizer(int64_t step, const std::vector<RankStep>& ranks) {
   if (mode_ == StepBalancer::Mode::Even || world_size() < 2) return {};
+  // the last move's rate: its slowest rank's seconds over the floats it moved (the same on every rank)
+  double slowest = 0;
+  for (const RankStep& x : ranks) slowest = std::max(slowest, x.move_seconds);
+  if (move_floats_ > 0 && slowest > 0) move_rate_ = slowest / static_cast<double>(move_floats_);
+  MuonAdamW::MoveCosts costs;
+  for (const RankStep& x : ranks) costs.opt_seconds.push_back(x.opt_compute);
+  costs.seconds_per_float = move_rate_;
+  const OptLayout before = opt_.layout();
   Timer t;
-  if (!opt_.rebalance(balancer_.speeds())) return {};
+  if (!opt_.rebalance(balancer_.speeds(), 0.1, &costs)) return {};
   const double seconds = t.seconds();  // outside every step's time: said here
+  move_seconds_ = seconds;
+  move_floats_ = opt_.floats_leaving(before, opt_.layout());
   const std::vector<double> work = opt_.work_per_rank(opt_.layout());
   std::vector<int64_t> parts;
   for (double w : work) parts.push_back(static_cast<int64_t>(w));

@@ -7,8 +7,10 @@
 //    gradient to MuonAdamW::grad_ready on the step's last micro-batch (overlap);
 //  * update: the token-count all-reduce (GradAccumulator::finish), then MuonAdamW::step
 //    (reduce-scatter, update of this rank's shard, all-gather; optim/muon_adamw.h);
-//  * finish: one all-reduce of every rank's times, rows, loss sum and tokens; the next split; and,
-//    with --balance speed, MuonAdamW::rebalance (the optimizer's shards follow the speeds);
+//  * finish: one all-gather of every rank's times, rows, loss sum and tokens; the next split; and,
+//    with --balance speed, MuonAdamW::rebalance (the optimizer's shards follow the speeds when
+//    that saves at least 10% of the optimizer's time and, once a move was timed, when the time
+//    saved over 20 steps pays for the move's own time);
 //  * the replica check (train/replicas.h), evaluation's sums, checkpoints (train/loop_checkpoint.h).
 // The ranks' weights are identical after every step: in_sync is always true.
 #include <memory>
@@ -53,7 +55,7 @@ class Zero2Sync final : public StepSync {
  private:
   // With --balance speed: the optimizer's share of each rank follows the measured speeds; returns
   // the line to print when the shards moved.
-  std::string rebalance_optimizer(int64_t step);
+  std::string rebalance_optimizer(int64_t step, const std::vector<RankStep>& ranks);
 
   GPT& model_;
   MuonAdamW& opt_;
@@ -67,6 +69,11 @@ class Zero2Sync final : public StepSync {
   double loss_sum_ = 0;         // sum of (micro-batch mean loss x its valid targets), this rank
   float grad_scale_ = 0;        // 1 / valid targets of the step over all ranks
   JobStateCopy copy_;           // rank 0: the last keep_copy
+  // the optimizer state's moves: this rank's seconds of the last one (sent with the next step's
+  // statistics), the floats it moved (all ranks), and the measured seconds per float (0: not yet)
+  double move_seconds_ = 0;
+  size_t move_floats_ = 0;
+  double move_rate_ = 0;
 };
 
 }  // namespace nanochat
