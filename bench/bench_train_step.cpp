@@ -388,6 +388,7 @@ int main(int argc, char** argv) {
           OptimConfig oc;
           oc.model_dim = cfg.n_embd;
           oc.weight_decay = 0.2f;
+          oc.bf16_polar_express = bf;  // as base-train --dtype bfloat16
           MuonAdamW opt(ps, oc);
           Rng rng(7);
           std::vector<int32_t> idx(static_cast<size_t>(bc.B) * bc.T), tgt(idx.size());

@@ -325,19 +325,29 @@ def polar_express(X, steps=5):
     return X
 
 
-def muon_update(G, P, M, Vb, mu, lr, wd, beta2, ns_steps=5):
+def muon_update(G, P, M, Vb, mu, lr, wd, beta2, ns_steps=5, compute_dtype=None):
     """One Muon step on stacks G, P, M (K,m,n) and Vb ((K,m,1) if m>=n else (K,1,n)), in place on
-    P, M, Vb (docs/nanochat.md 2.3). lr is the group lr (the shape factor is applied here)."""
+    P, M, Vb (docs/nanochat.md 2.3). lr is the group lr (the shape factor is applied here).
+    compute_dtype=torch.bfloat16: MuonEq, the pre-scale and Polar Express in bf16, as nanochat's
+    muon_step_fused runs them with COMPUTE_DTYPE bf16 (on a GPU)."""
     K, m, n = P.shape
     M += (1 - mu) * (G - M)
     X = G + mu * (M - G)
-    # MuonEq row equilibration
-    target = X.norm(dim=(-2, -1), keepdim=True) / math.sqrt(m)
-    rows = X.norm(dim=-1, keepdim=True).clamp_min(1e-6)
-    X = X * (target / rows)
-    # pre-scale and Polar Express
-    X = X / (X.norm(dim=(-2, -1), keepdim=True) * 1.01 + 1e-6)
-    X = polar_express(X, ns_steps)
+    if compute_dtype is None:
+        # MuonEq row equilibration
+        target = X.norm(dim=(-2, -1), keepdim=True) / math.sqrt(m)
+        rows = X.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+        X = X * (target / rows)
+        # pre-scale and Polar Express
+        X = X / (X.norm(dim=(-2, -1), keepdim=True) * 1.01 + 1e-6)
+        X = polar_express(X, ns_steps)
+    else:  # the same steps on X cast to compute_dtype, the norms of MuonEq taken in fp32
+        X = X.to(compute_dtype)
+        target = X.float().norm(dim=(-2, -1), keepdim=True) / math.sqrt(m)
+        rows = X.float().norm(dim=-1, keepdim=True).clamp_min(1e-6)
+        X = X * (target / rows).to(X.dtype)
+        X = X / (X.norm(dim=(-2, -1), keepdim=True) * 1.01 + 1e-6)
+        X = polar_express(X, ns_steps).to(P.dtype)
     # Muon+
     X = X * (math.sqrt(min(m, n)) / X.norm(dim=(-2, -1), keepdim=True).clamp_min(1e-6))
     # NorMuon
@@ -382,6 +392,8 @@ class MuonAdamW:
         # the update kernels; a benchmark may swap in compiled versions of the same functions
         self.adamw_update = adamw_update
         self.muon_update = muon_update
+        # torch.bfloat16: Muon's Polar Express in bf16 (muon_update's compute_dtype)
+        self.compute_dtype = None
 
     @torch.no_grad()
     def step(self, grads, lr_multiplier, momentum, weight_decay):
@@ -417,7 +429,7 @@ class MuonAdamW:
             M=torch.zeros_like(P),
             V=torch.zeros((K, m, 1) if m >= n else (K, 1, n), dtype=P.dtype)))
         X = self.muon_update(G, P, st["M"], st["V"], g["momentum"], g["lr"], g["wd"], g["beta2"],
-                             g["ns_steps"])
+                             g["ns_steps"], compute_dtype=self.compute_dtype)
         for k, nm in enumerate(names):
             self.params[nm].copy_(P[k])
             if self.record is not None:

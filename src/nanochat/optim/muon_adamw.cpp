@@ -41,7 +41,7 @@ int adamw_group_of(const std::string& name) {
 }  // namespace
 
 MuonAdamW::MuonAdamW(std::vector<OptParam> params, const OptimConfig& cfg, Communicator* comm)
-    : params_(std::move(params)), comm_(comm) {
+    : params_(std::move(params)), comm_(comm), bf16_polar_(cfg.bf16_polar_express) {
   if (comm_) {
     rank_ = comm_->rank();
     world_ = comm_->world_size();
@@ -222,6 +222,7 @@ void MuonAdamW::update_muon(MuonSlot& s, const OptGroup& g, float grad_scale) {
   hp.weight_decay = g.weight_decay;
   hp.beta2 = g.beta2;
   hp.ns_steps = g.ns_steps;
+  hp.bf16 = bf16_polar_;
   MuonScratch scr;
   scr.x = scr_x_.f32();
   scr.x2 = scr_x2_.f32();

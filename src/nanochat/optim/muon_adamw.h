@@ -52,6 +52,9 @@ struct OptimConfig {
   float unembedding_lr = 0.008f, embedding_lr = 0.3f, matrix_lr = 0.02f, scalar_lr = 0.5f;
   float weight_decay = 0.28f;  ///< Muon weight decay (already scaled), before the schedule
   int64_t model_dim = 768;
+  /// Muon's Polar Express in bfloat16 (optim_math.h MuonHyper::bf16; --dtype bfloat16, as nanochat
+  /// runs it with COMPUTE_DTYPE bf16). Needs native bf16.
+  bool bf16_polar_express = false;
 };
 
 /// nanochat's width scaling of the AdamW learning rates, (model_dim / 768)^-0.5
@@ -247,6 +250,7 @@ class MuonAdamW {
   std::vector<OptParam> params_;
   std::vector<OptGroup> groups_;
   Communicator* comm_ = nullptr;
+  bool bf16_polar_ = false;  // OptimConfig::bf16_polar_express
   int rank_ = 0, world_ = 1;
   int64_t steps_ = 0;
   double comm_wait_s_ = 0.0;

@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "nanochat/core/error.h"
 #include "nanochat/kernels/gemm.h"
+#include "nanochat/kernels/gemm_bf16.h"
 
 namespace nanochat {
 
@@ -164,6 +166,62 @@ float* polar_express(float* x, int64_t m, int64_t n, const MuonScratch& s, int s
   return cur;
 }
 
+namespace {
+
+// The bf16 value nearest to v, as an fp32 number (what a bf16 tensor holds).
+inline float rb(float v) { return bf16_to_float(float_to_bf16(v)); }
+
+// x[i] <- rb(x[i]) for n values.
+void round_to_bf16(float* x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= kParElems)
+  for (int64_t i = 0; i < n; ++i) x[i] = rb(x[i]);
+}
+
+// A thread's bf16 operand buffer `which` (0 or 1), at least n values.
+bf16* operand_buffer(int which, size_t n) {
+  thread_local std::vector<bf16> buf[2];
+  if (buf[which].size() < n) buf[which].resize(n);
+  return buf[which].data();
+}
+
+}  // namespace
+
+float* polar_express_bf16(float* x, int64_t m, int64_t n, const MuonScratch& s, int steps) {
+  NC_CHECK(steps >= 0 && steps <= 5, "Polar Express has coefficients for at most 5 steps");
+  require_native_bf16("--dtype bfloat16 (Muon's Polar Express in bf16)");
+  const bool tall = m > n;
+  const int64_t k = tall ? n : m, kk = k * k, mn = m * n;
+  bf16* xh = operand_buffer(0, static_cast<size_t>(mn));
+  bf16* ah = operand_buffer(1, static_cast<size_t>(kk));
+  float* cur = x;
+  float* nxt = s.x2;
+  for (int t = 0; t < steps; ++t) {
+    const float a = static_cast<float>(kPolar[t][0]);
+    const float b = static_cast<float>(kPolar[t][1]);
+    const float c = static_cast<float>(kPolar[t][2]);
+    to_bf16(cur, xh, mn);  // exact: cur holds bf16 values
+    // A = X^T X (n, n) if tall, else X X^T (m, m)
+    if (tall)
+      bgemm(true, false, k, k, m, xh, k, xh, k, 0.f, s.a, k);
+    else
+      bgemm(false, true, k, k, n, xh, n, xh, n, 0.f, s.a, k);
+    round_to_bf16(s.a, kk);
+    to_bf16(s.a, ah, kk);
+    bgemm(false, false, k, k, k, ah, k, ah, k, 0.f, s.b, k);  // A A
+#pragma omp parallel for schedule(static) if (kk >= kParElems)
+    for (int64_t i = 0; i < kk; ++i) s.b[i] = rb(rb(b * s.a[i]) + rb(c * rb(s.b[i])));
+    to_bf16(s.b, ah, kk);  // B
+    if (tall)
+      bgemm(false, false, m, n, n, xh, n, ah, n, 0.f, nxt, n);  // X B
+    else
+      bgemm(false, false, m, n, m, ah, m, xh, n, 0.f, nxt, n);  // B X
+#pragma omp parallel for schedule(static) if (mn >= kParElems)
+    for (int64_t i = 0; i < mn; ++i) nxt[i] = rb(rb(a * cur[i]) + rb(nxt[i]));
+    std::swap(cur, nxt);
+  }
+  return cur;
+}
+
 void muon_update(float* p, const float* grad, float* momentum, float* second_moment, int64_t m, int64_t n,
                  float grad_scale, const MuonHyper& hp, const MuonScratch& s) {
   const int64_t mn = m * n;
@@ -180,6 +238,7 @@ void muon_update(float* p, const float* grad, float* momentum, float* second_mom
     momentum[i] = mi;
     x[i] = lerp(g, mi, mu);
   }
+  if (hp.bf16) round_to_bf16(x, mn);  // nanochat: X = g.bfloat16()
 
   // 3. MuonEq: every row scaled to norm target = ||X||_F / sqrt(m) (row norms clamped at 1e-6).
   row_sumsq(x, m, n, acc);
@@ -188,20 +247,31 @@ void muon_update(float* p, const float* grad, float* momentum, float* second_mom
   const double target = std::sqrt(fro2) / std::sqrt(static_cast<double>(m));
 #pragma omp parallel for schedule(guided) if (mn >= kParElems)
   for (int64_t i = 0; i < m; ++i) {
-    const float f = static_cast<float>(target / std::max(std::sqrt(acc[i]), 1e-6));
+    float f = static_cast<float>(target / std::max(std::sqrt(acc[i]), 1e-6));
     float* r = x + i * n;
-    for (int64_t j = 0; j < n; ++j) r[j] *= f;
+    if (hp.bf16) {  // the factor .to(bf16), the product rounded
+      f = rb(f);
+      for (int64_t j = 0; j < n; ++j) r[j] = rb(r[j] * f);
+    } else {
+      for (int64_t j = 0; j < n; ++j) r[j] *= f;
+    }
   }
 
   // 4. Pre-scale: X / (||X||_F * 1.01 + 1e-6).
   {
-    const float d = static_cast<float>(std::sqrt(sum_sq(x, mn)) * 1.01 + 1e-6);
+    if (hp.bf16) {  // the norm of a bf16 tensor is bf16, and so is every result after it
+      const float d = rb(rb(rb(static_cast<float>(std::sqrt(sum_sq(x, mn)))) * 1.01f) + 1e-6f);
 #pragma omp parallel for schedule(guided) if (mn >= kParElems)
-    for (int64_t i = 0; i < mn; ++i) x[i] /= d;
+      for (int64_t i = 0; i < mn; ++i) x[i] = rb(x[i] / d);
+    } else {
+      const float d = static_cast<float>(std::sqrt(sum_sq(x, mn)) * 1.01 + 1e-6);
+#pragma omp parallel for schedule(guided) if (mn >= kParElems)
+      for (int64_t i = 0; i < mn; ++i) x[i] /= d;
+    }
   }
 
   // 5. Polar Express.
-  float* y = polar_express(x, m, n, s, hp.ns_steps);
+  float* y = hp.bf16 ? polar_express_bf16(x, m, n, s, hp.ns_steps) : polar_express(x, m, n, s, hp.ns_steps);
 
   // 7. Muon+: ||g||_F <- sqrt(min(m, n)).
   {

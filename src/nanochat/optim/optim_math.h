@@ -37,6 +37,16 @@ struct MuonScratch {
 /// s.x2; the other is clobbered). steps <= 5.
 float* polar_express(float* x, int64_t m, int64_t n, const MuonScratch& s, int steps = 5);
 
+/// polar_express in bfloat16, as nanochat runs it on a GPU (nanochat/optim.py muon_step_fused with
+/// COMPUTE_DTYPE bfloat16): x must hold bf16 values (fp32 numbers with 8 mantissa bits); every
+/// matrix product has bf16 operands and fp32 accumulation (kernels/gemm_bf16.h bgemm, full
+/// products: no Gram blocking) and its result, like every elementwise result, is rounded to bf16:
+/// A = r(X^T X) (tall) or r(X X^T); B = r(r(b A) + r(c r(A A))); X <- r(r(a X) + r(X B)) (tall) or
+/// r(r(a X) + r(B X)), with r() rounding to the nearest bf16. Scratch and result as polar_express;
+/// the bf16 operand copies live in thread-local buffers grown to the largest matrix. Requires
+/// native_bf16_available() (throws nanochat::Error otherwise).
+float* polar_express_bf16(float* x, int64_t m, int64_t n, const MuonScratch& s, int steps = 5);
+
 /// Multiply-add FLOPs (2 per multiply-add) of the matrix products polar_express runs on an
 /// (m, n) matrix with `steps` iterations: per iteration the Gram matrix A (k, k) of X, k = min(m, n),
 /// the Gram matrix of A, and the (m, n) product with B; a Gram side >= 128 counts its three
@@ -49,13 +59,17 @@ int64_t polar_express_flops(int64_t m, int64_t n, int steps = 5);
 struct MuonHyper {
   double lr = 0, momentum = 0.95, weight_decay = 0, beta2 = 0.9;
   int ns_steps = 5;
+  /// Steps 2-5 in bfloat16 (nanochat's GPU numerics, --dtype bfloat16): the momentum-blended
+  /// gradient rounded to bf16, MuonEq's factor, the pre-scale and every result rounded to bf16,
+  /// Polar Express by polar_express_bf16; the rest stays fp32. Needs native bf16.
+  bool bf16 = false;
 };
 
 /// One Muon step on a single (m, n) row-major matrix (docs/nanochat.md 2.3 steps 1-10), in place on p,
 /// momentum (m*n) and second_moment (m floats if m >= n, else n floats): Nesterov momentum,
 /// MuonEq row equilibration, pre-scale, Polar Express, Muon+ (Frobenius norm sqrt(min(m, n))),
 /// NorMuon variance reduction, cautious weight decay (mask g*p >= 0) and the update with
-/// lr_eff = lr sqrt(max(1, m/n)). g = grad_scale * grad; grad is not modified.
+/// lr_eff = lr sqrt(max(1, m/n)). g = grad_scale * grad; grad is not modified. hp.bf16: above.
 void muon_update(float* p, const float* grad, float* momentum, float* second_moment, int64_t m, int64_t n,
                  float grad_scale, const MuonHyper& hp, const MuonScratch& s);
 

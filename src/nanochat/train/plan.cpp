@@ -78,6 +78,7 @@ void derive_run_settings(const BaseTrainArgs& a, const std::string& base_dir, Tr
   p.optim.scalar_lr = static_cast<float>(a.scalar_lr * p.batch_lr_scale);
   p.optim.weight_decay = static_cast<float>(p.weight_decay_scaled);
   p.optim.model_dim = p.model.n_embd;
+  p.optim.bf16_polar_express = p.dtype == ComputeDtype::BFloat16;
   p.dmodel_lr_scale = dmodel_lr_scale(p.model.n_embd);
   p.schedule.num_iterations = p.num_iterations;
   p.schedule.warmup_steps = a.warmup_steps;
