@@ -1,6 +1,7 @@
 // A short training run in bfloat16 follows the float32 run: a depth-2 model learns a noisy bigram
 // language (each token is a fixed permutation of the previous one 90% of the time) for 60 steps of
-// GPT + MuonAdamW, from the same initialisation and batches, once in each dtype, and once more in
+// GPT + MuonAdamW (in bf16: the products and Muon's Polar Express, as base-train --dtype bfloat16),
+// from the same initialisation and batches, once in each dtype, and once more in
 // float32 from another initialisation seed. The bf16 curve must stay within the distance between
 // the two float32 runs (the run-to-run noise), and every step within a stated bound of fp32.
 // One thread (the model is tiny: more threads only wait on each other). Skipped, saying why, on
@@ -34,6 +35,7 @@ std::vector<double> train_curve(ComputeDtype dtype, uint64_t init_seed) {
     ops.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
   OptimConfig oc;
   oc.model_dim = cfg.n_embd;
+  oc.bf16_polar_express = dtype == ComputeDtype::BFloat16;  // as base-train --dtype bfloat16
   MuonAdamW opt(ops, oc);
   std::mt19937 gen(1234);  // the same batches for every run
   std::vector<int> perm(kV);
