@@ -35,6 +35,26 @@ TUNING_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OPENBLAS_VERBOSE", 
                "OMP_WAIT_POLICY", "KMP_AFFINITY", "BLIS_ARCH_TYPE")
 VARIANTS = ("installed", "jemalloc", "tuned", "torch2-eager", "torch2-compile")
 TORCH2_VARIANTS = ("torch2-eager", "torch2-compile")
+# a row's config name is the bench config's plus this (d4, d4-bf16)
+DTYPE_SUFFIX = {"float32": "", "bfloat16": "-bf16"}
+
+
+def base_config(name):
+    """(bench_train_step's config name, dtype) of a row's config name."""
+    for dtype, suffix in DTYPE_SUFFIX.items():
+        if suffix and name.endswith(suffix):
+            return name[: -len(suffix)], dtype
+    return name, "float32"
+
+
+def dtype_configs(configs, names):
+    """configs (bench_train_step --list-configs, by name) extended by the rows' names: a
+    <config>-bf16 row is its config with dtype bfloat16."""
+    out = {}
+    for name in names:
+        base, dtype = base_config(name)
+        out[name] = dict(configs[base], config=name, dtype=dtype)
+    return out
 # the torch 2.x virtual environment made by bench/peer/setup_torch2.sh (outside the repository)
 TORCH2_PYTHON = os.environ.get("NANOCHAT_PEER_TORCH2_PYTHON") or os.path.join(
     os.path.expanduser("~"), ".cache", "nanochat-peer", "torch-2.9.1", "bin", "python")
@@ -236,6 +256,12 @@ def parse_args(argv):
     ap.add_argument("--configs", default="d4,d6,d6b32,d12",
                     help="comma list of bench_train_step configs (default: %(default)s)")
     ap.add_argument("--threads", default="1,2", help="comma list (default: %(default)s)")
+    ap.add_argument("--dtypes", default="float32",
+                    help="comma list of float32, bfloat16 (default: %(default)s). bfloat16: ours "
+                         "--dtype bfloat16 (bf16 matrix products, fp32 master weights), PyTorch "
+                         "under torch.autocast('cpu', dtype=torch.bfloat16) as nanochat's base_train "
+                         "on a GPU; rows are named <config>-bf16 and their MFU is against the bf16 "
+                         "peak that our run measures")
     ap.add_argument("--steps", type=int, default=3, help="timed steps per run (median reported)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps first (page faults, JIT)")
     ap.add_argument("--variants", default=None,
@@ -305,6 +331,10 @@ def parse_args(argv):
             print(f"run_peer: no torch 2.x at {a.torch2_python}: torch2-eager/torch2-compile "
                   "left out (bench/peer/setup_torch2.sh installs it)", file=sys.stderr)
     a.variant_list = [] if a.variants == "none" else [v for v in a.variants.split(",") if v]
+    a.dtype_list = [d for d in a.dtypes.split(",") if d]
+    for d in a.dtype_list:
+        if d not in DTYPE_SUFFIX:
+            ap.error(f"unknown dtype '{d}' (known: {', '.join(DTYPE_SUFFIX)})")
     for v in a.variant_list:
         if v not in VARIANTS:
             ap.error(f"unknown variant '{v}' (known: {', '.join(VARIANTS)}, none)")
@@ -373,22 +403,24 @@ def main(argv):
         sys.exit(f"run_peer: {ours_bin} --list-configs --json failed ({lc.stderr.strip()}); an "
                  "older build? rebuild bench_train_step (--build)")
     configs = {c["config"]: c for c in (json.loads(l) for l in lc.stdout.splitlines() if l.strip())}
+    a.config_list = [c + DTYPE_SUFFIX[d] for d in a.dtype_list for c in a.config_list]
+    configs = dtype_configs(configs, a.config_list)
 
-    # FMA peak per thread count: measured once up front (1 s), raised by any higher figure a run
+    # FMA peak per (thread count, dtype): measured once up front (1 s), raised by any higher figure a run
     # of ours measures later (load only ever lowers it); or given by --peak-gflops
     peaks, peak_fixed, peak_isa = {}, False, "?"
     if a.peak_gflops:
         peak_fixed = True
         for item in a.peak_gflops.split(","):
             t, g = item.split(":")
-            peaks[int(t)] = float(g)
+            peaks[(int(t), "float32")] = float(g)
     else:
         pk = subprocess.run([ours_bin, "--peak-only", "--json", "--peak-seconds", "1",
                              "--threads", ",".join(map(str, a.thread_list))],
                             capture_output=True, text=True, env=base_env())
         for line in pk.stdout.splitlines():
             d = json.loads(line)
-            peaks[d["threads"]] = d["peak_gflops"]
+            peaks[(d["threads"], "float32")] = d["peak_gflops"]
             peak_isa = d["peak_isa"]
             record(d)
 
@@ -398,6 +430,7 @@ def main(argv):
     for n in a.thread_list:
         for cname in a.config_list:
             c = configs[cname]
+            dtype = c["dtype"]
             sides = ([] if a.no_ours else [("ours", None)]) + [("torch", v) for v in a.variant_list]
             for rnd, (side, variant) in ((r, sv) for r in range(a.rounds) for sv in sides):
                 label = "ours" if side == "ours" else f"torch {variant}"
@@ -405,8 +438,8 @@ def main(argv):
                 notes = []
                 if side == "ours":
                     env = thread_env(base_env(), n)
-                    cmd = [ours_bin, "--json", "--config", cname, "--threads", str(n), "--steps",
-                           str(a.steps), "--warmup", str(a.warmup)]
+                    cmd = [ours_bin, "--json", "--config", base_config(cname)[0], "--threads", str(n),
+                           "--steps", str(a.steps), "--warmup", str(a.warmup), "--dtype", dtype]
                 else:
                     env, notes = variant_env(variant, n, a)
                     warmup = max(a.warmup, a.compile_warmup) if variant == "torch2-compile" else a.warmup
@@ -416,7 +449,7 @@ def main(argv):
                            "--seq", str(c["T"]), "--batch", str(c["B"]), "--window", c["window"],
                            "--vocab", str(c["vocab"]), "--threads", str(n), "--steps", str(a.steps),
                            "--warmup", str(warmup), "--optim", a.torch_optim,
-                           "--config-name", cname, "--variant", variant]
+                           "--config-name", cname, "--variant", variant, "--dtype", dtype]
                     if variant == "torch2-compile":
                         cmd.append("--compile")
                 if a.quiet_wait > 0:
@@ -441,9 +474,10 @@ def main(argv):
                     row["maxrss"] = max(row["maxrss"], res.get("peak_rss_bytes") or 0)
                     if res.get("step_cpu_s"):
                         row["tok_s_cpu"] = c["B"] * c["T"] * n / res["step_cpu_s"]
-                    if side == "ours" and not peak_fixed:
-                        peaks[n] = max(peaks.get(n, 0.0), res["peak_gflops"])
-                        peak_isa = res["peak_isa"]
+                    if side == "ours" and not (peak_fixed and dtype == "float32"):
+                        peaks[(n, dtype)] = max(peaks.get((n, dtype), 0.0), res["peak_gflops"])
+                        if dtype == "float32":
+                            peak_isa = res["peak_isa"]
                 elif r["status"] == "ok":
                     row["status"], row["note"] = "failed", "no JSON result on stdout"
                 else:
@@ -485,10 +519,13 @@ def render_raw(a):
         elif d.get("side") in ("ours", "torch"):
             rows.append(d)
             if d["side"] == "ours" and d.get("res"):
-                peaks[d["threads"]] = max(peaks.get(d["threads"], 0.0), d["res"]["peak_gflops"])
-                peak_isa = d["res"]["peak_isa"]
+                key = (d["threads"], d["res"].get("dtype", "float32"))
+                peaks[key] = max(peaks.get(key, 0.0), d["res"]["peak_gflops"])
+                if key[1] == "float32":
+                    peak_isa = d["res"]["peak_isa"]
         elif "peak_gflops" in d:
-            peaks[d["threads"]] = max(peaks.get(d["threads"], 0.0), d["peak_gflops"])
+            key = (d["threads"], "float32")
+            peaks[key] = max(peaks.get(key, 0.0), d["peak_gflops"])
             peak_isa = d.get("peak_isa", peak_isa)
     if not rows:
         sys.exit(f"run_peer: no runs in {a.render}")
@@ -504,11 +541,13 @@ def render_raw(a):
     for r in rows:
         r.setdefault("round", 1)
     ours_bin = a.ours_bin or os.path.join(a.build_dir, "bench", "bench_train_step")
-    lc = subprocess.run([ours_bin, "--list-configs", "--json", "--config", ",".join(a.config_list)],
+    bases = uniq(base_config(c)[0] for c in a.config_list)
+    lc = subprocess.run([ours_bin, "--list-configs", "--json", "--config", ",".join(bases)],
                         capture_output=True, text=True)
     if lc.returncode != 0:
         sys.exit(f"run_peer: {ours_bin} --list-configs failed: {lc.stderr.strip()}")
     configs = {c["config"]: c for c in (json.loads(l) for l in lc.stdout.splitlines() if l.strip())}
+    configs = dtype_configs(configs, a.config_list)
     print(render(a, configs, rows, peaks, peak_isa, False, start, end, ours_bin))
     return 0
 
@@ -586,7 +625,14 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
     src = "given (--peak-gflops)" if peak_fixed else (
         f"measured {peak_isa} FMA loop, highest of the runs (load only lowers it)")
     L.append("- MFU = tok/s x FLOPs/token (nanochat estimate_flops) / FMA peak; peak GFLOP/s: "
-             + ", ".join(f"{t} thr {g:.1f}" for t, g in sorted(peaks.items())) + f" ({src})")
+             + ", ".join(f"{t} thr {g:.1f}" for (t, d), g in sorted(peaks.items()) if d == "float32")
+             + f" ({src})")
+    bf16 = sorted((t, g) for (t, d), g in peaks.items() if d == "bfloat16")
+    if bf16:
+        L.append("- bfloat16 rows (`<config>-bf16`): ours `--dtype bfloat16` (bf16 operands, fp32 "
+                 "accumulation, fp32 weights and optimizer state), PyTorch under "
+                 "`torch.autocast('cpu', dtype=torch.bfloat16)`; MFU against the bf16 dot-product "
+                 "peak our run measures: " + ", ".join(f"{t} thr {g:.1f}" for t, g in bf16))
     L.append(f"- guards: run killed at RSS > {a.mem_limit_gb:g} GB or MemAvailable < "
              f"{a.min_avail_gb:g} GB (OOM), or after {a.timeout:g} s (timeout); GB = 1e9 bytes")
     L.append("")
@@ -607,8 +653,8 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
             ours = by.get((cname, n, "ours", None))
             fpt = configs[cname]["flops_per_token"]
             ours_ok = ours and ours["status"] == "ok"
-            mfu = (f"{100 * ours['tok_s'] * fpt / 1e9 / peaks[n]:.1f}%" if ours_ok and peaks.get(n)
-                   else "-")
+            peak = peaks.get((n, configs[cname]["dtype"]))
+            mfu = f"{100 * ours['tok_s'] * fpt / 1e9 / peak:.1f}%" if ours_ok and peak else "-"
             cells = [cname, str(n), cell(ours, a), mfu]
             loads = [ours["other"] if ours else None]
             for v in a.variant_list:
@@ -661,7 +707,8 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
             f"{res['opt_s']:.3f}" if ok else "-",
             ", ".join(f"{w:.1f}" for w in res.get("warmup_times", [])) if ok else "-",
             f"{g:.1f}" if g else "-",
-            f"{100 * g / peaks[r['threads']]:.1f}%" if g and peaks.get(r["threads"]) else "-",
+            f"{100 * g / peaks[(r['threads'], c['dtype'])]:.1f}%"
+            if g and peaks.get((r["threads"], c["dtype"])) else "-",
             rss_cell(r),
             f"{res['page_faults_per_step']:.0f}" if ok and "page_faults_per_step" in res else "-",
             f"{r['cpu'] / r['wall']:.2f}" if r["wall"] else "-", f"{r['load1']:.1f}",

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """PyTorch peer of bench_train_step: times nanochat training steps (forward + backward +
-optimizer) of tools/reference/nanochat_ref.py on random tokens, in float32.
+optimizer) of tools/reference/nanochat_ref.py on random tokens, in float32 (--dtype bfloat16:
+under torch.autocast as nanochat runs on a GPU).
 
 Dev-time only: Debian's python3-torch 1.13 at /usr/bin/python3, or torch 2.x from PyPI in the
 venv of bench/peer/setup_torch2.sh (--attention sdpa, --compile). Normally started by
@@ -22,6 +23,7 @@ Gradients are reset with set_to_none (nanochat calls model.zero_grad(set_to_none
 """
 
 import argparse
+import contextlib
 import ctypes
 import json
 import math
@@ -241,6 +243,10 @@ def main():
     ap.add_argument("--check", action="store_true",
                     help="no benchmark: compare this peer (attention, --compile) against the eager "
                          "reference on a small config and exit 0 if it matches")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="bfloat16: the forward and loss under torch.autocast('cpu', "
+                         "dtype=torch.bfloat16) and Muon's Polar Express in bf16, as nanochat's "
+                         "base_train runs them on a GPU (fp32 parameters and optimizer state)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
 
@@ -260,6 +266,8 @@ def main():
     fwd = ref.forward
     if a.optim == "muon":
         opt = ref.MuonAdamW(P, model_dim=C, weight_decay=0.2)
+        if a.dtype == "bfloat16":
+            opt.compute_dtype = torch.bfloat16  # Polar Express in bf16, as nanochat on a GPU
         if a.compile:
             compiled_optimizer(opt)
     else:
@@ -267,6 +275,11 @@ def main():
     if a.compile:
         # nanochat: model = torch.compile(model, dynamic=False); the loss is part of its forward
         fwd = torch.compile(ref.forward, dynamic=False)
+    def autocast():
+        if a.dtype == "bfloat16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     g = torch.Generator().manual_seed(7)
     idx = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
     tgt = torch.randint(0, a.vocab, (a.batch, a.seq), generator=g)
@@ -281,7 +294,8 @@ def main():
         t0 = time.perf_counter()
         for p in P.values():
             p.grad = None
-        loss = fwd(P, cfg, idx, tgt, core=core)
+        with autocast():
+            loss = fwd(P, cfg, idx, tgt, core=core)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -316,7 +330,7 @@ def main():
     out = dict(side="torch", config=a.config_name, variant=a.variant, depth=a.depth,
                head_dim=a.head_dim, n_embd=C, T=a.seq, B=a.batch, window=a.window, vocab=a.vocab,
                threads=a.threads, torch_threads=torch.get_num_threads(), steps=a.steps,
-               warmup=a.warmup, optim=a.optim,
+               warmup=a.warmup, optim=a.optim, dtype=a.dtype,
                num_params=sum(p.numel() for p in P.values()), flops_per_token=fpt,
                step_s=step_s, fwd_s=med([r[1] for r in rows]), bwd_s=med([r[2] for r in rows]),
                opt_s=med([r[3] for r in rows]), step_cpu_s=med([r[5] for r in rows]),
