@@ -6,6 +6,14 @@
 
 namespace nanochat {
 
+/// Writes `line` and a newline to stdout and flushes, when `on` (a job prints its log lines on
+/// rank 0 only: print_line_if(rank == 0, ...)).
+inline void print_line_if(bool on, const std::string& line) {
+  if (!on) return;
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
 /// Integer with thousands separators, like Python's f"{v:,}" (e.g. 1234567 -> "1,234,567").
 inline std::string with_commas(int64_t v) {
   const std::string digits = std::to_string(v < 0 ? -(v + 1) + 1ULL : static_cast<uint64_t>(v));

@@ -269,16 +269,6 @@ void write_core_csv(const std::string& path, const CoreResult& r, bool complete)
   write_file_atomic(path, text);
 }
 
-namespace {
-
-void say0(bool master, const std::string& s) {
-  if (!master) return;
-  std::printf("%s\n", s.c_str());
-  std::fflush(stdout);
-}
-
-}  // namespace
-
 std::function<void(int64_t, bool, MetricsLog&)> core_metric_hook(int64_t every, int64_t max_per_task, GPT& model,
                                                                  const Tokenizer& tok, Communicator& comm, bool quiet) {
   if (every <= 0) return {};
@@ -293,11 +283,11 @@ std::function<void(int64_t, bool, MetricsLog&)> core_metric_hook(int64_t every, 
   for (size_t r = 0; r < all.size(); ++r)
     if (!all[r].empty()) {
       if (!quiet)
-        say0(comm.rank() == 0,
-             str_cat("NOTE: the CORE metric (--core-metric-every) is skipped: rank ", r,
-                     " cannot read its eval bundle: ", all[r],
-                     " (every rank needs it: `nanochat data download --eval-bundle` on each node; or run "
-                     "base-eval on the saved checkpoint; --core-metric-every -1 silences this)"));
+        print_line_if(comm.rank() == 0,
+                      str_cat("NOTE: the CORE metric (--core-metric-every) is skipped: rank ", r,
+                              " cannot read its eval bundle: ", all[r],
+                              " (every rank needs it: `nanochat data download --eval-bundle` on each node; or run "
+                              "base-eval on the saved checkpoint; --core-metric-every -1 silences this)"));
       return {};
     }
   return [every, max_per_task, &model, &tok, &comm, bundle](int64_t step, bool last, MetricsLog& metrics) {
@@ -307,7 +297,7 @@ std::function<void(int64_t, bool, MetricsLog&)> core_metric_hook(int64_t every, 
     const CoreResult r = evaluate_core(model, tok, *bundle, max_per_task, {}, ranks);
     char b[96];
     std::snprintf(b, sizeof b, "Step %05lld | CORE metric: %.4f", static_cast<long long>(step), r.core_metric);
-    say0(comm.rank() == 0, b);
+    print_line_if(comm.rank() == 0, b);
     nlohmann::json rec{{"step", step}, {"core_metric", r.core_metric}};
     for (const CoreTaskResult& t : r.tasks) rec["centered/" + t.label] = t.centered;
     metrics.record(rec);

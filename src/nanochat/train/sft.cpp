@@ -36,12 +36,6 @@ namespace nanochat {
 
 namespace {
 
-void print_if(bool master, const std::string& s) {
-  if (!master) return;
-  std::printf("%s\n", s.c_str());
-  std::fflush(stdout);
-}
-
 // A number as Python's str() writes it (nanochat's "Inherited x=0.3" lines): ints plainly, floats
 // with the fewest digits that read back the same, and a ".0" when they look like ints.
 std::string py_str(const json& v) {
@@ -73,10 +67,11 @@ bool chatcore_tasks_on_every_rank(Communicator& comm) {
   const std::vector<std::string> all = all_gather_strings(comm, missing);
   for (size_t r = 0; r < all.size(); ++r)
     if (!all[r].empty()) {
-      print_if(comm.rank() == 0,
-               str_cat("NOTE: ChatCORE (--chatcore-every) is skipped: rank ", r, " cannot open its tasks: ", all[r],
-                       " (every rank needs them: `nanochat data download --tasks` on each node; or run chat-eval on "
-                       "the saved checkpoint; --chatcore-every -1 silences this)"));
+      print_line_if(
+          comm.rank() == 0,
+          str_cat("NOTE: ChatCORE (--chatcore-every) is skipped: rank ", r, " cannot open its tasks: ", all[r],
+                  " (every rank needs them: `nanochat data download --tasks` on each node; or run chat-eval on "
+                  "the saved checkpoint; --chatcore-every -1 silences this)"));
       return false;
     }
   return true;
@@ -297,7 +292,7 @@ double resumed_weight_decay(Communicator& comm, const TrainPlan& plan, int64_t s
 
 void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed) {
   const bool master = comm.rank() == 0;
-  auto print0 = [master](const std::string& s) { print_if(master, s); };
+  auto print0 = [master](const std::string& s) { print_line_if(master, s); };
   const Tokenizer tok = load_tokenizer(feed);
   const BaseCheckpoint base = find_base_checkpoint(comm, a);
   const CheckpointPaths base_cp{base.dir, base.step};
@@ -344,7 +339,7 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
   SftStreamConfig sc{plan.T, plan.rows_per_step(), a.num_iterations};
   const RowStreamFactory stream = [&a, &tok, sc, master](const json* state) -> std::unique_ptr<RowStream> {
     const SftData d = open_sft_data(a);
-    print_if(master, d.description);
+    print_line_if(master, d.description);
     if (!d.val && a.eval_every > 0)
       fail("chat-sft: --eval-every ", a.eval_every,
            " needs validation conversations: pass --val-jsonl FILE, or "
@@ -374,12 +369,12 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
       const ChatCoreResult r =
           chat_core(engine, open_chat_eval_task, ChatCoreLimits{a.chatcore_max_cat, a.chatcore_max_sample, B}, comm,
                     [master](const ChatEvalResult& t) {
-                      print_if(master, str_cat("  ", t.task, ": ", fixed(100 * t.accuracy, 2), "%"));
+                      print_line_if(master, str_cat("  ", t.task, ": ", fixed(100 * t.accuracy, 2), "%"));
                     });
       char b[128];
       std::snprintf(b, sizeof b, "Step %05lld | ChatCORE: %.4f | ChatCORE_cat: %.4f", static_cast<long long>(step),
                     r.chatcore, r.chatcore_cat);
-      print_if(master, b);
+      print_line_if(master, b);
       json rec{{"step", step}, {"chatcore", r.chatcore}, {"chatcore_cat", r.chatcore_cat}};
       for (const auto& [name, acc] : r.accuracies) rec["chatcore/" + name] = acc;
       metrics.record(rec);

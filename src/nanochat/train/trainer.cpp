@@ -47,13 +47,6 @@ namespace nanochat {
 
 namespace {
 
-// Rank 0's output: a line on stdout, flushed (the other ranks print nothing).
-void print_if(bool master, const std::string& s) {
-  if (!master) return;
-  std::printf("%s\n", s.c_str());
-  std::fflush(stdout);
-}
-
 // Everything the loop works with: the settings (plan, job layout), the parts it drives, and the
 // run's state.
 struct TrainContext {
@@ -170,7 +163,7 @@ class TrainLoop {
   int64_t profiled_steps() const { return profiled_steps_; }
 
  private:
-  void print0(const std::string& s) const { print_if(sync_.rank() == 0, s); }
+  void print0(const std::string& s) const { print_line_if(sync_.rank() == 0, s); }
 
   // chat-sft: the step's rows before its evaluation and save, since the stream ends the run.
   void prefetch(int64_t step) {
@@ -458,7 +451,7 @@ class TrainLoop {
 // `reads_data`: this rank reads the shards (it checks them first).
 double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok, const TrainPlan& plan, bool master,
                                     bool reads_data) {
-  auto print0 = [master](const std::string& s) { print_if(master, s); };
+  auto print0 = [master](const std::string& s) { print_line_if(master, s); };
   print0("nanochat.cpp base-train");
   print_device_lines(plan, tok, master, a.threads == 0 && num_threads() > 1);
   for (auto& l : plan.log) print0(l);
@@ -470,7 +463,7 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
            const Rejoined* rejoined, bool elastic, const std::function<int()>& pending_joins) {
   const int rank = comm.rank(), W = comm.world_size();
   const bool master = rank == 0;
-  auto print0 = [master](const std::string& s) { print_if(master, s); };
+  auto print0 = [master](const std::string& s) { print_line_if(master, s); };
 
   // Tokenizer, derived plan, start-up report.
   const Tokenizer tok = load_tokenizer(feed);
@@ -515,7 +508,7 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
 }  // namespace
 
 void print_device_lines(const TrainPlan& plan, const Tokenizer& tok, bool master, bool adapt_threads) {
-  auto print0 = [master](const std::string& s) { print_if(master, s); };
+  auto print0 = [master](const std::string& s) { print_line_if(master, s); };
   print0(str_cat("Device: cpu, dtype ", compute_dtype_name(plan.dtype),
                  plan.dtype == ComputeDtype::BFloat16
                      ? " (bf16 matrix products with fp32 accumulation; fp32 weights, optimizer state and the rest)"
@@ -533,12 +526,12 @@ double measure_and_print_peak(bool master, ComputeDtype dtype) {
   const std::string peak_cache = base_dir() + "/fma_peak.json";
   const PeakKind kind = dtype == ComputeDtype::BFloat16 ? PeakKind::Bf16Dot : PeakKind::Fp32Fma;
   const MfuPeak peak = measure_mfu_peak(num_threads(), peak_cache, kind);
-  print_if(master, str_cat("Measured ", kind == PeakKind::Bf16Dot ? "bf16 dot-product (vdpbf16ps)" : "fp32 FMA",
-                           " peak of this rank: ", static_cast<int64_t>(peak.measured), " GFLOP/s (",
-                           fma_peak_isa(kind), ", ", num_threads(),
-                           " threads); MFU is reported against the highest peak seen on "
-                           "this machine (at least threads x the 1-thread peak, up to the physical cores), ",
-                           static_cast<int64_t>(peak.reference), " GFLOP/s (", peak_cache, "), x world size"));
+  print_line_if(master, str_cat("Measured ", kind == PeakKind::Bf16Dot ? "bf16 dot-product (vdpbf16ps)" : "fp32 FMA",
+                                " peak of this rank: ", static_cast<int64_t>(peak.measured), " GFLOP/s (",
+                                fma_peak_isa(kind), ", ", num_threads(),
+                                " threads); MFU is reported against the highest peak seen on "
+                                "this machine (at least threads x the 1-thread peak, up to the physical cores), ",
+                                static_cast<int64_t>(peak.reference), " GFLOP/s (", peak_cache, "), x world size"));
   return peak.reference;
 }
 
@@ -552,7 +545,7 @@ std::vector<OptParam> optimizer_params(GPT& model) {
 void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector& faults, DataFeed& feed) {
   const int rank = comm.rank(), W = comm.world_size();
   const bool master = rank == 0;
-  auto print0 = [master](const std::string& s) { print_if(master, s); };
+  auto print0 = [master](const std::string& s) { print_line_if(master, s); };
   const TrainPlan& plan = job.plan;
   const JobLayout& layout = job.layout;
   // Each step's rows are dealt to the ranks by speed (or evenly) from the one data stream;
@@ -646,7 +639,7 @@ std::unique_ptr<FaultInjector> prepare_base_train(const BaseTrainArgs& a, bool m
   if (!a.device_type.empty() && a.device_type != "cpu")
     fail("--device-type ", a.device_type,
          ": nanochat.cpp trains on CPUs only; use --device-type cpu or leave it unset");
-  if (a.fp8) print_if(master, "WARNING: --fp8 is CUDA-only in nanochat; ignored on CPU (training runs in fp32)");
+  if (a.fp8) print_line_if(master, "WARNING: --fp8 is CUDA-only in nanochat; ignored on CPU (training runs in fp32)");
   if (a.threads > 0) set_num_threads(a.threads);
   if (parse_compute_dtype(a.dtype, "--dtype") == ComputeDtype::BFloat16) require_native_bf16("--dtype bfloat16");
   hooks.fault = test_fault_from_env();
