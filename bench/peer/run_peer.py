@@ -630,8 +630,10 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
     bf16 = sorted((t, g) for (t, d), g in peaks.items() if d == "bfloat16")
     if bf16:
         L.append("- bfloat16 rows (`<config>-bf16`): ours `--dtype bfloat16` (bf16 operands, fp32 "
-                 "accumulation, fp32 weights and optimizer state), PyTorch under "
-                 "`torch.autocast('cpu', dtype=torch.bfloat16)`; MFU against the bf16 dot-product "
+                 "accumulation, Muon's Polar Express in bf16, fp32 weights and optimizer state), "
+                 "PyTorch under "
+                 "`torch.autocast('cpu', dtype=torch.bfloat16)` with Muon's Polar Express in bf16 "
+                 "(as nanochat on a GPU); MFU against the bf16 dot-product "
                  "peak our run measures: " + ", ".join(f"{t} thr {g:.1f}" for t, g in bf16))
     L.append(f"- guards: run killed at RSS > {a.mem_limit_gb:g} GB or MemAvailable < "
              f"{a.min_avail_gb:g} GB (OOM), or after {a.timeout:g} s (timeout); GB = 1e9 bytes")
