@@ -131,9 +131,10 @@ int64_t gram_flops(int64_t k, int64_t len) {
 
 }  // namespace
 
-int64_t polar_express_flops(int64_t m, int64_t n, int steps) {
+int64_t polar_express_flops(int64_t m, int64_t n, int steps, bool full_gram) {
   NC_CHECK(steps >= 0 && steps <= 5, "Polar Express has coefficients for at most 5 steps");
   const int64_t k = std::min(m, n), len = std::max(m, n);
+  if (full_gram) return steps * (2 * k * k * len + 2 * k * k * k + 2 * m * n * k);
   return steps * (gram_flops(k, len) + gram_flops(k, k) + 2 * m * n * k);
 }
 

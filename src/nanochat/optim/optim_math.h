@@ -50,9 +50,9 @@ float* polar_express_bf16(float* x, int64_t m, int64_t n, const MuonScratch& s, 
 /// Multiply-add FLOPs (2 per multiply-add) of the matrix products polar_express runs on an
 /// (m, n) matrix with `steps` iterations: per iteration the Gram matrix A (k, k) of X, k = min(m, n),
 /// the Gram matrix of A, and the (m, n) product with B; a Gram side >= 128 counts its three
-/// half-size blocks. Excludes the elementwise work (O(m n) per iteration). Throws nanochat::Error
-/// for steps outside [0, 5].
-int64_t polar_express_flops(int64_t m, int64_t n, int steps = 5);
+/// half-size blocks (full_gram: not, as polar_express_bf16 runs them). Excludes the elementwise
+/// work (O(m n) per iteration). Throws nanochat::Error for steps outside [0, 5].
+int64_t polar_express_flops(int64_t m, int64_t n, int steps = 5, bool full_gram = false);
 
 /// Hyperparameters of one Muon update (docs/nanochat.md 2.3); lr is the group lr (the shape factor
 /// sqrt(max(1, m/n)) is applied inside).
