@@ -10,6 +10,11 @@
 # their output already exists. Knobs (environment): NANOCHAT_DEMO_STEPS (default 120),
 # NANOCHAT_DEMO_VOCAB (default 8192), NANOCHAT_DEMO_DEPTH (default 4).
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) echo "setup.sh: takes no arguments (got '$1'); its knobs are environment variables: bash scripts/setup.sh --help" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 export NANOCHAT_BASE_DIR="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
 steps="${NANOCHAT_DEMO_STEPS:-120}"
