@@ -295,6 +295,12 @@ TEST(Doctor, ReportsTheDeviceAndThePort) {
   Proc el = run_cli({"doctor", "--nnodes", "1:2", "--master-addr", "127.0.0.1"});
   ASSERT_TRUE(el.wait(Ms(15000)));
   EXPECT_THAT(el.output(), HasSubstr("with --nnodes 2")) << el.output();
+  EXPECT_THAT(el.output(), HasSubstr("[FAIL]")) << el.output();
+  // ... and accepted, as by `run`, with --allow-loopback-master (all nodes on this machine)
+  Proc lo = run_cli({"doctor", "--nnodes", "2", "--master-addr", "127.0.0.1", "--allow-loopback-master"});
+  ASSERT_TRUE(lo.wait(Ms(15000)));
+  EXPECT_THAT(lo.output(), HasSubstr("every node must run on this machine (--allow-loopback-master)")) << lo.output();
+  EXPECT_THAT(lo.output(), ::testing::Not(HasSubstr("[FAIL]"))) << lo.output();
   Proc nn = run_cli({"doctor", "--nnodes", "2:x"});
   ASSERT_TRUE(nn.wait(Ms(15000)));
   EXPECT_EQ(nn.exit_code(), 1);

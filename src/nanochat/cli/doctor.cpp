@@ -36,6 +36,7 @@ struct DoctorArgs {
   int nnodes = 1;
   std::string nnodes_text = "1";  // N, or an elastic job's MIN:MAX (its MAX counts here)
   std::string hybrid = "auto";
+  bool allow_loopback_master = false;  // as nanochat run's flag (or NANOCHAT_ALLOW_LOOPBACK_MASTER=1)
 };
 
 void line(const char* status, const std::string& what) { std::printf("[%s] %s\n", status, what.c_str()); }
@@ -86,9 +87,9 @@ int doctor(const DoctorArgs& a) {
     ++problems;
   } else if (const std::string why = loopback_master_problem(master, a.nnodes); !why.empty()) {
     const char* allow = std::getenv("NANOCHAT_ALLOW_LOOPBACK_MASTER");
-    if (allow && std::string(allow) == "1") {
+    if (a.allow_loopback_master || (allow && std::string(allow) == "1")) {
       line("warn", str_cat("master ", master, " is a loopback address here: with --nnodes ", a.nnodes,
-                           " every node must run on this machine (NANOCHAT_ALLOW_LOOPBACK_MASTER=1)"));
+                           " every node must run on this machine (--allow-loopback-master)"));
     } else {
       line("FAIL", why);
       ++problems;
@@ -177,6 +178,8 @@ void register_doctor(CLI::App& app) {
                   "nodes of the job, N or MIN:MAX (as given to `nanochat run`): with more than one, the master must "
                   "not be loopback")
       ->capture_default_str();
+  sub->add_flag("--allow-loopback-master", args->allow_loopback_master,
+                "accept a loopback master with --nnodes > 1, as `nanochat run` does (every node on this machine)");
   sub->add_option("--hybrid", args->hybrid,
                   "placement to show: auto (one rank per core type) or off, as `nanochat run`")
       ->capture_default_str();

@@ -222,10 +222,15 @@ SftData open_sft_data(const SftArgs& a) {
   }
   d.train = tasks::jsonl_tasks(a.train_jsonl);
   if (!a.val_jsonl.empty()) d.val = tasks::jsonl_tasks(a.val_jsonl);
-  d.description =
-      str_cat("Training conversations: ", with_commas(d.train->size()), " (", json(a.train_jsonl).dump(), ")",
-              d.val ? str_cat("; validation: ", with_commas(d.val->size()), " (", json(a.val_jsonl).dump(), ")")
-                    : std::string("; no validation set"));
+  // the files as given (each argument may list several, comma-separated)
+  auto files = [](const std::vector<std::string>& args) {
+    std::string out;
+    for (const std::string& f : args) out += (out.empty() ? "" : ",") + f;
+    return out;
+  };
+  d.description = str_cat("Training conversations: ", with_commas(d.train->size()), " (", files(a.train_jsonl), ")",
+                          d.val ? str_cat("; validation: ", with_commas(d.val->size()), " (", files(a.val_jsonl), ")")
+                                : std::string("; no validation set"));
   return d;
 }
 
