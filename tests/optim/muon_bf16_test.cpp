@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "nanochat/core/error.h"
 #include "nanochat/core/safetensors.h"
 #include "nanochat/kernels/gemm_bf16.h"
 #include "nanochat/optim/optim_math.h"
@@ -34,7 +35,7 @@ struct Result {
 };
 
 Result our_step(const StFile& f, int i, int64_t m, int64_t n, const MuonHyper& hp) {
-  const std::string in = "in" + std::to_string(i) + ".";
+  const std::string in = str_cat("in", i, ".");
   Result r{f.at(in + "p").to_f32(), f.at(in + "mom").to_f32(), f.at(in + "sec").to_f32()};
   const std::vector<float> g = f.at(in + "g").to_f32();
   const int64_t k = std::min(m, n);
@@ -61,9 +62,9 @@ TEST(MuonBf16, FollowsNanochatsBfloat16Step) {
   ASSERT_EQ(shapes.size(), 3u);
   for (size_t i = 0; i < shapes.size(); ++i) {
     const int64_t m = shapes[i][0], n = shapes[i][1];
-    SCOPED_TRACE("(" + std::to_string(m) + ", " + std::to_string(n) + ")");
-    const std::string out = "out" + std::to_string(i) + ".";
-    const std::vector<float> p0 = f.at("in" + std::to_string(i) + ".p").to_f32();
+    SCOPED_TRACE(str_cat("(", m, ", ", n, ")"));
+    const std::string out = str_cat("out", i, ".");
+    const std::vector<float> p0 = f.at(str_cat("in", i, ".p")).to_f32();
     const std::vector<float> ref_bf16 = f.at(out + "bf16.p").to_f32(), ref_fp32 = f.at(out + "fp32.p").to_f32();
     MuonHyper h32 = hp, h16 = hp;
     h16.bf16 = true;
