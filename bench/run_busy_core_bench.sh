@@ -15,7 +15,7 @@
 #
 # usage: bench/run_busy_core_bench.sh [--steps N] [--repeat R] [--depth D] [--dir DIR] [--bin PATH]
 #   --steps N    optimizer steps per run (default 8; the first 2 are not counted)
-#   --repeat R   how many times the three runs alternate (default 3)
+#   --repeat R   how many times the four runs alternate (default 3)
 #   --depth D    model depth (default 4)
 #   --dir DIR    NANOCHAT_BASE_DIR with the corpus and tokenizer (default /tmp/nanochat-busy-bench;
 #                on the first run the demo corpus and a vocab-32768 tokenizer are made there,

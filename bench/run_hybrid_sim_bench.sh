@@ -10,7 +10,7 @@
 #      threads are slow (fixed: the thread tuner would drop them, core/thread_tuner.h)
 #   2. "default":  `nanochat run`, one rank per core type pinned to its cores (the default there)
 #   3. "fast alone": one rank on the fast CPUs only (--threads = their count)
-# and prints tok/s, the ratio 2 / 1 and 2 / the ideal sum (fast alone x (1 + slow x slow CPUs /
+# and prints tok/s, the ratios 2 / 1 and 2 / 3, and 2 / the ideal sum (fast alone x (1 + slow x slow CPUs /
 # fast CPUs)). The runs alternate --repeat times; each figure is the median tok/s over the steps
 # from --skip on (the row balancer needs a few steps to find the split) of all its runs.
 # Throttling: every thread of the runs whose CPU affinity lies within the slow CPUs is moved into
@@ -194,6 +194,7 @@ printf '%-52s %10s\n' "one rank, a thread per CPU bound to it" "$o"
 printf '%-52s %10s\n' "default: one rank per core type" "$d"
 printf '%-52s %10s\n' "fast CPUs alone" "$f"
 printf '%-52s %10s\n' "ratio default / one rank" "$(awk -v a="$d" -v b="$o" 'BEGIN {printf "%.2fx", a / b}')"
+printf '%-52s %10s\n' "ratio default / fast CPUs alone" "$(awk -v a="$d" -v b="$f" 'BEGIN {printf "%.2fx", a / b}')"
 printf '%-52s %10s\n' "default / ideal sum (fast alone x (1 + $slow x $n_slow/$n_fast))" \
   "$(awk -v a="$d" -v f="$f" -v s="$slow" -v ns="$n_slow" -v nf="$n_fast" 'BEGIN {printf "%.2f", a / (f * (1 + s * ns / nf))}')"
 for kind in one default fast; do
