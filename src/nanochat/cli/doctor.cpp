@@ -75,13 +75,15 @@ int doctor(const DoctorArgs& a) {
   line("FAIL", "built without Gloo: only single-process training works (install libgloo-dev and rebuild)");
   ++problems;
 #endif
-  line("info", str_cat("host ", host_name(), ", ", physical_cores(), " physical cores available (CPUs ",
-                       cpu_affinity_list(), ")",
-                       a.nproc_given ? str_cat("; with --nproc-per-node ", a.nproc_per_node, " each rank gets OMP_NUM_THREADS=",
-                                               std::max(1, physical_cores() / a.nproc_per_node))
-                                     : std::string()));
+  line("info",
+       str_cat(
+           "host ", host_name(), ", ", physical_cores(), " physical cores available (CPUs ", cpu_affinity_list(), ")",
+           a.nproc_given ? str_cat("; with --nproc-per-node ", a.nproc_per_node,
+                                   " each rank gets OMP_NUM_THREADS=", std::max(1, physical_cores() / a.nproc_per_node))
+                         : std::string()));
   if (const char* root = std::getenv("NANOCHAT_SYSFS_ROOT"); root && *root && !std::filesystem::is_directory(root))
-    line("warn", str_cat("NANOCHAT_SYSFS_ROOT=", root, " is not a folder: the core types below come from nothing "
+    line("warn", str_cat("NANOCHAT_SYSFS_ROOT=", root,
+                         " is not a folder: the core types below come from nothing "
                          "(unset it to read /sys, or point it at a folder laid out like /sys)"));
   report_placement(a);
 
@@ -178,8 +180,9 @@ void register_doctor(CLI::App& app) {
   sub->add_option("--master-addr", args->master_addr, "address of node 0 (default MASTER_ADDR, else 127.0.0.1)");
   sub->add_option("--master-port", args->master_port, "store port (default MASTER_PORT, else 29500)");
   sub->add_option("--iface", args->iface, "network interface to check (default NANOCHAT_SOCKET_IFNAME / route)");
-  sub->add_option("--nproc-per-node", args->nproc_per_node,
-                  "ranks per node, for the thread split (left out: 1, or one per core type on a hybrid CPU, as `run` does)")
+  sub->add_option(
+         "--nproc-per-node", args->nproc_per_node,
+         "ranks per node, for the thread split (left out: 1, or one per core type on a hybrid CPU, as `run` does)")
       ->capture_default_str();
   sub->add_option("--nnodes", args->nnodes_text,
                   "nodes of the job, N or MIN:MAX (as given to `nanochat run`): with more than one, the master must "
