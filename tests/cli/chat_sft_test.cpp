@@ -368,3 +368,28 @@ TEST(ChatSft, ChatCoreAtTheLastStepEqualsChatEvalOfTheSavedCheckpoint) {
   after = after.substr(0, after.find('\n'));
   EXPECT_EQ(during, after) << r.out << "\n" << e.out;
 }
+
+// A rank that dies stops a chat-sft job (it has a fixed set of nodes) with a message naming the
+// step, with no step total (the data ends the run), and node 0's last checkpoint to resume from;
+// an elastic --nnodes MIN:MAX is refused before any rank starts.
+TEST(ChatSft, ALostRankStopsTheJobNamingTheStepAndTheCheckpoint) {
+  SftDir b("nc_sft_lost");
+  const std::string launch =
+      " run --nproc-per-node 2 --threads-per-rank 1 --master-port " + std::to_string(free_port());
+  auto r =
+      run(b, launch + b.flags(" --num-iterations 9 --eval-every -1 --save-every 3"), "NANOCHAT_TEST_FAULT=die:1:5");
+  ASSERT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("the job stopped in step 5 (training the step) because a node left"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("The last checkpoint is step 3 in node 0's " + b.sft_ckpt()), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--copy-state-every"), std::string::npos) << "a flag chat-sft does not have:\n" << r.out;
+  EXPECT_EQ(last_step(b.sft_ckpt()), 3) << r.out;
+
+  auto e = run(b, " run --nnodes 1:2 --master-addr 127.0.0.1 --allow-loopback-master" + b.flags());
+  EXPECT_NE(e.code, 0);
+  EXPECT_NE(e.out.find("--nnodes 1:2 (an elastic job: nodes may leave and join) is for base-train; chat-sft runs "
+                       "on a fixed set of nodes: pass --nnodes 2"),
+            std::string::npos)
+      << e.out;
+  EXPECT_EQ(e.out.find("[rank "), std::string::npos) << "a rank started:\n" << e.out;
+}

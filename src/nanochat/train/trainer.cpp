@@ -197,11 +197,14 @@ class TrainLoop {
     else
       saved = str_cat("No checkpoint of this run was saved yet (--save-every ",
                       plan_.cadence.save_every > 0 ? std::to_string(plan_.cadence.save_every) : std::string("-1"),
-                      "): the ", step,
-                      " steps trained are lost; with --save-every N a lost node costs at most N steps, "
-                      "with --copy-state-every N too but without writing files (node 0 keeps a copy in memory)");
-    return str_cat("the job stopped in step ", step, " of ", plan_.num_iterations, " (", phase_,
-                   ") because a node left: ", e.what(), ". ", saved);
+                      "): the ", step, " steps trained are lost; with --save-every N a lost node costs at most N steps",
+                      plan_.sft ? std::string()
+                                : ", with --copy-state-every N too but without writing files (node 0 keeps a copy in "
+                                  "memory)");
+    // chat-sft's data ends the run: its step count is not known in advance
+    const std::string of = plan_.sft ? std::string() : str_cat(" of ", plan_.num_iterations);
+    return str_cat("the job stopped in step ", step, of, " (", phase_, ") because a node left: ", e.what(), ". ",
+                   saved);
   }
 
   // The last step is saved BEFORE the final evaluation: a failure there (or a rank lost during
