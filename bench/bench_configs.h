@@ -1,6 +1,7 @@
 #pragma once
 // The training configs the step benchmarks share (bench_train_step, bench_optimizer, and through
-// bench_train_step --list-configs the peer benchmark): vocab 32768, aspect ratio 64, so
+// bench_train_step --list-configs the peer benchmark): vocab 32768 (the *v8k configs: 8192, the
+// quickstart's and nanochat's CPU demo vocabulary), aspect ratio 64, so
 // n_embd = ceil(depth * 64 / head_dim) * head_dim.
 #include <cstdint>
 
@@ -13,6 +14,7 @@ struct BenchConfig {
   const char* name;
   int depth, head_dim, T, B;
   const char* pattern;
+  int vocab = 32768;
 };
 
 inline constexpr int kVocab = 32768;
@@ -24,11 +26,13 @@ inline constexpr BenchConfig kConfigs[] = {
     {"d6b32", 6, 64, 512, 32, "L"},
     {"d8", 8, 128, 512, 8, "SSSL"},
     {"d12", 12, 128, 1024, 4, "SSSL"},
+    {"d4v8k", 4, 128, 512, 8, "SSSL", 8192},
+    {"d8v8k", 8, 128, 512, 8, "SSSL", 8192},
 };
 
 /// The model config of a benchmark config.
 inline ModelConfig model_config(const BenchConfig& bc) {
-  return ModelConfig::from_depth(bc.depth, kAspect, bc.head_dim, bc.T, kVocab, bc.pattern);
+  return ModelConfig::from_depth(bc.depth, kAspect, bc.head_dim, bc.T, bc.vocab, bc.pattern);
 }
 
 /// Elements of all the parameters the optimizer updates with AdamW.

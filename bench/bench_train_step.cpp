@@ -9,7 +9,8 @@
 //   d6b32: the same with runcpu's device batch B 32
 //   d8:    depth 8, head_dim 128, T 512, B 8, window "SSSL"
 //   d12:   depth 12, head_dim 128, T 1024, B 4, window "SSSL"
-//   (all: vocab 32768, aspect ratio 64: n_embd = ceil(depth*64/head_dim)*head_dim)
+//   d4v8k, d8v8k: d4 and d8 with vocab 8192 (the quickstart's)
+//   (the others: vocab 32768; all: aspect ratio 64: n_embd = ceil(depth*64/head_dim)*head_dim)
 // --recompute-mlp turns on the model's MLP activation recompute (GPT::set_recompute_mlp).
 // --dtype float32,bfloat16 runs each (config, threads) in each compute dtype (model/gpt.h
 // ComputeDtype), bf16 rows with MFU against the measured bf16 dot-product peak, and prints the
@@ -62,7 +63,7 @@ namespace {
 
 using bench::BenchConfig;
 using bench::kConfigs;
-using bench::kVocab;
+
 
 std::vector<std::string> split(const char* s) {
   std::vector<std::string> out;
@@ -331,7 +332,7 @@ int main(int argc, char** argv) {
             "\"n_kv_head\":%lld,\"T\":%d,\"B\":%d,\"window\":\"%s\",\"vocab\":%d,"
             "\"flops_per_token\":%lld}\n",
             bc->name, bc->depth, bc->head_dim, static_cast<long long>(cfg.n_embd), static_cast<long long>(cfg.n_head),
-            static_cast<long long>(cfg.n_kv_head), bc->T, bc->B, bc->pattern, kVocab,
+            static_cast<long long>(cfg.n_kv_head), bc->T, bc->B, bc->pattern, bc->vocab,
             static_cast<long long>(GPT::flops_per_token(cfg)));
       } else {
         std::printf(
@@ -394,8 +395,8 @@ int main(int argc, char** argv) {
           Rng rng(7);
           std::vector<int32_t> idx(static_cast<size_t>(bc.B) * bc.T), tgt(idx.size());
           for (size_t i = 0; i < idx.size(); ++i) {
-            idx[i] = static_cast<int32_t>(rng.below(kVocab));
-            tgt[i] = static_cast<int32_t>(rng.below(kVocab));
+            idx[i] = static_cast<int32_t>(rng.below(bc.vocab));
+            tgt[i] = static_cast<int32_t>(rng.below(bc.vocab));
           }
           double t_fb = 0, t_opt = 0;
           float loss = 0;
@@ -450,7 +451,7 @@ int main(int argc, char** argv) {
                 "\"peak_gflops\":%.3f,\"peak_isa\":\"%s\",\"gemm_isa\":\"%s\",\"mfu\":%.5f,\"peak_rss_bytes\":%ld,"
                 "\"step_cpu_s\":%.6f,\"page_faults_per_step\":%.0f,\"activation_bytes\":%zu,"
                 "\"optimizer_state_bytes\":%zu,\"loss\":%.5f,\"step_times\":",
-                bc.name, bc.depth, bc.head_dim, static_cast<long long>(cfg.n_embd), bc.T, bc.B, bc.pattern, kVocab,
+                bc.name, bc.depth, bc.head_dim, static_cast<long long>(cfg.n_embd), bc.T, bc.B, bc.pattern, bc.vocab,
                 compute_dtype_name(dtype), nt, steps, warmup, model.num_params(),
                 static_cast<long long>(model.num_flops_per_token()), med, median(fb_times), median(opt_times), tps,
                 gflops, peak, peak_isa, gemm_isa(), gflops / peak, rss, median(cpu_times), median(faults),
