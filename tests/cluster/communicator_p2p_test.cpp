@@ -191,20 +191,12 @@ TEST(GlooCommunicatorSplit, GroupsRunTheirOwnCollectives) {
 // that port again, pair by pair.
 TEST(GlooCommunicatorSplit, GroupsFormOnPinnedDataPlanePorts) {
   // four ports of this process's own block, below the ephemeral range the job's master port is
-  // picked from (a free ephemeral port and its next three could include that master port)
-  // all four free now (test_port checks only the one it returns)
-  auto free_now = [](int port) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    ::close(fd);
-    return ok;
-  };
+  // picked from (a free ephemeral port and its next three could include that master port), all
+  // four free now (test_port checks only the one it returns)
   int first = nctest::test_port();
-  for (int tries = 0; tries < 20 && !(free_now(first + 1) && free_now(first + 2) && free_now(first + 3)); ++tries)
+  for (int tries = 0; tries < 20 && !(nctest::port_free_now(first + 1) && nctest::port_free_now(first + 2) &&
+                                      nctest::port_free_now(first + 3));
+       ++tries)
     first = nctest::test_port();
   ASSERT_EQ(::setenv("NANOCHAT_PORT_RANGE", str_cat(first, "-", first + 3).c_str(), 1), 0);
   auto ps = run_ranks(4, [](GlooCommunicator& c) {
