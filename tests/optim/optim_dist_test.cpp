@@ -416,7 +416,7 @@ TEST(MuonAdamWLayout, RebalanceMovesOnlyWhenTheMovePaysForItself) {
   Rng rng0(1050);
   init.fill_params(rng0, -0.5, 0.5);
   std::vector<ParamSet> ranks(2, init);
-  std::vector<size_t> leaving(2), moved(2);
+  std::vector<size_t> leaving(2), moved(2), recorded(2);
   std::vector<int> swaps_costed(2), swaps_free(2);
   std::vector<std::vector<int>> changed(2);
   on_ranks(2, [&](int r, Communicator& comm) {
@@ -437,12 +437,15 @@ TEST(MuonAdamWLayout, RebalanceMovesOnlyWhenTheMovePaysForItself) {
     costs.seconds_per_float = 1e-3 / static_cast<double>(leaving[r]);
     changed[r].push_back(opt.rebalance(a, 0.1, &costs));
     moved[r] = opt.last_moved_floats();
+    recorded[r] = opt.last_floats_leaving();
     // not costed (the first move of a run): the swaps move the state every time
     for (int i = 0; i < 10; ++i) swaps_free[r] += opt.rebalance(i % 2 ? a : b, 0.1, nullptr);
   });
   EXPECT_GT(leaving[0], 0u);
   EXPECT_EQ(leaving[1], leaving[0]);
   EXPECT_EQ(moved[0] + moved[1], 2 * leaving[0]);
+  EXPECT_EQ(recorded[0], leaving[0]);  // what set_layout records for the move's rate
+  EXPECT_EQ(recorded[1], leaving[0]);
   EXPECT_EQ(changed[0], (std::vector<int>{0, 1}));
   EXPECT_EQ(changed[1], changed[0]);
   EXPECT_EQ(swaps_costed[0], 0);

@@ -209,6 +209,8 @@ class MuonAdamW {
   bool rebalance(const std::vector<double>& speeds, double min_gain = 0.1, const MoveCosts* costs = nullptr);
   /// Floats of state this rank sent or received in the last layout change.
   size_t last_moved_floats() const { return moved_floats_; }
+  /// floats_leaving of the last layout change (all ranks together; the same on every rank).
+  size_t last_floats_leaving() const { return leaving_floats_; }
 
   /// Parameter groups in nanochat's order (for logs and tests).
   const std::vector<OptGroup>& groups() const { return groups_; }
@@ -256,6 +258,7 @@ class MuonAdamW {
   double comm_wait_s_ = 0.0;
   OptLayout layout_;
   size_t moved_floats_ = 0;
+  size_t leaving_floats_ = 0;
   void timed_wait(const WorkPtr& w);
   std::vector<AdamSlot> adam_;   // one per AdamW parameter, in group order
   std::vector<MuonSlot> muon_;   // one per Muon group, in group order

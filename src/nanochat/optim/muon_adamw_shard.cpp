@@ -279,6 +279,7 @@ void MuonAdamW::set_layout(const OptLayout& to) {
     if (s.reduce)
       fail("optimizer: the layout changed while a gradient reduction was pending (between grad_ready and step)");
   moved_floats_ = 0;
+  leaving_floats_ = floats_leaving(layout_, to);
   for (size_t k = 0; k < adam_.size(); ++k)
     if (adam_[k].sharded && to.adam_rows[k] != layout_.adam_rows[k]) {
       move_adam(adam_[k], to.adam_rows[k]);

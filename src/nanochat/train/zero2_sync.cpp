@@ -97,12 +97,11 @@ std::string Zero2Sync::rebalance_optimizer(int64_t step, const std::vector<RankS
   MuonAdamW::MoveCosts costs;
   for (const RankStep& x : ranks) costs.opt_seconds.push_back(x.opt_compute);
   costs.seconds_per_float = move_rate_;
-  const OptLayout before = opt_.layout();
   Timer t;
   if (!opt_.rebalance(balancer_.speeds(), 0.1, &costs)) return {};
   const double seconds = t.seconds();  // outside every step's time: said here
   move_seconds_ = seconds;
-  move_floats_ = opt_.floats_leaving(before, opt_.layout());
+  move_floats_ = opt_.last_floats_leaving();
   const std::vector<double> work = opt_.work_per_rank(opt_.layout());
   std::vector<int64_t> parts;
   for (double w : work) parts.push_back(static_cast<int64_t>(w));
