@@ -160,6 +160,26 @@ TEST(Loader, PackingMatchesTheSpecReferenceOnTwoRanks) {
   }
 }
 
+TEST(Loader, WholeRowsAreTheReferenceRowsAndTheirStateMatchesNext) {
+  Shards s("nc_loader_rows", 64);
+  const Tokenizer& tok = tokenizer();
+  const int B = 3, T = 96;
+  auto want = reference_batches(s, tok, B, T, 1, 2, 16, 100, 8);
+  DataLoader rows_loader(tok, opts(s, B, T, 1, 2));
+  DataLoader split_loader(tok, opts(s, B, T, 1, 2));
+  std::vector<int32_t> rows(B * (T + 1)), x(B * T), y(B * T);
+  for (int n = 0; n < 8; ++n) {
+    rows_loader.next_rows(rows.data());
+    ASSERT_EQ(rows, want[n]) << "batch " << n;
+    split_loader.next(x.data(), y.data());
+    ASSERT_EQ(rows_of(x, y, B, T), rows) << "next() splits the same rows, batch " << n;
+    ASSERT_EQ(rows_loader.state(), split_loader.state()) << "batch " << n;
+  }
+  rows_loader.next_rows(nullptr);  // read past
+  split_loader.next(nullptr, nullptr);
+  EXPECT_EQ(rows_loader.state(), split_loader.state());
+}
+
 TEST(Loader, ResumeIsExactWithPrefetch) {
   Shards s("nc_loader_resume", 64);
   const Tokenizer& tok = tokenizer();

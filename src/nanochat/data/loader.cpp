@@ -267,7 +267,7 @@ void DataLoader::producer_loop() {
   }
 }
 
-void DataLoader::next(int32_t* inputs, int32_t* targets) {
+void DataLoader::next_rows(int32_t* rows) {
   Batch b;
   if (opt_.prefetch) {
     std::unique_lock<std::mutex> lk(mu_);
@@ -281,13 +281,20 @@ void DataLoader::next(int32_t* inputs, int32_t* targets) {
     impl_->make_batch(b.rows);
     b.state = impl_->state();
   }
-  const int64_t L = opt_.T + 1;
-  for (int r = 0; r < opt_.B && inputs != nullptr; ++r) {
-    const int32_t* row = b.rows.data() + static_cast<size_t>(r) * static_cast<size_t>(L);
-    std::copy(row, row + opt_.T, inputs + static_cast<size_t>(r) * opt_.T);
-    std::copy(row + 1, row + L, targets + static_cast<size_t>(r) * opt_.T);
-  }
+  if (rows != nullptr) std::copy(b.rows.begin(), b.rows.end(), rows);
   state_ = std::move(b.state);
+}
+
+void DataLoader::next(int32_t* inputs, int32_t* targets) {
+  const size_t L = static_cast<size_t>(opt_.T) + 1;
+  if (inputs == nullptr) return next_rows(nullptr);
+  rows_.resize(static_cast<size_t>(opt_.B) * L);
+  next_rows(rows_.data());
+  for (size_t r = 0; r < static_cast<size_t>(opt_.B); ++r) {
+    const int32_t* row = rows_.data() + r * L;
+    std::copy(row, row + opt_.T, inputs + r * static_cast<size_t>(opt_.T));
+    std::copy(row + 1, row + L, targets + r * static_cast<size_t>(opt_.T));
+  }
 }
 
 json DataLoader::state() const { return state_; }

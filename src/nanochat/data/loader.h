@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,11 @@
 namespace nanochat {
 
 class Tokenizer;
+
+/// Reads batch `index` of a val stream of (B, T) batches into inputs and targets, each (B, T) int32
+/// row-major, or reads past it when both are null (another rank's batch). Called for index 0, 1, ...
+/// in order.
+using ValBatchReader = std::function<void(int64_t index, int32_t* inputs, int32_t* targets)>;
 
 namespace data {
 
@@ -68,11 +74,13 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  /// Fills inputs and targets, each (B, T) int32 row-major: inputs = row[0:T], targets = row[1:T+1].
-  /// With both null the batch is read past (another rank's rows). The rows of the stream do not
-  /// depend on B (each row is packed on its own), so B rows of one loader are the same rows as B
-  /// batches of a loader with B = 1. Rethrows (as nanochat::Error) any failure of the background
-  /// thread.
+  /// The next batch as whole rows: writes (B, T+1) int32 row-major into `rows` (null: the batch is
+  /// read past). The rows of the stream do not depend on B (each row is packed on its own), so B
+  /// rows of one loader are the same rows as B batches of a loader with B = 1. Rethrows (as
+  /// nanochat::Error) any failure of the background thread.
+  void next_rows(int32_t* rows);
+  /// next_rows() split for the model: inputs and targets, each (B, T) int32 row-major, inputs =
+  /// row[0:T], targets = row[1:T+1]. With both null the batch is read past. Throws as next_rows().
   void next(int32_t* inputs, int32_t* targets);
   /// Exact resume point after the batches returned so far: {"version", "split", "rank",
   /// "world_size", "files", "epoch", "pq_idx", "rg_idx", "doc_offset", "buffer": [[pq, rg, row]...]}.
@@ -94,7 +102,8 @@ class DataLoader {
 
   LoaderOptions opt_;
   std::unique_ptr<Impl> impl_;
-  nlohmann::json state_;  // state after the last batch returned by next()
+  nlohmann::json state_;  // state after the last batch returned by next_rows()
+  std::vector<int32_t> rows_;  // next()'s batch as rows
   // prefetch
   std::thread thread_;
   mutable std::mutex mu_;

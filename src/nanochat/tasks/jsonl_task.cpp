@@ -66,18 +66,23 @@ bool JsonlTask::evaluate(const Example&, const std::string&) const {
   fail("the conversations of ", path_, " carry no way to judge answers; they are for training");
 }
 
-TaskPtr jsonl_tasks(const std::vector<std::string>& paths) {
-  std::vector<TaskPtr> tasks;
-  for (const std::string& arg : paths) {
+std::vector<std::string> jsonl_paths(const std::vector<std::string>& args) {
+  std::vector<std::string> paths;
+  for (const std::string& arg : args) {
     size_t pos = 0;
     while (pos <= arg.size()) {
       size_t comma = arg.find(',', pos);
       if (comma == std::string::npos) comma = arg.size();
-      const std::string p = arg.substr(pos, comma - pos);
-      if (!p.empty()) tasks.push_back(std::make_shared<JsonlTask>(p));
+      if (comma > pos) paths.push_back(arg.substr(pos, comma - pos));
       pos = comma + 1;
     }
   }
+  return paths;
+}
+
+TaskPtr jsonl_tasks(const std::vector<std::string>& paths) {
+  std::vector<TaskPtr> tasks;
+  for (const std::string& p : jsonl_paths(paths)) tasks.push_back(std::make_shared<JsonlTask>(p));
   if (tasks.empty()) fail("no JSONL file of conversations was given");
   if (tasks.size() == 1) return tasks.front();
   return std::make_shared<TaskSequence>(std::move(tasks));

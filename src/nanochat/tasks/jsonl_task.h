@@ -45,6 +45,10 @@ class JsonlTask final : public Task {
 /// wrong (naming the message index).
 std::string conversation_order_problem(const Conversation& conv);
 
+/// The files of --train-jsonl / --val-jsonl values: each value split at commas, empty parts
+/// dropped, in order.
+std::vector<std::string> jsonl_paths(const std::vector<std::string>& args);
+
 /// A task of several JSONL files, one after the other (TaskSequence of JsonlTask); `paths` may be
 /// given repeated or comma-separated ("a.jsonl,b.jsonl"). Throws like JsonlTask, or when `paths`
 /// names no file.
