@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "nanochat/checkpoint/model_io.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/engine/engine.h"
@@ -28,7 +29,6 @@
 #include "nanochat/serve/engine_backend.h"
 #include "nanochat/serve/server.h"
 #include "nanochat/tokenizer/conversation.h"
-#include "nanochat/train/model_io.h"
 
 using namespace nanochat;
 using json = nlohmann::json;

@@ -55,7 +55,7 @@
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/optim/optim_math.h"
-#include "nanochat/train/plan.h"
+#include "nanochat/plan/plan.h"
 
 using namespace nanochat;
 

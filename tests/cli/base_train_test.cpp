@@ -15,10 +15,10 @@
 #include <sstream>
 #include <thread>
 
+#include "nanochat/checkpoint/checkpoint.h"
 #include "nanochat/core/safetensors.h"
 #include "nanochat/data/parquet.h"
 #include "nanochat/tokenizer/tokenizer.h"
-#include "nanochat/train/checkpoint.h"
 #include "support/cli_util.h"
 
 namespace fs = std::filesystem;

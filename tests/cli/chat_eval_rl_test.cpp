@@ -11,9 +11,9 @@
 #include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tasks/registry.h"
-#include "nanochat/train/chat_eval.h"
-#include "nanochat/train/checkpoint.h"
-#include "nanochat/train/model_io.h"
+#include "nanochat/eval/chat_eval.h"
+#include "nanochat/checkpoint/checkpoint.h"
+#include "nanochat/checkpoint/model_io.h"
 #include "support/cli_util.h"
 
 using namespace nctest;

@@ -11,8 +11,8 @@
 #include <random>
 #include <string>
 
+#include "nanochat/checkpoint/checkpoint.h"
 #include "nanochat/core/safetensors.h"
-#include "nanochat/train/checkpoint.h"
 #include "support/cli_util.h"
 #include "support/two_nodes.h"
 #include "support/weights_compare.h"
@@ -94,6 +94,9 @@ TEST(ChatSft, TrainsOneEpochOfABaseCheckpointAndChatLoadsIt) {
   ASSERT_GT(S, 2) << r.out;
   const auto l = losses(b.sft_ckpt() + "/metrics.jsonl");
   ASSERT_EQ(static_cast<int64_t>(l.size()), S);
+  // steps named as the log names them (chat_sft.py counts a step before logging it): 1 .. S
+  EXPECT_EQ(l.begin()->first, 1);
+  EXPECT_EQ(l.rbegin()->first, S);
   EXPECT_LT(l.rbegin()->second, l.begin()->second);
   EXPECT_NE(r.out.find("Conversations packed: "), std::string::npos) << r.out;
   // nanochat's meta fields
@@ -181,7 +184,11 @@ TEST(ChatSft, BadInputsAreNamed) {
   // a missing file: its path
   auto r = run(b, " chat-sft --model-tag t --train-jsonl " + b.dir + "/nope.jsonl --eval-every -1 --threads 1");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.out.find(b.dir + "/nope.jsonl"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chat-sft: cannot read " + b.dir + "/nope.jsonl (no such file on this node); check the path "
+                       "given to --train-jsonl"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("peak"), std::string::npos) << "named before the model is built:\n" << r.out;
   // a malformed row: the file and the row, before any step
   {
     std::ofstream f(b.dir + "/bad.jsonl");

@@ -6,10 +6,10 @@
 
 #include <cstdlib>
 
+#include "nanochat/checkpoint/model_io.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/conversation.h"
-#include "nanochat/train/model_io.h"
 #include "support/cli_util.h"
 
 using namespace nctest;

@@ -21,8 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nanochat/checkpoint/checkpoint.h"
 #include "nanochat/core/safetensors.h"
-#include "nanochat/train/checkpoint.h"
 #include "support/cli_util.h"
 #include "support/two_nodes.h"
 #include "support/weights_compare.h"

@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "nanochat/checkpoint/checkpoint.h"
 #include "nanochat/core/safetensors.h"
-#include "nanochat/train/checkpoint.h"
 #include "support/cli_util.h"
 #include "support/weights_compare.h"
 

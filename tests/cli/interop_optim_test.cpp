@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/checkpoint/interop_optim.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/safetensors.h"
 #include "nanochat/core/torch_file.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
-#include "nanochat/train/interop_optim.h"
 #include "support/cli_util.h"
 
 using namespace nctest;

@@ -1,4 +1,4 @@
-// Node 0 serves the data (the default of a job with several ranks; train/step_source.h), through the
+// Node 0 serves the data (the default of a job with several ranks; feed/step_source.h), through the
 // binary: a worker whose base directory is empty (no shards, no tokenizer) trains and evaluates as
 // one process does, and node 0's files alone resume the run at 1, 2 and 3 ranks; over two network
 // namespaces joined by a 1 Gbit/s link too; node 0's data errors (no shards, no val shard, a
@@ -11,8 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "nanochat/checkpoint/checkpoint.h"
 #include "nanochat/core/safetensors.h"
-#include "nanochat/train/checkpoint.h"
 #include "support/cli_util.h"
 #include "support/netns_pair.h"
 #include "support/two_nodes.h"

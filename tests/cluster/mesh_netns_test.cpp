@@ -6,6 +6,8 @@
 // naming that host, its address and port. Needs root and `ip netns`; skips otherwise.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cstring>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -208,7 +210,10 @@ TEST(PortRange, ABusyPortIsNamed) {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   a.sin_port = htons(34131);  // local rank 1's port of 34130-34139
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  // an earlier test's connection on this port may linger in TIME_WAIT; a listener still blocks it
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
   ASSERT_EQ(::listen(fd, 1), 0);
   Proc p = Proc::spawn({nctest::nanochat_binary(), "run", "--nproc-per-node", "2", "--master-port", "34120",
                         "--port-range", "34130-34139", "dist-selftest"},

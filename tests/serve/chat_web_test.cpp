@@ -9,10 +9,10 @@
 #include <cstdlib>
 #include <regex>
 
+#include "nanochat/checkpoint/model_io.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/conversation.h"
-#include "nanochat/train/model_io.h"
 #include "serve/serve_util.h"
 #include "support/cli_util.h"
 

@@ -58,7 +58,7 @@ class SoloSync final : public nanochat::StepSync {
   bool in_sync(int64_t) const override { return true; }
   void check_replicas(int64_t) override {}
   void sum_over_ranks(double*, size_t) override {}
-  void save(const std::string&, const nlohmann::json&, const nanochat::LoopState&,
+  void save(const std::string&, const nanochat::RunMeta&, const nanochat::LoopState&,
             const nanochat::FaultInjector&) override {
     nanochat::fail("SoloSync keeps no checkpoints");
   }

@@ -17,7 +17,7 @@
 #include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/train/chat_rl.h"
-#include "nanochat/train/checkpoint.h"
+#include "nanochat/checkpoint/checkpoint.h"
 #include "support/byte_tokenizer.h"
 #include "support/error_of.h"
 #include "support/thread_communicator.h"

@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/checkpoint/interop_optim.h"
 #include "nanochat/core/safetensors.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tasks/jsonl_task.h"
 #include "nanochat/tokenizer/tokenizer.h"
-#include "nanochat/train/interop_optim.h"
 #include "nanochat/train/sft_data.h"
 #include "nanochat/train/trainer.h"
 
@@ -121,7 +121,7 @@ TEST(SftParity, OneStepFromNanochatsOptimizerStateIsNanochats) {
   const int64_t valid = std::count_if(targets.begin(), targets.end(), [](int32_t t) { return t >= 0; });
   ASSERT_GT(valid, 0);
   ASSERT_LT(valid, static_cast<int64_t>(targets.size())) << "the batch should hold masked targets";
-  // the engine's step: the gradient of the token-loss sum, scaled by 1 / valid targets (train/grad_accum.h)
+  // the engine's step: the gradient of the token-loss sum, scaled by 1 / valid targets (train/zero2_grad_accum.h)
   const float loss = model.forward_backward(idx.data(), targets.data(), B, T, static_cast<float>(valid));
   const double want_loss = std::stod(f.metadata.at("loss"));
   EXPECT_NEAR(loss, want_loss, 1e-4 * std::fabs(want_loss));

@@ -2,8 +2,8 @@
 // get_lr_multiplier(progress), get_muon_momentum(it) and the step's print0 f-string.
 #include <gtest/gtest.h>
 
+#include "nanochat/plan/schedules.h"
 #include "nanochat/train/report.h"
-#include "nanochat/train/schedules.h"
 
 using namespace nanochat;
 

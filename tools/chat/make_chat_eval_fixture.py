@@ -2,7 +2,7 @@
 """Writes tests/fixtures/chat/chat_eval.json: what nanochat's own chat evaluation
 (scripts/chat_eval.py run_categorical_eval and run_generative_eval, executed unmodified from a
 nanochat git directory, with nanochat's GPT, Engine and RustBPETokenizer) decides on a handful of
-problems, for the C++ runner (src/nanochat/train/chat_eval.h) to reproduce.
+problems, for the C++ runner (src/nanochat/eval/chat_eval.h) to reproduce.
 
 The model is the engine fixture `tool_int` (tests/fixtures/chat/engine_tool_int.safetensors, made by
 make_engine_fixture.py: byte-level vocabulary of 265, d32, 2 layers, a planted calculator call

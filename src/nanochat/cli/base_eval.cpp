@@ -1,6 +1,6 @@
 // `nanochat base-eval`: nanochat scripts/base_eval.py (docs/nanochat.md 3.6, 8.1 step 5): --eval
 // sample (cli/base_eval_modes.h), bpb (bits per byte of a trained checkpoint on the train and val
-// splits) and core (the CORE metric, train/core_eval.h), in that order.
+// splits) and core (the CORE metric, eval/core_eval.h), in that order.
 // While a split is evaluated, rank 0 (RANK unset or 0) prints a progress line at every tenth of
 // its batches and at least every 30 s: "<split>: <done>/<total> batches (<pct>%) | <tokens> tokens
 // | <elapsed> s | <tok/s> tok/s".
@@ -8,19 +8,19 @@
 #include <memory>
 #include <string>
 
+#include "nanochat/checkpoint/model_io.h"
 #include "nanochat/cli/base_eval_modes.h"
 #include "nanochat/cli/commands.h"
+#include "nanochat/cluster/env.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/data/loader.h"
-#include "nanochat/cluster/env.h"
+#include "nanochat/eval/bpb.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/tokenizer.h"
-#include "nanochat/train/eval.h"
-#include "nanochat/train/model_io.h"
 
 namespace nanochat::cli {
 
@@ -43,8 +43,8 @@ void evaluate_splits(LoadedModel& lm, const Tokenizer& tok, const EvalArgs& args
   const EvalArgs* a = &args;
   {
     data::LoaderOptions o;
-    o.B = a->device_batch_size > 0 ? a->device_batch_size : lm.meta.value("device_batch_size", 8);
-    o.T = lm.meta.value("max_seq_len", static_cast<int>(lm.model->config().sequence_len));
+    o.B = a->device_batch_size > 0 ? a->device_batch_size : static_cast<int>(lm.run.device_batch_size.value_or(8));
+    o.T = static_cast<int>(lm.run.max_seq_len.value_or(lm.model->config().sequence_len));
     o.data_dir = data_dir();
     const int64_t steps = std::max<int64_t>(1, a->split_tokens / (static_cast<int64_t>(o.B) * o.T));
     std::printf("model %s step %lld: %lld batches of %d x %d tokens per split\n", lm.tag.c_str(),

@@ -4,14 +4,14 @@
 #include <filesystem>
 #include <vector>
 
+#include "nanochat/checkpoint/model_io.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/engine/sample_prompts.h"
+#include "nanochat/eval/core_eval.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/tokenizer.h"
-#include "nanochat/train/core_eval.h"
-#include "nanochat/train/model_io.h"
 
 namespace nanochat::cli {
 

@@ -22,7 +22,7 @@ EvalModes parse_eval_modes(const std::string& text);
 /// to 128 tokens after <|bos|> alone at temperature 1 (seeds 42..49); each printed after a line of dashes.
 void print_base_samples(LoadedModel& lm, const Tokenizer& tok);
 
-/// CORE on $NANOCHAT_BASE_DIR/eval_bundle (train/core_eval.h): a line per task, the CSV
+/// CORE on $NANOCHAT_BASE_DIR/eval_bundle (eval/core_eval.h): a line per task, the CSV
 /// <base>/base_eval/base_model_<step:06d>.csv and "CORE metric: x.xxxx". When the bundle is missing
 /// and `required` is false, prints a note naming the path and the download command and returns;
 /// otherwise a missing bundle throws nanochat::Error with the same facts.

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/checkpoint/model_io.h"
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/conversation.h"
-#include "nanochat/train/model_io.h"
 
 namespace nanochat::cli {
 

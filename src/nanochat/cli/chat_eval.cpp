@@ -1,6 +1,6 @@
 // `nanochat chat-eval`: nanochat scripts/chat_eval.py. Loads a chat checkpoint (-i sft|rl|base,
 // -g, -s), evaluates each task of -a ("ARC-Easy|GSM8K", default the five of ChatCORE) on its test
-// split with train/chat_eval.h, prints "<task> accuracy: xx.xx%" per task and, when the five were
+// split with eval/chat_eval.h, prints "<task> accuracy: xx.xx%" per task and, when the five were
 // evaluated, "ChatCORE metric: x.xxxx". Under `nanochat run` (or torchrun's variables) the ranks
 // share the problems and rank 0 prints the sums. While a task runs, a terminal shows each rank's
 // running count on one line, as nanochat does.
@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/checkpoint/model_io.h"
 #include "nanochat/cli/commands.h"
 #include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/engine/engine.h"
+#include "nanochat/eval/chat_eval.h"
 #include "nanochat/model/gpt.h"
-#include "nanochat/train/chat_eval.h"
-#include "nanochat/train/model_io.h"
 
 namespace nanochat::cli {
 

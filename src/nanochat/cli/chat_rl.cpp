@@ -16,7 +16,7 @@
 #include "nanochat/model/gpt.h"
 #include "nanochat/tasks/registry.h"
 #include "nanochat/train/chat_rl.h"
-#include "nanochat/train/model_io.h"
+#include "nanochat/checkpoint/model_io.h"
 
 namespace nanochat::cli {
 

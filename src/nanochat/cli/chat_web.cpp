@@ -10,13 +10,13 @@
 #include <string>
 #include <thread>
 
+#include "nanochat/checkpoint/model_io.h"
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/serve/engine_backend.h"
 #include "nanochat/serve/server.h"
-#include "nanochat/train/model_io.h"
 #include "nanochat/train/runs.h"
 
 namespace nanochat::cli {

@@ -29,7 +29,7 @@ inline void add_checkpoint_options(CLI::App* c, CheckpointChoice& choice) {
   c->add_option("-s,--step", choice.step, "checkpoint step (default or -1: the last complete one)");
 }
 
-/// Adds -i/--source (nanochat's: which stage's checkpoints, base|sft|rl; train/model_io.h
+/// Adds -i/--source (nanochat's: which stage's checkpoints, base|sft|rl; checkpoint/model_io.h
 /// CheckpointSource) with `default_source` as its default.
 inline void add_source_option(CLI::App* c, CheckpointChoice& choice, const std::string& default_source) {
   choice.source = default_source;

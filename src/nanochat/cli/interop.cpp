@@ -1,13 +1,13 @@
 // `nanochat export --to nanochat` and `nanochat import --from nanochat`: checkpoints and the
 // tokenizer in the layout of Karpathy's nanochat (PyTorch), in both directions
-// (train/interop_nanochat.h).
+// (checkpoint/interop_nanochat.h).
 #include <cstdio>
 #include <memory>
 #include <string>
 
+#include "nanochat/checkpoint/interop_nanochat.h"
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
-#include "nanochat/train/interop_nanochat.h"
 
 namespace nanochat::cli {
 

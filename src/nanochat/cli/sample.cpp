@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/checkpoint/model_io.h"
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/engine/sample_prompts.h"
 #include "nanochat/model/gpt.h"
-#include "nanochat/train/model_io.h"
 
 namespace nanochat::cli {
 

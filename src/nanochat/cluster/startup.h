@@ -9,8 +9,8 @@
 // arrives at its first barrier (a slow start-up on one machine). Never set it in real runs.
 #include <string>
 
-#include "nanochat/comm/communicator.h"
 #include "nanochat/cluster/net.h"
+#include "nanochat/comm/communicator.h"
 
 namespace nanochat::cluster {
 
@@ -24,7 +24,7 @@ namespace nanochat::cluster {
 void startup_barrier(Communicator& comm, const std::string& stage);
 
 /// The start-up deadline's length: NANOCHAT_STARTUP_TIMEOUT seconds, default 900 (also bounds the
-/// data feed's set-up, cluster/feed_link.h).
+/// data feed's set-up, feed/feed_link.h).
 Ms startup_timeout();
 
 }  // namespace nanochat::cluster

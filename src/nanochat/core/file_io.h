@@ -14,7 +14,7 @@ std::string read_file(const std::string& path, std::string_view hint = {});
 
 /// A temporary name next to `path`, unique per process and per call ("<path>.tmp.<pid>.<n>"):
 /// ranks that are threads of one process (tests) may write the same file of a shared folder at
-/// once. train/checkpoint.h remove_stale_checkpoint_tmp() recognises this form.
+/// once. checkpoint/checkpoint.h remove_stale_checkpoint_tmp() recognises this form.
 std::string atomic_tmp_name(const std::string& path);
 
 /// fsyncs the directory `dir` (so a rename inside it survives a crash). Throws nanochat::Error

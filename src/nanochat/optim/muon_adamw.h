@@ -118,7 +118,7 @@ class MuonAdamW {
   /// overlaps the last micro-batch's backward). With W > 1 a large (sharded) AdamW
   /// tensor's reduce-scatter is launched at once, and a Muon group's once all its matrices are
   /// ready; small all-reduced tensors always wait for step() (their gradients may still be
-  /// rewritten, see train/ordered_grad_sum.h). No-op at W = 1 or for an already launched tensor.
+  /// rewritten, see train/zero2_ordered_sum.h). No-op at W = 1 or for an already launched tensor.
   /// The gradient must not change afterwards until step() returns. Every rank must mark the same
   /// parameters in the same order. Throws nanochat::Error for an index out of range.
   void grad_ready(size_t param);

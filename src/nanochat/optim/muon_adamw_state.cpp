@@ -2,7 +2,7 @@
 // tensors and metadata of one rank's shard (state_entries, state_metadata, load_state), the layout
 // a saved shard records, and the whole (world-size-free) state that a resume at another world size
 // or layout assembles from every shard and deals out again, one part per rank (whole_state_part).
-// No communicator: the callers (train/loop_checkpoint.cpp) move the bytes. The tensor names,
+// No communicator: the callers (checkpoint/loop_checkpoint.cpp) move the bytes. The tensor names,
 // shapes and metadata keys are the file format: a change breaks every saved checkpoint.
 #include <algorithm>
 #include <cstring>

@@ -7,7 +7,7 @@
 // range of them, rank 0 first, and runs it in micro-batches of its --device-batch-size B_r (the
 // last one may be shorter). Rows are dealt one by one (not in whole micro-batches): at small
 // batches a coarser unit left the fast rank waiting for a rounding. The result does not depend on
-// the split beyond rounding (train/ordered_grad_sum.h, grad_accum.h): the tests hold every split
+// the split beyond rounding (train/zero2_ordered_sum.h, zero2_grad_accum.h): the tests hold every split
 // to the tolerance of the world-size tests.
 //
 // Every rank holds an identical StepBalancer and feeds it the same gathered per-rank timings after

@@ -10,7 +10,7 @@
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/conversation.h"
-#include "nanochat/train/checkpoint.h"
+#include "nanochat/checkpoint/checkpoint.h"
 
 namespace nanochat {
 
@@ -108,35 +108,6 @@ double policy_gradient_backward(GPT& model, const RlRollout& r, size_t row_begin
     loss += scale * static_cast<double>(mean_nll);
   }
   return loss;
-}
-
-std::vector<double> pass_at_k(Engine& engine, const tasks::Task& task, int num_samples, int64_t max_examples,
-                              int max_new_tokens, double temperature, int top_k, Communicator& comm) {
-  if (num_samples < 1) fail("pass@k needs at least one sample per problem (got ", num_samples, ")");
-  const Tokenizer& tok = engine.tokenizer();
-  const int64_t n = max_examples < 0 ? task.size() : std::min(max_examples, task.size());
-  std::vector<double> counts(static_cast<size_t>(num_samples) + 1, 0.0);  // pass@1..k, then records
-  GenerateOptions g;
-  g.num_samples = num_samples;
-  g.max_tokens = max_new_tokens;
-  g.temperature = temperature;
-  g.top_k = top_k;
-  g.seed = 42;
-  for (int64_t i = comm.rank(); i < n; i += comm.world_size()) {
-    const tasks::Example ex = task.get(i);
-    const GenerateResult gen = engine.generate(render_for_completion(tok, ex.conversation), g);
-    bool any = false;
-    for (int k = 0; k < num_samples; ++k) {
-      any = any || task.evaluate(ex, tok.decode(gen.rows[static_cast<size_t>(k)].tokens));
-      counts[static_cast<size_t>(k)] += any ? 1.0 : 0.0;
-    }
-    counts.back() += 1.0;
-  }
-  if (comm.world_size() > 1) comm.all_reduce_sum_f64(counts.data(), counts.size())->wait();
-  const double records = counts.back();
-  counts.pop_back();
-  for (double& c : counts) c = records > 0 ? c / records : 0.0;
-  return counts;
 }
 
 namespace {

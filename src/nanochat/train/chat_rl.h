@@ -43,6 +43,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nanochat/engine/engine.h"
+#include "nanochat/eval/chat_eval.h"
 #include "nanochat/tasks/task.h"
 
 namespace nanochat {
@@ -87,12 +88,6 @@ RlRollout sample_rollout(Engine& engine, const tasks::Task& task, int64_t exampl
 /// or passes_times_examples < 1.
 double policy_gradient_backward(GPT& model, const RlRollout& r, size_t row_begin, size_t row_end,
                                 int64_t passes_times_examples);
-
-/// pass@k on the first max_examples problems of `task` (all when < 0), k = 1..num_samples: the
-/// fraction of problems (over every rank) where any of the first k answers passes
-/// Task::evaluate. Problems are strided over the ranks; every rank must call together.
-std::vector<double> pass_at_k(Engine& engine, const tasks::Task& task, int num_samples, int64_t max_examples,
-                              int max_new_tokens, double temperature, int top_k, Communicator& comm);
 
 /// Settings of a run (nanochat chat_rl's flags and defaults).
 struct ChatRlOptions {

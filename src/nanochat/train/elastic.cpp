@@ -5,14 +5,14 @@
 #include <memory>
 #include <optional>
 
+#include "nanochat/checkpoint/checkpoint.h"
 #include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/cluster/heartbeat.h"
 #include "nanochat/cluster/regroup.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/format.h"
 #include "nanochat/core/paths.h"
-#include "nanochat/train/checkpoint.h"
-#include "nanochat/train/plan.h"
+#include "nanochat/plan/plan.h"
 
 namespace nanochat {
 

@@ -1,5 +1,5 @@
 #pragma once
-// The second stage of base-train's set-up, after TrainPlan (train/plan.h, this rank's flags): what
+// The second stage of base-train's set-up, after TrainPlan (plan/plan.h, this rank's flags): what
 // the job as a whole is, known once every rank has said its part. Built before the first collective
 // on tensors: it waits for every rank (cluster/startup.h), runs the start-up agreement
 // (cluster/agree.h: model, batch, tokenizer, flags, data) and only then gathers the device batches,
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "nanochat/train/plan.h"
+#include "nanochat/plan/plan.h"
 
 namespace nanochat {
 

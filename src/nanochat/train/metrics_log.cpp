@@ -3,8 +3,8 @@
 #include <utility>
 #include <vector>
 
+#include "nanochat/checkpoint/checkpoint.h"
 #include "nanochat/core/file_io.h"
-#include "nanochat/train/checkpoint.h"
 #include "nanochat/train/runs.h"
 
 using json = nlohmann::json;

@@ -6,7 +6,7 @@
 //                  rank order) "rank_rows" (its rows of the step), "rank_compute_ms",
 //                  "rank_wait_ms" (blocked on the others), "rank_data_ms" (getting its rows) and
 //                  "rank_tok_per_sec" (its rows x T over its step time)
-//   val record    {"step", "val_bpb"} (an infinity as in train/loop_state.h)
+//   val record    {"step", "val_bpb"} (an infinity as in checkpoint/loop_state.h)
 // The chart (train/runs.h metrics_chart_svg) also reads "membership": a text a record may carry at
 // the step the job's nodes changed (e.g. "node 2 left"), drawn as a marker; nothing writes it yet,
 // and a change in the length of the rank arrays is marked without it.

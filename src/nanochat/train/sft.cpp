@@ -2,10 +2,15 @@
 #include "nanochat/train/sft.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 
+#include "nanochat/checkpoint/checkpoint.h"
+#include "nanochat/checkpoint/interop_optim.h"
+#include "nanochat/checkpoint/loop_checkpoint.h"
+#include "nanochat/checkpoint/model_io.h"
 #include "nanochat/cluster/gather.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/comm/typed.h"
@@ -15,18 +20,14 @@
 #include "nanochat/core/profile.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/engine/engine.h"
+#include "nanochat/eval/chat_eval.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tasks/jsonl_task.h"
 #include "nanochat/tasks/registry.h"
 #include "nanochat/tokenizer/tokenizer.h"
-#include "nanochat/train/chat_eval.h"
-#include "nanochat/train/checkpoint.h"
-#include "nanochat/train/interop_optim.h"
 #include "nanochat/train/job_layout.h"
-#include "nanochat/train/loop_checkpoint.h"
 #include "nanochat/train/metrics_log.h"
-#include "nanochat/train/model_io.h"
 #include "nanochat/train/sft_data.h"
 #include "nanochat/train/trainer.h"
 
@@ -52,7 +53,7 @@ std::string py_str(const json& v) {
 }
 
 // Whether every rank can open ChatCORE's five tasks (each rank reads its own copy of the task files,
-// train/chat_eval.h). Collective. When one cannot, rank 0 says which rank and what is missing, and
+// eval/chat_eval.h). Collective. When one cannot, rank 0 says which rank and what is missing, and
 // chat-sft trains without ChatCORE rather than stopping at its first estimate.
 bool chatcore_tasks_on_every_rank(Communicator& comm) {
   std::string missing;
@@ -115,28 +116,23 @@ json sft_args_to_json(const SftArgs& a) {
               {"local_data", a.local_data}};
 }
 
-bool is_sft_meta(const json& meta) {
-  const json uc = meta.value("user_config", json::object());
+bool is_sft_meta(const RunMeta& meta) {
+  const json& uc = meta.user_config;
   return uc.is_object() && (uc.contains("init_lr_frac") || uc.contains("mmlu_epochs") || uc.contains("load_optimizer"));
 }
 
-TrainPlan derive_sft_plan(const SftArgs& a, const json& base_meta, const std::string& meta_path, int world_size,
+TrainPlan derive_sft_plan(const SftArgs& a, const RunMeta& base_meta, const std::string& meta_path, int world_size,
                           const std::string& base_dir) {
   TrainPlan p;
   p.command = "chat-sft";
   p.sft = true;
   p.world_size = world_size;
-  try {
-    p.model = ModelConfig::from_json(base_meta.at("model_config"));
-  } catch (const std::exception& e) {
-    fail(meta_path, ": no readable model_config: ", e.what());
-  }
+  p.model = base_meta.model_config;
   p.counts = count_params(p.model);
   // nanochat's inheritance: None -> the checkpoint's value (or the fallback), else the flag
-  const json uc = base_meta.value("user_config", json::object());
-  auto resolve = [&](const char* name, json given, json fallback, const json& source) {
-    const json pre =
-        source.is_object() && source.contains(name) && !source.at(name).is_null() ? source.at(name) : json();
+  const json& uc = base_meta.user_config;
+  // pre: the checkpoint's value (null when it has none)
+  auto resolve = [&](const char* name, json given, json fallback, const json& pre) {
     if (given.is_null()) {
       const json v = pre.is_null() ? fallback : pre;
       p.log.push_back(str_cat("Inherited ", name, "=", py_str(v), " from pretrained checkpoint"));
@@ -154,12 +150,19 @@ TrainPlan derive_sft_plan(const SftArgs& a, const json& base_meta, const std::st
   };
   const json flags = sft_args_to_json(a);
   try {
-    p.T = resolve("max_seq_len", flags["max_seq_len"], 2048, base_meta).get<int>();
-    p.B = resolve("device_batch_size", flags["device_batch_size"], 32, base_meta).get<int>();
-    p.total_batch_size = resolve("total_batch_size", flags["total_batch_size"], 524288, base_meta).get<int64_t>();
-    p.optim.embedding_lr = resolve("embedding_lr", flags["embedding_lr"], 0.3, uc).get<float>();
-    p.optim.unembedding_lr = resolve("unembedding_lr", flags["unembedding_lr"], 0.004, uc).get<float>();
-    p.optim.matrix_lr = resolve("matrix_lr", flags["matrix_lr"], 0.02, uc).get<float>();
+    auto recorded = [](const std::optional<int64_t>& v) { return v ? json(*v) : json(); };
+    auto of_user_config = [&uc](const char* name) {
+      return uc.is_object() && uc.contains(name) && !uc.at(name).is_null() ? uc.at(name) : json();
+    };
+    p.T = resolve("max_seq_len", flags["max_seq_len"], 2048, recorded(base_meta.max_seq_len)).get<int>();
+    p.B = resolve("device_batch_size", flags["device_batch_size"], 32, recorded(base_meta.device_batch_size)).get<int>();
+    p.total_batch_size =
+        resolve("total_batch_size", flags["total_batch_size"], 524288, recorded(base_meta.total_batch_size))
+            .get<int64_t>();
+    p.optim.embedding_lr = resolve("embedding_lr", flags["embedding_lr"], 0.3, of_user_config("embedding_lr")).get<float>();
+    p.optim.unembedding_lr =
+        resolve("unembedding_lr", flags["unembedding_lr"], 0.004, of_user_config("unembedding_lr")).get<float>();
+    p.optim.matrix_lr = resolve("matrix_lr", flags["matrix_lr"], 0.02, of_user_config("matrix_lr")).get<float>();
   } catch (const nlohmann::json::exception& e) {
     fail(meta_path, ": a batch or lr value of the wrong type: ", e.what());
   }
@@ -175,7 +178,7 @@ TrainPlan derive_sft_plan(const SftArgs& a, const json& base_meta, const std::st
   p.optim.scalar_lr = 0.5f;
   p.optim.weight_decay = 0.0f;  // nanochat: setup_optimizer(weight_decay=0.0)
   p.optim.model_dim = p.model.n_embd;
-  p.dmodel_lr_scale = std::pow(static_cast<double>(p.model.n_embd) / 768.0, -0.5);
+  p.dmodel_lr_scale = dmodel_lr_scale(p.model.n_embd);
   const int64_t per_micro = static_cast<int64_t>(p.B) * p.T * world_size;
   p.grad_accum_steps = std::max<int64_t>(1, (p.total_batch_size + per_micro - 1) / per_micro);
   p.log.push_back(str_cat("Tokens / micro-batch / rank: ", p.B, " x ", p.T, " = ", with_commas(p.B * p.T)));
@@ -186,7 +189,6 @@ TrainPlan derive_sft_plan(const SftArgs& a, const json& base_meta, const std::st
   p.sft_schedule = SftSchedule{a.warmup_ratio, a.warmdown_ratio, a.final_lr_frac};
   p.num_iterations = std::numeric_limits<int64_t>::max();  // the data stream ends the run
   p.eval_tokens = a.eval_tokens;
-  p.eval_steps = p.eval_steps_for(p.B);
   if (a.balance != "speed" && a.balance != "even") fail("--balance must be speed or even (got ", a.balance, ")");
   p.balance = a.balance == "even" ? BalanceMode::Even : BalanceMode::Speed;
   p.data = world_size == 1 ? DataSource::OneRank : a.local_data ? DataSource::LocalCopies : DataSource::Served;
@@ -240,7 +242,7 @@ namespace {
 struct BaseCheckpoint {
   std::string dir;
   int64_t step = -1;
-  json meta;
+  RunMeta meta;
 };
 
 BaseCheckpoint find_base_checkpoint(Communicator& comm, const SftArgs& a) {
@@ -263,7 +265,7 @@ BaseCheckpoint find_base_checkpoint(Communicator& comm, const SftArgs& a) {
       const std::string bad = check_checkpoint_file(marker, cp.meta());
       if (!bad.empty()) fail(bad);
       const json meta = read_checkpoint_meta(cp);
-      if (is_sft_meta(meta))
+      if (is_sft_meta(RunMeta::from_json(meta, cp.meta())))
         fail("chat-sft: ", cp.meta(),
              " was written by chat SFT (its user_config holds chat_sft's flags), not by base-train: chat-sft starts "
              "from a base checkpoint; put base-train's folder in base_checkpoints/, or continue an interrupted "
@@ -277,7 +279,9 @@ BaseCheckpoint find_base_checkpoint(Communicator& comm, const SftArgs& a) {
   std::string text = found.dump();
   cluster::broadcast_string(comm, text, 0);
   const json j = json::parse(text);
-  return BaseCheckpoint{j.at("dir").get<std::string>(), j.at("step").get<int64_t>(), j.at("meta")};
+  const std::string dir = j.at("dir").get<std::string>();
+  const int64_t step = j.at("step").get<int64_t>();
+  return BaseCheckpoint{dir, step, RunMeta::from_json(j.at("meta"), CheckpointPaths{dir, step}.meta())};
 }
 
 // The Muon weight decay the interrupted run used (its meta's "muon_weight_decay"; 0 when it has
@@ -286,8 +290,8 @@ BaseCheckpoint find_base_checkpoint(Communicator& comm, const SftArgs& a) {
 double resumed_weight_decay(Communicator& comm, const TrainPlan& plan, int64_t step) {
   std::string text = "0";
   if (comm.rank() == 0) try {
-      text =
-          read_checkpoint_meta(CheckpointPaths{plan.checkpoint_dir, step}).value("muon_weight_decay", json(0.0)).dump();
+      const CheckpointPaths cp{plan.checkpoint_dir, step};
+      text = json(RunMeta::from_json(read_checkpoint_meta(cp), cp.meta()).muon_weight_decay.value_or(0.0)).dump();
     } catch (const std::exception&) {
       text = "0";
     }
@@ -305,6 +309,17 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
   if (plan.model.vocab_size != tok.vocab_size())
     fail("chat-sft: the base checkpoint ", base_cp.model(), " has vocab ", plan.model.vocab_size,
          " but the tokenizer has ", tok.vocab_size(), "; use the tokenizer the model was trained with");
+  // the conversation files, before the model is built, where they are read (rank 0 of a served
+  // job, or every rank with --local-data)
+  std::string missing;
+  if (master || a.local_data)
+    for (const std::vector<std::string>* list : {&a.train_jsonl, &a.val_jsonl})
+      for (const std::string& f : tasks::jsonl_paths(*list))
+        if (missing.empty() && !std::filesystem::is_regular_file(f))
+          missing = str_cat("chat-sft: cannot read ", f, " (no such file on this node); check the path given to ",
+                            list == &a.train_jsonl ? "--train-jsonl" : "--val-jsonl");
+  if (comm.world_size() == 1 && !missing.empty()) fail(missing);
+  cluster::throw_if_any_rank_failed(comm, missing);
 
   print0("nanochat.cpp chat-sft");
   print_device_lines(plan, tok, master, a.threads == 0 && num_threads() > 1);
@@ -333,7 +348,7 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
   // nanochat: load_state_dict keeps the checkpoint's Muon weight decay (the value of base_train's
   // last step); a fresh optimizer has 0.
   if (a.load_optimizer && loaded) {
-    for (const OptGroup& g : scheduled_groups(opt, base.meta, base_cp.meta()))
+    for (const OptGroup& g : scheduled_groups(opt, base.meta, base.step, base_cp.meta()))
       if (g.kind == OptKind::Muon) plan.sft_muon_weight_decay = g.weight_decay;
   }
   if (a.resume_from_step >= 0) plan.sft_muon_weight_decay = resumed_weight_decay(comm, plan, a.resume_from_step);
@@ -354,21 +369,23 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
   json user = sft_args_to_json(a);
   ModelConfig saved_cfg = plan.model;
   saved_cfg.sequence_len = plan.T;  // nanochat's SFT meta records the SFT sequence length
-  TrainJob job{plan, layout, tok, model, opt, stream, json(), a.resume_from_step, peak, a.profile};
+  RunMeta run;
+  run.model_config = saved_cfg;
+  run.user_config = user;
+  run.data_stream = "one-rank";
+  run.base_checkpoint = base_cp.model();
+  run.muon_weight_decay = plan.sft_muon_weight_decay;
+  run.device_batch_size = plan.B;
+  run.max_seq_len = plan.T;
+  run.total_batch_size = plan.total_batch_size;
+  run.world_size = plan.world_size;
+  run.tokenizer_hash = std::to_string(tok.hash());
+  TrainJob job{plan, layout, tok, model, opt, stream, run, a.resume_from_step, peak, a.profile};
   job.adapt_threads = a.threads == 0 && num_threads() > 1;
-  job.run_meta = json{{"model_config", saved_cfg.to_json()},
-                      {"user_config", user},
-                      {"data_stream", "one-rank"},
-                      {"base_checkpoint", base_cp.model()},
-                      {"muon_weight_decay", plan.sft_muon_weight_decay},
-                      {"device_batch_size", plan.B},
-                      {"max_seq_len", plan.T},
-                      {"total_batch_size", plan.total_batch_size},
-                      {"world_size", plan.world_size},
-                      {"tokenizer_hash", std::to_string(tok.hash())}};
   const bool chatcore = a.chatcore_every > 0 && chatcore_tasks_on_every_rank(comm);
   if (chatcore)
-    job.extra_eval = [&a, &model, &tok, &comm, master, B = plan.B](int64_t step, bool last, MetricsLog& metrics) {
+    job.extra_eval = [&a, &model, &tok, &comm, master, B = plan.B](int64_t step, bool last, MetricsLog& metrics,
+                                                                   StepSync&) {
       if (!(last || (step > 0 && step % a.chatcore_every == 0))) return;
       Engine engine(model, tok);
       const ChatCoreResult r =

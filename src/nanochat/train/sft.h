@@ -20,8 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/checkpoint/run_meta.h"
+#include "nanochat/plan/plan.h"
 #include "nanochat/tasks/task.h"
-#include "nanochat/train/plan.h"
 #include "nanochat/train/test_fault.h"
 
 namespace nanochat {
@@ -70,16 +71,16 @@ nlohmann::json sft_args_to_json(const SftArgs& a);
 
 /// Whether a checkpoint's meta was written by chat SFT (ours or nanochat's: its user_config has
 /// chat_sft's flags), i.e. is not a base checkpoint.
-bool is_sft_meta(const nlohmann::json& meta);
+bool is_sft_meta(const RunMeta& meta);
 
-/// The plan of an SFT run: model config of the base checkpoint's meta `base_meta` (read from
+/// The plan of an SFT run: model config of the base checkpoint's run record `base_meta` (read from
 /// `meta_path`), T, B, total batch and lrs from the flags or else inherited (nanochat's fallbacks
 /// 2048, 32, 524288, 0.3, 0.004, 0.02 when the meta lacks them; plan.log gets nanochat's
 /// "Inherited ..." / "NOTE: ... overrides ..." / "Using ..." lines), the optimizer's lrs (no batch
 /// scaling; x init_lr_frac is applied to the optimizer by the caller), the schedules, the cadence
 /// and chatsft_checkpoints/<tag or d<depth>> under `base_dir`. Throws nanochat::Error naming the flag
 /// for a total batch not divisible by T, bad ratios or a --balance other than speed or even.
-TrainPlan derive_sft_plan(const SftArgs& a, const nlohmann::json& base_meta, const std::string& meta_path,
+TrainPlan derive_sft_plan(const SftArgs& a, const RunMeta& base_meta, const std::string& meta_path,
                           int world_size, const std::string& base_dir);
 
 /// The training and validation conversations: the --train-jsonl / --val-jsonl files when given,

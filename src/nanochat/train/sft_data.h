@@ -11,7 +11,7 @@
 //
 // Rows are (T+1) int32 with the training mask inside them: a token whose target is trained (mask 1
 // in render_conversation) is stored as its id, any other (prompts, specials, tool output, padding)
-// as ~id (= -id - 1 < 0). split_rows (train/step_source.h) decodes them into inputs (ids) and
+// as ~id (= -id - 1 < 0). split_rows (feed/step_source.h) decodes them into inputs (ids) and
 // targets (the id, or -1 where untrained), so nanochat's targets[mask[1:] == 0] = -1 and the
 // padding's -1 come out of the one rows format that the data feed already carries.
 //
@@ -28,8 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/feed/step_source.h"
 #include "nanochat/tasks/task.h"
-#include "nanochat/train/step_source.h"
 
 namespace nanochat {
 
@@ -87,7 +87,7 @@ struct SftStreamConfig {
   int64_t num_iterations = -1;  ///< --num-iterations (<= 0: one epoch)
 };
 
-/// The step-level stream of chat-sft (a RowStream for train/step_source.h). nanochat's loop at W = 1
+/// The step-level stream of chat-sft (a RowStream for feed/step_source.h). nanochat's loop at W = 1
 /// with one micro-batch per step (its generator's batch = a step's R rows): the rows of step k are
 /// the generator's call k+1; the run ends before step k (StepRows::end) when after call k+1 the
 /// epoch has been consumed or k+1 >= num_iterations (so --num-iterations N trains N-1 steps, as

@@ -22,8 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "nanochat/train/faults.h"
-#include "nanochat/train/loop_state.h"
+#include "nanochat/checkpoint/faults.h"
+#include "nanochat/checkpoint/loop_state.h"
+#include "nanochat/checkpoint/run_meta.h"
 
 namespace nanochat {
 
@@ -35,7 +36,7 @@ struct StepShare {
   std::vector<int> micro_batches;  ///< rows of each micro-batch, in order (possibly none)
 };
 
-/// The optimizer's schedule at a step (train/schedules.h).
+/// The optimizer's schedule at a step (plan/schedules.h).
 struct StepSchedule {
   float lr_multiplier = 1.f;
   float muon_momentum = 0.95f;
@@ -95,17 +96,17 @@ class StepSync {
   virtual void sum_over_ranks(double* v, size_t n) = 0;
 
   /// The checkpoint's parts: saves step state.step (weights, optimizer state, meta = run_meta +
-  /// state) into `dir` (train/loop_checkpoint.h). Collective.
-  virtual void save(const std::string& dir, const nlohmann::json& run_meta, const LoopState& state,
+  /// state) into `dir` (checkpoint/loop_checkpoint.h). Collective.
+  virtual void save(const std::string& dir, const RunMeta& run_meta, const LoopState& state,
                     const FaultInjector& faults) = 0;
   /// Loads step `step` of plan.checkpoint_dir into the weights and optimizer state; returns the
-  /// loop state with this rank's loader state (train/loop_checkpoint.h resume). Collective.
+  /// loop state with this rank's loader state (checkpoint/loop_checkpoint.h resume). Collective.
   virtual LoopState resume(const TrainPlan& plan, int64_t step) = 0;
 
   /// Node 0 keeps in memory a copy of what save would write for `state` (the weights, every rank's
   /// optimizer shard), so that a rank lost later costs no step up to state.step (save_copy).
   /// Collective where the mode communicates. Default: keeps nothing.
-  virtual void keep_copy(const nlohmann::json& run_meta, const LoopState& state) {
+  virtual void keep_copy(const RunMeta& run_meta, const LoopState& state) {
     (void)run_meta;
     (void)state;
   }

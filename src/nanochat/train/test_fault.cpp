@@ -56,11 +56,6 @@ class HookFaults final : public FaultInjector {
 
 }  // namespace
 
-const FaultInjector& no_faults() {
-  static const FaultInjector none;
-  return none;
-}
-
 std::unique_ptr<FaultInjector> make_fault_injector(const TrainTestHooks& hooks) {
   return std::make_unique<HookFaults>(hooks);
 }

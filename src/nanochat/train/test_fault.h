@@ -1,11 +1,11 @@
 #pragma once
-// The tests' FaultInjector (train/faults.h): NANOCHAT_TEST_FAULT (parsed by core/test_fault.h, the
+// The tests' FaultInjector (checkpoint/faults.h): NANOCHAT_TEST_FAULT (parsed by core/test_fault.h, the
 // one parser) and the hidden base-train flag --fault-inject. For the test suite only.
 #include <memory>
 #include <string>
 
+#include "nanochat/checkpoint/faults.h"
 #include "nanochat/core/test_fault.h"
-#include "nanochat/train/faults.h"
 
 namespace nanochat {
 

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "nanochat/checkpoint/job_checkpoint.h"
+#include "nanochat/checkpoint/loop_checkpoint.h"
 #include "nanochat/cluster/env.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/comm/typed.h"
@@ -24,21 +26,20 @@
 #include "nanochat/data/verify.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/engine/sample_prompts.h"
+#include "nanochat/eval/bpb.h"
+#include "nanochat/eval/core_bundle.h"
+#include "nanochat/eval/core_eval.h"
+#include "nanochat/feed/step_source.h"
 #include "nanochat/kernels/gemm_bf16.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/balance.h"
-#include "nanochat/train/core_bundle.h"
-#include "nanochat/train/core_eval.h"
 #include "nanochat/train/elastic.h"
-#include "nanochat/train/eval.h"
-#include "nanochat/train/job_checkpoint.h"
+#include "nanochat/train/eval_hooks.h"
 #include "nanochat/train/job_layout.h"
-#include "nanochat/train/loop_checkpoint.h"
 #include "nanochat/train/metrics_log.h"
 #include "nanochat/train/report.h"
-#include "nanochat/train/step_source.h"
 #include "nanochat/train/zero2_sync.h"
 
 using json = nlohmann::json;
@@ -59,14 +60,14 @@ struct TrainContext {
   MetricsLog& metrics;
   LoopState& st;
   const FaultInjector& faults;
-  json run_meta;  // meta fields that do not change during the run
+  RunMeta run_meta;  // meta fields that do not change during the run
   double peak_gflops = 0;
   bool profile = false;
   bool adapt_threads = false;  // --threads not given: the count follows the measured steps (core/thread_tuner.h)
   bool elastic = false;        // a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
   std::function<int()> pending_joins = {};  // TrainJob::pending_joins
   int64_t evaluated_step = -1;              // a regrouped job's first step: the generation before evaluated it
-  std::function<void(int64_t, bool, MetricsLog&)> extra_eval = {};  // TrainJob::extra_eval
+  ExtraEval extra_eval = {};  // TrainJob::extra_eval
 };
 
 // One rank's run of base_train after the set-up: the loop and its parts.
@@ -243,7 +244,7 @@ class TrainLoop {
       print0(b);
       c_.metrics.record({{"step", step}, {"val_bpb", number_or_infinity(st_.val_bpb)}});
     }
-    if (c_.extra_eval) c_.extra_eval(step, last, c_.metrics);
+    if (c_.extra_eval) c_.extra_eval(step, last, c_.metrics, sync_);
     if (plan_.cadence.sample_at(step, last) && sync_.rank() == 0) {
       // nanochat's base_train: Engine.generate_batch, one greedy row of at most 16 tokens
       Engine engine(model_, c_.tok);
@@ -374,21 +375,24 @@ class TrainLoop {
   void log_step(const StepStats& s, double lrm) {
     const double ema_beta = 0.9;
     const int64_t step = st_.step, total = plan_.total_batch_size;
+    // the step as the log and metrics name it: base_train.py its 0-based index, chat_sft.py the
+    // steps done (it counts the step before logging it)
+    const int64_t named = plan_.sft ? step + 1 : step;
     const float train_loss = static_cast<float>(s.loss);
     const double dt = s.ranks[0].dt;
     st_.smooth_train_loss = ema_beta * st_.smooth_train_loss + (1 - ema_beta) * train_loss;
     StepReport r;
     r.step = step;
     r.num_iterations = plan_.num_iterations;
-    // chat_sft.py debiases after counting the step (beta^(step + 2)), base_train.py before it
-    r.smooth_loss = st_.smooth_train_loss / (1 - std::pow(ema_beta, static_cast<double>(step + (plan_.sft ? 2 : 1))));
+    // both debias by beta^(named + 1): chat_sft.py after counting the step, base_train.py before it
+    r.smooth_loss = st_.smooth_train_loss / (1 - std::pow(ema_beta, static_cast<double>(named + 1)));
     r.progress = progress_;
     r.lrm = lrm;
     r.dt = dt;
     r.tok_per_sec = static_cast<int64_t>(static_cast<double>(total) / dt);
     r.mfu = 100.0 * static_cast<double>(flops_per_token_) * static_cast<double>(total) / dt /
             (c_.peak_gflops * 1e9 * plan_.world_size);
-    if (step > 10) st_.total_training_time += dt;
+    if (named > 10) st_.total_training_time += dt;  // both count the time after their step 10
     r.loader_state = loader_state_;
     r.total_training_time = st_.total_training_time;
     r.world_size = plan_.world_size;
@@ -408,7 +412,7 @@ class TrainLoop {
     }
     r.comm_wait = r.ranks[0].wait;
     print0(plan_.sft ? sft_step_log_line(r) : step_log_line(r));
-    json rec = {{"step", step},
+    json rec = {{"step", named},
                 {"loss", train_loss},
                 {"smooth_loss", r.smooth_loss},
                 {"lrm", lrm},
@@ -488,21 +492,22 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
 
   // The whole job, agreed by every rank before any collective on tensors (job_layout.h).
   const JobLayout layout = agree_on_job_layout(comm, a, plan, tok);
-  TrainJob job{plan,        layout,   tok, model, opt, token_row_stream(tok, plan), json(), a.resume_from_step,
-               peak_gflops, a.profile};
+  RunMeta run;
+  run.model_config = plan.model;
+  run.data_stream = "one-rank";
+  run.user_config = args_to_json(a);
+  run.device_batch_size = plan.B;
+  run.max_seq_len = plan.T;
+  run.total_batch_size = plan.total_batch_size;
+  run.world_size = plan.world_size;
+  run.dtype = compute_dtype_name(plan.dtype);
+  run.tokenizer_hash = std::to_string(tok.hash());
+  TrainJob job{plan, layout, tok, model, opt, token_row_stream(tok, plan), run, a.resume_from_step, peak_gflops,
+               a.profile};
   job.adapt_threads = a.threads == 0 && num_threads() > 1;
   job.rejoined = rejoined;
   job.elastic = elastic;
   job.pending_joins = pending_joins;
-  job.run_meta = json{{"model_config", plan.model.to_json()},
-                      {"data_stream", "one-rank"},
-                      {"user_config", args_to_json(a)},
-                      {"device_batch_size", plan.B},
-                      {"max_seq_len", plan.T},
-                      {"total_batch_size", plan.total_batch_size},
-                      {"world_size", plan.world_size},
-                      {"dtype", compute_dtype_name(plan.dtype)},
-                      {"tokenizer_hash", std::to_string(tok.hash())}};
   job.extra_eval =
       core_metric_hook(a.core_metric_every, a.core_metric_max_per_task, model, tok, comm, rejoined != nullptr);
   run_train_job(job, comm, faults, feed);
@@ -536,13 +541,6 @@ double measure_and_print_peak(bool master, ComputeDtype dtype) {
                                 "this machine (at least threads x the 1-thread peak, up to the physical cores), ",
                                 static_cast<int64_t>(peak.reference), " GFLOP/s (", peak_cache, "), x world size"));
   return peak.reference;
-}
-
-std::vector<OptParam> optimizer_params(GPT& model) {
-  std::vector<OptParam> ops;
-  for (const auto& p : model.params())
-    ops.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
-  return ops;
 }
 
 void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector& faults, DataFeed& feed) {

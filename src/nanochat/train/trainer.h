@@ -7,10 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/checkpoint/loop_state.h"
+#include "nanochat/checkpoint/run_meta.h"
+#include "nanochat/feed/step_source.h"
+#include "nanochat/plan/plan.h"
 #include "nanochat/train/job_layout.h"
-#include "nanochat/train/loop_state.h"
-#include "nanochat/train/plan.h"
-#include "nanochat/train/step_source.h"
 #include "nanochat/train/test_fault.h"
 
 namespace nanochat {
@@ -36,14 +37,21 @@ void run_base_train_joining(const BaseTrainArgs& args, TrainTestHooks hooks = {}
 
 /// A run its command has set up (base-train here, chat-sft in train/sft.h): what the loop trains,
 /// on what, and what its checkpoints' meta says. The references outlive run_train_job.
+class StepSync;
+
+/// An evaluation the loop runs at its evaluation points (TrainJob::extra_eval): step, whether it is
+/// the run's last, the run's metrics log, and the step's synchronisation, whose sum_over_ranks adds
+/// the ranks' totals (only called when the ranks' weights are in sync).
+using ExtraEval = std::function<void(int64_t step, bool last, MetricsLog& metrics, StepSync& sync)>;
+
 struct TrainJob {
   const TrainPlan& plan;
   const JobLayout& layout;  ///< agreed by every rank (agree_on_job_layout)
   const Tokenizer& tok;
   GPT& model;               ///< its weights: initialised or loaded
-  MuonAdamW& opt;           ///< over model's parameters (optimizer_params)
+  MuonAdamW& opt;           ///< over model's parameters (plan/plan.h optimizer_params)
   RowStreamFactory stream;  ///< the one data stream (read on rank 0 only when node 0 serves)
-  nlohmann::json run_meta;  ///< the meta fields that do not change during the run
+  RunMeta run_meta;  ///< the meta fields that do not change during the run (checkpoint/run_meta.h)
   int64_t resume_from_step = -1;
   double peak_gflops = 1;  ///< the MFU reference (measure_and_print_peak)
   bool profile = false;
@@ -54,8 +62,9 @@ struct TrainJob {
   /// count ends the step with NodesJoin on every rank). Empty: none.
   std::function<int()> pending_joins = {};
   /// The command's own evaluation at the loop's evaluation points, after val bpb (every rank calls
-  /// it together with the step and whether it is the run's last; chat-sft's ChatCORE). Empty: none.
-  std::function<void(int64_t step, bool last, MetricsLog& metrics)> extra_eval = {};
+  /// it together with the step and whether it is the run's last; base-train's CORE, chat-sft's
+  /// ChatCORE). Empty: none.
+  ExtraEval extra_eval = {};
 };
 
 /// Collective: the steps of `job` on this rank, from the ZeRO-2 sync's set-up to the last step's save,
@@ -63,9 +72,6 @@ struct TrainJob {
 /// job.resume_from_step >= 0. Throws nanochat::Error like run_base_train; a failure of the final
 /// evaluation after the last save is thrown at the end.
 void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector& faults, DataFeed& feed);
-
-/// The parameters of `model` as the optimizer takes them (names, shapes, parameter and gradient pointers).
-std::vector<OptParam> optimizer_params(GPT& model);
 
 /// Rank 0 (`master`) prints the device, threads, vocabulary and model config lines of a run's start;
 /// `adapt_threads`: the threads line says the thread tuner may lower the count.

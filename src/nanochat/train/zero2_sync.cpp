@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "nanochat/checkpoint/loop_checkpoint.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
@@ -12,15 +13,14 @@
 #include "nanochat/core/timer.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
-#include "nanochat/train/loop_checkpoint.h"
-#include "nanochat/train/replicas.h"
+#include "nanochat/train/zero2_replicas.h"
 
 namespace nanochat {
 
 Zero2Sync::Zero2Sync(GPT& model, MuonAdamW& opt, Communicator& comm, const std::vector<int>& device_batches,
                      int64_t rows_per_step, StepBalancer::Mode mode)
     : model_(model), opt_(opt), comm_(comm), mode_(mode), balancer_(device_batches, rows_per_step, {mode}) {
-  // On the last micro-batch each finished gradient starts its reduction (grad_accum.h).
+  // On the last micro-batch each finished gradient starts its reduction (zero2_grad_accum.h).
   std::function<void(size_t)> ready;
   if (comm.world_size() > 1) ready = [this](size_t k) { opt_.grad_ready(k); };
   accum_ =
@@ -116,12 +116,12 @@ void Zero2Sync::sum_over_ranks(double* v, size_t n) {
   if (world_size() > 1) comm_.all_reduce_sum_f64(v, n)->wait();
 }
 
-void Zero2Sync::save(const std::string& dir, const nlohmann::json& run_meta, const LoopState& state,
+void Zero2Sync::save(const std::string& dir, const RunMeta& run_meta, const LoopState& state,
                      const FaultInjector& faults) {
   save_checkpoint(comm_, dir, model_, opt_, run_meta, state, faults);
 }
 
-void Zero2Sync::keep_copy(const nlohmann::json& run_meta, const LoopState& state) {
+void Zero2Sync::keep_copy(const RunMeta& run_meta, const LoopState& state) {
   if (world_size() > 1) copy_checkpoint_state(comm_, model_, opt_, run_meta, state, &copy_);
 }
 

@@ -2,7 +2,7 @@
 // The product's StepSync (train/sync.h): every step synchronises every rank (ZeRO-2), and the
 // step's rows are dealt to the ranks by measured speed (or evenly). Its parts:
 //  * the split: a StepBalancer (train/balance.h) fed with every rank's times after each step;
-//  * the micro-batches: a GradAccumulator (train/grad_accum.h; token-weighted sums, the small
+//  * the micro-batches: a GradAccumulator (train/zero2_grad_accum.h; token-weighted sums, the small
 //    tensors summed in stream order by OrderedGradSum), whose backward hands every finished
 //    gradient to MuonAdamW::grad_ready on the step's last micro-batch (overlap);
 //  * update: the token-count all-reduce (GradAccumulator::finish), then MuonAdamW::step
@@ -11,14 +11,14 @@
 //    with --balance speed, MuonAdamW::rebalance (the optimizer's shards follow the speeds when
 //    that saves at least 10% of the optimizer's time and, once a move was timed, when the time
 //    saved over 20 steps pays for the move's own time);
-//  * the replica check (train/replicas.h), evaluation's sums, checkpoints (train/loop_checkpoint.h).
+//  * the replica check (train/zero2_replicas.h), evaluation's sums, checkpoints (checkpoint/loop_checkpoint.h).
 // The ranks' weights are identical after every step: in_sync is always true.
 #include <memory>
 
+#include "nanochat/checkpoint/job_checkpoint.h"
 #include "nanochat/train/balance.h"
-#include "nanochat/train/grad_accum.h"
-#include "nanochat/train/job_checkpoint.h"
 #include "nanochat/train/sync.h"
+#include "nanochat/train/zero2_grad_accum.h"
 
 namespace nanochat {
 
@@ -43,10 +43,10 @@ class Zero2Sync final : public StepSync {
   bool in_sync(int64_t) const override { return true; }
   void check_replicas(int64_t step) override;
   void sum_over_ranks(double* v, size_t n) override;
-  void save(const std::string& dir, const nlohmann::json& run_meta, const LoopState& state,
+  void save(const std::string& dir, const RunMeta& run_meta, const LoopState& state,
             const FaultInjector& faults) override;
   LoopState resume(const TrainPlan& plan, int64_t step) override;
-  void keep_copy(const nlohmann::json& run_meta, const LoopState& state) override;
+  void keep_copy(const RunMeta& run_meta, const LoopState& state) override;
   int64_t save_copy(const std::string& dir) override;
 
   /// The split of the next step (rows per rank).

@@ -1,0 +1,10 @@
+#include "nanochat/checkpoint/faults.h"
+
+namespace nanochat {
+
+const FaultInjector& no_faults() {
+  static const FaultInjector none;
+  return none;
+}
+
+}  // namespace nanochat

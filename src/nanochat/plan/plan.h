@@ -1,0 +1,171 @@
+#pragma once
+// base_train's flags and the quantities derived from them (docs/nanochat.md 3.1-3.3, 1.9).
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "nanochat/model/config.h"
+#include "nanochat/model/gpt.h"
+#include "nanochat/optim/muon_adamw.h"
+#include "nanochat/plan/schedules.h"
+
+namespace nanochat {
+
+/// nanochat scripts/base_train.py flags with their defaults (docs/nanochat.md 3.1), plus CPU extras.
+struct BaseTrainArgs {
+  std::string run = "dummy";
+  std::string device_type;  ///< accepted for compatibility; only "" or "cpu" run here
+  bool fp8 = false;         ///< CUDA-only in nanochat: warning + ignored
+  std::string fp8_recipe = "tensorwise";
+  int depth = 20;
+  int aspect_ratio = 64;
+  int head_dim = 128;
+  int max_seq_len = 2048;
+  std::string window_pattern = "SSSL";
+  int64_t num_iterations = -1;
+  double target_flops = -1.0;
+  double target_param_data_ratio = 12.0;
+  int device_batch_size = 32;
+  int64_t total_batch_size = -1;
+  double embedding_lr = 0.3;
+  double unembedding_lr = 0.008;
+  double weight_decay = 0.28;
+  double matrix_lr = 0.02;
+  double scalar_lr = 0.5;
+  int64_t warmup_steps = 40;
+  double warmdown_ratio = 0.65;
+  double final_lr_frac = 0.05;
+  int64_t resume_from_step = -1;
+  int64_t eval_every = 250;
+  int64_t eval_tokens = 80LL * 524288;
+  int64_t core_metric_every = 2000;  ///< CORE needs the DCLM bundle; accepted, reported unsupported if > 0
+  int64_t core_metric_max_per_task = 500;
+  int64_t sample_every = 2000;
+  int64_t save_every = -1;
+  std::string model_tag;  ///< default "d<depth>"
+  // CPU extras (not in nanochat)
+  int threads = 0;               ///< OpenMP threads per rank; 0 = this rank's share of the cores
+  uint64_t seed = 42;            ///< init / sampling seed (nanochat seeds torch with 42)
+  bool recompute_mlp = false;    ///< recompute the MLP's c_fc output in the backward (less memory)
+  bool profile = false;          ///< print the per-op-family time share of the steps at the end
+  bool skip_data_check = false;  ///< do not check the shards' pages at start-up (data/verify.h)
+  /// compare the ranks' parameters (CRC32 per tensor) every N steps and at every save; 0 = never
+  int64_t check_replicas_every = 100;
+  /// how each step's rows are dealt to the ranks (train/balance.h): "speed" or "even"
+  std::string balance = "speed";
+  /// every node reads its own copy of the shards (and tokenizer) instead of getting its rows from
+  /// node 0 (feed/step_source.h); the copies must have the same content
+  bool local_data = false;
+  /// number format of the matrix products (model/gpt.h ComputeDtype): float32 or bfloat16
+  std::string dtype = "float32";
+  /// node 0 keeps a copy of the whole job state (weights, every rank's optimizer shard) every N
+  /// steps, written as a checkpoint when a node leaves the job; 0 = no copy
+  int64_t copy_state_every = 0;
+};
+
+/// Parameter counts of nanochat's GPT.num_scaling_params plus matmul params (docs/nanochat.md 1.9).
+/// GPT::scaling_params' counts (wte, value_embeds, lm_head, transformer_matrices, scalars, total)
+/// plus the derived ones below.
+struct ModelCounts : ScalingParams {
+  int64_t matmul = 0;           ///< all Linear weights: block matrices (incl. ve_gate) + lm_head + smear_gate
+  int64_t flops_per_token = 0;  ///< estimate_flops: 6*matmul + sum_i 12*H*D*min(w_i, T)
+  /// transformer_matrices + lm_head: the count base_train scales data and batch with.
+  int64_t scaling_params() const { return transformer_matrices + lm_head; }
+};
+
+/// Counts from the config alone (GPT's static counters; no model is allocated).
+ModelCounts count_params(const ModelConfig& cfg);
+
+/// The optimizer's view of `model`: every parameter with its name, shape, weights and gradients
+/// (views into model's buffers, in the parameter table's order), what MuonAdamW is built over.
+std::vector<OptParam> optimizer_params(GPT& model);
+
+/// How each step's rows are dealt to the ranks (--balance; train/balance.h).
+enum class BalanceMode { Speed, Even };
+
+/// Where the ranks' rows come from (feed/step_source.h): the only rank reads the shards; node 0
+/// reads them and serves every rank its rows; every node reads its own copy (--local-data).
+enum class DataSource { OneRank, Served, LocalCopies };
+
+/// When the loop evaluates, samples, saves and compares the replicas (the flags; <= 0 = never,
+/// except where said). `last`: the step is num_iterations (always evaluated, sampled and saved).
+struct Cadence {
+  int64_t eval_every = 250;            ///< --eval-every
+  int64_t sample_every = 2000;         ///< --sample-every
+  int64_t save_every = -1;             ///< --save-every
+  int64_t check_replicas_every = 100;  ///< --check-replicas-every
+  int64_t resume_step = -1;            ///< --resume-from-step: that step is on disk already (not saved again)
+  int64_t copy_state_every = 0;        ///< --copy-state-every (0 = never)
+
+  bool eval_at(int64_t step, bool last) const { return eval_every > 0 && (last || step % eval_every == 0); }
+  bool sample_at(int64_t step, bool last) const {
+    return sample_every > 0 && (last || (step > 0 && step % sample_every == 0));
+  }
+  /// Node 0 copies the job's state (StepSync::keep_copy) at the start of this step.
+  bool copy_at(int64_t step) const { return copy_state_every > 0 && step > 0 && step % copy_state_every == 0; }
+  bool save_at(int64_t step, bool last) const {
+    return last || (step > 0 && step != resume_step && save_every > 0 && step % save_every == 0);
+  }
+  /// Every check_replicas_every steps and at every save (a checkpoint never stores one rank's fault).
+  bool check_replicas_at(int64_t step, bool saving) const {
+    return check_replicas_every > 0 && (saving || (step > 0 && step % check_replicas_every == 0));
+  }
+};
+
+/// Everything base_train derives before the first step (docs/nanochat.md 3.2-3.3).
+struct TrainPlan {
+  ModelConfig model;
+  ModelCounts counts;
+  int64_t target_tokens = 0;     ///< int(ratio * scaling params)
+  double d_ref = 0;              ///< ratio * scaling params of the d12 reference model
+  int64_t total_batch_size = 0;  ///< tokens per optimizer step (all ranks)
+  bool auto_batch = false;
+  double batch_lr_scale = 1.0;  ///< sqrt(total_batch_size / 2^19)
+  double weight_decay_scaled = 0;
+  int64_t num_iterations = 0;
+  int64_t grad_accum_steps = 1;  ///< micro-batches per rank with an even split (rounded up)
+  int world_size = 1;
+  int B = 1;     ///< --device-batch-size: rows per micro-batch per rank
+  int T = 2048;  ///< --max-seq-len: tokens per row
+  int64_t eval_tokens = 0;  ///< --eval-tokens
+  BalanceMode balance = BalanceMode::Speed;
+  DataSource data = DataSource::OneRank;
+  ComputeDtype dtype = ComputeDtype::Float32;  ///< --dtype
+  Cadence cadence;
+  /// The optimizer's settings: the flags' lrs x batch_lr_scale, the scaled Muon weight decay, the
+  /// model width (docs/nanochat.md 2.1).
+  OptimConfig optim;
+  double dmodel_lr_scale = 1.0;        ///< (model_dim / 768)^-0.5: the AdamW lrs' width scaling (MuonAdamW applies it)
+  LrSchedule schedule;                 ///< num_iterations and the flags' warmup/warmdown/final fraction
+  std::string tag;                     ///< --model-tag, default "d<depth>"
+  std::string checkpoint_dir;          ///< <base dir>/base_checkpoints/<tag>
+  std::vector<std::string> log;        ///< the lines nanochat prints while deriving, in order
+  std::string command = "base-train";  ///< the subcommand that trains (logs, the chart's title)
+  /// chat-sft (train/sft.h): the data stream ends the run (StepRows::end; num_iterations is then
+  /// the largest int64), the LR follows the stream's progress by sft_schedule, the Muon momentum
+  /// SftSchedule::muon_momentum and the Muon weight decay stays sft_muon_weight_decay.
+  bool sft = false;
+  SftSchedule sft_schedule;
+  double sft_muon_weight_decay = 0;
+
+  /// Rows of T tokens in one optimizer step, all ranks together: total_batch_size / T.
+  int64_t rows_per_step() const { return total_batch_size / T; }
+  /// Val batches of `eval_B` x T per evaluation: eval_tokens / (eval_B * T), at least 1.
+  int64_t eval_steps_for(int eval_B) const;
+  /// The line the trainer prints about dmodel_lr_scale.
+  std::string dmodel_lr_scale_line() const;
+};
+
+/// Derives the plan; checkpoints go under `base_dir`/base_checkpoints/<tag>. Throws
+/// nanochat::Error, naming the flags, for: no positive horizon flag, a total batch not divisible
+/// by B*T (with the nearest valid settings), bad model flags, a --balance other than speed or even,
+/// a --dtype other than float32 or bfloat16.
+TrainPlan derive_plan(const BaseTrainArgs& a, int64_t vocab_size, int world_size, const std::string& base_dir = ".");
+
+/// base-train's checkpoint folder under `base_dir`: base_checkpoints/<--model-tag, else d<depth>>
+/// (TrainPlan::checkpoint_dir).
+std::string base_checkpoint_dir(const BaseTrainArgs& a, const std::string& base_dir);
+
+}  // namespace nanochat
