@@ -1,19 +1,19 @@
 // `nanochat chat-eval` and `nanochat chat-rl` through the binary on a tiny trained checkpoint
 // (copied to chatsft_checkpoints/ as a stand-in for a chat-sft one): the printed accuracy is the
-// runner's (train/chat_eval.h) on the same checkpoint and problems, nanochat's `-m scripts.chat_eval
+// runner's (eval/chat_eval.h) on the same checkpoint and problems, nanochat's `-m scripts.chat_eval
 // --` command line works, an unknown task is named, and chat-rl on the offline Arithmetic task
 // saves checkpoints that chat-eval -i rl then loads.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
-#include "nanochat/comm/communicator.h"
-#include "nanochat/engine/engine.h"
-#include "nanochat/model/gpt.h"
-#include "nanochat/tasks/registry.h"
-#include "nanochat/eval/chat_eval.h"
 #include "nanochat/checkpoint/checkpoint.h"
 #include "nanochat/checkpoint/model_io.h"
+#include "nanochat/comm/communicator.h"
+#include "nanochat/engine/engine.h"
+#include "nanochat/eval/chat_eval.h"
+#include "nanochat/model/gpt.h"
+#include "nanochat/tasks/registry.h"
 #include "support/cli_util.h"
 
 using namespace nctest;
@@ -138,8 +138,9 @@ TEST(ChatRlCli, TrainsOnArithmeticAndSavesWhatChatEvalLoads) {
 }
 
 // Under the launcher with two ranks the problems are shared and the counts summed: the same
-// lines as one process. chat-rl's ranks take half of each step's examples; a rollout's seed
-// depends on the step and the example only, so the first step's reward is the one process's.
+// lines as one process. chat-rl's ranks share each step's examples, half each at the first step,
+// then by measured speed (rank 1 made 5x slower takes fewer); a rollout's seed depends on the
+// step and the example only, so every step's reward is the one process's.
 TEST(ChatEvalCli, TwoRanksUnderTheLauncherPrintTheSameAccuracies) {
   EvalDir& d = eval_dir();
   ASSERT_EQ(d.train.code, 0) << d.train.out;
@@ -159,19 +160,32 @@ TEST(ChatEvalCli, TwoRanksUnderTheLauncherPrintTheSameAccuracies) {
     EXPECT_EQ(one.out.substr(a, one.out.find('\n', a) - a), two.out.substr(b, two.out.find('\n', b) - b));
   }
   const std::string rl =
-      " chat-rl --model-tag t --task Arithmetic --num-steps 2 --examples-per-step 2 --num-samples 2"
+      " chat-rl --model-tag t --task Arithmetic --num-steps 5 --examples-per-step 6 --num-samples 2"
       " --device-batch-size 2 --max-new-tokens 4 --eval-every 0 --threads 1";
   auto rl1 = run(d.b, rl);
   ASSERT_EQ(rl1.code, 0) << rl1.out;
-  auto rl2 = run(d.b, " run --nproc-per-node 2 --master-port " + std::to_string(free_port()) + rl);
+  auto rl2 = run(d.b, " run --nproc-per-node 2 --master-port " + std::to_string(free_port()) + rl,
+                 "NANOCHAT_TEST_FAULT=slow:1:5");
   ASSERT_EQ(rl2.code, 0) << rl2.out;
-  EXPECT_NE(rl2.out.find("Calculated examples per rank: 1\n"), std::string::npos) << rl2.out;
-  const std::string key = "Step 0/2 | Average reward: ";
-  const size_t a = rl1.out.find(key), b = rl2.out.find(key);
-  ASSERT_NE(a, std::string::npos) << rl1.out;
-  ASSERT_NE(b, std::string::npos) << rl2.out;
-  EXPECT_EQ(rl1.out.substr(a, rl1.out.find(" | lrm", a) - a), rl2.out.substr(b, rl2.out.find(" | lrm", b) - b));
-  EXPECT_EQ(complete_checkpoint_steps(d.b.dir + "/chatrl_checkpoints/t").back(), 1);
+  EXPECT_NE(rl2.out.find("Examples per rank: dealt by measured speed each step (the first evenly)\n"),
+            std::string::npos)
+      << rl2.out;
+  EXPECT_NE(rl2.out.find(" | examples per rank: 3/3 | seconds per rank: "), std::string::npos) << rl2.out;  // step 0
+  for (int step = 0; step < 5; ++step) {
+    const std::string key = "Step " + std::to_string(step) + "/5 | Average reward: ";
+    const size_t a = rl1.out.find(key), b = rl2.out.find(key);
+    ASSERT_NE(a, std::string::npos) << rl1.out;
+    ASSERT_NE(b, std::string::npos) << rl2.out;
+    EXPECT_EQ(rl1.out.substr(a, rl1.out.find(" | lrm", a) - a), rl2.out.substr(b, rl2.out.find(" | lrm", b) - b));
+  }
+  // the last step's split: rank 0 (5x faster) takes at least 4 of the 6
+  const size_t last = rl2.out.find("Step 4/5 | ");
+  ASSERT_NE(last, std::string::npos) << rl2.out;
+  const std::string line = rl2.out.substr(last, rl2.out.find('\n', last) - last);
+  const size_t at = line.find("examples per rank: ");
+  ASSERT_NE(at, std::string::npos) << line;
+  EXPECT_GE(std::stoi(line.substr(at + 19)), 4) << line;
+  EXPECT_EQ(complete_checkpoint_steps(d.b.dir + "/chatrl_checkpoints/t").back(), 4);
   fs::remove_all(d.b.dir + "/task_data");
   fs::remove_all(d.b.dir + "/chatrl_checkpoints");
 }

@@ -17,8 +17,8 @@
 #include "nanochat/core/paths.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/tokenizer.h"
-#include "nanochat/eval/core_eval.h"
-#include "nanochat/checkpoint/model_io.h"
+#include "nanochat/train/core_eval.h"
+#include "nanochat/train/model_io.h"
 #include "support/cli_util.h"
 #include "support/two_nodes.h"
 

@@ -5,6 +5,8 @@
 // a digit), with its pass@k evaluations and checkpoints.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -12,12 +14,12 @@
 
 #include <unistd.h>
 
+#include "nanochat/checkpoint/checkpoint.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/safetensors.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/train/chat_rl.h"
-#include "nanochat/checkpoint/checkpoint.h"
 #include "support/byte_tokenizer.h"
 #include "support/error_of.h"
 #include "support/thread_communicator.h"
@@ -194,69 +196,123 @@ TEST(ChatRl, RewardRisesOnAnEasyTask) {
   std::filesystem::remove_all(dir);
 }
 
-// Two ranks (threads) share the examples of a step (rank 0: 0, 2; rank 1: 1, 3) and average their
-// gradients; a rollout's seed depends on the step and the example only, so one rank doing all four
-// examples samples the same answers, and both runs must end with the same weights and rewards.
-TEST(ChatRl, TwoRanksEqualOneRank) {
-  ChatRlOptions o;
-  o.rollout.num_samples = 4;
-  o.rollout.device_batch_size = 2;
-  o.rollout.max_new_tokens = 3;
-  o.examples_per_step = 4;
-  o.num_steps = 2;
-  o.init_lr_frac = 0.5f;
-  o.eval_every = 0;
-  FirstLetterTask train(16), val(2);
-  auto solo_model = tiny_model(3);
+// A run on one rank and the same run on W ranks (threads), with each rank's step records.
+struct SoloAndRanks {
+  std::unique_ptr<GPT> solo_model;
   std::vector<ChatRlStep> solo_steps;
+  std::vector<std::unique_ptr<GPT>> models;
+  std::vector<std::vector<ChatRlStep>> steps;
+};
+
+SoloAndRanks run_solo_and_ranks(ChatRlOptions o, const tasks::Task& train, const tasks::Task& val, int W,
+                                const FaultInjector* faults) {
+  SoloAndRanks out;
+  out.solo_model = tiny_model(3);
   LocalCommunicator solo;
   ChatRlCallbacks cb;
-  cb.on_step = [&](const ChatRlStep& s) { solo_steps.push_back(s); };
-  run_chat_rl(*solo_model, byte_tok(), train, val, o, solo, cb);
-  constexpr int W = 2;
+  cb.on_step = [&](const ChatRlStep& s) { out.solo_steps.push_back(s); };
+  run_chat_rl(*out.solo_model, byte_tok(), train, val, o, solo, cb);
+  o.faults = faults;
   nanochat::testing::ThreadHub hub(W);
-  std::vector<std::unique_ptr<GPT>> models(W);
-  std::vector<std::vector<ChatRlStep>> steps(W);
+  out.models.resize(static_cast<size_t>(W));
+  out.steps.resize(static_cast<size_t>(W));
+  for (auto& m : out.models) m = tiny_model(3);
   std::vector<std::thread> th;
-  for (int r = 0; r < W; ++r) models[r] = tiny_model(3);
   for (int r = 0; r < W; ++r)
     th.emplace_back([&, r] {
       nanochat::testing::ThreadCommunicator comm(hub, r);
       ChatRlCallbacks c;
-      c.on_step = [&, r](const ChatRlStep& s) { steps[r].push_back(s); };
-      run_chat_rl(*models[r], byte_tok(), train, val, o, comm, c);
+      c.on_step = [&, r](const ChatRlStep& s) { out.steps[static_cast<size_t>(r)].push_back(s); };
+      run_chat_rl(*out.models[static_cast<size_t>(r)], byte_tok(), train, val, o, comm, c);
     });
   for (auto& t : th) t.join();
-  ASSERT_EQ(solo_steps.size(), 2u);
-  for (int r = 0; r < W; ++r) {
-    ASSERT_EQ(steps[r].size(), 2u);
-    for (size_t i = 0; i < 2; ++i) {
-      EXPECT_NEAR(steps[r][i].mean_reward, solo_steps[i].mean_reward, 1e-12) << "rank " << r << " step " << i;
-      EXPECT_NEAR(steps[r][i].mean_sequence_length, solo_steps[i].mean_sequence_length, 1e-12);
+  return out;
+}
+
+// The ranks' runs equal the one rank's: the same rewards and sequence lengths every step, every
+// rank the same weights, and those within the summation-order noise of the one rank's. The
+// gradients are summed in another order (per rank, then over ranks), and AdamW and Muon normalise
+// them, so rounding-level differences of small gradients become visible next to the weights:
+// compare each tensor's difference with the size of its update over the run. (Three layers: with
+// two, backout_lambda's gradient is zero up to rounding, all of its update noise.)
+void expect_ranks_equal_solo(const SoloAndRanks& x) {
+  for (size_t r = 0; r < x.steps.size(); ++r) {
+    ASSERT_EQ(x.steps[r].size(), x.solo_steps.size()) << "rank " << r;
+    for (size_t i = 0; i < x.solo_steps.size(); ++i) {
+      EXPECT_NEAR(x.steps[r][i].mean_reward, x.solo_steps[i].mean_reward, 1e-12) << "rank " << r << " step " << i;
+      EXPECT_NEAR(x.steps[r][i].mean_sequence_length, x.solo_steps[i].mean_sequence_length, 1e-12);
+      EXPECT_EQ(x.steps[r][i].split, x.steps[0][i].split) << "every rank derives the same split";
     }
   }
-  EXPECT_GT(solo_steps[0].mean_reward + solo_steps[1].mean_reward, 0.0);  // some advantage is nonzero
-  // The gradients are summed in another order (per rank, then over ranks), and AdamW and Muon
-  // normalise them, so rounding-level differences of small gradients become visible next to the
-  // weights: compare each tensor's difference with the size of its update over the run. (Three
-  // layers: with two, backout_lambda's gradient is zero up to rounding, all of its update noise.)
   auto fresh = tiny_model(3);
   int moved = 0;
-  for (const ParamInfo& p : solo_model->params()) {
-    const float* a = solo_model->param(p.name);
-    const float* b0 = models[0]->param(p.name);
-    const float* b1 = models[1]->param(p.name);
+  for (const ParamInfo& p : x.solo_model->params()) {
+    const float* a = x.solo_model->param(p.name);
     const float* init = fresh->param(p.name);
     double update = 0, err = 0;
     for (size_t i = 0; i < p.numel; ++i) {
       update = std::max(update, std::fabs(static_cast<double>(a[i]) - init[i]));
-      err = std::max(err, std::fabs(static_cast<double>(a[i]) - b0[i]));
-      ASSERT_EQ(b0[i], b1[i]) << p.name << " differs between the ranks at " << i;
+      err = std::max(err, std::fabs(static_cast<double>(a[i]) - x.models[0]->param(p.name)[i]));
+      for (size_t r = 1; r < x.models.size(); ++r)
+        ASSERT_EQ(x.models[0]->param(p.name)[i], x.models[r]->param(p.name)[i])
+            << p.name << " differs between ranks 0 and " << r << " at " << i;
     }
     EXPECT_LE(err, 2e-2 * update + 1e-7) << p.name << " (largest update " << update << ")";
     moved += update > 0;
   }
   EXPECT_GT(moved, 5);
+}
+
+// Rank 1 is `factor` times slower: it sleeps after each example (checkpoint/faults.h).
+class SlowRank : public FaultInjector {
+ public:
+  SlowRank(int rank, double factor) : rank_(rank), factor_(factor) {}
+  void after_micro_batch(int rank, double seconds) const override {
+    if (rank == rank_) std::this_thread::sleep_for(std::chrono::duration<double>((factor_ - 1) * seconds));
+  }
+
+ private:
+  int rank_;
+  double factor_;
+};
+
+ChatRlOptions small_rl(int examples_per_step, int64_t steps) {
+  ChatRlOptions o;
+  o.rollout.num_samples = 4;
+  o.rollout.device_batch_size = 2;
+  o.rollout.max_new_tokens = 3;
+  o.examples_per_step = examples_per_step;
+  o.num_steps = steps;
+  o.init_lr_frac = 0.5f;
+  o.eval_every = 0;
+  return o;
+}
+
+// Two ranks share the examples of a step (the first step evenly: rank 0 examples 0, 1; rank 1
+// examples 2, 3) and sum their gradients; a rollout's seed depends on the step and the example
+// only, so one rank doing all four examples samples the same answers.
+TEST(ChatRl, TwoRanksEqualOneRank) {
+  FirstLetterTask train(16), val(2);
+  const SoloAndRanks x = run_solo_and_ranks(small_rl(4, 2), train, val, 2, nullptr);
+  ASSERT_EQ(x.solo_steps.size(), 2u);
+  EXPECT_EQ(x.steps[0][0].split, (std::vector<int64_t>{2, 2}));
+  EXPECT_GT(x.solo_steps[0].mean_reward + x.solo_steps[1].mean_reward, 0.0);  // some advantage is nonzero
+  expect_ranks_equal_solo(x);
+}
+
+// A rank 4x slower gets fewer of a step's examples once measured (dealt by speed), an odd
+// examples-per-step is fine at two ranks, and the run still equals one rank's.
+TEST(ChatRl, ASlowerRankGetsFewerExamplesAndTheRunStillEqualsOneRank) {
+  FirstLetterTask train(32), val(2);
+  const SlowRank slow(1, 4.0);
+  const SoloAndRanks x = run_solo_and_ranks(small_rl(7, 5), train, val, 2, &slow);
+  ASSERT_EQ(x.steps[0].size(), 5u);
+  EXPECT_EQ(x.steps[0][0].split, (std::vector<int64_t>{4, 3})) << "the first step is dealt evenly";
+  for (const ChatRlStep& s : x.steps[0]) EXPECT_EQ(s.split[0] + s.split[1], 7);
+  // a few steps of measurements (each example takes milliseconds here, so one step is noisy)
+  EXPECT_GE(x.steps[0][4].split[0], 5) << "the 4x slower rank 1 should get at most 2 of 7, got "
+                                       << x.steps[0][4].split[0] << "/" << x.steps[0][4].split[1];
+  expect_ranks_equal_solo(x);
 }
 
 TEST(ChatRl, BadSettingsAreNamed) {

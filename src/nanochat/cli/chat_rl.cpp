@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "nanochat/checkpoint/model_io.h"
 #include "nanochat/cli/commands.h"
 #include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/core/error.h"
@@ -16,7 +17,7 @@
 #include "nanochat/model/gpt.h"
 #include "nanochat/tasks/registry.h"
 #include "nanochat/train/chat_rl.h"
-#include "nanochat/checkpoint/model_io.h"
+#include "nanochat/train/test_fault.h"
 
 namespace nanochat::cli {
 
@@ -28,6 +29,7 @@ struct ChatRlArgs {
   int64_t model_step = -1;
   std::string task = "GSM8K";
   ChatRlOptions opt;
+  std::string balance = "speed";
   int threads = 0;
 };
 
@@ -35,8 +37,12 @@ void run(ChatRlArgs a) {
   if (a.threads > 0) set_num_threads(a.threads);
   if (!a.device_type.empty() && a.device_type != "cpu")
     fail("--device-type ", a.device_type, ": this program runs on the CPU only (use cpu or leave it out)");
+  a.opt.balance_by_speed = a.balance == "speed";
   std::unique_ptr<Communicator> comm = cluster::make_communicator_from_env();
   const bool main_rank = comm->rank() == 0;
+  // the tests' slower machine (NANOCHAT_TEST_FAULT slow:<rank>:<factor>); none otherwise
+  const std::unique_ptr<FaultInjector> faults = make_fault_injector(TrainTestHooks{"", test_fault_from_env()});
+  a.opt.faults = faults.get();
   InferenceModel im = load_for_inference(CheckpointSource::Sft, a.model_tag, a.model_step);
   GPT& model = *im.lm.model;
   const tasks::TaskPtr train = tasks::open_task(a.task, "", "train");
@@ -61,7 +67,11 @@ void run(ChatRlArgs a) {
                 static_cast<long long>(train->size()), static_cast<long long>(val->size()), comm->world_size());
     std::printf("Calculated number of steps: %lld\n", static_cast<long long>(num_steps));
     std::printf("Total sequences per step: %d\n", a.opt.examples_per_step * a.opt.rollout.num_samples);
-    std::printf("Calculated examples per rank: %d\n", a.opt.examples_per_step / comm->world_size());
+    if (comm->world_size() > 1)
+      std::printf("Examples per rank: dealt by %s each step (the first evenly)\n",
+                  a.opt.balance_by_speed ? "measured speed" : "count");
+    else
+      std::printf("Calculated examples per rank: %d\n", a.opt.examples_per_step);
     std::fflush(stdout);
   }
   ChatRlCallbacks cb;
@@ -74,9 +84,20 @@ void run(ChatRlArgs a) {
   };
   cb.on_step = [&](const ChatRlStep& s) {
     if (!main_rank) return;
-    std::printf("Step %lld/%lld | Average reward: %.4f | Average sequence length: %.2f | lrm: %.4f | loss: %.6f\n",
+    std::string split;
+    if (s.split.size() > 1) {
+      split = " | examples per rank: ";
+      for (size_t r = 0; r < s.split.size(); ++r) split += (r ? "/" : "") + std::to_string(s.split[r]);
+      split += " | seconds per rank: ";
+      char b[32];
+      for (size_t r = 0; r < s.rank_seconds.size(); ++r) {
+        std::snprintf(b, sizeof b, "%s%.2f", r ? "/" : "", s.rank_seconds[r]);
+        split += b;
+      }
+    }
+    std::printf("Step %lld/%lld | Average reward: %.4f | Average sequence length: %.2f | lrm: %.4f | loss: %.6f%s\n",
                 static_cast<long long>(s.step), static_cast<long long>(s.num_steps), s.mean_reward,
-                s.mean_sequence_length, s.lrm, s.loss);
+                s.mean_sequence_length, s.lrm, s.loss, split.c_str());
     std::fflush(stdout);
   };
   cb.on_save = [&](int64_t step, const std::string& dir) {
@@ -136,6 +157,10 @@ void register_chat_rl(CLI::App& app) {
   c->add_option("--save-every", o.save_every, "save the weights every N steps (and at the last step)")
       ->capture_default_str();
   c->add_option("--seed", o.rollout.seed, "mixed into every rollout's sampling seed")->capture_default_str();
+  c->add_option("--balance", a->balance,
+                "how a step's problems are dealt to the ranks: speed (by measured problems/s) or even")
+      ->check(CLI::IsMember({"speed", "even"}))
+      ->capture_default_str();
   add_threads_option(c, a->threads);
   c->callback([a] { run(*a); });
 }

@@ -4,13 +4,15 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "nanochat/checkpoint/checkpoint.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/file_io.h"
+#include "nanochat/core/timer.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/conversation.h"
-#include "nanochat/checkpoint/checkpoint.h"
+#include "nanochat/train/rl_sync.h"
 
 namespace nanochat {
 
@@ -111,13 +113,6 @@ double policy_gradient_backward(GPT& model, const RlRollout& r, size_t row_begin
 }
 
 namespace {
-std::vector<OptParam> rl_opt_params(GPT& model) {
-  std::vector<OptParam> ops;
-  for (const auto& p : model.params())
-    ops.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
-  return ops;
-}
-
 // Rank 0: the weights and meta of `step`, then the completion marker with their CRC32s.
 void save_rl_checkpoint(const GPT& model, const ChatRlOptions& opt, int64_t step) {
   const CheckpointPaths cp{opt.checkpoint_dir, step};
@@ -134,28 +129,21 @@ void save_rl_checkpoint(const GPT& model, const ChatRlOptions& opt, int64_t step
   finish_checkpoint(cp, crcs, 1);
 }
 
-// Mean over ranks of a per-rank value.
-double rank_mean(Communicator& comm, double v) {
-  if (comm.world_size() > 1) comm.all_reduce_sum_f64(&v, 1)->wait();
-  return v / comm.world_size();
-}
 }  // namespace
 
 void run_chat_rl(GPT& model, const Tokenizer& tok, const tasks::Task& train, const tasks::Task& val,
                  const ChatRlOptions& opt, Communicator& comm, const ChatRlCallbacks& cb) {
-  const int W = comm.world_size(), rank = comm.rank();
-  if (opt.examples_per_step < 1 || opt.examples_per_step % W != 0)
-    fail("--examples-per-step (", opt.examples_per_step, ") must be a positive multiple of the world size (", W, ")");
-  const int64_t num_steps = opt.num_steps > 0 ? opt.num_steps : train.size() / opt.examples_per_step * opt.num_epochs;
+  const int rank = comm.rank();
+  const int E = opt.examples_per_step;
+  if (E < 1) fail("--examples-per-step (", E, ") must be positive");
+  const int64_t num_steps = opt.num_steps > 0 ? opt.num_steps : train.size() / E * opt.num_epochs;
   if (num_steps < 1)
-    fail(train.name(), " has ", train.size(), " examples: fewer than --examples-per-step (", opt.examples_per_step,
-         ") x --num-epochs (", opt.num_epochs, ") leaves no step");
-  if (train.size() <= rank) fail(train.name(), " has no example for rank ", rank);
+    fail(train.name(), " has ", train.size(), " examples: fewer than --examples-per-step (", E, ") x --num-epochs (",
+         opt.num_epochs, ") leaves no step");
   const RolloutOptions& ro = opt.rollout;
   if (ro.device_batch_size < 1 || ro.num_samples < ro.device_batch_size || ro.num_samples % ro.device_batch_size)
     fail("--num-samples (", ro.num_samples, ") must be a positive multiple of --device-batch-size (",
          ro.device_batch_size, ")");
-  const int examples_per_rank = opt.examples_per_step / W;
   const int num_passes = ro.num_samples / ro.device_batch_size;
 
   OptimConfig oc;
@@ -165,11 +153,11 @@ void run_chat_rl(GPT& model, const Tokenizer& tok, const tasks::Task& train, con
   oc.scalar_lr = opt.scalar_lr;
   oc.weight_decay = opt.weight_decay;
   oc.model_dim = model.config().n_embd;
-  MuonAdamW optimizer(rl_opt_params(model), oc, W > 1 ? &comm : nullptr);
+  RlStepSync sync(model, oc, comm, E, opt.balance_by_speed);
   Engine engine(model, tok);
   model.zero_grad();
+  const FaultInjector& faults = opt.faults != nullptr ? *opt.faults : no_faults();
 
-  int64_t cursor = rank;  // this rank's next train example: rank, rank + W, ... cyclically
   for (int64_t step = 0; step < num_steps; ++step) {
     if (opt.eval_every > 0 && step % opt.eval_every == 0) {
       const std::vector<double> pk =
@@ -179,28 +167,35 @@ void run_chat_rl(GPT& model, const Tokenizer& tok, const tasks::Task& train, con
     ChatRlStep s;
     s.step = step;
     s.num_steps = num_steps;
-    double reward_sum = 0, length_sum = 0;
-    int64_t samples = 0;
-    for (int e = 0; e < examples_per_rank; ++e) {
-      const RlRollout r = sample_rollout(engine, train, cursor, step, ro);
-      cursor += W;
-      if (cursor >= train.size()) cursor = rank;
+    s.split = sync.split();
+    const RlShare share = sync.begin_step();
+    RlRankStep mine;
+    for (int64_t e = 0; e < share.count; ++e) {
+      Timer t;
+      const int64_t example = (static_cast<int64_t>(step) * E + share.first + e) % train.size();
+      const RlRollout r = sample_rollout(engine, train, example, step, ro);
       for (int p = 0; p < num_passes; ++p) {
         const size_t b0 = static_cast<size_t>(p) * ro.device_batch_size;
         s.loss += policy_gradient_backward(model, r, b0, b0 + ro.device_batch_size,
-                                           static_cast<int64_t>(num_passes) * examples_per_rank);
+                                           static_cast<int64_t>(num_passes) * E);
       }
       double mean = 0;
       for (double x : r.rewards) mean += x;
-      reward_sum += mean / static_cast<double>(r.rewards.size());
-      for (const auto& seq : r.sequences) length_sum += static_cast<double>(seq.size());
-      samples += static_cast<int64_t>(r.sequences.size());
+      mine.reward_sum += mean / static_cast<double>(r.rewards.size());
+      for (const auto& seq : r.sequences) mine.length_sum += static_cast<double>(seq.size());
+      mine.samples += static_cast<double>(r.sequences.size());
+      mine.examples += 1;
+      faults.after_micro_batch(sync.rank(), t.seconds());  // the tests' slower machine
+      mine.seconds += t.seconds();
     }
-    s.mean_reward = rank_mean(comm, reward_sum / examples_per_rank);
-    s.mean_sequence_length = rank_mean(comm, length_sum / static_cast<double>(samples));
     s.lrm = 1.0 - static_cast<double>(step) / static_cast<double>(num_steps);
-    optimizer.step(static_cast<float>(opt.init_lr_frac * s.lrm), 0.95f, opt.weight_decay, 1.0f / static_cast<float>(W));
-    model.zero_grad();
+    // every problem's loss is already divided by the step's passes x problems: the ranks' sum is the mean
+    std::vector<RlRankStep> ranks;
+    const RlRankStep sum = sync.finish(
+        mine, StepSchedule{static_cast<float>(opt.init_lr_frac * s.lrm), 0.95f, opt.weight_decay}, &ranks);
+    for (const RlRankStep& x : ranks) s.rank_seconds.push_back(x.seconds);
+    s.mean_reward = sum.reward_sum / E;
+    s.mean_sequence_length = sum.samples > 0 ? sum.length_sum / sum.samples : 0.0;
     if (cb.on_step) cb.on_step(s);
     const bool save = (step > 0 && opt.save_every > 0 && step % opt.save_every == 0) || step == num_steps - 1;
     if (save && !opt.checkpoint_dir.empty() && rank == 0) {

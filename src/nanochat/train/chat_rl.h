@@ -12,25 +12,30 @@
 //
 // Loss of one pass (policy_gradient_backward): rows b of the pass, inputs seq_b[:-1], targets
 // seq_b[1:] with -1 where mask_b[1:] is 0, logp_bt = -cross_entropy(logits_bt, target_bt);
-//   loss = -sum_{b,t valid} A_b * logp_bt / (max(1, N_valid) * num_passes * examples_per_rank)
+//   loss = -sum_{b,t valid} A_b * logp_bt / (max(1, N_valid) * num_passes * examples_per_step)
 // with N_valid the valid targets of the pass (all its rows). Its gradient is accumulated into the
 // model's gradients; each row runs as its own forward/backward with
-// loss_scale = A_b * n_b / (N_valid * num_passes * examples_per_rank) on the row's mean loss
+// loss_scale = A_b * n_b / (N_valid * num_passes * examples_per_step) on the row's mean loss
 // (n_b its valid targets), which is the same sum (nanochat pads the pass's rows to one length with
 // ignored targets; the causal model makes the padding irrelevant). Rows with A_b = 0 or n_b = 0
 // add nothing and are skipped.
 //
-// Step (run_chat_rl): examples_per_step / W examples per rank (rank r takes train examples
-// r, r + W, ... cyclically), their passes accumulated, then MuonAdamW (nanochat's setup_optimizer
+// Step (run_chat_rl): step s trains on the E = examples_per_step train examples s*E .. s*E+E-1
+// (modulo the task's size), the set nanochat's ranks take together at that step (its rank r
+// takes r, r + W, ...). They are dealt to the ranks as base-train deals rows (train/balance.h):
+// contiguous ranges, rank 0 first, evenly at the first step and then by each rank's measured
+// examples per second (the sampling dominates), so a slower machine adds its speed instead of
+// holding the step back; any E >= 1 works at any world size (nanochat asks for a multiple of W).
+// Each example's passes are accumulated with the loss above, then train/rl_sync.h sums the ranks'
+// gradients (the mean over the step's examples whatever the split) and runs MuonAdamW (nanochat's setup_optimizer
 // groups with chat_rl's learning rates; Muon momentum 0.95 and weight decay --weight-decay, both
-// fixed) at lr = initial_lr * init_lr_frac * (1 - step / num_steps), the gradients averaged over the
-// ranks. num_steps = (train size / examples_per_step) * num_epochs (nanochat's), or opt.num_steps
+// fixed) at lr = initial_lr * init_lr_frac * (1 - step / num_steps). num_steps = (train size / examples_per_step) * num_epochs (nanochat's), or opt.num_steps
 // when set (ours, for short runs; the learning rate ramps down over it likewise). Every eval_every steps (step 0
 // included) pass@k for k = 1..device_batch_size on the first eval_examples of the validation task
 // (device_batch_size samples per problem at temperature 1.0, top-k 50, 256 new tokens, seed 42;
 // nanochat's run_gsm8k_eval). Rank 0 saves the weights every save_every steps (not step 0) and at
 // the last step to checkpoint_dir (model_<step>.safetensors, meta_<step>.json and the completion
-// marker of train/checkpoint.h; no optimizer state, as nanochat saves none).
+// marker of checkpoint/checkpoint.h; no optimizer state, as nanochat saves none).
 //
 // Sampling draws from this engine's generator (seeds derived from step, example and call), not
 // torch's, so rollouts are not nanochat's token for token; the loss of given rollouts is
@@ -42,6 +47,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nanochat/checkpoint/faults.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/eval/chat_eval.h"
 #include "nanochat/tasks/task.h"
@@ -83,7 +89,8 @@ RlRollout sample_rollout(Engine& engine, const tasks::Task& task, int64_t exampl
 
 /// The policy-gradient loss of rows [row_begin, row_end) of `r` (one pass), its gradient
 /// accumulated into model.grad_data() (loss formula above; `passes_times_examples` =
-/// num_passes * examples_per_rank). Returns the loss. Throws nanochat::Error for an empty or
+/// num_passes * examples_per_step: nanochat divides by its examples per rank and averages the W
+/// ranks' gradients, which is the same). Returns the loss. Throws nanochat::Error for an empty or
 /// out-of-range row range, a sequence shorter than 2 tokens or longer than the model's rotary table,
 /// or passes_times_examples < 1.
 double policy_gradient_backward(GPT& model, const RlRollout& r, size_t row_begin, size_t row_end,
@@ -94,7 +101,9 @@ struct ChatRlOptions {
   RolloutOptions rollout;
   int num_epochs = 1;
   int64_t num_steps = -1;      ///< > 0: run this many steps instead of (train size / examples_per_step) * num_epochs
-  int examples_per_step = 16;  ///< over all ranks; divisible by the world size
+  int examples_per_step = 16;  ///< over all ranks (any world size)
+  bool balance_by_speed = true;  ///< --balance speed (else even: the same number per rank, give or take one)
+  const FaultInjector* faults = nullptr;  ///< the tests' hooks (after each example); null = none
   float embedding_lr = 0.2f, unembedding_lr = 0.004f, matrix_lr = 0.02f, scalar_lr = 0.5f;
   float weight_decay = 0.0f;  ///< Muon's
   float init_lr_frac = 0.05f;
@@ -108,8 +117,10 @@ struct ChatRlOptions {
 /// What a step did, for the log line and the tests.
 struct ChatRlStep {
   int64_t step = 0, num_steps = 0;
-  double mean_reward = 0;           ///< mean over this step's examples (and ranks)
-  double mean_sequence_length = 0;  ///< tokens per sample, prompt included (mean over ranks)
+  double mean_reward = 0;           ///< mean over this step's examples (all ranks)
+  double mean_sequence_length = 0;  ///< tokens per sample, prompt included (all ranks' samples)
+  std::vector<int64_t> split;       ///< examples per rank in this step
+  std::vector<double> rank_seconds; ///< each rank's sampling + backward seconds in this step
   double lrm = 0;                   ///< 1 - step / num_steps
   double loss = 0;                  ///< sum of this rank's pass losses
 };
@@ -122,8 +133,9 @@ struct ChatRlCallbacks {
 
 /// The whole run (layout above) on `model` (its weights are updated in place). Every rank must
 /// call together with the same tasks and options. Throws nanochat::Error when the train task has
-/// fewer examples than examples_per_step, examples_per_step is not divisible by the world size,
-/// num_samples by device_batch_size, or from the parts above and the checkpoint writer.
+/// fewer examples than examples_per_step (x num_epochs leaves no step), examples_per_step < 1,
+/// num_samples is not a multiple of device_batch_size, or from the parts above and the checkpoint
+/// writer.
 void run_chat_rl(GPT& model, const Tokenizer& tok, const tasks::Task& train, const tasks::Task& val,
                  const ChatRlOptions& opt, Communicator& comm, const ChatRlCallbacks& cb = {});
 
