@@ -13,12 +13,12 @@
 #include <fstream>
 #include <string>
 
+#include "nanochat/checkpoint/model_io.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
+#include "nanochat/eval/core_eval.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/tokenizer/tokenizer.h"
-#include "nanochat/train/core_eval.h"
-#include "nanochat/train/model_io.h"
 #include "support/cli_util.h"
 #include "support/two_nodes.h"
 
@@ -236,11 +236,17 @@ TEST(CoreEval, DataDownloadUnpacksTheEvalBundle) {
 namespace {
 
 // The fixture bundle without its last task (its empty delimiter needs a tokenizer that does not
-// merge across the boundary, which the test tokenizer does).
+// merge across the boundary, which the test tokenizer does), as a user gets it offline:
+// scripts/core_fixture_bundle.sh (which refuses to replace a bundle without --force).
 void copy_bundle_without_greedy(const std::string& base) {
-  fs::copy(fixture("core_eval/eval_bundle"), base + "/eval_bundle", fs::copy_options::recursive);
-  const std::string yaml = slurp(base + "/eval_bundle/core.yaml");
-  write_file(base + "/eval_bundle/core.yaml", yaml.substr(0, yaml.find("- label: greedy_lm")));
+  const std::string script = std::string(NANOCHAT_SOURCE_DIR) + "/scripts/core_fixture_bundle.sh";
+  auto [code, out] = nctest::shell("NANOCHAT_BASE_DIR=" + base + " bash " + script + " 2>&1");
+  ASSERT_EQ(code, 0) << out;
+  ASSERT_NE(out.find("Wrote the fixture CORE bundle (5 tasks) to " + base + "/eval_bundle"), std::string::npos) << out;
+  EXPECT_EQ(slurp(base + "/eval_bundle/core.yaml").find("greedy_lm"), std::string::npos);
+  auto [again, again_out] = nctest::shell("NANOCHAT_BASE_DIR=" + base + " bash " + script + " 2>&1");
+  EXPECT_EQ(again, 1) << again_out;
+  EXPECT_NE(again_out.find("already exists"), std::string::npos) << again_out;
 }
 
 // "Step 00004 | CORE metric: 0.1234" -> "0.1234" ("" when absent).
