@@ -234,8 +234,8 @@ TEST(WorkerError, NodeZeroShowsTheWorkersOwnMessage) {
   // Node 0's own output: it names rank 1 and quotes rank 1's error, which only node 1's rank printed.
   const std::string own = "--fact-on-rank expects R:KEY=VALUE, got 'not-a-fact'";
   EXPECT_THAT(n0.output(), HasSubstr("nanochat: error: rank 1 (host "));
-  EXPECT_THAT(n0.output(),
-              HasSubstr("the last lines that rank wrote to stderr on its node:\n    nanochat: error: " + own));
+  EXPECT_THAT(n0.output(), HasSubstr(") wrote to stderr on its node:\n    nanochat: error: " + own));
+  EXPECT_THAT(n0.output(), HasSubstr("the last lines rank 1 (host "));
   EXPECT_THAT(n0.output(), Not(HasSubstr("[rank 1]")));
 }
 

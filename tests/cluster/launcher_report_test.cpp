@@ -160,6 +160,20 @@ TEST(LauncherReport, Node0StopsWaitingForASilentNodeAtTheDeadline) {
   EXPECT_FALSE(remote->crash);
 }
 
+// The other node's stderr lines are quoted under the name of the rank that wrote them, which need
+// not be the lead (here rank 0 of this node leads and rank 1 on node 1 wrote the lines).
+TEST(LauncherReport, TheQuotedLinesNameTheirRank) {
+  Failure remote{"rank 1 (host b, pid 9) exited with status 1", false};
+  remote.tail = "nanochat: error: rank 0 stopped the job\nsecond line";
+  EXPECT_EQ(describe_failures({{"rank 0 (host a, pid 1) exited with status 1", false}}, remote, false),
+            "rank 0 (host a, pid 1) exited with status 1 (also: rank 1 (host b, pid 9) exited with status 1)\n"
+            "  the last lines rank 1 (host b, pid 9) wrote to stderr on its node:\n"
+            "    nanochat: error: rank 0 stopped the job\n"
+            "    second line");
+  remote.desc = "node 1 disappeared";
+  EXPECT_NE(describe_failures({}, remote, false).find("the last lines that rank wrote"), std::string::npos);
+}
+
 TEST(LauncherReport, FinalMessageNamesTheCrashFirst) {
   std::vector<Failure> local = {{"rank 0 (host a, pid 1) exited with status 1", false},
                                 {"rank 1 (host a, pid 2) was killed by signal 15 (SIGTERM)", false}};

@@ -117,6 +117,55 @@ TEST(FeedLink, RankZerosErrorIsTheWorkersErrorAfterTheFramesBeforeIt) {
       });
 }
 
+// Rank 0's message is printed once: by whoever takes the error next() throws (not here), or by the
+// receiver when no wait takes it, after a grace period or when the client is destroyed.
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(FeedLink, RankZerosErrorTakenByAWaitIsNotPrintedAgain) {
+  std::atomic<bool> done{false};
+  ::testing::internal::CaptureStderr();
+  on_feed(
+      2,
+      [&](FeedServer& s) {
+        s.send_error("no tokenizer in /data/tokenizer");
+        while (!done) std::this_thread::sleep_for(Ms(5));
+      },
+      [&](int, FeedClient& c) {
+        const std::string e = error_of([&] { c.next(FeedKind::Step, 0, in(5000), "the rows of step 0"); });
+        EXPECT_NE(e.find("rank 1: rank 0 (at 127.0.0.1) stopped the job: no tokenizer in /data/tokenizer"),
+                  std::string::npos)
+            << e;
+        done = true;
+      });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count_of(err, "stopped the job"), 0u) << err;
+}
+
+TEST(FeedLink, RankZerosErrorNoWaitTakesIsPrintedOnce) {
+  for (const bool wait_past_grace : {false, true}) {
+    std::atomic<bool> done{false};
+    ::testing::internal::CaptureStderr();
+    on_feed(
+        2,
+        [&](FeedServer& s) {
+          s.send_error("no tokenizer in /data/tokenizer");
+          while (!done) std::this_thread::sleep_for(Ms(5));
+        },
+        [&](int, FeedClient&) {
+          // this rank is busy elsewhere (a collective): it never calls next()
+          std::this_thread::sleep_for(Ms(wait_past_grace ? 2600 : 300));
+          done = true;
+        });
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(count_of(err, "rank 1: rank 0 (at 127.0.0.1) stopped the job: no tokenizer in /data/tokenizer"), 1u)
+        << (wait_past_grace ? "past the grace period: " : "destroyed before it: ") << err;
+  }
+}
+
 // A worker whose deadline passes names what it waited for; when rank 0 closes the connection the
 // worker names rank 0 instead of waiting.
 TEST(FeedLink, AWorkerNamesTheWaitAndAClosedConnection) {

@@ -458,7 +458,12 @@ std::string describe_failures(const std::vector<Failure>& local, const std::opti
   if (stopped_others) msg += "; the launcher stopped the other ranks";
   if (!others.empty()) msg += " (also: " + others + ")";
   if (remote && !remote->tail.empty()) {
-    msg += "\n  the last lines that rank wrote to stderr on its node:";
+    // name the rank the lines belong to: the lead may be a rank of this node
+    const std::string& d = remote->desc;
+    const size_t close = d.find(')');
+    const std::string who =
+        d.rfind("rank ", 0) == 0 && close != std::string::npos ? d.substr(0, close + 1) : "that rank";
+    msg += "\n  the last lines " + who + " wrote to stderr on its node:";
     size_t start = 0;
     while (start < remote->tail.size()) {
       size_t nl = remote->tail.find('\n', start);

@@ -109,7 +109,10 @@ FeedFrame FeedQueue::pop(Clock::time_point deadline, const std::string& who, con
 bool FeedQueue::try_pop(Clock::time_point until, FeedFrame* out) {
   std::unique_lock<std::mutex> lk(mu_);
   if (!cv_.wait_until(lk, until, [&] { return closed_ || !q_.empty(); })) return false;
-  if (q_.empty()) fail(reason_);
+  if (q_.empty()) {
+    delivered_ = true;
+    fail(reason_);
+  }
   *out = std::move(q_.front());
   q_.pop_front();
   cv_.notify_all();
@@ -122,6 +125,11 @@ void FeedQueue::close(const std::string& reason) {
   closed_ = true;
   reason_ = reason;
   cv_.notify_all();
+}
+
+bool FeedQueue::reason_delivered() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return delivered_;
 }
 
 size_t FeedQueue::size() const {

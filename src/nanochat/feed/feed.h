@@ -78,6 +78,8 @@ class FeedQueue {
   bool try_pop(Clock::time_point until, FeedFrame* out);
   /// No more frames: wakes both sides; `reason` is what pop throws once the queue is drained.
   void close(const std::string& reason);
+  /// Whether pop or try_pop has thrown close()'s reason (the consumer has it in hand).
+  bool reason_delivered() const;
   /// Frames queued now.
   size_t size() const;
 
@@ -87,6 +89,7 @@ class FeedQueue {
   std::condition_variable cv_;
   std::deque<FeedFrame> q_;
   bool closed_ = false;
+  bool delivered_ = false;  // close()'s reason was thrown to the consumer
   std::string reason_;
 };
 

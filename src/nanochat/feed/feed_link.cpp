@@ -203,6 +203,7 @@ void FeedClient::abort(const std::string& reason) noexcept {
 
 void FeedClient::receive_loop() {
   std::string reason;
+  bool from_rank0 = false;  // rank 0 sent an Error frame: its message is the job's cause
   try {
     for (;;) {
       pollfd p{fd_.get(), POLLIN, 0};  // between frames: no deadline (a long evaluation or save)
@@ -219,8 +220,8 @@ void FeedClient::receive_loop() {
       if (f.kind == FeedKind::Val) {
         val_q_.push(std::move(f));
       } else if (f.kind == FeedKind::Error) {
-        reason = str_cat(server_, " stopped the job: ", f.text);
-        std::fprintf(stderr, "rank %d: %s\n", rank_, reason.c_str());  // seen even while this rank waits elsewhere
+        reason = str_cat("rank ", rank_, ": ", server_, " stopped the job: ", f.text);
+        from_rank0 = true;
         break;
       } else if (f.kind == FeedKind::End) {
         reason = str_cat("rank ", rank_, ": ", server_, " sent no more data");
@@ -235,6 +236,19 @@ void FeedClient::receive_loop() {
   if (reason.empty()) reason = str_cat("rank ", rank_, ": the data connection to ", server_, " was closed");
   main_q_.close(reason);
   val_q_.close(reason);
+  if (from_rank0) echo_unless_delivered(reason);
+}
+
+void FeedClient::echo_unless_delivered(const std::string& reason) {
+  // Rank 0's message reaches the user through the error next() throws. When this rank waits
+  // elsewhere instead (a collective whose own error would name only a lost peer), or stops for
+  // another reason first, it is printed here: after a grace period, or when the client is
+  // destroyed, if no wait of next() has thrown it by then.
+  const Clock::time_point until = Clock::now() + Ms(2000);
+  while (!stop_ && Clock::now() < until && !main_q_.reason_delivered() && !val_q_.reason_delivered())
+    std::this_thread::sleep_for(Ms(20));
+  if (main_q_.reason_delivered() || val_q_.reason_delivered()) return;
+  std::fprintf(stderr, "%s\n", reason.c_str());
 }
 
 FeedFrame FeedClient::next(FeedKind kind, int64_t seq, Clock::time_point deadline, const std::string& what) {

@@ -95,6 +95,9 @@ class FeedClient {
 
  private:
   void receive_loop();
+  /// Prints rank 0's `reason` to stderr unless next() throws it within a grace period (2 s) or
+  /// before the client is destroyed: the user sees it once either way.
+  void echo_unless_delivered(const std::string& reason);
 
   int rank_ = 0;
   Fd fd_;
