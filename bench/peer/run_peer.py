@@ -344,7 +344,34 @@ def parse_args(argv):
     if a.steps < 1 or a.warmup < 0 or a.rounds < 1 or not a.thread_list or not a.config_list:
         ap.error("need --steps >= 1, --warmup >= 0, --rounds >= 1, at least one config and one "
                  "thread count")
+    if "torch2-compile" in a.variant_list:
+        warn_scalar_inductor(a.torch2_python)
     return a
+
+
+def warn_scalar_inductor(python):
+    """torch.compile's CPU code generator checks the vector ISA by building and loading a small
+    library linked with -ltorch_cpu, and searches the interpreter's system library folder first:
+    a libtorch_cpu.so there (Debian's libtorch-dev, torch 1.13, which the tuned variant's
+    python3-torch pulls in) lacks the symbols torch 2.x needs, the check fails and every compiled
+    kernel is scalar. Says so before the runs, with the remedy."""
+    code = "from torch._inductor import cpu_vec_isa; print(cpu_vec_isa.pick_vec_isa() or 'INVALID_VEC_ISA')"
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300)
+        isa = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "?"
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print(f"run_peer: could not ask {python} for Inductor's vector ISA ({e})", file=sys.stderr)
+        return
+    if isa not in ("INVALID_VEC_ISA", "?"):
+        print(f"run_peer: torch.compile generates {isa} kernels", file=sys.stderr)
+        return
+    shadow = [d for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")
+              if os.path.exists(os.path.join(d, "libtorch_cpu.so"))]
+    cause = (f" {', '.join(shadow)} holds a libtorch_cpu.so (Debian's libtorch-dev) that shadows the "
+             "wheel's when Inductor links its kernels: `apt-get remove libtorch-dev` (python3-torch "
+             "stays), then `rm -rf /tmp/torchinductor_$USER` (its cached check)") if shadow else ""
+    print(f"run_peer: WARNING: torch.compile found no vector ISA (Inductor: {isa}): its kernels "
+          f"will be scalar and the torch2-compile rows no fair peer.{cause}", file=sys.stderr)
 
 
 def fmt_rate(r):
@@ -502,6 +529,15 @@ def main(argv):
     log(f"results: {md_path} (raw: {raw_path}, logs: {os.path.join(out_dir, 'logs')})")
     bad = [r for r in rows if r["side"] == "ours" and r["status"] != "ok"]
     return 1 if bad else 0
+
+
+def capability_cell(res):
+    """ATen's CPU capability, and for a compiled run the vector ISA Inductor generates code for."""
+    cell = res.get("cpu_capability", "?")
+    isa = res.get("inductor_vec_isa")
+    if isa:
+        cell += f"; Inductor {isa}" + (" (scalar kernels)" if isa == "INVALID_VEC_ISA" else "")
+    return cell
 
 
 def render_raw(a):
@@ -758,7 +794,13 @@ def render(a, configs, rows, peaks, peak_isa, peak_fixed, start, end, ours_bin):
                 res.get("attention", "masked") + (" (compiled)" if res.get("compiled") else ""),
                 f"`{res.get('blas_lib')}`", core,
                 f"{res.get('openblas_parallel', '?')}, {res.get('openblas_threads', '?')} thr",
-                res.get("allocator", "?"), res.get("cpu_capability", "?"), envs]) + " |")
+                res.get("allocator", "?"), capability_cell(res), envs]) + " |")
+        if any(r["side"] == "torch" and r["res"] and r["res"].get("inductor_vec_isa") == "INVALID_VEC_ISA"
+               for r in rows):
+            L.append("")
+            L.append("**torch.compile found no vector ISA on this host** (Inductor: INVALID_VEC_ISA): "
+                     "its generated kernels are scalar, so the compiled rows are no fair peer here; "
+                     "compare with torch2-eager (bench/peer/README.md, Caveats)")
         first = next((r["res"] for r in rows if r["side"] == "torch" and r["res"]), None)
         if first:
             L.append("")

@@ -16,6 +16,11 @@ for pkg in python3-venv python3-dev g++ libjemalloc2; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
     echo "setup_torch2: $pkg is not installed (apt-get install $pkg)" >&2
 done
+if [ -e /usr/lib/x86_64-linux-gnu/libtorch_cpu.so ]; then
+  echo "setup_torch2: /usr/lib/x86_64-linux-gnu/libtorch_cpu.so (Debian's libtorch-dev, torch 1.13) shadows" \
+       "the wheel's when torch.compile links its kernels, which then run scalar: apt-get remove" \
+       "libtorch-dev (python3-torch stays) before torch2-compile runs" >&2
+fi
 /usr/bin/python3 -m venv "$VENV"
 if [ -n "${TORCH_INDEX_URL:-}" ]; then
   "$VENV/bin/pip" install --index-url "$TORCH_INDEX_URL" "torch==$TORCH_VERSION"

@@ -93,6 +93,18 @@ def cpu_capability():
     return "?"
 
 
+def inductor_vec_isa():
+    """The vector ISA torch.compile's CPU code generator found usable, or None where it has none
+    (torch < 2.x). 'INVALID_VEC_ISA' means its generated kernels are scalar: its check compiles and
+    loads a small test library, which fails where another torch's libtorch_cpu.so shadows the
+    wheel's (bench/peer/README.md, Caveats)."""
+    try:
+        from torch._inductor import cpu_vec_isa
+    except ImportError:
+        return None
+    return str(cpu_vec_isa.pick_vec_isa()) or "INVALID_VEC_ISA"
+
+
 def flops_per_token(cfg):
     """nanochat estimate_flops (docs/nanochat.md 1.9): 6 * matmul params + 12 * H * D * min(window, T) per
     layer; matmul params = every 2D weight except the embedding tables (wte, value_embeds)."""
@@ -340,6 +352,7 @@ def main():
                peak_rss_bytes=max(warm_hwm, vm_hwm_bytes()),
                step_peak_rss_bytes=vm_hwm_bytes() if hwm_reset else None,
                attention=attn_name, compiled=a.compile,
+               inductor_vec_isa=inductor_vec_isa() if a.compile else None,
                torch_version=torch.__version__, cpu_capability=cpu_capability(),
                allocator=allocator(libs), parallel_backend="OpenMP" if "OpenMP" in
                torch.__config__.parallel_info() else "?")
