@@ -4,7 +4,8 @@
 # one rank. This machine's allowed CPUs are split in two: the first half plays the performance
 # cores, the second half the efficiency cores, which a cgroup CPU quota slows to --slow of a core
 # each. A fake sysfs tree (NANOCHAT_SYSFS_ROOT, a test/diagnostic variable) tells nanochat which
-# CPUs are which. Real d4 runs (T 256, B 4, total batch 2048) on the demo corpus, in one invocation:
+# CPUs are which. Real d4 runs (T 256, B 4, total batch --batch, default 2048) on the demo corpus,
+# in one invocation:
 #   1. "one rank": `nanochat base-train ... --threads <CPUs>`, one process with a fixed thread per
 #      CPU, each bound to its CPU (OMP_PROC_BIND=close, OMP_PLACES=threads) so that the slow CPUs'
 #      threads are slow (fixed: the thread tuner would drop them, core/thread_tuner.h)
@@ -17,12 +18,14 @@
 # a cgroup whose quota is --slow x (slow CPUs) of a core (period 10 ms), checked every 0.2 s.
 #
 # usage: sudo bench/run_hybrid_sim_bench.sh [--steps N] [--skip S] [--repeat R] [--slow F]
-#                                           [--depth D] [--dir DIR] [--bin PATH] [--port P]
+#                                           [--depth D] [--batch N] [--dir DIR] [--bin PATH] [--port P]
 #   --steps N    optimizer steps per run (default 10)
 #   --skip S     first steps not counted (default 4)
 #   --repeat R   how many times the three runs alternate (default 1)
 #   --slow F     speed of a slow core as a fraction of a fast one (default 0.33)
 #   --depth D    model depth (default 4)
+#   --batch N    total batch in tokens per step, a multiple of 1024 (default 2048: 8 rows, the
+#                coarsest split; a larger step spends a smaller share in the gradient exchange)
 #   --dir DIR    NANOCHAT_BASE_DIR with the corpus and tokenizer (default /tmp/nanochat-busy-bench,
 #                shared with run_busy_core_bench.sh; made on the first run, ~1-2 minutes)
 #   --bin PATH   the nanochat binary (default build/nanochat)
@@ -33,7 +36,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 me=run_hybrid_sim_bench.sh
-steps=10 skip=4 repeat=1 slow=0.33 depth=4 port=29517
+steps=10 skip=4 repeat=1 slow=0.33 depth=4 port=29517 batch=2048
 dir=/tmp/nanochat-busy-bench
 bin="$repo/build/nanochat"
 die() { echo "$me: $*" >&2; exit 1; }
@@ -44,14 +47,17 @@ while [ $# -gt 0 ]; do
     --repeat) repeat="$2"; shift 2 ;;
     --slow) slow="$2"; shift 2 ;;
     --depth) depth="$2"; shift 2 ;;
+    --batch) batch="$2"; shift 2 ;;
     --dir) dir="$2"; shift 2 ;;
     --bin) bin="$2"; shift 2 ;;
     --port) port="$2"; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
 [ "$steps" -gt "$skip" ] || die "--steps must be larger than --skip"
+[[ "$batch" =~ ^[0-9]+$ ]] && [ "$batch" -ge 1024 ] && [ $((batch % 1024)) -eq 0 ] ||
+  die "--batch must be a multiple of 1024 tokens (B 4 x T 256), got $batch"
 awk -v s="$slow" 'BEGIN { exit !(s > 0 && s <= 1) }' || die "--slow must be in (0, 1], got $slow"
 [ "$(id -u)" = 0 ] || die "needs root: it sets the slow cores' CPU quota in a cgroup under /sys/fs/cgroup"
 [ -x "$bin" ] || die "no binary at $bin; build it first (bash scripts/build.sh)"
@@ -145,7 +151,7 @@ if [ ! -f "$dir/tokenizer/tokenizer.json" ]; then
 fi
 vocab=$(grep -o '"vocab_size": *[0-9]*' "$dir/tokenizer/tokenizer.json" | grep -o '[0-9]*$' || echo "?")
 
-train="base-train --depth $depth --max-seq-len 256 --device-batch-size 4 --total-batch-size 2048
+train="base-train --depth $depth --max-seq-len 256 --device-batch-size 4 --total-batch-size $batch
        --num-iterations $steps --warmup-steps 0 --eval-every -1 --sample-every -1 --core-metric-every -1
        --model-tag hybridsim"
 # How many threads of the last run were slowed (a check that the throttle reached them).
@@ -186,7 +192,7 @@ o=$(step_tps "$logs"/one.*.log | median)
 d=$(step_tps "$logs"/default.*.log | median)
 f=$(step_tps "$logs"/fast.*.log | median)
 echo
-echo "d$depth (T 256, B 4, total batch 2048, vocab $vocab), median tok/s over steps $skip..$((steps - 1)) of $repeat run(s) each; logs in $logs"
+echo "d$depth (T 256, B 4, total batch $batch, vocab $vocab), median tok/s over steps $skip..$((steps - 1)) of $repeat run(s) each; logs in $logs"
 grep -m1 -h 'placement:' "$logs/default.1.log" | sed 's/^.*cores:/cores:/' || true
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $n CPUs; load average before each repeat (1 min): ${loads[*]}"
 printf '%-52s %10s\n' "run" "tok/s"
