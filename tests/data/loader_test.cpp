@@ -4,10 +4,12 @@
 #include "nanochat/data/loader.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
 #include <set>
+#include <string>
 #include <tuple>
 
 #include "nanochat/core/error.h"
@@ -35,7 +37,8 @@ struct Shards {
   std::string dir;
   std::vector<std::vector<std::vector<std::string>>> files;  // file -> row group -> docs
   Shards(const std::string& name, int rg_size) {
-    dir = (fs::temp_directory_path() / name).string();
+    // one folder per test process: ctest -j runs tests of this file side by side
+    dir = (fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))).string();
     fs::remove_all(dir);
     fs::create_directories(dir);
     auto docs = sample_docs();
@@ -161,7 +164,7 @@ TEST(Loader, PackingMatchesTheSpecReferenceOnTwoRanks) {
 }
 
 TEST(Loader, WholeRowsAreTheReferenceRowsAndTheirStateMatchesNext) {
-  Shards s("nc_loader_rows", 64);
+  Shards s("nc_loader_whole_rows", 64);
   const Tokenizer& tok = tokenizer();
   const int B = 3, T = 96;
   auto want = reference_batches(s, tok, B, T, 1, 2, 16, 100, 8);
