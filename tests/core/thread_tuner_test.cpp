@@ -6,10 +6,13 @@
 
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -182,4 +185,27 @@ TEST(RunDelay, GrowsWhenTwoThreadsShareOneCpu) {
   b.join();
   EXPECT_GE(during, before);
   EXPECT_GT(during - before, 40'000'000) << "run delay grew by " << during - before << " ns in 400 ms";
+}
+
+// name_this_thread: the kernel reports the name (its first 15 characters) for that thread alone.
+TEST(ThreadName, KernelReportsTheFirst15Characters) {
+  auto comm_of = [](pid_t tid) {
+    std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/comm");
+    std::string name;
+    std::getline(f, name);
+    return name;
+  };
+  const std::string mine = comm_of(static_cast<pid_t>(::gettid()));
+  std::string seen_short, seen_long;
+  std::thread t([&] {
+    const auto tid = static_cast<pid_t>(::gettid());
+    name_this_thread("nc-test");
+    seen_short = comm_of(tid);
+    name_this_thread("nc-a-name-longer-than-fifteen");
+    seen_long = comm_of(tid);
+  });
+  t.join();
+  EXPECT_EQ(seen_short, "nc-test");
+  EXPECT_EQ(seen_long, "nc-a-name-longe");
+  EXPECT_EQ(comm_of(static_cast<pid_t>(::gettid())), mine) << "another thread's name changed this one's";
 }

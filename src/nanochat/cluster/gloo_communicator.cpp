@@ -17,10 +17,11 @@
 #include <optional>
 #include <thread>
 
-#include "nanochat/core/error.h"
 #include "nanochat/cluster/gloo_communicator_impl.h"
 #include "nanochat/cluster/gloo_mesh.h"
 #include "nanochat/cluster/mesh.h"
+#include "nanochat/core/error.h"
+#include "nanochat/core/threads.h"
 
 #ifdef NANOCHAT_HAVE_GLOO
 #include <gloo/allreduce.h>
@@ -444,6 +445,7 @@ GlooCommunicator::GlooCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move
 
 void GlooCommunicator::start_thread() {
   impl_->thread = std::thread([this] {
+    name_this_thread("nc-comm");
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGPIPE);

@@ -7,6 +7,7 @@
 
 #include "nanochat/core/error.h"
 #include "nanochat/core/format.h"
+#include "nanochat/core/threads.h"
 
 namespace nanochat::cluster {
 
@@ -45,7 +46,10 @@ Heartbeat::Heartbeat(StoreClientOptions store, const std::string& prefix, int ra
   client_ = std::make_unique<StoreClient>(opts_);
   client_->set(str_cat(prefix_, "hb/", rank_), "0");
   done_[static_cast<size_t>(rank_)] = true;
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    name_this_thread("nc-heartbeat");
+    loop();
+  });
 }
 
 Heartbeat::~Heartbeat() {

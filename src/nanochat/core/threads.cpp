@@ -1,6 +1,7 @@
 #include "nanochat/core/threads.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -146,6 +147,12 @@ int64_t process_run_delay_ns() {
     any = true;
   }
   return any ? total : -1;
+}
+
+void name_this_thread(const char* name) {
+  char kept[16] = {};
+  std::strncpy(kept, name, sizeof kept - 1);
+  (void)pthread_setname_np(pthread_self(), kept);
 }
 
 }  // namespace nanochat

@@ -58,4 +58,11 @@ std::string cpu_affinity_list();
 /// rank's threads off their cores (core/thread_tuner.h).
 int64_t process_run_delay_ns();
 
+/// Names the calling thread `name` so that `ps -L`, `top -H` and /proc/<pid>/task/<tid>/comm tell
+/// a process's threads apart (the kernel keeps the first 15 characters). Errors are ignored: the
+/// name only helps diagnosis. Names in use: nc-comm (a communicator's work queue), nc-loader (the
+/// data loader's prefetch), nc-feed (rank 0's feed of the step's rows), nc-feed-recv (a worker's
+/// feed receiver), nc-heartbeat.
+void name_this_thread(const char* name);
+
 }  // namespace nanochat

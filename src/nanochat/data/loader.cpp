@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "nanochat/core/error.h"
+#include "nanochat/core/threads.h"
 #include "nanochat/data/pack.h"
 #include "nanochat/data/parquet.h"
 #include "nanochat/tokenizer/tokenizer.h"
@@ -229,7 +230,12 @@ DataLoader::DataLoader(const Tokenizer& tok, const LoaderOptions& opt, const jso
   impl_->rg = opt.rank;
   if (state) impl_->restore(*state);
   state_ = impl_->state();
-  if (opt.prefetch) thread_ = std::thread([this] { producer_loop(); });
+  if (opt.prefetch) {
+    thread_ = std::thread([this] {
+      name_this_thread("nc-loader");
+      producer_loop();
+    });
+  }
 }
 
 DataLoader::~DataLoader() {

@@ -12,6 +12,7 @@
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/format.h"
+#include "nanochat/core/threads.h"
 
 namespace nanochat::feed {
 
@@ -184,7 +185,10 @@ FeedClient::FeedClient(Communicator& comm, Clock::time_point deadline) : rank_(c
   hello.seq = rank_;
   hello.text = host_name();
   write_feed_frame(fd_.get(), hello, deadline, "the data connection to " + server_);
-  receiver_ = std::thread([this] { receive_loop(); });
+  receiver_ = std::thread([this] {
+    name_this_thread("nc-feed-recv");
+    receive_loop();
+  });
 }
 
 FeedClient::~FeedClient() {

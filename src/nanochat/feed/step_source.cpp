@@ -11,6 +11,7 @@
 #include "nanochat/core/error.h"
 #include "nanochat/core/format.h"
 #include "nanochat/core/paths.h"
+#include "nanochat/core/threads.h"
 #include "nanochat/data/loader.h"
 #include "nanochat/feed/feed_link.h"
 #include "nanochat/plan/plan.h"
@@ -125,7 +126,10 @@ class ServingSource : public StepSource {
     before.loader_state = initial_;
     f.text = step_text(before);
     for (int r = 1; r < server_.world_size(); ++r) server_.send(r, f, feed::feed_step_deadline());
-    thread_ = std::thread([this] { produce(); });
+    thread_ = std::thread([this] {
+      name_this_thread("nc-feed");
+      produce();
+    });
   }
 
   ~ServingSource() override {
