@@ -15,6 +15,7 @@
 #include "nanochat/train/zero2_sync.h"
 #include "support/solo_sync.h"
 #include "support/thread_communicator.h"
+#include "support/tiny_gpt.h"
 
 using namespace nanochat;
 using nanochat::testing::ThreadCommunicator;
@@ -25,29 +26,11 @@ namespace {
 constexpr int T = 8, R = 6, kSteps = 3;
 
 ModelConfig tiny() {
-  ModelConfig c;
+  ModelConfig c = nctest::tiny_gpt_config();
   c.sequence_len = T;
-  c.vocab_size = 40;
-  c.n_layer = 3;
-  c.n_head = 2;
-  c.n_kv_head = 1;
-  c.n_embd = 32;
-  c.window_pattern = "SL";
   return c;
 }
-
-// Makes the zero-init matrices nonzero so every gradient is well above rounding noise (a gradient
-// that is pure rounding noise at init is amplified by Adam's sign-like first steps differently for
-// every summation order; tests/train/grad_accum_test.cpp).
-void init(GPT& m) {
-  m.init_weights(9);
-  Rng rng(10);
-  for (const ParamInfo& p : m.params())
-    if (p.name.find("c_proj") != std::string::npos || p.name == "lm_head.weight" || p.name == "smear_lambda") {
-      float* w = m.param(p.name);
-      for (size_t i = 0; i < p.numel; ++i) w[i] = static_cast<float>(rng.uniform(-0.3, 0.3));
-    }
-}
+void init(GPT& m) { nctest::init_tiny_gpt(m); }
 
 std::vector<OptParam> params_of(GPT& m) {
   std::vector<OptParam> ops;

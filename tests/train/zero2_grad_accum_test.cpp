@@ -11,6 +11,7 @@
 #include "nanochat/core/rng.h"
 #include "nanochat/train/zero2_grad_accum.h"
 #include "support/thread_communicator.h"
+#include "support/tiny_gpt.h"
 
 using namespace nanochat;
 using nanochat::testing::ThreadCommunicator;
@@ -18,28 +19,8 @@ using nanochat::testing::ThreadHub;
 
 namespace {
 
-ModelConfig tiny() {
-  ModelConfig c;
-  c.sequence_len = 8;
-  c.vocab_size = 40;
-  c.n_layer = 3;
-  c.n_head = 2;
-  c.n_kv_head = 1;
-  c.n_embd = 32;
-  c.window_pattern = "SL";
-  return c;
-}
-
-// Makes the zero-init matrices nonzero so every gradient is well above rounding noise.
-void init(GPT& m) {
-  m.init_weights(9);
-  Rng rng(10);
-  for (const ParamInfo& p : m.params())
-    if (p.name.find("c_proj") != std::string::npos || p.name == "lm_head.weight" || p.name == "smear_lambda") {
-      float* w = m.param(p.name);
-      for (size_t i = 0; i < p.numel; ++i) w[i] = static_cast<float>(rng.uniform(-0.3, 0.3));
-    }
-}
+ModelConfig tiny() { return nctest::tiny_gpt_config(); }
+void init(GPT& m) { nctest::init_tiny_gpt(m); }
 
 // Four rows (valid targets 8, 5, 2, 0), dealt to two ranks in contiguous ranges by `split`, one
 // row per micro-batch; compares with one process running all four rows in one batch.
