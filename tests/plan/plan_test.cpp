@@ -32,8 +32,9 @@ TEST(Plan, CountsMatchNanochatTable) {
   }
 }
 
-// runcpu.sh derivations (docs/nanochat.md 3.2): bls 0.1767767, wd_scaled 0.2349029, 1 micro-step at W=1.
-TEST(Plan, RuncpuDerivations) {
+// nanochat's runs/runcpu.sh base_train settings (depth 6, head_dim 64, window L, T 512, device
+// batch 32, total batch 16384, 5000 iterations).
+static BaseTrainArgs runcpu_args() {
   BaseTrainArgs a;
   a.depth = 6;
   a.head_dim = 64;
@@ -42,6 +43,12 @@ TEST(Plan, RuncpuDerivations) {
   a.device_batch_size = 32;
   a.total_batch_size = 16384;
   a.num_iterations = 5000;
+  return a;
+}
+
+// runcpu.sh derivations (docs/nanochat.md 3.2): bls 0.1767767, wd_scaled 0.2349029, 1 micro-step at W=1.
+TEST(Plan, RuncpuDerivations) {
+  BaseTrainArgs a = runcpu_args();
   auto p = derive_plan(a, 32768, 1);
   EXPECT_EQ(p.target_tokens, 278399520);
   EXPECT_NEAR(p.d_ref, 1321216128.0, 1.0);
@@ -127,14 +134,7 @@ TEST(Plan, NoHorizonIsAClearError) {
 
 // runcpu.sh settings: the plan holds every derived setting the trainer uses.
 TEST(Plan, OwnsTheOptimizerScheduleEvalAndFolders) {
-  BaseTrainArgs a;
-  a.depth = 6;
-  a.head_dim = 64;
-  a.window_pattern = "L";
-  a.max_seq_len = 512;
-  a.device_batch_size = 32;
-  a.total_batch_size = 16384;
-  a.num_iterations = 5000;
+  BaseTrainArgs a = runcpu_args();
   a.eval_tokens = 100000;
   a.warmup_steps = 7;
   a.warmdown_ratio = 0.5;
