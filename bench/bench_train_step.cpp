@@ -229,13 +229,12 @@ void print_profile(double step_seconds_total, int steps, const std::array<double
 /// The optimizer's own work per step: Muon's Polar Express FLOPs (optim_math.h), not model FLOPs,
 /// and the AdamW parameter count; prints the MFU this step could reach if every op, the
 /// optimizer's products included, ran at the peak: model / (model + Polar Express) FLOPs.
-void print_optimizer_bound(const MuonAdamW& opt, double model_flops, double opt_seconds, double peak_gflops,
-                           bool bf16) {
+void print_optimizer_bound(const MuonAdamW& opt, double model_flops, double opt_seconds, double peak_gflops) {
   double muon = 0;
   for (const OptGroup& g : opt.groups())
     if (g.kind == OptKind::Muon)
       muon += static_cast<double>(g.params.size()) *
-              static_cast<double>(polar_express_flops(g.rows, g.cols, g.ns_steps, bf16));
+              static_cast<double>(polar_express_flops(g.rows, g.cols, g.ns_steps));
   const double adam_elems = bench::adamw_elements(opt);
   std::printf(
       "    optimizer: %.2f s; Muon's Polar Express multiplies %.1f GFLOP (%.1f%% of the model's %.1f, %.2f s at "
@@ -476,7 +475,7 @@ int main(int argc, char** argv) {
                           peak);
             double model_flops = 0;
             for (double f : flops) model_flops += f;
-            print_optimizer_bound(opt, model_flops, prof::seconds(prof::Op::Optimizer) / steps, peak, bf);
+            print_optimizer_bound(opt, model_flops, prof::seconds(prof::Op::Optimizer) / steps, peak);
             std::printf("    page faults per step (median): %.0f\n", median(faults));
             // where the peak RSS goes: the big buffers the program holds (GB = 1e9 bytes)
             const double pg = 2.0 * 4.0 * static_cast<double>(model.num_params()) / 1e9;

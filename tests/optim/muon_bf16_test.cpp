@@ -1,9 +1,13 @@
 // Muon in bfloat16 (MuonHyper::bf16, --dtype bfloat16) against nanochat's own muon_step_fused run
 // with COMPUTE_DTYPE bfloat16 on the same inputs (tests/fixtures/muon_bf16.safetensors, written by
-// tools/reference/make_muon_bf16_fixture.py): a tall, a wide and a square matrix. Our bf16 step
+// tools/reference/make_muon_bf16_fixture.py): a tall, a wide and a square matrix, and a tall and a
+// wide one with a side >= 128 (blocked Gram products, optim/optim_math.h). Our bf16 step
 // must land close to nanochat's bf16 step -- within a small fraction of the distance between
 // nanochat's bf16 and fp32 steps (1% of it), so it follows the bf16 path, not the fp32 one -- and our fp32
-// step on nanochat's fp32 step as tightly as the float32 parity does. Skipped, saying why, on CPUs
+// step on nanochat's fp32 step as tightly as the float32 parity does. Where nanochat's own bf16
+// step moves further than that when its gradient changes by one part in 10^7 (the fixture's
+// "bf16_spread": a few bf16 roundings flip and Polar Express amplifies them), our step may be off
+// by 1.5x that spread, in its largest and in its mean difference. Skipped, saying why, on CPUs
 // without native bf16.
 #include <gtest/gtest.h>
 
@@ -28,6 +32,12 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double d = 0;
   for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
   return d;
+}
+
+double mean_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d += std::fabs(static_cast<double>(a[i]) - b[i]);
+  return a.empty() ? 0.0 : d / static_cast<double>(a.size());
 }
 
 struct Result {
@@ -59,7 +69,8 @@ TEST(MuonBf16, FollowsNanochatsBfloat16Step) {
   hp.beta2 = meta["beta2"].get<double>();
   hp.ns_steps = meta["ns_steps"].get<int>();
   const auto shapes = meta["shapes"].get<std::vector<std::vector<int64_t>>>();
-  ASSERT_EQ(shapes.size(), 3u);
+  ASSERT_EQ(shapes.size(), 5u);
+  ASSERT_EQ(meta["bf16_spread"].size(), shapes.size());
   for (size_t i = 0; i < shapes.size(); ++i) {
     const int64_t m = shapes[i][0], n = shapes[i][1];
     SCOPED_TRACE(str_cat("(", m, ", ", n, ")"));
@@ -72,12 +83,21 @@ TEST(MuonBf16, FollowsNanochatsBfloat16Step) {
     const Result ours16 = our_step(f, static_cast<int>(i), m, n, h16);
     const double update = max_abs_diff(ref_fp32, p0);
     const double path_gap = max_abs_diff(ref_bf16, ref_fp32);  // what bf16 changes in nanochat's step
+    const double gap_mean = mean_abs_diff(ref_bf16, ref_fp32);
+    const double spread_max = meta["bf16_spread"][i]["max"].get<double>();
+    const double spread_mean = meta["bf16_spread"][i]["mean"].get<double>();
     const double err16 = max_abs_diff(ours16.p, ref_bf16), err32 = max_abs_diff(ours32.p, ref_fp32);
-    std::printf("(%lld, %lld): max |update| %.3e; nanochat bf16 vs fp32 %.3e; ours vs nanochat: bf16 %.3e, fp32 %.3e\n",
-                static_cast<long long>(m), static_cast<long long>(n), update, path_gap, err16, err32);
+    const double err16_mean = mean_abs_diff(ours16.p, ref_bf16);
+    std::printf(
+        "(%lld, %lld): max |update| %.3e; nanochat bf16 vs fp32 %.3e (mean %.3e), its bf16 spread %.3e (mean "
+        "%.3e); ours vs nanochat: bf16 %.3e (mean %.3e), fp32 %.3e\n",
+        static_cast<long long>(m), static_cast<long long>(n), update, path_gap, gap_mean, spread_max, spread_mean,
+        err16, err16_mean, err32);
     EXPECT_GT(path_gap, 0.02 * update) << "the fixture's bf16 and fp32 steps barely differ: it tests nothing";
     EXPECT_LE(err32, 1e-4 * update) << "our fp32 step departs from nanochat's";
-    EXPECT_LE(err16, 0.01 * path_gap) << "our bf16 step is not on nanochat's bf16 path";
+    EXPECT_LE(err16, std::max(0.01 * path_gap, 1.5 * spread_max)) << "our bf16 step is not on nanochat's bf16 path";
+    EXPECT_LE(err16_mean, std::max(0.01 * gap_mean, 1.5 * spread_mean))
+        << "our bf16 step is not on nanochat's bf16 path (mean difference)";
     // the momentum buffer and the second moment: fp32 before the cast in both
     EXPECT_LE(max_abs_diff(ours16.mom, f.at(out + "bf16.mom").to_f32()), 1e-8);
     const std::vector<float> sec_ref = f.at(out + "bf16.sec").to_f32();

@@ -4,13 +4,19 @@ on the same inputs, the reference for `--dtype bfloat16`'s Muon (optim/optim_mat
     mkdir -p /tmp/nanochat-ref && git -C /work/.mirror/karpathy+nanochat/repo archive HEAD nanochat | tar -x -C /tmp/nanochat-ref
     /work/venv/bin/python tools/reference/make_muon_bf16_fixture.py /tmp/nanochat-ref [--out tests/fixtures]
 
-For a tall, a wide and a square matrix: random parameters, gradient, momentum buffer and second
+For a tall, a wide and a square matrix, and a tall and a wide one with a side >= 128: random parameters, gradient, momentum buffer and second
 moment, then nanochat/optim.py's muon_step_fused (the function under its torch.compile wrapper, run
 eagerly) once with
 its module's COMPUTE_DTYPE set to torch.bfloat16 (what nanochat does on a GPU: the blended gradient
 cast to bf16, MuonEq and Polar Express in bf16) and once with float32 (its CPU path). Tensors per
 matrix i: in{i}.{p,g,mom,sec} and out{i}.{bf16,fp32}.{p,mom,sec}, with hyper-parameters in the
-metadata. lr_t is the group lr times sqrt(max(1, m/n)), as nanochat's caller passes it. Needs
+metadata. lr_t is the group lr times sqrt(max(1, m/n)), as nanochat's caller passes it.
+
+The bf16 step can be very sensitive to its input: a gradient changed by one part in 10^7 (below
+fp32's own rounding) flips a few bf16 roundings, and after five Polar Express iterations that can
+move the result as far as the bf16 step is from the fp32 one. The metadata's "bf16_spread" records,
+per matrix, how far nanochat's own bf16 step moves under three such perturbations (the largest
+max and mean |p - p_bf16| over them): no implementation can be held closer than that. Needs
 torch (CPU) and filelock (nanochat.common imports it).
 """
 
@@ -21,9 +27,12 @@ import sys
 
 import torch
 
-SHAPES = [(96, 40), (40, 96), (64, 64)]
+# the first three take one full product per Gram matrix; the last two (a side >= 128) take our
+# blocked Gram path (optim/optim_math.h)
+SHAPES = [(96, 40), (40, 96), (64, 64), (192, 130), (135, 200)]
 LR, MOMENTUM, WD, BETA2, NS = 0.02, 0.95, 0.2, 0.9, 5
 SEED = 4242
+SPREAD_SEEDS, SPREAD_REL = (11, 12, 13), 1e-7
 
 
 def main():
@@ -41,6 +50,7 @@ def main():
     g = torch.Generator().manual_seed(SEED)
     tensors, meta = {}, {"shapes": SHAPES, "lr": LR, "momentum": MOMENTUM, "weight_decay": WD, "beta2": BETA2,
                          "ns_steps": NS}
+    meta["bf16_spread"] = []
     for i, (m, n) in enumerate(SHAPES):
         p = torch.randn(m, n, generator=g) * 0.05
         grad = torch.randn(m, n, generator=g) * 0.01
@@ -54,9 +64,21 @@ def main():
             step(G, P, M, S, torch.tensor(MOMENTUM), torch.tensor(LR * max(1.0, m / n) ** 0.5),
                                  torch.tensor(WD), torch.tensor(BETA2), NS, red_dim)
             tensors.update({f"out{i}.{name}.p": P[0], f"out{i}.{name}.mom": M[0], f"out{i}.{name}.sec": S[0]})
+        # nanochat's bf16 step on the gradient times (1 + 1e-7 noise): the spread of the bf16 path
+        nopt.COMPUTE_DTYPE = torch.bfloat16
+        spread_max, spread_mean = 0.0, 0.0
+        for seed in SPREAD_SEEDS:
+            noise = torch.randn(m, n, generator=torch.Generator().manual_seed(seed))
+            P, G, M, S = p.clone()[None], (grad * (1 + SPREAD_REL * noise))[None], mom.clone()[None], sec.clone()[None]
+            step(G, P, M, S, torch.tensor(MOMENTUM), torch.tensor(LR * max(1.0, m / n) ** 0.5),
+                 torch.tensor(WD), torch.tensor(BETA2), NS, red_dim)
+            dev = (P[0] - tensors[f"out{i}.bf16.p"]).abs()
+            spread_max, spread_mean = max(spread_max, dev.max().item()), max(spread_mean, dev.mean().item())
+        meta["bf16_spread"].append({"max": spread_max, "mean": spread_mean})
         d = (tensors[f"out{i}.bf16.p"] - tensors[f"out{i}.fp32.p"]).abs().max().item()
         u = (tensors[f"out{i}.fp32.p"] - p).abs().max().item()
-        print(f"({m}, {n}): max |update| {u:.3e}, max |p_bf16 - p_fp32| {d:.3e} ({d / u:.1%} of the update)")
+        print(f"({m}, {n}): max |update| {u:.3e}, max |p_bf16 - p_fp32| {d:.3e} ({d / u:.1%} of the update), "
+              f"bf16 spread max {spread_max:.3e} mean {spread_mean:.3e}")
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "muon_bf16.safetensors")
     ref.save_safetensors(path, [(k, v.float().numpy()) for k, v in tensors.items()], {"meta": json.dumps(meta)})

@@ -98,28 +98,43 @@ namespace {
 constexpr int64_t kBlockedGramSide = 128;
 
 // G = X X^T (wide: X is (k, len) row-major, ld len) or G = X^T X (tall: X is (len, k), ld k),
-// G (k, k) row-major. The result is symmetric, so at k >= kBlockedGramSide X is split in two
-// halves along k and only the blocks G11, G12, G22 are multiplied (3/4 of the FLOPs); G21 is
-// G12 transposed (the result is then exactly symmetric).
-void gram(const float* X, int64_t k, int64_t len, bool tall, float* G) {
+// G (k, k) row-major fp32, with `mul(ta, tb, M, N, K, A, lda, B, ldb, C, ldc)` computing
+// C = op(A) op(B) (sgemm on fp32 X, bgemm on bf16 X). The result is symmetric, so at
+// k >= kBlockedGramSide X is split in two halves along k and only the blocks G11, G12, G22 are
+// multiplied (3/4 of the FLOPs); G21 is G12 transposed (the result is then exactly symmetric).
+template <typename T, typename Mul>
+void gram_with(const T* X, int64_t k, int64_t len, bool tall, float* G, Mul&& mul) {
   if (k < kBlockedGramSide) {
     if (tall)
-      sgemm(true, false, k, k, len, 1.f, X, k, X, k, 0.f, G, k);
+      mul(true, false, k, k, len, X, k, X, k, G, k);
     else
-      sgemm(false, true, k, k, len, 1.f, X, len, X, len, 0.f, G, k);
+      mul(false, true, k, k, len, X, len, X, len, G, k);
     return;
   }
   const int64_t h = k / 2, h2 = k - h;
   // start of the second half of X: columns h.. (tall) or rows h.. (wide)
-  const float* X2 = tall ? X + h : X + h * len;
+  const T* X2 = tall ? X + h : X + h * len;
   const int64_t ld = tall ? k : len;
   const bool ta = tall, tb = !tall;
-  sgemm(ta, tb, h, h, len, 1.f, X, ld, X, ld, 0.f, G, k);                  // G11
-  sgemm(ta, tb, h, h2, len, 1.f, X, ld, X2, ld, 0.f, G + h, k);            // G12
-  sgemm(ta, tb, h2, h2, len, 1.f, X2, ld, X2, ld, 0.f, G + h * k + h, k);  // G22
+  mul(ta, tb, h, h, len, X, ld, X, ld, G, k);                  // G11
+  mul(ta, tb, h, h2, len, X, ld, X2, ld, G + h, k);            // G12
+  mul(ta, tb, h2, h2, len, X2, ld, X2, ld, G + h * k + h, k);  // G22
 #pragma omp parallel for schedule(guided) if (h * h2 >= kParElems)
   for (int64_t i = 0; i < h2; ++i)  // G21 = G12^T
     for (int64_t j = 0; j < h; ++j) G[(h + i) * k + j] = G[j * k + h + i];
+}
+
+void gram(const float* X, int64_t k, int64_t len, bool tall, float* G) {
+  gram_with(X, k, len, tall, G,
+            [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+               int64_t ldb, float* C, int64_t ldc) { sgemm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc); });
+}
+
+// gram on bf16 X with fp32 accumulation (bgemm).
+void gram_bf16(const bf16* X, int64_t k, int64_t len, bool tall, float* G) {
+  gram_with(X, k, len, tall, G,
+            [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B,
+               int64_t ldb, float* C, int64_t ldc) { bgemm(ta, tb, M, N, K, A, lda, B, ldb, 0.f, C, ldc); });
 }
 
 // FLOPs of gram(X, k, len): one (k, k, len) product, or the three block products.
@@ -131,10 +146,9 @@ int64_t gram_flops(int64_t k, int64_t len) {
 
 }  // namespace
 
-int64_t polar_express_flops(int64_t m, int64_t n, int steps, bool full_gram) {
+int64_t polar_express_flops(int64_t m, int64_t n, int steps) {
   NC_CHECK(steps >= 0 && steps <= 5, "Polar Express has coefficients for at most 5 steps");
   const int64_t k = std::min(m, n), len = std::max(m, n);
-  if (full_gram) return steps * (2 * k * k * len + 2 * k * k * k + 2 * m * n * k);
   return steps * (gram_flops(k, len) + gram_flops(k, k) + 2 * m * n * k);
 }
 
@@ -202,13 +216,14 @@ float* polar_express_bf16(float* x, int64_t m, int64_t n, const MuonScratch& s, 
     const float c = static_cast<float>(kPolar[t][2]);
     to_bf16(cur, xh, mn);  // exact: cur holds bf16 values
     // A = X^T X (n, n) if tall, else X X^T (m, m)
-    if (tall)
-      bgemm(true, false, k, k, m, xh, k, xh, k, 0.f, s.a, k);
-    else
-      bgemm(false, true, k, k, n, xh, n, xh, n, 0.f, s.a, k);
+    gram_bf16(xh, k, tall ? m : n, tall, s.a);
     round_to_bf16(s.a, kk);
     to_bf16(s.a, ah, kk);
-    bgemm(false, false, k, k, k, ah, k, ah, k, 0.f, s.b, k);  // A A
+    // A A: in blocks as A A^T where gram built A exactly symmetric, else one full product
+    if (k >= kBlockedGramSide)
+      gram_bf16(ah, k, k, false, s.b);
+    else
+      bgemm(false, false, k, k, k, ah, k, ah, k, 0.f, s.b, k);
 #pragma omp parallel for schedule(static) if (kk >= kParElems)
     for (int64_t i = 0; i < kk; ++i) s.b[i] = rb(rb(b * s.a[i]) + rb(c * rb(s.b[i])));
     to_bf16(s.b, ah, kk);  // B

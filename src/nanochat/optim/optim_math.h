@@ -39,8 +39,10 @@ float* polar_express(float* x, int64_t m, int64_t n, const MuonScratch& s, int s
 
 /// polar_express in bfloat16, as nanochat runs it on a GPU (nanochat/optim.py muon_step_fused with
 /// COMPUTE_DTYPE bfloat16): x must hold bf16 values (fp32 numbers with 8 mantissa bits); every
-/// matrix product has bf16 operands and fp32 accumulation (kernels/gemm_bf16.h bgemm, full
-/// products: no Gram blocking) and its result, like every elementwise result, is rounded to bf16:
+/// matrix product has bf16 operands and fp32 accumulation (kernels/gemm_bf16.h bgemm; the Gram
+/// matrices of a side >= 128 in three half-size blocks, as polar_express: the blocks' sums are the
+/// full product's up to fp32 summation order) and its result, like every elementwise result, is
+/// rounded to bf16:
 /// A = r(X^T X) (tall) or r(X X^T); B = r(r(b A) + r(c r(A A))); X <- r(r(a X) + r(X B)) (tall) or
 /// r(r(a X) + r(B X)), with r() rounding to the nearest bf16. Scratch and result as polar_express;
 /// the bf16 operand copies live in thread-local buffers grown to the largest matrix. Requires
@@ -50,9 +52,9 @@ float* polar_express_bf16(float* x, int64_t m, int64_t n, const MuonScratch& s, 
 /// Multiply-add FLOPs (2 per multiply-add) of the matrix products polar_express runs on an
 /// (m, n) matrix with `steps` iterations: per iteration the Gram matrix A (k, k) of X, k = min(m, n),
 /// the Gram matrix of A, and the (m, n) product with B; a Gram side >= 128 counts its three
-/// half-size blocks (full_gram: not, as polar_express_bf16 runs them). Excludes the elementwise
-/// work (O(m n) per iteration). Throws nanochat::Error for steps outside [0, 5].
-int64_t polar_express_flops(int64_t m, int64_t n, int steps = 5, bool full_gram = false);
+/// half-size blocks. The same for polar_express_bf16. Excludes the elementwise work (O(m n) per
+/// iteration). Throws nanochat::Error for steps outside [0, 5].
+int64_t polar_express_flops(int64_t m, int64_t n, int steps = 5);
 
 /// Hyperparameters of one Muon update (docs/nanochat.md 2.3); lr is the group lr (the shape factor
 /// sqrt(max(1, m/n)) is applied inside).
