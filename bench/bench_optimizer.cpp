@@ -8,8 +8,10 @@
 // The sum (AdamW + every Muon matrix's update) is what one optimizer step costs on one rank;
 // bench_train_step prints the optimizer's share of the step.
 //
-// usage: bench_optimizer [--config d4|d6|d6b32|d12] [--threads N] [--repeats R]
+// usage: bench_optimizer [--config d4|d6|d6b32|d8|d12] [--threads N] [--repeats R] [--dtype float32|bfloat16]
 //   the configs of bench_train_step (bench_configs.h; d6b32 has d6's parameters)
+// --dtype bfloat16: Muon as --dtype bfloat16 training runs it (MuonHyper::bf16: Polar Express by
+// polar_express_bf16, full products), against the bf16 dot-product peak; AdamW is the same fp32.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +25,7 @@
 #include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/kernels/gemm.h"
+#include "nanochat/kernels/gemm_bf16.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/optim/optim_math.h"
@@ -50,7 +53,8 @@ std::vector<float> filled(Rng& rng, size_t n, double scale) {
 }
 
 int usage(const char* argv0, FILE* to = stderr, int rc = 2) {
-  std::fprintf(to, "usage: %s [--config d4|d6|d6b32|d12] [--threads N] [--repeats R]\n", argv0);
+  std::fprintf(to, "usage: %s [--config d4|d6|d6b32|d8|d12] [--threads N] [--repeats R] [--dtype float32|bfloat16]\n",
+               argv0);
   return rc;
 }
 
@@ -59,6 +63,7 @@ int usage(const char* argv0, FILE* to = stderr, int rc = 2) {
 int main(int argc, char** argv) {
   std::string config = "d4";
   int threads = 1, repeats = 3;
+  bool bf16_mode = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--config") && i + 1 < argc)
       config = argv[++i];
@@ -66,6 +71,9 @@ int main(int argc, char** argv) {
       threads = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc)
       repeats = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc &&
+             (!std::strcmp(argv[i + 1], "float32") || !std::strcmp(argv[i + 1], "bfloat16")))
+      bf16_mode = !std::strcmp(argv[++i], "bfloat16");
     else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h"))
       return usage(argv[0], stdout, 0);
     else {
@@ -77,7 +85,9 @@ int main(int argc, char** argv) {
   for (const auto& c : bench::kConfigs)
     if (config == c.name) bc = &c;
   if (bc == nullptr) {
-    std::fprintf(stderr, "bench_optimizer: unknown --config '%s' (known: d4, d6, d6b32, d12)\n", config.c_str());
+    std::string known;
+    for (const auto& c : bench::kConfigs) known += std::string(known.empty() ? "" : ", ") + c.name;
+    std::fprintf(stderr, "bench_optimizer: unknown --config '%s' (known: %s)\n", config.c_str(), known.c_str());
     return 2;
   }
   if (threads < 1 || repeats < 1) {
@@ -85,15 +95,21 @@ int main(int argc, char** argv) {
     return usage(argv[0]);
   }
   set_num_threads(threads);
+  if (bf16_mode && !native_bf16_available()) {
+    std::fprintf(stderr, "bench_optimizer: --dtype bfloat16: %s\n", native_bf16_status().c_str());
+    return 2;
+  }
   const ModelConfig cfg = bench::model_config(*bc);
   GPT model(cfg);  // only for the parameter list the optimizer groups
   std::vector<OptParam> ps;
   for (const auto& p : model.params())
     ps.push_back({p.name, p.shape, model.param_data() + p.offset, model.grad_data() + p.offset});
   const MuonAdamW opt(ps, OptimConfig{});
-  const double peak = measure_fma_peak_gflops(threads, 0.3);
-  std::printf("%s, %d thread(s), FMA peak %.1f GFLOP/s (%s; oneDNN %s), best of %d\n", config.c_str(), threads, peak,
-              fma_peak_isa(), gemm_isa(), repeats);
+  const PeakKind kind = bf16_mode ? PeakKind::Bf16Dot : PeakKind::Fp32Fma;
+  const double peak = measure_fma_peak_gflops(threads, 0.3, kind);
+  std::printf("%s, %d thread(s), %s, %s peak %.1f GFLOP/s (%s; oneDNN %s), best of %d\n", config.c_str(), threads,
+              bf16_mode ? "bfloat16" : "float32", bf16_mode ? "bf16 dot" : "FMA", peak, fma_peak_isa(kind), gemm_isa(),
+              repeats);
 
   // AdamW: every AdamW parameter's elements in one call (the per-parameter calls add nothing but
   // their count).
@@ -127,12 +143,18 @@ int main(int argc, char** argv) {
     std::vector<float> second(len, 1e-6f);
     MuonHyper hp;
     hp.lr = 0.02;
+    hp.bf16 = bf16_mode;
     const double t_update =
         best_of(repeats, [&] { muon_update(p.data(), grad.data(), mom.data(), second.data(), m, n, 1.f, hp, s); });
     const auto x0 = filled(rng, m * n, 0.5 / std::sqrt(static_cast<double>(m * n)));
     const double t_polar = best_of(repeats, [&] {
       std::copy(x0.begin(), x0.end(), x.begin());
-      polar_express(x.data(), m, n, s, 5);
+      if (bf16_mode) {
+        for (auto& v : x) v = bf16_to_float(float_to_bf16(v));  // polar_express_bf16 takes bf16 values
+        polar_express_bf16(x.data(), m, n, s, 5);
+      } else {
+        polar_express(x.data(), m, n, s, 5);
+      }
     });
     const double t_gemm =
         best_of(repeats, [&] { sgemm(false, false, k, len, k, 1.f, a.data(), k, x0.data(), len, 0.f, c.data(), len); });
