@@ -112,9 +112,9 @@ TEST(Bf16, GradientsMatchAutocast) {
   GPT m(fx.cfg);
   load_weights(fx, m);
   m.set_compute_dtype(ComputeDtype::BFloat16);
-  for (int64_t chunk : {int64_t{256}, int64_t{7}}) {  // one lm_head chunk, and ragged chunks
+  for (int64_t chunk : {int64_t{0}, int64_t{7}}) {  // bf16's default lm_head chunk, and ragged chunks
     SCOPED_TRACE("lm_head chunk " + std::to_string(chunk));
-    m.set_lm_head_chunk(chunk);
+    if (chunk > 0) m.set_lm_head_chunk(chunk);
     m.zero_grad();
     m.forward_backward(fx.idx.data(), fx.targets.data(), fx.B, fx.T);
     double worst_ratio = 0;
@@ -182,6 +182,20 @@ TEST(Bf16, KvCacheDecodeMatchesFullForward) {
   // the same bf16 roundings of the same rows, but products of other shapes (1 row vs T rows):
   // summation order may differ
   EXPECT_LE(rel_err(step.data(), last), 1e-4);
+}
+
+TEST(Bf16, LmHeadChunkFollowsTheDtypeUnlessChosen) {
+  SKIP_WITHOUT_BF16();
+  Fx fx = load_fixture();
+  GPT m(fx.cfg);
+  EXPECT_EQ(m.lm_head_chunk(), 256);
+  m.set_compute_dtype(ComputeDtype::BFloat16);
+  EXPECT_EQ(m.lm_head_chunk(), 512);  // oneDNN's bf16 products gain on taller chunks
+  m.set_compute_dtype(ComputeDtype::Float32);
+  EXPECT_EQ(m.lm_head_chunk(), 256);
+  m.set_lm_head_chunk(300);
+  m.set_compute_dtype(ComputeDtype::BFloat16);
+  EXPECT_EQ(m.lm_head_chunk(), 300) << "a chosen chunk must survive a dtype change";
 }
 
 TEST(Bf16, DtypeNames) {

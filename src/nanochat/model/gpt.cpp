@@ -194,6 +194,7 @@ GPT::LayerParams GPT::layer_params(int i, float* base) const {
 
 void GPT::set_lm_head_chunk(int64_t rows) {
   NC_CHECK(rows >= 1, "lm_head chunk must be >= 1 row");
+  lm_head_chunk_chosen_ = true;
   if (rows != lm_head_chunk_) {
     lm_head_chunk_ = rows;
     acts_.reset();
@@ -355,6 +356,7 @@ void GPT::set_compute_dtype(ComputeDtype d) {
     params_bf16_ = AlignedBuffer();
   }
   dtype_ = d;
+  if (!lm_head_chunk_chosen_) lm_head_chunk_ = d == ComputeDtype::BFloat16 ? kLmHeadChunkBf16 : kLmHeadChunkF32;
   bf16_stale_ = true;
   acts_.reset();  // the activation arena is carved again, with (or without) the bf16 operands
   arena_ = Arena();
