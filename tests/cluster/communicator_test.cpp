@@ -133,6 +133,82 @@ TEST(GlooCommunicator, ManyOperationsInFlightCompleteInOrder) {
   expect_all_ok(ps);
 }
 
+// The side lane runs beside the main lane: rank 0 queues a reduce-scatter, then a side-lane
+// all-gather, and waits for the gather first; the other ranks submit their reduce-scatter only
+// after their side gather finished. With one lane rank 0's gather would wait behind its
+// reduce-scatter, which waits for the others: each rank would wait for the other until the
+// deadline (10 s). Then both lanes at once, many operations in flight, main-lane all-gathers
+// beside side-lane ones (their messages must not mix), every result against its closed form.
+void side_lane_runs_beside_the_main_lane(int W) {
+  auto opts = [](int) {
+    DistOptions o = test_options();
+    o.collective_timeout = Ms(10000);
+    return o;
+  };
+  auto ps = run_ranks(
+      W,
+      [W](GlooCommunicator& c) {
+        const int r = c.rank();
+        std::vector<size_t> counts(W, 400001);
+        counts[0] = 900001;
+        auto off = offsets(counts);
+        std::vector<float> rs(off[W]), rs_out(counts[r]), ag(off[W], -1.f);
+        for (size_t i = 0; i < rs.size(); ++i) rs[i] = static_cast<float>((r + 1) * (i % 17));
+        for (size_t k = 0; k < counts[r]; ++k) ag[off[r] + k] = static_cast<float>(r * 100 + k % 11);
+        const float T = W * (W + 1) / 2.0f;
+        if (r == 0) {
+          WorkPtr red = c.reduce_scatter_sum(rs.data(), rs_out.data(), counts);
+          c.all_gather_side(ag.data() + off[r], ag.data(), counts)->wait();
+          red->wait();
+        } else {
+          c.all_gather_side(ag.data() + off[r], ag.data(), counts)->wait();
+          c.reduce_scatter_sum(rs.data(), rs_out.data(), counts)->wait();
+        }
+        for (size_t k = 0; k < counts[r]; ++k)
+          check_eq("reduce_scatter beside a side gather", k, rs_out[k], T * ((off[r] + k) % 17));
+        for (int j = 0; j < W; ++j)
+          for (size_t k = 0; k < counts[j]; ++k)
+            check_eq("side all_gather", off[j] + k, ag[off[j] + k], static_cast<float>(j * 100 + k % 11));
+        // Both lanes busy at once: main-lane reduce-scatters and all-gathers beside side gathers.
+        constexpr int kOps = 6;
+        const std::vector<size_t> gc(W, 70001);
+        const auto goff = offsets(gc);
+        std::vector<std::vector<float>> main_g(kOps, std::vector<float>(goff[W])), side_g = main_g;
+        std::vector<std::vector<float>> red_in(kOps, std::vector<float>(off[W])), red_out(kOps);
+        std::vector<WorkPtr> works;
+        for (int k = 0; k < kOps; ++k) {
+          for (size_t i = 0; i < off[W]; ++i) red_in[k][i] = static_cast<float>(k + r);
+          red_out[k].assign(counts[r], 0.f);
+          for (size_t i = 0; i < gc[r]; ++i) {
+            main_g[k][goff[r] + i] = static_cast<float>(1000 * k + r);
+            side_g[k][goff[r] + i] = static_cast<float>(-1000 * k - r);
+          }
+          works.push_back(c.reduce_scatter_sum(red_in[k].data(), red_out[k].data(), counts));
+          works.push_back(c.all_gather_side(side_g[k].data() + goff[r], side_g[k].data(), gc));
+          works.push_back(c.all_gather(main_g[k].data() + goff[r], main_g[k].data(), gc));
+        }
+        for (auto& w : works) w->wait();
+        for (int k = 0; k < kOps; ++k) {
+          for (size_t i = 0; i < counts[r]; ++i)
+            check_eq("reduce_scatter in flight", i, red_out[k][i], static_cast<float>(W * k + W * (W - 1) / 2));
+          for (int j = 0; j < W; ++j)
+            for (size_t i = 0; i < gc[j]; ++i) {
+              check_eq("main all_gather in flight", goff[j] + i, main_g[k][goff[j] + i],
+                       static_cast<float>(1000 * k + j));
+              check_eq("side all_gather in flight", goff[j] + i, side_g[k][goff[j] + i],
+                       static_cast<float>(-1000 * k - j));
+            }
+        }
+        std::printf("rank %d ok\n", r);
+      },
+      opts);
+  expect_all_ok(ps);
+  for (int r = 0; r < W; ++r) EXPECT_THAT(ps[r].output(), HasSubstr("rank " + std::to_string(r) + " ok"));
+}
+
+TEST(GlooCommunicator, SideLaneRunsBesideTheMainLaneAtWorldSize2) { side_lane_runs_beside_the_main_lane(2); }
+TEST(GlooCommunicator, SideLaneRunsBesideTheMainLaneAtWorldSize3) { side_lane_runs_beside_the_main_lane(3); }
+
 TEST(GlooCommunicator, BadCountsAreRejectedBeforeAnythingIsSent) {
   auto ps = run_ranks(2, [](GlooCommunicator& c) {
     float x = 0;

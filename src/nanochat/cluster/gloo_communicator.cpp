@@ -261,15 +261,19 @@ void GlooCommunicator::Impl::connect_gloo(int port, const std::string& range, Cl
   scratch.assign(kInFlight * kChunk, 0.f);
 }
 
-void GlooCommunicator::Impl::run_thread() {
+thread_local int GlooCommunicator::Impl::waiting_on = -1;
+thread_local bool GlooCommunicator::Impl::waiting_send = false;
+
+void GlooCommunicator::Impl::run_thread(int lane) {
+  std::deque<Task>& q = queue[lane];
   for (;;) {
     Task t;
     {
       std::unique_lock<std::mutex> lk(qmu);
-      qcv.wait(lk, [&] { return stopping || !queue.empty(); });
-      if (queue.empty()) return;  // stopping and drained
-      t = std::move(queue.front());
-      queue.pop_front();
+      qcv[lane].wait(lk, [&] { return stopping || !q.empty(); });
+      if (q.empty()) return;  // stopping and drained
+      t = std::move(q.front());
+      q.pop_front();
       if (stopping) {
         lk.unlock();
         finish(*t.st, str_cat(me(), ": ", t.what, " was cancelled: the communicator was destroyed before it ran"));
@@ -309,14 +313,14 @@ void GlooCommunicator::Impl::run_thread() {
   }
 }
 
-WorkPtr GlooCommunicator::Impl::submit(std::string what, std::function<void()> fn) {
+WorkPtr GlooCommunicator::Impl::submit(std::string what, std::function<void()> fn, int lane) {
   auto st = std::make_shared<OpState>();
   {
     std::lock_guard<std::mutex> lk(qmu);
     ++seq;
-    queue.push_back(Task{str_cat(what, " (collective #", seq, ")"), std::move(fn), st});
+    queue[lane].push_back(Task{str_cat(what, " (collective #", seq, lane ? ", side lane)" : ")"), std::move(fn), st});
   }
-  qcv.notify_one();
+  qcv[lane].notify_one();
   return std::make_shared<GlooWork>(st);
 }
 
@@ -389,7 +393,7 @@ void GlooCommunicator::Impl::ring_reduce_scatter(float* in, float* out, const st
 // receives segment (r-s-1) from the previous one, directly into its place in `out`. Segments
 // travel in chunks of kChunkBytes, a window of them in flight, and a received chunk is forwarded
 // at once (the segment received at step s is the one sent at step s+1).
-void GlooCommunicator::Impl::ring_all_gather(const void* in, void* out_v, const std::vector<size_t>& bytes) {
+void GlooCommunicator::Impl::ring_all_gather(const void* in, void* out_v, const std::vector<size_t>& bytes, int lane) {
   const int W = env.world_size, r = env.rank;
   char* out = static_cast<char*>(out_v);
   const auto off = offsets_of(bytes);
@@ -398,7 +402,7 @@ void GlooCommunicator::Impl::ring_all_gather(const void* in, void* out_v, const 
   if (total == 0) return;
   auto seg = [&](int k) { return ((k % W) + W) % W; };
   const int next = (r + 1) % W, prev = (r - 1 + W) % W;
-  const uint64_t slot = gloo::Slot::build(kAllgatherSlotPrefix, 0);
+  const uint64_t slot = gloo::Slot::build(kAllgatherSlotPrefix, static_cast<uint32_t>(lane));
   auto buf = unbound(out, total);
   size_t sends = 0;
   struct Piece {
@@ -437,20 +441,20 @@ GlooCommunicator::GlooCommunicator(const DistEnv& env, const DistOptions& option
   impl_->coll_timeout = *impl_->opts.collective_timeout;
   SigpipeBlock no_sigpipe;  // Gloo's threads created here inherit the blocked SIGPIPE
   impl_->rendezvous();
-  start_thread();
+  start_lane(0);
   if (env.world_size > 1) impl_->start_heartbeat();
 }
 
-GlooCommunicator::GlooCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { start_thread(); }
+GlooCommunicator::GlooCommunicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { start_lane(0); }
 
-void GlooCommunicator::start_thread() {
-  impl_->thread = std::thread([this] {
-    name_this_thread("nc-comm");
+void GlooCommunicator::start_lane(int lane) {
+  impl_->thread[lane] = std::thread([this, lane] {
+    name_this_thread(lane == 0 ? "nc-comm" : "nc-comm-side");
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    impl_->run_thread();
+    impl_->run_thread(lane);
   });
 }
 
@@ -460,8 +464,10 @@ GlooCommunicator::~GlooCommunicator() {
     std::lock_guard<std::mutex> lk(impl_->qmu);
     impl_->stopping = true;
   }
-  impl_->qcv.notify_all();
-  if (impl_->thread.joinable()) impl_->thread.join();
+  for (int lane = 0; lane < Impl::kLanes; ++lane) {
+    impl_->qcv[lane].notify_all();
+    if (impl_->thread[lane].joinable()) impl_->thread[lane].join();
+  }
   SigpipeBlock no_sigpipe;
   impl_.reset();  // closes the mesh, says goodbye, and (store host) lingers for the others
 }
@@ -511,9 +517,10 @@ WorkPtr GlooCommunicator::reduce_scatter_sum(float* in, float* out, const std::v
                    [I, in, out, counts] { I->ring_reduce_scatter(in, out, counts); });
 }
 
-WorkPtr GlooCommunicator::all_gather(const float* in, float* out, const std::vector<size_t>& counts) {
+WorkPtr GlooCommunicator::gather_floats(const float* in, float* out, const std::vector<size_t>& counts, int lane) {
   if (counts.size() != static_cast<size_t>(world_size()))
-    fail("all_gather needs one count per rank (", world_size(), "), got ", counts.size());
+    fail(lane ? "all_gather_side" : "all_gather", " needs one count per rank (", world_size(), "), got ",
+         counts.size());
   Impl* I = impl_.get();
   size_t total = 0;
   std::vector<size_t> bytes;
@@ -521,8 +528,21 @@ WorkPtr GlooCommunicator::all_gather(const float* in, float* out, const std::vec
     total += c;
     bytes.push_back(c * sizeof(float));
   }
-  return I->submit(str_cat("all_gather of ", total, " floats"),
-                   [I, in, out, bytes] { I->ring_all_gather(in, out, bytes); });
+  if (lane != 0) {
+    std::lock_guard<std::mutex> lk(I->qmu);
+    if (!I->thread[lane].joinable() && !I->stopping) start_lane(lane);
+  }
+  return I->submit(
+      str_cat("all_gather of ", total, " floats"),
+      [I, in, out, bytes, lane] { I->ring_all_gather(in, out, bytes, lane); }, lane);
+}
+
+WorkPtr GlooCommunicator::all_gather(const float* in, float* out, const std::vector<size_t>& counts) {
+  return gather_floats(in, out, counts, 0);
+}
+
+WorkPtr GlooCommunicator::all_gather_side(const float* in, float* out, const std::vector<size_t>& counts) {
+  return gather_floats(in, out, counts, 1);
 }
 
 WorkPtr GlooCommunicator::broadcast(void* data, size_t bytes, int root) {

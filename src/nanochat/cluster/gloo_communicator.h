@@ -9,10 +9,12 @@
 // Gloo full mesh on the device chosen by choose_device() (never the hostname's loopback address),
 // on the rank's --port-range port (NANOCHAT_PORT_RANGE) when one is set, else on ephemeral ports.
 //
-// Execution: Gloo's collectives block, so one dedicated comm thread owns the Gloo context and
-// executes submitted operations in FIFO order; every call returns at once with a Work handle.
-// Only that thread touches the context, so one tag suffices. The thread runs plain loops (no
-// OpenMP); while it works, the caller's OpenMP threads may compute, but they compete for cores:
+// Execution: Gloo's collectives block, so a dedicated comm thread (the main lane) executes
+// submitted operations in FIFO order; every call returns at once with a Work handle. A second
+// thread, the side lane (started at the first all_gather_side), runs only all_gather_side, in
+// FIFO order, at the same time as the main lane: the two share the Gloo pairs (whose sends and
+// receives are locked per pair) and use different slots. The threads run plain loops (no
+// OpenMP); while they work, the caller's OpenMP threads may compute, but they compete for cores:
 // give the rank one core less than its share if the overlap matters (see the report of bench/dist/).
 //
 // Failure: any Gloo error or timeout (collective timeout, default 300 s) breaks the communicator.
@@ -24,9 +26,9 @@
 #include <memory>
 #include <string>
 
-#include "nanochat/comm/communicator.h"
 #include "nanochat/cluster/env.h"
 #include "nanochat/cluster/store.h"
+#include "nanochat/comm/communicator.h"
 
 namespace nanochat::cluster {
 
@@ -56,6 +58,7 @@ class GlooCommunicator final : public Communicator {
   WorkPtr all_reduce_sum_f64(double* data, size_t n) override;
   WorkPtr reduce_scatter_sum(float* in, float* out, const std::vector<size_t>& counts) override;
   WorkPtr all_gather(const float* in, float* out, const std::vector<size_t>& counts) override;
+  WorkPtr all_gather_side(const float* in, float* out, const std::vector<size_t>& counts) override;
   WorkPtr broadcast(void* data, size_t bytes, int root) override;
   WorkPtr barrier() override;
   WorkPtr send(const void* data, size_t bytes, int peer) override;
@@ -92,7 +95,8 @@ class GlooCommunicator final : public Communicator {
  private:
   struct Impl;
   explicit GlooCommunicator(std::unique_ptr<Impl> impl);  // a group of split()
-  void start_thread();
+  void start_lane(int lane);                              // 0: the main lane, 1: the side lane (under the queue's lock)
+  WorkPtr gather_floats(const float* in, float* out, const std::vector<size_t>& counts, int lane);
   std::unique_ptr<Impl> impl_;
 };
 #endif

@@ -2,8 +2,8 @@
 // Internal to cluster: the state of a GlooCommunicator (cluster/gloo_communicator.h), shared by
 // gloo_communicator.cpp (rendezvous, the comm thread, the ring collectives, all-reduce, broadcast,
 // barrier), gloo_point_to_point.cpp (send/recv, gather, scatter, the byte all-gather and split)
-// and gloo_failure.cpp (failure diagnosis, the heartbeat's lost peers). Only the comm thread touches `ctx`; an
-// operation is a Task that submit() queues for it.
+// and gloo_failure.cpp (failure diagnosis, the heartbeat's lost peers). Only the lanes' threads use `ctx`
+// to send and receive; an operation is a Task that submit() queues for one of them.
 #ifdef NANOCHAT_HAVE_GLOO
 #include <pthread.h>
 #include <signal.h>
@@ -94,8 +94,10 @@ struct GlooCommunicator::Impl {
   DistEnv env;  // a sub-communicator's: rank and world_size within its group
   DistOptions opts;
   Ms coll_timeout{0};
-  int waiting_on = -1;        // comm thread: the rank the last failed wait waited for
-  bool waiting_send = false;  // ... for its receive of our send (else for its data)
+  // The rank the last failed wait of this thread (a lane) waited for, and whether it waited for
+  // that rank's receive of our send (else for its data); read by diagnose() on the same thread.
+  static thread_local int waiting_on;
+  static thread_local bool waiting_send;
   std::string host;
   DeviceChoice dev_choice;
   std::unique_ptr<StoreServer> server;
@@ -111,10 +113,13 @@ struct GlooCommunicator::Impl {
   std::shared_ptr<gloo::transport::Device> dev;
   std::shared_ptr<gloo::Context> ctx;
 
-  std::thread thread;
+  // Lane 0 (main) runs every operation but all_gather_side, lane 1 (side) only those; each lane
+  // is one thread with its own FIFO queue (docs/architecture.md 7.5).
+  static constexpr int kLanes = 2;
+  std::thread thread[kLanes];
   std::mutex qmu;
-  std::condition_variable qcv;
-  std::deque<gloo_detail::Task> queue;
+  std::condition_variable qcv[kLanes];
+  std::deque<gloo_detail::Task> queue[kLanes];
   bool stopping = false;
   std::string broken;    // first failure, guarded by qmu
   int broken_peer = -1;  // the peer whose loss broke it (-1: another failure), guarded by qmu
@@ -165,7 +170,7 @@ struct GlooCommunicator::Impl {
   void rendezvous();
   // Connects Gloo's pairs, all on `port` when it is not 0 (--port-range `range`).
   void connect_gloo(int port, const std::string& range, Clock::time_point deadline);
-  void run_thread();
+  void run_thread(int lane);
   // The message of a failed operation; *lost_peer = the rank whose loss caused it (else -1).
   std::string diagnose(const std::string& what, const std::string& gloo_msg, int* lost_peer);
   // Starts the heartbeat (cluster/heartbeat.h) unless its timeout is 0.
@@ -174,7 +179,7 @@ struct GlooCommunicator::Impl {
   // ends now), call the hooks.
   void peer_lost(int r, const std::string& why);
   int silent_peer(const std::string& gloo_msg) const;
-  WorkPtr submit(std::string what, std::function<void()> fn);
+  WorkPtr submit(std::string what, std::function<void()> fn, int lane = 0);
   void recv_from(gloo::transport::UnboundBuffer& buf, int peer);
   // An unbound buffer whose waits peer_lost() aborts (a posted receive from a rank that died waits
   // for its remote's notification, which a failed pair never delivers), deregistered when freed.
@@ -189,7 +194,8 @@ struct GlooCommunicator::Impl {
   void wait_sends(gloo::transport::UnboundBuffer& buf, std::vector<int> pending);
   void wait_recvs(gloo::transport::UnboundBuffer& buf, std::vector<int> pending);
   void ring_reduce_scatter(float* in, float* out, const std::vector<size_t>& counts);
-  void ring_all_gather(const void* in, void* out, const std::vector<size_t>& bytes);
+  // `lane` picks the slot, so that the two lanes' gathers never take each other's messages.
+  void ring_all_gather(const void* in, void* out, const std::vector<size_t>& bytes, int lane = 0);
   void gather_to(const void* in, void* out, const std::vector<size_t>& bytes, int root);
   void scatter_from(const void* in, void* out, const std::vector<size_t>& bytes, int root);
   // A sub-communicator of this one: the ranks `members` (ascending, this rank among them).

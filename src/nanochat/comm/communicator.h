@@ -63,6 +63,16 @@ class Communicator {
   /// concatenation of all segments in rank order (sum(counts) floats). `in` may alias
   /// out + offset(rank).
   virtual WorkPtr all_gather(const float* in, float* out, const std::vector<size_t>& counts) = 0;
+  /// The same all-gather on the side lane: it may run while the operations submitted before it
+  /// on the main lane (every other operation) are still running, so that the two use both
+  /// directions of a link at once (the optimizer's parameter gathers beside the gradients'
+  /// reduce-scatters, docs/architecture.md 7.5). Side-lane operations run in order among
+  /// themselves, and every rank must submit the same sequence of them. The caller must not
+  /// submit one while an unfinished main-lane operation reads or writes `in` or `out`.
+  /// Default: all_gather (one lane).
+  virtual WorkPtr all_gather_side(const float* in, float* out, const std::vector<size_t>& counts) {
+    return all_gather(in, out, counts);
+  }
   /// Broadcast `bytes` bytes from `root` to every rank, in place.
   virtual WorkPtr broadcast(void* data, size_t bytes, int root) = 0;
   /// Returns when every rank has entered the barrier.
