@@ -13,8 +13,10 @@
 // (optim/shard_plan.h) and moves the state that changes owner, so that a slower machine does a
 // smaller part of every update. The math is per row and per matrix: the parameters do not depend
 // on the layout (up to the summation order of the gradient reductions at W >= 3).
-// step() follows nanochat's 3-phase pattern: launch every reduction in group order; per group wait,
-// compute, launch its gathers; wait for every gather and copy the Muon stacks back.
+// step() follows nanochat's 3-phase pattern: launch every reduction (those grad_ready() did not
+// launch, in group order); per tensor or group, in the order its reduction was launched, wait,
+// compute, launch its gathers (on the communicator's side lane, beside the later reductions); wait
+// for every gather and copy the Muon stacks back.
 // With no communicator (or world size 1) it is plain single-process math with no copies.
 //
 // Sources, one concern each (the contract of each file opens it): muon_adamw.cpp (groups and the
@@ -272,6 +274,12 @@ class MuonAdamW {
     MuonSlot* muon;  // stack to copy back after the wait, or nullptr (AdamW gather)
   };
   std::vector<Pending> gathers_;  // gathers in launch order (capacity reserved at construction)
+  struct Launched {
+    bool muon;  // muon_[slot], else adam_[slot]
+    size_t slot;
+  };
+  std::vector<Launched> launched_;  // this step's reductions in launch order (reserved at construction)
+  std::vector<int> adam_group_;     // adam_ slot -> its group index
   // Muon scratch (sized for the largest group): x, x2, a, b, rowv.
   AlignedBuffer scr_x_, scr_x2_, scr_a_, scr_b_, scr_rowv_;
 };

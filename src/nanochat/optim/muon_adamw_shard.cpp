@@ -3,8 +3,9 @@
 //  - Layout: who owns which AdamW rows and Muon matrices (equal at construction, layout_for in
 //    proportion to speeds, optim/shard_plan.h), and the slot geometry and buffers that follow
 //    from it (shape_adam, shape_muon).
-//  - Schedule: step() runs nanochat's three phases (launch every reduction in group order; per
-//    group wait, update, launch its gathers; wait for every gather and copy the Muon stacks back);
+//  - Schedule: step() runs nanochat's three phases (launch every reduction not launched yet, in
+//    group order; per tensor or group, in launch order, wait, update, launch its gathers on the
+//    communicator's side lane; wait for every gather and copy the Muon stacks back);
 //    the per-slot update itself is muon_adamw.cpp's (no communicator). grad_ready() starts a
 //    reduction early so that it overlaps the backward.
 //  - Rebalance and state moves: set_layout() sends each piece of state whose owner changes to its
@@ -70,32 +71,42 @@ void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight
       g.weight_decay = muon_weight_decay;
     }
   }
-  // Phase 1: launch every reduction, in group order.
+  // Phase 1: launch every reduction not launched yet, in group order.
   launch_reductions();
-  // Phase 2: per group, wait for its reductions, compute (muon_adamw.cpp), launch its gathers.
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    const OptGroup& g = groups_[gi];
-    if (g.kind == OptKind::AdamW) {
-      for (size_t k = 0; k < g.params.size(); ++k) {
-        AdamSlot& s = adam_[group_slot_[gi] + k];
-        wait_reduce(s.reduce);
-        update_adam(s, g, grad_scale);
-        if (s.sharded) {
-          OptParam& p = params_[s.param];
-          gathers_.push_back({comm_->all_gather(p.p + s.row0 * s.row_elems, p.p, s.counts), nullptr});
-        }
+  // Phase 2: per tensor or Muon group, in the order its reduction was launched (the order in which
+  // they finish), wait for it, compute (muon_adamw.cpp) and launch its gathers on the side lane,
+  // where they run beside the later reductions (the link's other direction). Every rank launched
+  // the reductions in the same order, so the gathers' order is the same on every rank; the
+  // updates are independent of each other, so the order does not change the result.
+  if (world_ == 1) {
+    for (size_t gi = 0; gi < groups_.size(); ++gi) {
+      if (groups_[gi].kind == OptKind::Muon) {
+        update_muon(muon_[group_slot_[gi]], groups_[gi], grad_scale);
+        continue;
       }
-    } else {
-      MuonSlot& s = muon_[group_slot_[gi]];
+      for (size_t k = 0; k < groups_[gi].params.size(); ++k)
+        update_adam(adam_[group_slot_[gi] + k], groups_[gi], grad_scale);
+    }
+  }
+  for (const Launched& l : launched_) {
+    if (l.muon) {
+      MuonSlot& s = muon_[l.slot];
       wait_reduce(s.reduce);
       s.ready = 0;
-      update_muon(s, g, grad_scale);
-      if (world_ > 1) {
-        float* stack = s.stack.f32();
-        gathers_.push_back({comm_->all_gather(stack + s.first * s.mn, stack, s.counts), &s});
+      update_muon(s, groups_[s.group], grad_scale);
+      float* stack = s.stack.f32();
+      gathers_.push_back({comm_->all_gather_side(stack + s.first * s.mn, stack, s.counts), &s});
+    } else {
+      AdamSlot& s = adam_[l.slot];
+      wait_reduce(s.reduce);
+      update_adam(s, groups_[adam_group_[l.slot]], grad_scale);
+      if (s.sharded) {
+        OptParam& p = params_[s.param];
+        gathers_.push_back({comm_->all_gather_side(p.p + s.row0 * s.row_elems, p.p, s.counts), nullptr});
       }
     }
   }
+  launched_.clear();
   // Phase 3: wait for the gathers, copy the Muon stacks back.
   finish_gathers();
 }
@@ -117,6 +128,7 @@ void MuonAdamW::grad_ready(size_t param) {
 void MuonAdamW::launch_adam_reduce(AdamSlot& s) {
   float* g = params_[s.param].g;
   s.reduce = s.sharded ? comm_->reduce_scatter_sum(g, s.gslice.f32(), s.counts) : comm_->all_reduce_sum(g, s.owned);
+  launched_.push_back({false, static_cast<size_t>(&s - adam_.data())});
 }
 
 void MuonAdamW::launch_muon_reduce(MuonSlot& s, const OptGroup& g) {
@@ -124,6 +136,7 @@ void MuonAdamW::launch_muon_reduce(MuonSlot& s, const OptGroup& g) {
   for (int64_t pos = 0; pos < s.K; ++pos)
     std::memcpy(stack + pos * s.mn, params_[g.params[s.order[pos]]].g, s.mn * sizeof(float));
   s.reduce = comm_->reduce_scatter_sum(stack, s.gchunk.f32(), s.counts);
+  launched_.push_back({true, static_cast<size_t>(&s - muon_.data())});
 }
 
 void MuonAdamW::launch_reductions() {

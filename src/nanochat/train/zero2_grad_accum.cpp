@@ -36,6 +36,12 @@ void GradAccumulator::begin_step(const std::vector<int>& micro_per_rank) {
   split_ = micro_per_rank;
   A_ = split_[static_cast<size_t>(comm_.rank())];
   local_tokens_ = 0;
+  count_.reset();
+}
+
+void GradAccumulator::submit_count() {
+  step_tokens_ = static_cast<double>(local_tokens_);
+  count_ = comm_.all_reduce_sum_f64(&step_tokens_, 1);
 }
 
 float GradAccumulator::micro_batch(int micro, const int32_t* idx, const int32_t* targets, int B, int T) {
@@ -44,6 +50,7 @@ float GradAccumulator::micro_batch(int micro, const int32_t* idx, const int32_t*
   const int64_t N = static_cast<int64_t>(B) * T;
   for (int64_t n = 0; n < N; ++n) n_valid += targets[n] >= 0;
   local_tokens_ += n_valid;
+  if (micro + 1 == A_) submit_count();  // ahead of the reductions this backward launches
   // loss_scale = n_valid: the backward's per-token scale loss_scale / n_valid is exactly 1, so
   // this adds the gradient of the sum of the token losses
   std::function<void(size_t)> hook;
@@ -58,12 +65,17 @@ float GradAccumulator::micro_batch(int micro, const int32_t* idx, const int32_t*
 
 float GradAccumulator::finish() {
   NC_CHECK(!split_.empty(), "gradient accumulation: finish() before begin_step()");
-  if (A_ == 0 && on_ready_)  // no backward ran here: hand the zero gradients over in its order
-    for (size_t k : model_.grad_ready_order())
-      if (!ordered_[k]) on_ready_(k);
+  if (A_ == 0) {
+    submit_count();
+    if (on_ready_)  // no backward ran here: hand the zero gradients over in its order
+      for (size_t k : model_.grad_ready_order())
+        if (!ordered_[k]) on_ready_(k);
+  }
+  NC_CHECK(count_, "gradient accumulation: finish() before the step's last micro-batch");
   small_->finish(split_);
-  double total = static_cast<double>(local_tokens_);
-  comm_.all_reduce_sum_f64(&total, 1)->wait();
+  count_->wait();
+  count_.reset();
+  const double total = step_tokens_;
   if (total <= 0) fail("no rank had a valid target (every target was -1) in this step; nothing to train on");
   return static_cast<float>(1.0 / total);
 }

@@ -15,6 +15,10 @@
 //    has finished it (e.g. MuonAdamW::grad_ready, to overlap its reduction with the backward); a
 //    rank without micro-batches hands its zero gradients over in finish(), in the backward's order
 //    (GPT::grad_ready_order), so every rank issues the same collectives.
+//  * The step's valid-token count is all-reduced before the step's first gradient reduction is
+//    launched (at the start of the last micro-batch, or in finish() on a rank without one), and
+//    the small tensors' slots are gathered on the communicator's side lane: neither waits behind
+//    the reduce-scatters that the last backward queued.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -59,6 +63,9 @@ class GradAccumulator {
   std::vector<bool> ordered_;  // per parameter: summed by OrderedGradSum
   std::unique_ptr<OrderedGradSum> small_;
   int64_t local_tokens_ = 0;
+  double step_tokens_ = 0;  // the buffer of the count's all-reduce
+  WorkPtr count_;           // that all-reduce, once submitted
+  void submit_count();
 };
 
 }  // namespace nanochat

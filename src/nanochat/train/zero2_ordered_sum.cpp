@@ -39,7 +39,8 @@ void OrderedGradSum::finish(const std::vector<int>& micro_per_rank) {
   }
   NC_CHECK(total <= max_, "OrderedGradSum: ", total, " micro-batches in a step, buffers hold ", max_);
   if (per_micro_ == 0) return;
-  comm_.all_gather(mine_.f32(), all_.f32(), counts)->wait();
+  // On the side lane: the reduce-scatters the last backward launched may still be running.
+  comm_.all_gather_side(mine_.f32(), all_.f32(), counts)->wait();
   const bool sums = comm_.rank() == 0;  // the others contribute zeros to the optimizer's reduction
   const float* all = all_.f32();
   size_t off = 0;
