@@ -95,7 +95,8 @@ class GlooCommunicator final : public Communicator {
  private:
   struct Impl;
   explicit GlooCommunicator(std::unique_ptr<Impl> impl);  // a group of split()
-  void start_lane(int lane);                              // 0: the main lane, 1: the side lane (under the queue's lock)
+  // Starts lane 0 (main: in the constructors) or 1 (side: at its first use, under Impl::qmu).
+  void start_lane(int lane);
   WorkPtr gather_floats(const float* in, float* out, const std::vector<size_t>& counts, int lane);
   std::unique_ptr<Impl> impl_;
 };

@@ -146,6 +146,7 @@ void MuonAdamW::allocate() {
         const OptParam& p = params_[pi];
         AdamSlot s;
         s.param = pi;
+        s.group = static_cast<int>(gi);
         const int64_t numel = numel_of(p.shape);
         s.sharded = world_ > 1 && numel >= kSmallAdamW;
         s.rows = p.shape[0];
@@ -182,10 +183,6 @@ void MuonAdamW::allocate() {
   for (const auto& s : adam_) n_gathers += s.sharded ? 1 : 0;
   gathers_.reserve(n_gathers);
   launched_.reserve(adam_.size() + muon_.size());
-  adam_group_.assign(adam_.size(), -1);
-  for (size_t gi = 0; gi < groups_.size(); ++gi)
-    if (groups_[gi].kind == OptKind::AdamW)
-      for (size_t k = 0; k < groups_[gi].params.size(); ++k) adam_group_[group_slot_[gi] + k] = static_cast<int>(gi);
   if (max_mn > 0) {
     scr_x_ = AlignedBuffer(static_cast<size_t>(max_mn) * sizeof(float));
     scr_x2_ = AlignedBuffer(static_cast<size_t>(max_mn) * sizeof(float));

@@ -278,8 +278,9 @@ class MuonAdamW {
     bool muon;  // muon_[slot], else adam_[slot]
     size_t slot;
   };
-  std::vector<Launched> launched_;  // this step's reductions in launch order (reserved at construction)
-  std::vector<int> adam_group_;     // adam_ slot -> its group index
+  // This step's slots in the order their reductions were launched (at W = 1, where nothing is
+  // sent, in group order); capacity reserved at construction.
+  std::vector<Launched> launched_;
   // Muon scratch (sized for the largest group): x, x2, a, b, rowv.
   AlignedBuffer scr_x_, scr_x2_, scr_a_, scr_b_, scr_rowv_;
 };

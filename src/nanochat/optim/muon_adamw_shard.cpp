@@ -78,28 +78,20 @@ void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight
   // where they run beside the later reductions (the link's other direction). Every rank launched
   // the reductions in the same order, so the gathers' order is the same on every rank; the
   // updates are independent of each other, so the order does not change the result.
-  if (world_ == 1) {
-    for (size_t gi = 0; gi < groups_.size(); ++gi) {
-      if (groups_[gi].kind == OptKind::Muon) {
-        update_muon(muon_[group_slot_[gi]], groups_[gi], grad_scale);
-        continue;
-      }
-      for (size_t k = 0; k < groups_[gi].params.size(); ++k)
-        update_adam(adam_[group_slot_[gi] + k], groups_[gi], grad_scale);
-    }
-  }
   for (const Launched& l : launched_) {
     if (l.muon) {
       MuonSlot& s = muon_[l.slot];
       wait_reduce(s.reduce);
       s.ready = 0;
       update_muon(s, groups_[s.group], grad_scale);
-      float* stack = s.stack.f32();
-      gathers_.push_back({comm_->all_gather_side(stack + s.first * s.mn, stack, s.counts), &s});
+      if (world_ > 1) {
+        float* stack = s.stack.f32();
+        gathers_.push_back({comm_->all_gather_side(stack + s.first * s.mn, stack, s.counts), &s});
+      }
     } else {
       AdamSlot& s = adam_[l.slot];
       wait_reduce(s.reduce);
-      update_adam(s, groups_[adam_group_[l.slot]], grad_scale);
+      update_adam(s, groups_[s.group], grad_scale);
       if (s.sharded) {
         OptParam& p = params_[s.param];
         gathers_.push_back({comm_->all_gather_side(p.p + s.row0 * s.row_elems, p.p, s.counts), nullptr});
@@ -125,23 +117,26 @@ void MuonAdamW::grad_ready(size_t param) {
 }
 
 // Sharded: reduce-scatter by rows into gslice; small: all-reduce in place.
+// Lists the slot for step() and, at W > 1, starts its reduction.
 void MuonAdamW::launch_adam_reduce(AdamSlot& s) {
+  launched_.push_back({false, static_cast<size_t>(&s - adam_.data())});
+  if (world_ == 1) return;
   float* g = params_[s.param].g;
   s.reduce = s.sharded ? comm_->reduce_scatter_sum(g, s.gslice.f32(), s.counts) : comm_->all_reduce_sum(g, s.owned);
-  launched_.push_back({false, static_cast<size_t>(&s - adam_.data())});
 }
 
 void MuonAdamW::launch_muon_reduce(MuonSlot& s, const OptGroup& g) {
+  launched_.push_back({true, static_cast<size_t>(&s - muon_.data())});
+  if (world_ == 1) return;  // the update reads the gradients in place
   float* stack = s.stack.f32();
   for (int64_t pos = 0; pos < s.K; ++pos)
     std::memcpy(stack + pos * s.mn, params_[g.params[s.order[pos]]].g, s.mn * sizeof(float));
   s.reduce = comm_->reduce_scatter_sum(stack, s.gchunk.f32(), s.counts);
-  launched_.push_back({true, static_cast<size_t>(&s - muon_.data())});
 }
 
 void MuonAdamW::launch_reductions() {
-  if (world_ == 1) return;
-  // Everything grad_ready() has not launched yet, in group order.
+  // Everything grad_ready() has not launched yet, in group order (at W = 1 grad_ready() launches
+  // nothing and nothing is sent: every slot is only listed, in group order).
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const OptGroup& g = groups_[gi];
     if (g.kind == OptKind::AdamW) {

@@ -66,6 +66,7 @@ OptLayout equal_layout_of(const AdamSlots& adam, const MuonSlots& muon, int worl
 // One AdamW parameter: its (possibly row-sharded) state and communication handles.
 struct MuonAdamW::AdamSlot {
   int param = -1;
+  int group = -1;
   bool sharded = false;             // large parameter with W > 1: reduce-scatter + all-gather
   int64_t rows = 0, row_elems = 0;  // the parameter's rows and elements per row
   int64_t row0 = 0, nrows = 0;      // owned rows [row0, row0 + nrows) (the layout's)

@@ -37,9 +37,10 @@ class OrderedGradSum {
   void after_micro_batch(int micro);
   /// After the last micro-batch (collective: every rank calls it once per step with the same
   /// `micro_per_rank`, the micro-batches each rank ran, possibly 0): all-gathers the contributions
-  /// (on the side lane, Communicator::all_gather_side) and writes their ordered float sum (rank-major, then micro-batch
-  /// order) back into the spans on rank 0 and zeros on the other ranks, so the optimizer's SUM reduction (all-reduce or
-  /// reduce-scatter: x + 0 is exact) reproduces the ordered sum on every rank. Throws
+  /// (on the side lane, Communicator::all_gather_side) and writes their ordered float sum
+  /// (rank-major, then micro-batch order) back into the spans on rank 0 and zeros on the other
+  /// ranks, so the optimizer's SUM reduction (all-reduce or reduce-scatter: x + 0 is exact)
+  /// reproduces the ordered sum on every rank. Throws
   /// nanochat::Error if the counts do not fit the buffers or do not match the world size.
   void finish(const std::vector<int>& micro_per_rank);
 
