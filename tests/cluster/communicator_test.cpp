@@ -17,6 +17,7 @@
 
 #include "nanochat/cluster/agree.h"
 #include "nanochat/cluster/selftest.h"
+#include "support/error_of.h"
 #include "support/gloo_ranks.h"
 #include "support/proc_util.h"
 
@@ -208,6 +209,38 @@ void side_lane_runs_beside_the_main_lane(int W) {
 
 TEST(GlooCommunicator, SideLaneRunsBesideTheMainLaneAtWorldSize2) { side_lane_runs_beside_the_main_lane(2); }
 TEST(GlooCommunicator, SideLaneRunsBesideTheMainLaneAtWorldSize3) { side_lane_runs_beside_the_main_lane(3); }
+
+// A failure on one lane ends the operation the other lane is waiting in at once, even when that
+// operation waits for a rank that is alive: rank 2 dies while rank 0's side gather waits for its
+// part, and rank 0's main lane is inside a broadcast from rank 1 (which stays alive and silent).
+// Gloo's broadcast receives only from rank 1, so nothing but the side lane's failure can end it
+// before the 30 s collective timeout.
+TEST(GlooCommunicator, AFailureOnOneLaneEndsTheOtherLanesWaitAtOnce) {
+  auto ps = run_ranks(3, [](GlooCommunicator& c) {
+    if (c.rank() == 2) {
+      std::this_thread::sleep_for(Ms(1500));
+      _exit(0);  // killed: no goodbye, no part sent
+    }
+    if (c.rank() == 1) {
+      std::this_thread::sleep_for(Ms(9000));  // alive and silent, past rank 0's verdict
+      return;
+    }
+    std::vector<char> bytes(64, 0);
+    std::vector<float> in(8, 1.f), out(24);
+    const auto t0 = Clock::now();
+    WorkPtr bcast = c.broadcast(bytes.data(), bytes.size(), 1);
+    WorkPtr side = c.all_gather_side(in.data(), out.data(), {8, 8, 8});
+    const std::string side_error = nctest::error_of([&] { side->wait(); });
+    const std::string main_error = nctest::error_of([&] { bcast->wait(); });
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::printf("side: %s\nmain after %.1f s: %s\n", side_error.c_str(), secs, main_error.c_str());
+    std::printf(secs < 7 ? "ended in time\n" : "waited too long\n");
+  });
+  const std::string out = ps[0].output();
+  EXPECT_THAT(out, HasSubstr("ended in time")) << out;
+  EXPECT_THAT(out, HasSubstr("broadcast of 64 bytes from rank 1")) << out;
+  EXPECT_THAT(out, HasSubstr("rank 2 (host")) << out;
+}
 
 TEST(GlooCommunicator, BadCountsAreRejectedBeforeAnythingIsSent) {
   auto ps = run_ranks(2, [](GlooCommunicator& c) {

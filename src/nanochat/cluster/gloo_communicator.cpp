@@ -301,13 +301,19 @@ void GlooCommunicator::Impl::run_thread(int lane) {
       err = diagnose(t.what, clean_gloo_message(e.what()), &lost_peer);
     }
     if (!err.empty()) {
-      try {
-        ctx->closeConnections();  // the other ranks notice at once instead of at their timeout
-      } catch (const std::exception&) {
+      bool first = false;
+      {
+        std::lock_guard<std::mutex> lk(qmu);
+        if (broken.empty()) {  // the first failure is the reason; the other lane's follows from it
+          broken = err;
+          broken_peer = lost_peer;
+          first = true;
+        } else if (lost_peer < 0) {  // ended by the other lane's failure: name that one
+          err = str_cat(me(), ": ", t.what, " was ended by a failure on the other lane: ", broken);
+          lost_peer = broken_peer;
+        }
       }
-      std::lock_guard<std::mutex> lk(qmu);
-      broken = err;
-      broken_peer = lost_peer;
+      if (first) end_every_pair(err);
     }
     finish(*t.st, err, lost_peer);
   }

@@ -179,6 +179,10 @@ struct GlooCommunicator::Impl {
   // ends now), call the hooks.
   void peer_lost(int r, const std::string& why);
   int silent_peer(const std::string& gloo_msg) const;
+  // An operation failed with `why`: fail every pair, so that the other lane's wait (on any pair)
+  // ends now rather than at the collective timeout, later operations fail at once, and the other
+  // ranks notice the closed connections at once.
+  void end_every_pair(const std::string& why);
   WorkPtr submit(std::string what, std::function<void()> fn, int lane = 0);
   void recv_from(gloo::transport::UnboundBuffer& buf, int peer);
   // An unbound buffer whose waits peer_lost() aborts (a posted receive from a rank that died waits

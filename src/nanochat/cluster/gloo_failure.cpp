@@ -5,7 +5,9 @@
 // collective timeout. Gloo's TCP pair has the call for exactly that, the one its buffers make when
 // they time out waiting on it: tcp::Pair::signalExceptionExternal fails every pending send and
 // receive on the pair (under the pair's lock) and closes its socket, as if the peer had closed the
-// connection. Every later operation fails with the same reason (run_thread).
+// connection. Every later operation fails with the same reason (run_thread). A failed operation
+// fails every pair the same way (end_every_pair): the other lane may be waiting on a pair to a
+// rank that is alive, and a pair that is only closed never ends a receive posted on it.
 //
 // That member is not public and its header does not compile from Debian's libgloo-dev (it includes
 // a header the package lacks), so it is looked up by its exported name at run time and called
@@ -204,6 +206,32 @@ void GlooCommunicator::Impl::peer_lost(int r, const std::string& why) {
     std::fprintf(stderr, "%s: the wait for it ends at the collective timeout (%ld s)\n", me().c_str(),
                  static_cast<long>(coll_timeout.count() / 1000));
   for (auto& h : hooks) h(r, msg);
+}
+
+void GlooCommunicator::Impl::end_every_pair(const std::string& why) {
+  {
+    // our own buffers first: Gloo does not end a send that a dead peer's reset left in a pair's
+    // transmit queue
+    std::lock_guard<std::mutex> lk(qmu);
+    for (auto* b : live_buffers) {
+      b->abortWaitRecv();
+      b->abortWaitSend();
+    }
+  }
+  bool ended = true;
+  for (int i = 0; ctx && i < ctx->size; ++i) {
+    if (i == env.rank) continue;
+    try {
+      ended = fail_pair(ctx->getPair(i).get(), why) && ended;
+    } catch (const std::exception&) {
+      // the pair had failed already
+    }
+  }
+  if (ended || !ctx) return;
+  try {  // without Gloo's call (another Gloo build): closed, a wait on another pair ends at its timeout
+    ctx->closeConnections();
+  } catch (const std::exception&) {
+  }
 }
 
 void GlooCommunicator::Impl::UnboundDeleter::operator()(gloo::transport::UnboundBuffer* b) const {
