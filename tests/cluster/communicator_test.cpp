@@ -39,6 +39,13 @@ void collectives_match_closed_forms(int W) {
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((r + 1) * (i % 251));
     c.all_reduce_sum(x.data(), x.size())->wait();
     for (size_t i = 0; i < x.size(); ++i) check_eq("all_reduce_sum", i, x[i], T * (i % 251));
+    // the two all-reduce paths meet at 16,384 values: the largest gathered one, Gloo's smallest
+    for (size_t n : {size_t(1), size_t(16384), size_t(16385)}) {
+      std::vector<float> s(n);
+      for (size_t i = 0; i < n; ++i) s[i] = static_cast<float>((r + 1) * (i % 101 + 1));
+      c.all_reduce_sum(s.data(), n)->wait();
+      for (size_t i = 0; i < n; ++i) check_eq("all_reduce_sum near 16,384", i, s[i], T * (i % 101 + 1));
+    }
     // f64: (r+1) * 1e12 + i -> T*1e12 + W*i, exact in double.
     std::vector<double> d(1001);
     for (size_t i = 0; i < d.size(); ++i) d[i] = (r + 1) * 1e12 + static_cast<double>(i);

@@ -51,6 +51,9 @@ void sum_into(void* out, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
 
+// All-reduces up to this many values through gather_sum, larger ones with Gloo's ring.
+constexpr size_t kGatherSumMax = size_t(1) << 14;
+
 // Removes Gloo's "[/path/file.cc:123] " source-location prefix.
 std::string clean_gloo_message(std::string m) {
   if (!m.empty() && m[0] == '[') {
@@ -440,6 +443,23 @@ void GlooCommunicator::Impl::ring_all_gather(const void* in, void* out_v, const 
     if (!buf->waitSend(coll_timeout)) fail("send aborted");
 }
 
+// The all-reduce of a few values (the step's token count, the small AdamW tensors) on our own
+// ring, whose buffers end their waits when a peer is lost or the other lane fails (Gloo's
+// algorithms keep theirs out of reach): every rank's values are all-gathered, then added in rank
+// order, so every rank gets the same bits.
+template <typename T>
+void GlooCommunicator::Impl::gather_sum(T* data, size_t n) {
+  const size_t W = static_cast<size_t>(env.world_size);
+  if (W == 1) return;  // a group of one (split) has no Gloo context
+  std::vector<T> all(n * W);
+  ring_all_gather(data, all.data(), std::vector<size_t>(W, n * sizeof(T)));
+  for (size_t i = 0; i < n; ++i) {
+    T s = all[i];
+    for (size_t r = 1; r < W; ++r) s += all[r * n + i];
+    data[i] = s;
+  }
+}
+
 GlooCommunicator::GlooCommunicator(const DistEnv& env, const DistOptions& options) : impl_(new Impl) {
   NC_CHECK(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size, "bad rank/world size");
   impl_->env = env;
@@ -491,6 +511,7 @@ WorkPtr GlooCommunicator::all_reduce_sum(float* data, size_t n) {
   Impl* I = impl_.get();
   return I->submit(str_cat("all_reduce_sum of ", n, " floats"), [I, data, n] {
     if (n == 0) return;
+    if (n <= kGatherSumMax) return I->gather_sum(data, n);
     gloo::AllreduceOptions o(I->ctx);
     o.setOutput(data, n);
     o.setReduceFunction(&sum_into<float>);
@@ -504,6 +525,7 @@ WorkPtr GlooCommunicator::all_reduce_sum_f64(double* data, size_t n) {
   Impl* I = impl_.get();
   return I->submit(str_cat("all_reduce_sum_f64 of ", n, " doubles"), [I, data, n] {
     if (n == 0) return;
+    if (n <= kGatherSumMax) return I->gather_sum(data, n);
     gloo::AllreduceOptions o(I->ctx);
     o.setOutput(data, n);
     o.setReduceFunction(&sum_into<double>);

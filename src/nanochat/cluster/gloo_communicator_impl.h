@@ -200,6 +200,9 @@ struct GlooCommunicator::Impl {
   void ring_reduce_scatter(float* in, float* out, const std::vector<size_t>& counts);
   // `lane` picks the slot, so that the two lanes' gathers never take each other's messages.
   void ring_all_gather(const void* in, void* out, const std::vector<size_t>& bytes, int lane = 0);
+  // All-reduce (sum) of n values on the ring above: all-gathered, then added in rank order.
+  template <typename T>
+  void gather_sum(T* data, size_t n);
   void gather_to(const void* in, void* out, const std::vector<size_t>& bytes, int root);
   void scatter_from(const void* in, void* out, const std::vector<size_t>& bytes, int root);
   // A sub-communicator of this one: the ranks `members` (ascending, this rank among them).
