@@ -51,7 +51,8 @@ void sum_into(void* out, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
 
-// All-reduces up to this many values through gather_sum, larger ones with Gloo's ring.
+// All-reduces up to this many values through gather_sum, larger ones (floats) as a reduce-scatter
+// and an all-gather on our rings.
 constexpr size_t kGatherSumMax = size_t(1) << 14;
 
 // Removes Gloo's "[/path/file.cc:123] " source-location prefix.
@@ -512,6 +513,18 @@ WorkPtr GlooCommunicator::all_reduce_sum(float* data, size_t n) {
   return I->submit(str_cat("all_reduce_sum of ", n, " floats"), [I, data, n] {
     if (n == 0) return;
     if (n <= kGatherSumMax) return I->gather_sum(data, n);
+    if (I->env.world_size > 1) {  // our rings: a failure ends their waits (Gloo's may wait out the timeout)
+      const size_t W = static_cast<size_t>(I->env.world_size), r = static_cast<size_t>(I->env.rank);
+      std::vector<size_t> counts(W), bytes(W);
+      size_t begin = 0;
+      for (size_t j = 0; j < W; ++j) {
+        counts[j] = n / W + (j < n % W ? 1 : 0);
+        bytes[j] = counts[j] * sizeof(float);
+        if (j < r) begin += counts[j];
+      }
+      I->ring_reduce_scatter(data, data + begin, counts);
+      return I->ring_all_gather(data + begin, data, bytes);
+    }
     gloo::AllreduceOptions o(I->ctx);
     o.setOutput(data, n);
     o.setReduceFunction(&sum_into<float>);
