@@ -51,8 +51,7 @@ void sum_into(void* out, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
 
-// All-reduces up to this many values through gather_sum, larger ones (floats) as a reduce-scatter
-// and an all-gather on our rings.
+// All-reduces up to this many values through gather_sum, larger floats through ring_all_reduce.
 constexpr size_t kGatherSumMax = size_t(1) << 14;
 
 // Removes Gloo's "[/path/file.cc:123] " source-location prefix.
@@ -451,7 +450,6 @@ void GlooCommunicator::Impl::ring_all_gather(const void* in, void* out_v, const 
 template <typename T>
 void GlooCommunicator::Impl::gather_sum(T* data, size_t n) {
   const size_t W = static_cast<size_t>(env.world_size);
-  if (W == 1) return;  // a group of one (split) has no Gloo context
   std::vector<T> all(n * W);
   ring_all_gather(data, all.data(), std::vector<size_t>(W, n * sizeof(T)));
   for (size_t i = 0; i < n; ++i) {
@@ -459,6 +457,20 @@ void GlooCommunicator::Impl::gather_sum(T* data, size_t n) {
     for (size_t r = 1; r < W; ++r) s += all[r * n + i];
     data[i] = s;
   }
+}
+
+// A larger all-reduce: our reduce-scatter of near-equal segments, then our all-gather, in place.
+void GlooCommunicator::Impl::ring_all_reduce(float* data, size_t n) {
+  const size_t W = static_cast<size_t>(env.world_size), r = static_cast<size_t>(env.rank);
+  std::vector<size_t> counts(W), bytes(W);
+  size_t begin = 0;
+  for (size_t j = 0; j < W; ++j) {
+    counts[j] = n / W + (j < n % W ? 1 : 0);
+    bytes[j] = counts[j] * sizeof(float);
+    if (j < r) begin += counts[j];
+  }
+  ring_reduce_scatter(data, data + begin, counts);
+  ring_all_gather(data + begin, data, bytes);
 }
 
 GlooCommunicator::GlooCommunicator(const DistEnv& env, const DistOptions& options) : impl_(new Impl) {
@@ -511,33 +523,16 @@ std::string GlooCommunicator::describe_rank(int r) const { return impl_->rank_de
 WorkPtr GlooCommunicator::all_reduce_sum(float* data, size_t n) {
   Impl* I = impl_.get();
   return I->submit(str_cat("all_reduce_sum of ", n, " floats"), [I, data, n] {
-    if (n == 0) return;
+    if (n == 0 || I->env.world_size == 1) return;  // a sum over one rank
     if (n <= kGatherSumMax) return I->gather_sum(data, n);
-    if (I->env.world_size > 1) {  // our rings: a failure ends their waits (Gloo's may wait out the timeout)
-      const size_t W = static_cast<size_t>(I->env.world_size), r = static_cast<size_t>(I->env.rank);
-      std::vector<size_t> counts(W), bytes(W);
-      size_t begin = 0;
-      for (size_t j = 0; j < W; ++j) {
-        counts[j] = n / W + (j < n % W ? 1 : 0);
-        bytes[j] = counts[j] * sizeof(float);
-        if (j < r) begin += counts[j];
-      }
-      I->ring_reduce_scatter(data, data + begin, counts);
-      return I->ring_all_gather(data + begin, data, bytes);
-    }
-    gloo::AllreduceOptions o(I->ctx);
-    o.setOutput(data, n);
-    o.setReduceFunction(&sum_into<float>);
-    o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-    o.setTimeout(I->coll_timeout);
-    gloo::allreduce(o);
+    I->ring_all_reduce(data, n);
   });
 }
 
 WorkPtr GlooCommunicator::all_reduce_sum_f64(double* data, size_t n) {
   Impl* I = impl_.get();
   return I->submit(str_cat("all_reduce_sum_f64 of ", n, " doubles"), [I, data, n] {
-    if (n == 0) return;
+    if (n == 0 || I->env.world_size == 1) return;  // a sum over one rank
     if (n <= kGatherSumMax) return I->gather_sum(data, n);
     gloo::AllreduceOptions o(I->ctx);
     o.setOutput(data, n);

@@ -203,6 +203,7 @@ struct GlooCommunicator::Impl {
   // All-reduce (sum) of n values on the ring above: all-gathered, then added in rank order.
   template <typename T>
   void gather_sum(T* data, size_t n);
+  void ring_all_reduce(float* data, size_t n);
   void gather_to(const void* in, void* out, const std::vector<size_t>& bytes, int root);
   void scatter_from(const void* in, void* out, const std::vector<size_t>& bytes, int root);
   // A sub-communicator of this one: the ranks `members` (ascending, this rank among them).
