@@ -32,7 +32,7 @@ ParamSet make_params() {
   ps.add("x0_lambdas", {3});
   ps.add("smear_lambda", {1});
   ps.add("backout_lambda", {1});
-  ps.add("transformer.wte.weight", {64, 16});  // 1024: sharded, W=3 -> 22, 22, 20 rows
+  ps.add("transformer.wte.weight", {64, 16});  // an embedding table: replicated, rows sent sparse
   for (int l = 0; l < 3; ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
     ps.add(h + "attn.c_q.weight", {16, 16});                 // K = 3 (W=2: chunk 2, rank 1 owns 1)
@@ -43,7 +43,7 @@ ParamSet make_params() {
   }
   ps.add("lm_head.weight", {68, 16});  // 68 rows: W=3 -> 23, 23, 22
   ps.add("smear_gate.weight", {1, 24});
-  ps.add("value_embeds.0.weight", {2, 512});  // sharded with 2 rows: rank 2 of 3 owns none
+  ps.add("value_embeds.0.weight", {2, 512});  // an embedding table of 1024 elements: replicated, sparse
   ps.add("value_embeds.2.weight", {40, 8});   // small: all-reduced
   return ps;
 }
@@ -56,6 +56,13 @@ const float kWd[kSteps] = {0.28f, 0.1f, 0.f};
 // grads[step][rank][param]
 using Grads = std::vector<std::vector<std::vector<std::vector<float>>>>;
 
+bool is_table(const std::string& name) {
+  return name == "transformer.wte.weight" || name.rfind("value_embeds.", 0) == 0;
+}
+
+// Normal gradients; an embedding table's rows are zero except those of the tokens a rank "saw":
+// a third of them, other ones per rank and step -- except wte at the last step, where every row
+// is touched (its packs would be larger than the dense sum: it is all-reduced).
 Grads make_grads(const ParamSet& ps, int W, uint64_t seed) {
   Rng rng(seed);
   Grads out(kSteps, std::vector<std::vector<std::vector<float>>>(W));
@@ -64,9 +71,37 @@ Grads make_grads(const ParamSet& ps, int W, uint64_t seed) {
       for (size_t i = 0; i < ps.names.size(); ++i) {
         std::vector<float> g(ps.g[i].size());
         for (auto& x : g) x = static_cast<float>(rng.normal() * 0.01);
+        const bool dense = s == kSteps - 1 && ps.names[i] == "transformer.wte.weight";
+        if (is_table(ps.names[i]) && !dense) {
+          const size_t rows = static_cast<size_t>(ps.shapes[i][0]), cols = g.size() / rows;
+          for (size_t row = 0; row < rows; ++row)
+            if ((row + static_cast<size_t>(s + r)) % 3 != 0) std::fill_n(g.begin() + row * cols, cols, 0.f);
+        }
         out[s][r].push_back(std::move(g));
       }
   return out;
+}
+
+// Rows of the embedding tables rank r sends as packs over the steps of `grads` (the nonzero rows
+// of the steps where the packs of all ranks are smaller than twice the table).
+size_t packed_rows(const ParamSet& ps, const Grads& grads, int r) {
+  const int W = static_cast<int>(grads[0].size());
+  if (W == 1) return 0;
+  size_t n = 0;
+  for (size_t s = 0; s < grads.size(); ++s)
+    for (size_t i = 0; i < ps.names.size(); ++i) {
+      if (!is_table(ps.names[i]) || ps.g[i].size() < 1024) continue;
+      const size_t rows = static_cast<size_t>(ps.shapes[i][0]), cols = ps.g[i].size() / rows;
+      std::vector<size_t> nonzero(static_cast<size_t>(W), 0);
+      for (int q = 0; q < W; ++q)
+        for (size_t row = 0; row < rows; ++row) {
+          const float* x = grads[s][static_cast<size_t>(q)][i].data() + row * cols;
+          nonzero[static_cast<size_t>(q)] += std::any_of(x, x + cols, [](float v) { return v != 0.f; }) ? 1 : 0;
+        }
+      const size_t floats = std::accumulate(nonzero.begin(), nonzero.end(), size_t{0}) * (cols + 1);
+      if (floats < 2 * ps.g[i].size()) n += nonzero[static_cast<size_t>(r)];
+    }
+  return n;
 }
 
 OptimConfig config() {
@@ -101,12 +136,13 @@ std::vector<uint64_t> on_ranks(int W, const std::function<void(int, Communicator
 // early: every parameter is marked grad_ready() (last index first, like a backward) before step().
 void run_world(int W, const ParamSet& init, const Grads& grads, std::vector<ParamSet>& ranks,
                std::vector<std::vector<StWriteEntry>>* shard_shapes, std::vector<uint64_t>* launched,
-               bool early = false) {
+               bool early = false, std::vector<size_t>* sparse_rows = nullptr) {
   ThreadHub hub(W);
   ranks.assign(W, init);
   std::vector<std::exception_ptr> errors(W);
   std::vector<std::thread> threads;
   if (shard_shapes) shard_shapes->assign(W, {});
+  if (sparse_rows) sparse_rows->assign(W, 0);
   for (int r = 0; r < W; ++r)
     threads.emplace_back([&, r] {
       try {
@@ -119,6 +155,7 @@ void run_world(int W, const ParamSet& init, const Grads& grads, std::vector<Para
           opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W);
         }
         if (shard_shapes) (*shard_shapes)[r] = opt.state_entries();
+        if (sparse_rows) (*sparse_rows)[r] = opt.sparse_rows_sent();
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -167,7 +204,8 @@ TEST_P(MuonAdamWDist, RanksMatchSingleProcess) {
   std::vector<ParamSet> ranks;
   std::vector<std::vector<StWriteEntry>> shards;
   std::vector<uint64_t> launched;
-  run_world(W, init, grads, ranks, &shards, &launched);
+  std::vector<size_t> sparse_rows;
+  run_world(W, init, grads, ranks, &shards, &launched, false, &sparse_rows);
   double worst = 0;
   for (int r = 0; r < W; ++r)
     for (size_t i = 0; i < init.names.size(); ++i) {
@@ -180,9 +218,15 @@ TEST_P(MuonAdamWDist, RanksMatchSingleProcess) {
   std::printf("W=%d: worst max|rank - single| / max|single| = %.3g\n", W, worst);
   for (int r = 1; r < W; ++r) EXPECT_EQ(launched[r], launched[0]);
   if (W > 1) {
-    // per step: one reduction per AdamW param (9) and Muon group (5), one gather per sharded
-    // AdamW param (3) and Muon group (5)
-    EXPECT_EQ(launched[0], static_cast<uint64_t>(kSteps * (9 + 5 + 3 + 5)));
+    // per step: one reduction per AdamW param (9) and Muon group (5), a second one for each
+    // embedding table of 1024 elements or more (2: the packs' sizes, then the packs or the dense
+    // sum), one gather per sharded AdamW param (lm_head) and Muon group (5)
+    EXPECT_EQ(launched[0], static_cast<uint64_t>(kSteps * (9 + 5 + 2 + 1 + 5)));
+  }
+  // the tables' rows went as packs of the touched rows (the dense step of wte as a dense sum)
+  for (int r = 0; r < W; ++r) EXPECT_EQ(sparse_rows[r], packed_rows(init, grads, r)) << "rank " << r;
+  if (W > 1) {
+    EXPECT_GT(sparse_rows[0], 0u);
   }
 
   // Shard shapes (docs/nanochat.md 2.4 generalised to any W): rows ceil(R/W) per rank, trailing ranks fewer.
@@ -193,13 +237,12 @@ TEST_P(MuonAdamWDist, RanksMatchSingleProcess) {
     return std::vector<int64_t>{};
   };
   for (int r = 0; r < W; ++r) {
-    const int64_t c_lm = (68 + W - 1) / W, c_wte = (64 + W - 1) / W, c_ve = (2 + W - 1) / W;
+    const int64_t c_lm = (68 + W - 1) / W;
     const int64_t lm_rows = W == 1 ? 68 : std::min<int64_t>(68, (r + 1) * c_lm) - std::min<int64_t>(68, r * c_lm);
-    const int64_t wte_rows = W == 1 ? 64 : std::min<int64_t>(64, (r + 1) * c_wte) - std::min<int64_t>(64, r * c_wte);
-    const int64_t ve_rows = W == 1 ? 2 : std::min<int64_t>(2, (r + 1) * c_ve) - std::min<int64_t>(2, r * c_ve);
     EXPECT_EQ(shape_of(r, "adamw.lm_head.weight.exp_avg"), (std::vector<int64_t>{lm_rows, 16}));
-    EXPECT_EQ(shape_of(r, "adamw.transformer.wte.weight.exp_avg_sq"), (std::vector<int64_t>{wte_rows, 16}));
-    EXPECT_EQ(shape_of(r, "adamw.value_embeds.0.weight.exp_avg"), (std::vector<int64_t>{ve_rows, 512}));
+    // the embedding tables' state is whole on every rank
+    EXPECT_EQ(shape_of(r, "adamw.transformer.wte.weight.exp_avg_sq"), (std::vector<int64_t>{64, 16}));
+    EXPECT_EQ(shape_of(r, "adamw.value_embeds.0.weight.exp_avg"), (std::vector<int64_t>{2, 512}));
     EXPECT_EQ(shape_of(r, "adamw.value_embeds.2.weight.exp_avg"), (std::vector<int64_t>{40, 8}));
     // Muon: the matrices this rank owns, blocks of ceil(K/W) (no padding)
     auto owned = [&](int64_t K) {
@@ -372,10 +415,12 @@ TEST(MuonAdamWLayout, AnyLayoutAndAChangeBetweenStepsGiveTheSingleProcessParamet
           EXPECT_LE(testing::rel_max_err(ranks[r].p[i], ref.p[i]), 1e-6) << "rank " << r << " " << init.names[i];
       }
     }
-    // sharded state adds up to the whole state (small AdamW tensors are held by every rank)
+    // sharded state adds up to the whole state (small AdamW tensors and the embedding tables are
+    // held by every rank)
     size_t small = 0;
     for (size_t i = 0; i < init.names.size(); ++i)
-      if (init.p[i].size() < 1024 && init.names[i].rfind("transformer.h.", 0) != 0) small += 2 * init.p[i].size();
+      if ((init.p[i].size() < 1024 || is_table(init.names[i])) && init.names[i].rfind("transformer.h.", 0) != 0)
+        small += 2 * init.p[i].size();
     EXPECT_EQ(std::accumulate(held.begin(), held.end(), size_t{0}) - (W - 1) * small, whole[0]);
     EXPECT_GT(std::accumulate(moved.begin(), moved.end(), size_t{0}), 0u);
   }
@@ -456,8 +501,9 @@ TEST(MuonAdamWLayout, RebalanceMovesOnlyWhenTheMovePaysForItself) {
 
 // A run saved under an uneven layout (speeds 3:1) resumes at 1, 2 (another layout) and 3 ranks
 // and continues the one-process run; shards of the earlier format (no layout recorded, Muon
-// tensors padded to ceil(K/W) matrices) assemble to the same whole state and load as a rank's own
-// shard; a rank's own shard of another layout is refused by load_state.
+// tensors padded to ceil(K/W) matrices, embedding tables split by rows) assemble to the same whole
+// state; a rank's own shard loads under its own layout, and one of another layout (the 3:1 one,
+// or the earlier format's split tables) is refused by load_state.
 TEST(MuonAdamWLayout, SavedUnderAnUnevenLayoutResumesAtAnyWorldSizeAndLayout) {
   ParamSet init = make_params();
   Rng rng0(1100);
@@ -481,11 +527,25 @@ TEST(MuonAdamWLayout, SavedUnderAnUnevenLayoutResumesAtAnyWorldSizeAndLayout) {
   MuonAdamW one(probe.views(), config());
   const MuonAdamW::WholeState whole = one.assemble_whole_state(shards);
   EXPECT_EQ(one.assemble_whole_state(equal_shards).values, whole.values);
-  // the earlier format: no layout entry, Muon tensors padded with zero matrices to ceil(K/W)
+  // the earlier format: no layout entry, Muon tensors padded with zero matrices to ceil(K/W),
+  // the embedding tables' moments split in blocks of ceil(R/W) rows like any large tensor
   std::vector<StFile> padded = equal_shards;
-  for (auto& f : padded) {
+  for (size_t r = 0; r < padded.size(); ++r) {
+    StFile& f = padded[r];
     f.metadata.erase("layout");
-    for (auto& [name, t] : f.tensors)
+    for (auto& [name, t] : f.tensors) {
+      const bool table_moment =
+          (name.rfind("adamw.transformer.wte.", 0) == 0 || name.rfind("adamw.value_embeds.0.", 0) == 0) &&
+          name.find(".step") == std::string::npos;
+      if (table_moment) {
+        const int64_t R = t.shape[0], c = (R + W0 - 1) / W0;
+        const int64_t first = std::min<int64_t>(R, static_cast<int64_t>(r) * c);
+        const int64_t rows = std::min<int64_t>(R, first + c) - first;
+        const size_t per = t.bytes.size() / static_cast<size_t>(R);
+        t.bytes = std::vector<uint8_t>(t.bytes.begin() + first * static_cast<int64_t>(per),
+                                       t.bytes.begin() + (first + rows) * static_cast<int64_t>(per));
+        t.shape[0] = rows;
+      }
       if (name.rfind("muon.", 0) == 0) {
         const int64_t K = name.find("c_v.") != std::string::npos      ? 1
                           : name.find("ve_gate") != std::string::npos ? 2
@@ -501,6 +561,7 @@ TEST(MuonAdamWLayout, SavedUnderAnUnevenLayoutResumesAtAnyWorldSizeAndLayout) {
         }
         t.shape[0] = c;
       }
+    }
   }
   EXPECT_EQ(one.assemble_whole_state(padded).values, whole.values);
   EXPECT_EQ(one.assemble_whole_state(padded).steps, whole.steps);
@@ -514,10 +575,12 @@ TEST(MuonAdamWLayout, SavedUnderAnUnevenLayoutResumesAtAnyWorldSizeAndLayout) {
     on_ranks(W1, [&](int r, Communicator& comm) {
       MuonAdamW opt(b[r].views(), config(), &comm);
       if (W1 == 2) {
-        // a rank's own shard of the earlier padded format loads at its world size (equal layout)
-        opt.load_state(padded[r]);
+        // a rank's own shard of the equal layout loads at its world size; the earlier format's
+        // (its tables split by rows) needs the whole checkpoint
+        opt.load_state(equal_shards[r]);
         const StFile mine = to_file(opt.state_entries(), r);
         for (const auto& [name, t] : equal_shards[r].tensors) EXPECT_EQ(mine.at(name).bytes, t.bytes) << name;
+        EXPECT_THROW(opt.load_state(padded[r]), Error);
         opt.set_layout(opt.layout_for({1.0, 4.0}));  // another split than the saved one
       }
       opt.load_whole_state(whole);

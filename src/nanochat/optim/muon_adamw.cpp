@@ -148,7 +148,9 @@ void MuonAdamW::allocate() {
         s.param = pi;
         s.group = static_cast<int>(gi);
         const int64_t numel = numel_of(p.shape);
-        s.sharded = world_ > 1 && numel >= kSmallAdamW;
+        s.sparse = world_ > 1 && numel >= kSmallAdamW && (g.label == "wte" || g.label == "value_embeds");
+        s.sharded = world_ > 1 && numel >= kSmallAdamW && !s.sparse;
+        if (s.sparse) s.all_pack_bytes.assign(static_cast<size_t>(world_), 0);
         s.rows = p.shape[0];
         s.row_elems = numel / s.rows;
         s.state_shape = p.shape;

@@ -3,7 +3,10 @@
 // with its ZeRO-2-style sharding inside the optimizer (docs/architecture.md 3.8):
 //  - AdamW parameters with < 1024 elements: gradients all-reduced, every rank updates the whole
 //    parameter, state replicated.
-//  - AdamW parameters with >= 1024 elements: gradients reduce-scattered by rows, rank r owns a
+//  - the embedding tables (groups wte and value_embeds) at W > 1: state replicated, every rank
+//    updates every row; the gradient sum travels as each rank's nonzero rows (the tokens it saw),
+//    or as a dense all-reduce when those packs would be larger (docs/architecture.md 3.8).
+//  - other AdamW parameters with >= 1024 elements: gradients reduce-scattered by rows, rank r owns a
 //    contiguous range of rows (rank 0 first), updates them, then all-gathers the parameter.
 //  - Muon: the K same-shape matrices of a group are stacked, each rank's matrices together (rank 0
 //    first); a rank owns its matrices whole, runs the Muon math on them and all-gathers the stack.
@@ -26,7 +29,8 @@
 //
 // The optimizer only sees OptParam views (name, shape, parameter and gradient pointers), so it is
 // independent of the model class. All buffers are allocated in the constructor; step() allocates
-// nothing itself (a communicator may allocate its own handles).
+// nothing itself (a communicator may allocate its own handles) but the embedding tables' packs,
+// which grow to the largest step's.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -67,8 +71,8 @@ enum class OptKind { AdamW, Muon };
 
 /// Who does which part of the update: per AdamW parameter (in group order, the optimizer's AdamW
 /// slots) the rows of each rank, contiguous ranges in rank order (empty for a small, all-reduced
-/// parameter, which every rank updates whole); per Muon group (group order) the owner rank of each
-/// of its K matrices. Identical on every rank.
+/// parameter or an embedding table, which every rank updates whole); per Muon group (group order)
+/// the owner rank of each of its K matrices. Identical on every rank.
 struct OptLayout {
   std::vector<std::vector<int64_t>> adam_rows;
   std::vector<std::vector<int>> muon_owner;
@@ -224,6 +228,10 @@ class MuonAdamW {
   /// Wall seconds step() has spent blocked in Work::wait() (reductions and gathers), summed
   /// over all steps so far: the communication time not hidden behind computation.
   double comm_wait_seconds() const { return comm_wait_s_; }
+  /// Rows of the embedding tables (wte, value_embeds) this rank has sent as packs of touched rows
+  /// (the rows of its gradient that are not zero), summed over all steps so far; steps whose packs
+  /// would have been larger than a dense all-reduce count none. 0 at world size 1.
+  size_t sparse_rows_sent() const { return sparse_rows_; }
   /// Floats of optimizer state held by this rank (moments and Muon buffers).
   size_t state_floats() const;
 
@@ -268,6 +276,10 @@ class MuonAdamW {
   std::vector<int> param_adam_;  // param index -> slot in adam_, or -1
   std::vector<int> param_muon_;  // param index -> slot in muon_, or -1
   void launch_adam_reduce(AdamSlot& s);
+  void launch_pack_sizes(AdamSlot& s);
+  void launch_sparse_sum(AdamSlot& s);
+  void finish_sparse_sum(AdamSlot& s);
+  size_t sparse_rows_ = 0;
   void launch_muon_reduce(MuonSlot& s, const OptGroup& g);
   struct Pending {
     WorkPtr work;

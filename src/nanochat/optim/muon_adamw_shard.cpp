@@ -90,6 +90,10 @@ void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight
       }
     } else {
       AdamSlot& s = adam_[l.slot];
+      if (s.sparse) {  // the pack sizes are in: send the packs (updated after the loop)
+        launch_sparse_sum(s);
+        continue;
+      }
       wait_reduce(s.reduce);
       update_adam(s, groups_[s.group], grad_scale);
       if (s.sharded) {
@@ -97,6 +101,13 @@ void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight
         gathers_.push_back({comm_->all_gather_side(p.p + s.row0 * s.row_elems, p.p, s.counts), nullptr});
       }
     }
+  }
+  // The embedding tables, whose sums were launched last: wait, add the packs, update every row.
+  for (const Launched& l : launched_) {
+    if (l.muon || !adam_[l.slot].sparse) continue;
+    AdamSlot& s = adam_[l.slot];
+    finish_sparse_sum(s);
+    update_adam(s, groups_[s.group], grad_scale);
   }
   launched_.clear();
   // Phase 3: wait for the gathers, copy the Muon stacks back.
@@ -122,7 +133,75 @@ void MuonAdamW::launch_adam_reduce(AdamSlot& s) {
   launched_.push_back({false, static_cast<size_t>(&s - adam_.data())});
   if (world_ == 1) return;
   float* g = params_[s.param].g;
+  if (s.sparse) return launch_pack_sizes(s);
   s.reduce = s.sharded ? comm_->reduce_scatter_sum(g, s.gslice.f32(), s.counts) : comm_->all_reduce_sum(g, s.owned);
+}
+
+// --- embedding tables: the touched rows' sum ----------------------------------------------------
+// A lookup table's gradient is zero outside the rows of the tokens this rank saw, a fraction of
+// the vocabulary in a small step. Its state is replicated (every rank updates every row, as for a
+// small tensor) and the sum travels as the rows that are not zero: each rank packs its nonzero
+// rows, the packs' sizes are all-gathered, then the packs, and every rank adds them into a zeroed
+// gradient in rank order, so every rank holds the same sum (equal to the dense sum: adding a zero
+// row changes nothing). A ring all-gather of packs of S floats in all sends about S (W-1)/W floats
+// per rank, a dense all-reduce 2 N (W-1)/W: when S >= 2 N the gradient is all-reduced instead.
+
+void MuonAdamW::launch_pack_sizes(AdamSlot& s) {
+  const float* g = params_[s.param].g;
+  const size_t row_elems = static_cast<size_t>(s.row_elems);
+  s.pack.clear();
+  for (int64_t r = 0; r < s.rows; ++r) {
+    const float* row = g + static_cast<size_t>(r) * row_elems;
+    if (std::all_of(row, row + row_elems, [](float x) { return x == 0.f; })) continue;
+    const uint32_t id = static_cast<uint32_t>(r);
+    float id_bits;
+    std::memcpy(&id_bits, &id, sizeof id_bits);
+    s.pack.push_back(id_bits);
+    s.pack.insert(s.pack.end(), row, row + row_elems);
+  }
+  s.pack_bytes = s.pack.size() * sizeof(float);
+  s.reduce = comm_->all_gather_bytes(&s.pack_bytes, s.all_pack_bytes.data(),
+                                     std::vector<size_t>(static_cast<size_t>(world_), sizeof(uint64_t)));
+}
+
+void MuonAdamW::launch_sparse_sum(AdamSlot& s) {
+  wait_reduce(s.reduce);
+  std::vector<size_t> counts;
+  size_t total = 0;
+  for (uint64_t b : s.all_pack_bytes) {
+    counts.push_back(static_cast<size_t>(b / sizeof(float)));
+    total += counts.back();
+  }
+  s.packs_sent = total < 2 * s.owned;
+  if (!s.packs_sent) {
+    s.reduce = comm_->all_reduce_sum(params_[s.param].g, s.owned);
+    return;
+  }
+  if (s.packs.size() < total) s.packs.resize(total);
+  s.reduce = comm_->all_gather(s.pack.data(), s.packs.data(), counts);
+}
+
+void MuonAdamW::finish_sparse_sum(AdamSlot& s) {
+  wait_reduce(s.reduce);
+  if (!s.packs_sent) return;  // all-reduced in place
+  float* g = params_[s.param].g;
+  const size_t row_elems = static_cast<size_t>(s.row_elems);
+  std::fill(g, g + s.owned, 0.f);
+  size_t at = 0, end = 0;
+  for (uint64_t b : s.all_pack_bytes) {
+    end += static_cast<size_t>(b / sizeof(float));
+    for (; at < end; at += 1 + row_elems) {
+      uint32_t id;
+      std::memcpy(&id, &s.packs[at], sizeof id);
+      if (id >= static_cast<uint64_t>(s.rows) || end - at < 1 + row_elems)
+        fail("optimizer: a pack of '", params_[s.param].name, "' names row ", id, " of ", s.rows,
+             " (the ranks run different models?)");
+      float* row = g + static_cast<size_t>(id) * row_elems;
+      const float* add = s.packs.data() + at + 1;
+      for (size_t j = 0; j < row_elems; ++j) row[j] += add[j];
+    }
+  }
+  sparse_rows_ += s.pack.size() / (1 + row_elems);
 }
 
 void MuonAdamW::launch_muon_reduce(MuonSlot& s, const OptGroup& g) {

@@ -44,12 +44,14 @@ std::vector<T> starts_of(const std::vector<T>& counts) {
 }
 
 // The equal layout of a model's slots at world size `world` (blocks of ceil(n / world)); AdamW
-// tensors are split when world > 1 and they have kSmallAdamW elements or more.
+// tensors are split when world > 1, they have kSmallAdamW elements or more and they are not
+// embedding tables (`sparse`, replicated). `by_size`: split every tensor of kSmallAdamW elements
+// or more, embedding tables too -- the layout of shards saved without layout metadata.
 template <typename AdamSlots, typename MuonSlots>
-OptLayout equal_layout_of(const AdamSlots& adam, const MuonSlots& muon, int world) {
+OptLayout equal_layout_of(const AdamSlots& adam, const MuonSlots& muon, int world, bool by_size = false) {
   OptLayout l;
   for (const auto& s : adam) {
-    const bool split = world > 1 && s.rows * s.row_elems >= kSmallAdamW;
+    const bool split = world > 1 && s.rows * s.row_elems >= kSmallAdamW && (by_size || !s.sparse);
     l.adam_rows.push_back(split ? equal_counts(s.rows, world) : std::vector<int64_t>{});
   }
   for (const auto& s : muon) {
@@ -67,7 +69,10 @@ OptLayout equal_layout_of(const AdamSlots& adam, const MuonSlots& muon, int worl
 struct MuonAdamW::AdamSlot {
   int param = -1;
   int group = -1;
-  bool sharded = false;             // large parameter with W > 1: reduce-scatter + all-gather
+  bool sharded = false;  // large parameter with W > 1: reduce-scatter + all-gather
+  // An embedding table (wte, value_embeds) at W > 1: state replicated like a small tensor, but
+  // the gradient travels as the rows this rank touched (launch_adam_reduce, muon_adamw_shard.cpp).
+  bool sparse = false;
   int64_t rows = 0, row_elems = 0;  // the parameter's rows and elements per row
   int64_t row0 = 0, nrows = 0;      // owned rows [row0, row0 + nrows) (the layout's)
   size_t owned = 0;                 // owned elements
@@ -76,6 +81,13 @@ struct MuonAdamW::AdamSlot {
   AlignedBuffer m, v, gslice;
   int64_t step = 0;
   WorkPtr reduce;
+  // sparse: this rank's touched rows, each (row index as int32 bits, row_elems values); the byte
+  // count of every rank's pack (all-gathered first); every rank's packs in rank order; whether
+  // this step's sum went as packs (else as a dense all-reduce, when the packs were larger).
+  std::vector<float> pack, packs;
+  uint64_t pack_bytes = 0;
+  std::vector<uint64_t> all_pack_bytes;
+  bool packs_sent = false;
 };
 
 // One Muon group: the stacked buffers and the state of the matrices this rank owns.

@@ -85,7 +85,7 @@ MuonAdamW::SavedLayout MuonAdamW::saved_layout(const StFile& f, int world) const
   auto it = f.metadata.find("layout");
   if (it == f.metadata.end()) {
     out.padded = true;
-    out.layout = equal_layout_of(adam_, muon_, world);
+    out.layout = equal_layout_of(adam_, muon_, world, /*by_size=*/true);
     return out;
   }
   try {
