@@ -132,8 +132,8 @@ void MuonAdamW::grad_ready(size_t param) {
 void MuonAdamW::launch_adam_reduce(AdamSlot& s) {
   launched_.push_back({false, static_cast<size_t>(&s - adam_.data())});
   if (world_ == 1) return;
-  float* g = params_[s.param].g;
   if (s.sparse) return launch_pack_sizes(s);
+  float* g = params_[s.param].g;
   s.reduce = s.sharded ? comm_->reduce_scatter_sum(g, s.gslice.f32(), s.counts) : comm_->all_reduce_sum(g, s.owned);
 }
 
@@ -160,17 +160,16 @@ void MuonAdamW::launch_pack_sizes(AdamSlot& s) {
     s.pack.insert(s.pack.end(), row, row + row_elems);
   }
   s.pack_bytes = s.pack.size() * sizeof(float);
-  s.reduce = comm_->all_gather_bytes(&s.pack_bytes, s.all_pack_bytes.data(),
-                                     std::vector<size_t>(static_cast<size_t>(world_), sizeof(uint64_t)));
+  s.reduce = comm_->all_gather_bytes(&s.pack_bytes, s.all_pack_bytes.data(), s.size_bytes);
 }
 
 void MuonAdamW::launch_sparse_sum(AdamSlot& s) {
   wait_reduce(s.reduce);
-  std::vector<size_t> counts;
+  s.pack_counts.clear();
   size_t total = 0;
   for (uint64_t b : s.all_pack_bytes) {
-    counts.push_back(static_cast<size_t>(b / sizeof(float)));
-    total += counts.back();
+    s.pack_counts.push_back(static_cast<size_t>(b / sizeof(float)));
+    total += s.pack_counts.back();
   }
   s.packs_sent = total < 2 * s.owned;
   if (!s.packs_sent) {
@@ -178,7 +177,7 @@ void MuonAdamW::launch_sparse_sum(AdamSlot& s) {
     return;
   }
   if (s.packs.size() < total) s.packs.resize(total);
-  s.reduce = comm_->all_gather(s.pack.data(), s.packs.data(), counts);
+  s.reduce = comm_->all_gather(s.pack.data(), s.packs.data(), s.pack_counts);
 }
 
 void MuonAdamW::finish_sparse_sum(AdamSlot& s) {

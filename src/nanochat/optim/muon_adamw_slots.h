@@ -82,11 +82,14 @@ struct MuonAdamW::AdamSlot {
   int64_t step = 0;
   WorkPtr reduce;
   // sparse: this rank's touched rows, each (row index as int32 bits, row_elems values); the byte
-  // count of every rank's pack (all-gathered first); every rank's packs in rank order; whether
-  // this step's sum went as packs (else as a dense all-reduce, when the packs were larger).
+  // count of every rank's pack (all-gathered first, W entries of size_bytes) and in floats;
+  // every rank's packs in rank order; whether this step's sum went as packs (else as a dense
+  // all-reduce, when the packs were larger). Kept across steps so that a step allocates nothing
+  // once the packs have reached their largest size.
   std::vector<float> pack, packs;
   uint64_t pack_bytes = 0;
   std::vector<uint64_t> all_pack_bytes;
+  std::vector<size_t> size_bytes, pack_counts;
   bool packs_sent = false;
 };
 
