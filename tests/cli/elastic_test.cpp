@@ -1,8 +1,9 @@
 // Elastic jobs through the binary (`nanochat run --nnodes MIN:MAX`, train/elastic.h): three nodes
 // on this host (one rank each, their own base folders; node 0 serves the data), one of which
-// leaves mid-run. The others must regroup and end where an uninterrupted run ends (the tolerance
-// of the world-size tests: the survivors sum the redone step's gradients in another grouping), and
-// say who left, why and how long the job took to go on. Bounds, not exact times.
+// leaves mid-run. The others must regroup and end where an uninterrupted run ends (within the
+// drift of rounding: the survivors sum the gradients in another grouping), bit for bit where the
+// uninterrupted run's checkpoint resumed by the survivors ends, and say who left, why and how long
+// the job took to go on. Bounds, not exact times.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -35,23 +36,28 @@ const char* kElastic =
     " --device-batch-size 2 --total-batch-size 768 --eval-every -1 --sample-every -1 --core-metric-every -1"
     " --threads 1 --model-tag t --num-iterations 10 --warmup-steps 1 --balance even --copy-state-every 1";
 
-// Three nodes of one rank each (node 0 in dirs[0], ...), `nnodes` ("3" or "2:3"), each with the
-// extra environment `env`; returns their results.
-std::vector<Result> three_nodes(const std::vector<std::string>& dirs, const std::string& nnodes, const std::string& env,
-                                const std::string& extra_flags = "") {
+// `count` nodes of one rank each (node 0 in dirs[0], ...), `nnodes` ("3", "2" or "2:3"), each with
+// the extra environment `env`; returns their results.
+std::vector<Result> some_nodes(int count, const std::vector<std::string>& dirs, const std::string& nnodes,
+                               const std::string& env, const std::string& extra_flags = "") {
   const std::string common = " run --nnodes " + nnodes +
                              " --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 "
                              "--allow-loopback-master --heartbeat-timeout 4 --master-port " +
                              std::to_string(test_port());
-  std::vector<Result> r(3);
+  std::vector<Result> r(count);
   std::vector<std::thread> t;
-  for (int k = 0; k < 3; ++k)
+  for (int k = 0; k < count; ++k)
     t.emplace_back([&, k] {
       r[k] = run_at(dirs[k], common + " --node-rank " + std::to_string(k) + kElastic + extra_flags,
                     "NANOCHAT_RENDEZVOUS_TIMEOUT=60 " + env);
     });
   for (auto& x : t) x.join();
   return r;
+}
+
+std::vector<Result> three_nodes(const std::vector<std::string>& dirs, const std::string& nnodes, const std::string& env,
+                                const std::string& extra_flags = "") {
+  return some_nodes(3, dirs, nnodes, env, extra_flags);
 }
 
 }  // namespace
@@ -108,16 +114,36 @@ TEST(Elastic, AKilledNodeLeavesAndTheOthersEndWhereTheUninterruptedRunEnds) {
   EXPECT_EQ(count_of(k3[0].out, "Step 00006 | Validation bpb"), 1u) << k3[0].out;
   const nanochat::StFile elastic_k3 = nanochat::load_safetensors(n0.ckpt() + "/model_000010.safetensors");
 
-  // the same run on three nodes, nobody leaving
+  // the same run on three nodes, nobody leaving, saved at every step
   fs::remove_all(n0.ckpt());
-  const auto u = three_nodes(dirs, "3", "");
+  const auto u = three_nodes(dirs, "3", "", " --save-every 1");
   ASSERT_EQ(u[0].code, 0) << u[0].out;
   const nanochat::StFile uninterrupted = nanochat::load_safetensors(n0.ckpt() + "/model_000010.safetensors");
-  const double d = max_rel_diff(uninterrupted, elastic, /*verbose=*/true);
+  // what the regrouped job must be: that run's checkpoint of step 4 (K = 1) or 3 (K = 3) resumed by
+  // two nodes: the same sums in the same grouping, so the same bits.
+  std::vector<nanochat::StFile> resumed;
+  for (int from : {4, 3}) {
+    const auto r = some_nodes(2, dirs, "2", "", " --resume-from-step " + std::to_string(from));
+    ASSERT_EQ(r[0].code, 0) << r[0].out << "\n--- node 1:\n" << r[1].out;
+    ASSERT_NE(r[0].out.find("Resumed from step " + std::to_string(from)), std::string::npos) << r[0].out;
+    resumed.push_back(nanochat::load_safetensors(n0.ckpt() + "/model_000010.safetensors"));
+  }
+  const double r1 = max_rel_diff(resumed[0], elastic, /*verbose=*/true);
+  const double r3 = max_rel_diff(resumed[1], elastic_k3, /*verbose=*/false);
+  std::printf(
+      "elastic run vs the same checkpoint resumed by two nodes: max relative difference %.3g (K = 1), %.3g "
+      "(K = 3)\n",
+      r1, r3);
+  EXPECT_EQ(r1, 0.0);
+  EXPECT_EQ(r3, 0.0);
+  // and near the uninterrupted three-node run: only the grouping of the sums differs, but Muon's
+  // orthogonalisation amplifies those last bits over the six steps after the change (6e-5 and
+  // 2.6e-4 in the two builds measured)
+  const double d = max_rel_diff(uninterrupted, elastic, /*verbose=*/false);
   const double d3 = max_rel_diff(uninterrupted, elastic_k3, /*verbose=*/false);
   std::printf("elastic run vs uninterrupted: max relative difference %.3g (K = 1), %.3g (K = 3)\n", d, d3);
-  EXPECT_LE(d, 1e-4);
-  EXPECT_LE(d3, 1e-4);
+  EXPECT_LE(d, 2e-3);
+  EXPECT_LE(d3, 2e-3);
 }
 
 namespace {
