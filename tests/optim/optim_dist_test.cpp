@@ -258,6 +258,72 @@ TEST_P(MuonAdamWDist, RanksMatchSingleProcess) {
   }
 }
 
+// Small tensors whose gradients the caller has summed over the ranks (as the stream-order sum of
+// train/zero2_ordered_sum.h leaves them: the step's sum on every rank) are updated with nothing
+// sent for them, and the ranks still end where one process does; only small tensors qualify.
+void check_summed_by_caller(int W) {
+  ParamSet init = make_params();
+  Rng rng(300 + W);
+  init.fill_params(rng, -0.5, 0.5);
+  Grads grads = make_grads(init, W, 400 + W);
+  const ParamSet ref = run_single(W, init, grads);
+  std::vector<bool> summed(init.names.size(), false);
+  size_t small = 0;
+  for (size_t i = 0; i < init.names.size(); ++i) {
+    const bool matrix = init.names[i].rfind("transformer.h.", 0) == 0;
+    if (matrix || init.g[i].size() >= 1024) continue;
+    summed[i] = true;
+    ++small;
+    for (int s = 0; s < kSteps; ++s) {  // rank order, as run_single adds them
+      std::vector<float> sum(init.g[i].size(), 0.f);
+      for (int r = 0; r < W; ++r)
+        for (size_t j = 0; j < sum.size(); ++j) sum[j] += grads[s][r][i][j];
+      for (int r = 0; r < W; ++r) grads[s][r][i] = sum;
+    }
+  }
+  ASSERT_EQ(small, 6u);  // the four lambdas, smear_gate, value_embeds.2
+  std::vector<ParamSet> ranks(W, init);
+  const std::vector<uint64_t> launched = on_ranks(W, [&](int r, Communicator& comm) {
+    MuonAdamW opt(ranks[r].views(), config(), &comm);
+    opt.set_summed_by_caller(summed);
+    for (int s = 0; s < kSteps; ++s) {
+      for (size_t i = 0; i < init.names.size(); ++i) ranks[r].set_grad(i, grads[s][r][i]);
+      opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W);
+    }
+  });
+  for (int r = 0; r < W; ++r)
+    for (size_t i = 0; i < init.names.size(); ++i)
+      EXPECT_LE(testing::rel_max_err(ranks[r].p[i], ref.p[i]), 1e-6) << "rank " << r << " " << init.names[i];
+  // per step the collectives of RanksMatchSingleProcess less one all-reduce per small tensor
+  EXPECT_EQ(launched[0], static_cast<uint64_t>(kSteps * (9 + 5 + 2 + 1 + 5 - 6)));
+  for (int r = 1; r < W; ++r) EXPECT_EQ(launched[r], launched[0]);
+
+  // a Muon matrix, a sharded tensor or an embedding table is summed by the optimizer; a list of
+  // another length is refused
+  on_ranks(W, [&](int r, Communicator& comm) {
+    ParamSet ps = init;
+    MuonAdamW opt(ps.views(), config(), &comm);
+    for (const char* name : {"transformer.h.0.attn.c_q.weight", "lm_head.weight", "transformer.wte.weight"}) {
+      std::vector<bool> bad(init.names.size(), false);
+      bad[static_cast<size_t>(std::find(init.names.begin(), init.names.end(), name) - init.names.begin())] = true;
+      try {
+        opt.set_summed_by_caller(bad);
+        ADD_FAILURE() << "rank " << r << ": " << name << " was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string("'") + name + "'"), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_THROW(opt.set_summed_by_caller(std::vector<bool>(3, false)), Error);
+  });
+}
+
+TEST(MuonAdamWSummedByCaller, SmallTensorsSummedByTheCallerSendNothing) {
+  for (int W : {2, 3}) {
+    SCOPED_TRACE("W = " + std::to_string(W));
+    check_summed_by_caller(W);
+  }
+}
+
 // Reductions launched early through grad_ready() (overlapping a backward) give bit-identical
 // parameters, and the same number of collectives; an index out of range is an error.
 TEST_P(MuonAdamWDist, EarlyGradReadyGivesTheSameParameters) {

@@ -1,6 +1,6 @@
 // OrderedGradSum: the micro-batch contributions of a step, dealt to W ranks in contiguous ranges
 // (any split, zero included), are added in the stream order, bit for bit what one rank adding all
-// of them in order gets; after the optimizer's SUM reduction every rank holds that value.
+// of them in order gets, and every rank holds that value after finish().
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -24,8 +24,8 @@ float contrib(int g, size_t i) {
 }
 
 // Runs W = split.size() ranks, rank r running split[r] micro-batches (global micro-batches
-// [start_r, start_r + split[r])); returns every rank's two spans after finish() and the all-reduce
-// the optimizer would do.
+// [start_r, start_r + split[r])); returns every rank's two spans after finish() (the step's sum on
+// every rank: the optimizer sends nothing more for them).
 std::vector<std::vector<float>> run(const std::vector<int>& split) {
   const int W = static_cast<int>(split.size());
   int total = 0;
@@ -50,7 +50,6 @@ std::vector<std::vector<float>> run(const std::vector<int>& split) {
       sum.finish(split);
       std::vector<float> all = g1;
       all.insert(all.end(), g2.begin(), g2.end());
-      comm.all_reduce_sum(all.data(), all.size())->wait();  // what the optimizer does next
       out[r] = all;
     });
   for (auto& t : th) t.join();

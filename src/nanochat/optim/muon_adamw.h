@@ -128,6 +128,13 @@ class MuonAdamW {
   /// The gradient must not change afterwards until step() returns. Every rank must mark the same
   /// parameters in the same order. Throws nanochat::Error for an index out of range.
   void grad_ready(size_t param);
+  /// Marks the parameters with summed[k] true as summed over the ranks by the caller: step()
+  /// reads their gradients as the step's sum, identical on every rank, and sends nothing for them
+  /// (train/zero2_ordered_sum.h sums the small tensors in stream order on every rank). Only small,
+  /// replicated AdamW tensors qualify. Call once, before the first step, on every rank alike; a
+  /// no-op at W = 1. Throws nanochat::Error for a size other than the parameter count or a
+  /// marked Muon matrix, sharded tensor or embedding table.
+  void set_summed_by_caller(const std::vector<bool>& summed);
 
   /// This rank's optimizer state as named tensors (pointers into the optimizer, valid until the
   /// next step() or layout change): per AdamW parameter `adamw.<name>.exp_avg` / `.exp_avg_sq`

@@ -114,6 +114,19 @@ void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight
   finish_gathers();
 }
 
+void MuonAdamW::set_summed_by_caller(const std::vector<bool>& summed) {
+  if (summed.size() != params_.size())
+    fail("optimizer: set_summed_by_caller with ", summed.size(), " flags for ", params_.size(), " parameters");
+  if (world_ == 1) return;
+  for (size_t k = 0; k < summed.size(); ++k) {
+    if (!summed[k]) continue;
+    if (param_adam_[k] < 0 || adam_[param_adam_[k]].sharded || adam_[param_adam_[k]].sparse)
+      fail("optimizer: '", params_[k].name, "' is summed over the ranks by the optimizer itself (",
+           param_adam_[k] < 0 ? "a Muon matrix" : "a large AdamW tensor", "), not by its caller");
+    adam_[param_adam_[k]].summed_by_caller = true;
+  }
+}
+
 void MuonAdamW::grad_ready(size_t param) {
   if (param >= params_.size()) fail("optimizer: grad_ready(", param, ") but there are ", params_.size(), " parameters");
   if (world_ == 1) return;
@@ -131,7 +144,7 @@ void MuonAdamW::grad_ready(size_t param) {
 // Lists the slot for step() and, at W > 1, starts its reduction.
 void MuonAdamW::launch_adam_reduce(AdamSlot& s) {
   launched_.push_back({false, static_cast<size_t>(&s - adam_.data())});
-  if (world_ == 1) return;
+  if (world_ == 1 || s.summed_by_caller) return;
   if (s.sparse) return launch_pack_sizes(s);
   float* g = params_[s.param].g;
   s.reduce = s.sharded ? comm_->reduce_scatter_sum(g, s.gslice.f32(), s.counts) : comm_->all_reduce_sum(g, s.owned);

@@ -73,6 +73,9 @@ struct MuonAdamW::AdamSlot {
   // An embedding table (wte, value_embeds) at W > 1: state replicated like a small tensor, but
   // the gradient travels as the rows this rank touched (launch_adam_reduce, muon_adamw_shard.cpp).
   bool sparse = false;
+  // Small, with a gradient the caller has already summed over the ranks (set_summed_by_caller):
+  // updated like a small tensor, with nothing sent.
+  bool summed_by_caller = false;
   int64_t rows = 0, row_elems = 0;  // the parameter's rows and elements per row
   int64_t row0 = 0, nrows = 0;      // owned rows [row0, row0 + nrows) (the layout's)
   size_t owned = 0;                 // owned elements

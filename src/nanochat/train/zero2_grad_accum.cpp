@@ -5,8 +5,10 @@
 namespace nanochat {
 
 namespace {
-constexpr size_t kOrderedMaxNumel = 1024;  // non-matrix tensors up to this size are order-summed
-}
+// non-matrix tensors below this size are order-summed: the optimizer's small, replicated tensors
+// (optim/muon_adamw_slots.h kSmallAdamW), for which it then sends nothing
+constexpr size_t kOrderedBelowNumel = 1024;
+}  // namespace
 
 GradAccumulator::GradAccumulator(GPT& model, int max_micro_steps, Communicator& comm,
                                  std::function<void(size_t)> on_ready)
@@ -16,7 +18,7 @@ GradAccumulator::GradAccumulator(GPT& model, int max_micro_steps, Communicator& 
   ordered_.assign(model.params().size(), false);
   for (size_t k = 0; k < model.params().size(); ++k) {
     const ParamInfo& p = model.params()[k];
-    if (p.name.rfind("transformer.h.", 0) != 0 && p.numel <= kOrderedMaxNumel) {
+    if (p.name.rfind("transformer.h.", 0) != 0 && p.numel < kOrderedBelowNumel) {
       spans.push_back({model.grad_data() + p.offset, p.numel});
       ordered_[k] = true;
     }

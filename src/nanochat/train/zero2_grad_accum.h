@@ -50,6 +50,9 @@ class GradAccumulator {
   /// tokens). Throws nanochat::Error if no rank had a valid target.
   float finish();
 
+  /// Per parameter: true for the small tensors summed over the ranks here (OrderedGradSum), whose
+  /// gradients finish() leaves as the step's sum on every rank; the hook is never called for them.
+  const std::vector<bool>& summed_here() const { return ordered_; }
   /// Valid targets of this rank in the current step so far.
   int64_t local_tokens() const { return local_tokens_; }
 

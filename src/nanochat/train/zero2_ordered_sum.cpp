@@ -41,14 +41,12 @@ void OrderedGradSum::finish(const std::vector<int>& micro_per_rank) {
   if (per_micro_ == 0) return;
   // On the side lane: the reduce-scatters the last backward launched may still be running.
   comm_.all_gather_side(mine_.f32(), all_.f32(), counts)->wait();
-  const bool sums = comm_.rank() == 0;  // the others contribute zeros to the optimizer's reduction
   const float* all = all_.f32();
   size_t off = 0;
   for (const Span& s : spans_) {
     for (size_t i = 0; i < s.n; ++i) {
-      float acc = 0.f;
-      if (sums)  // the step's micro-batches in stream order: rank-major (contiguous ranges)
-        for (int64_t g = 0; g < total; ++g) acc += all[static_cast<size_t>(g) * per_micro_ + off + i];
+      float acc = 0.f;  // the step's micro-batches in stream order: rank-major (contiguous ranges)
+      for (int64_t g = 0; g < total; ++g) acc += all[static_cast<size_t>(g) * per_micro_ + off + i];
       s.g[i] = acc;
     }
     off += s.n;

@@ -38,10 +38,10 @@ class OrderedGradSum {
   /// After the last micro-batch (collective: every rank calls it once per step with the same
   /// `micro_per_rank`, the micro-batches each rank ran, possibly 0): all-gathers the contributions
   /// (on the side lane, Communicator::all_gather_side) and writes their ordered float sum
-  /// (rank-major, then micro-batch order) back into the spans on rank 0 and zeros on the other
-  /// ranks, so the optimizer's SUM reduction (all-reduce or reduce-scatter: x + 0 is exact)
-  /// reproduces the ordered sum on every rank. Throws
-  /// nanochat::Error if the counts do not fit the buffers or do not match the world size.
+  /// (rank-major, then micro-batch order) back into the spans on every rank: the spans then hold
+  /// the step's sum over all ranks, and the optimizer sends nothing more for them
+  /// (MuonAdamW::set_summed_by_caller). Throws nanochat::Error if the counts do not fit the
+  /// buffers or do not match the world size.
   void finish(const std::vector<int>& micro_per_rank);
 
   /// Total floats per contribution (sum of the spans' sizes).

@@ -25,6 +25,7 @@ Zero2Sync::Zero2Sync(GPT& model, MuonAdamW& opt, Communicator& comm, const std::
   if (comm.world_size() > 1) ready = [this](size_t k) { opt_.grad_ready(k); };
   accum_ =
       std::make_unique<GradAccumulator>(model, static_cast<int>(balancer_.max_micro_batches()), comm, std::move(ready));
+  opt_.set_summed_by_caller(accum_->summed_here());  // the small tensors: summed in stream order, sent once
 }
 
 int Zero2Sync::rank() const { return comm_.rank(); }
