@@ -11,9 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "nanochat/core/error.h"
 #include "nanochat/cluster/net.h"
+#include "nanochat/core/error.h"
 #include "support/proc_util.h"
+#include "support/test_port.h"  // ports below the ephemeral range, which client sockets of parallel tests take
 
 using namespace nanochat;
 using namespace nanochat::cluster;
@@ -63,7 +64,7 @@ const std::vector<std::string> kLong = {"--iterations", "100000", "--size", "100
 // Node 0 left waiting for its nodes, then both commands run again, node 0 first: the new node 0
 // replaces the earlier one (which stops and says so) and the new node 1 joins the new node 0.
 TEST(Relaunch, ANewNode0ReplacesAnEarlierLaunchLeftWaiting) {
-  const int port = pick_free_port();
+  const int port = nctest::test_port();
   Proc orphan = node(port, 0, kShort);
   ASSERT_TRUE(wait_port_busy(port)) << orphan.output();
   Proc n0 = node(port, 0, kShort);
@@ -89,7 +90,7 @@ TEST(Relaunch, ANewNode0ReplacesAnEarlierLaunchLeftWaiting) {
 // the new node 0 comes, the earlier job stops on both nodes, node 1 saying what happened and to
 // run its command again, which then joins the new node 0.
 TEST(Relaunch, ANode1ThatJoinedTheEarlierLaunchStopsAndSaysToRunAgain) {
-  const int port = pick_free_port();
+  const int port = nctest::test_port();
   Proc orphan = node(port, 0, kLong);
   ASSERT_TRUE(wait_port_busy(port)) << orphan.output();
   Proc n1 = node(port, 1, kLong);
@@ -115,7 +116,7 @@ TEST(Relaunch, ANode1ThatJoinedTheEarlierLaunchStopsAndSaysToRunAgain) {
 // Three nodes: node 1 waits with the node 0 left waiting (node 2 not there yet) when node 0 is
 // launched again; node 1 moves over to the new launch by itself and the job runs there.
 TEST(Relaunch, ANodeStillInTheRendezvousMovesToTheNewLaunch) {
-  const int port = pick_free_port();
+  const int port = nctest::test_port();
   Proc orphan = node(port, 0, kShort, 3);
   ASSERT_TRUE(wait_port_busy(port)) << orphan.output();
   Proc n1 = node(port, 1, kShort, 3);
@@ -160,7 +161,7 @@ std::string with_hosts_entry(const std::string& name, const std::string& args, i
 // `--master-addr $(hostname)` on a host whose name maps to 127.0.1.1: refused at once (not after
 // the rendezvous timeout) by `run` on any node and by `doctor`, naming what the name resolved to.
 TEST(LoopbackName, AMasterNameThatResolvesToLoopbackIsRefusedAtOnce) {
-  const int port = pick_free_port();
+  const int port = nctest::test_port();
   int rc = -1;
   const std::string run = with_hosts_entry(
       "nc-desk", str_cat("run --nnodes 2 --node-rank 1 --master-addr nc-desk --master-port ", port, " dist-selftest"),
@@ -193,7 +194,7 @@ TEST(LoopbackName, AMasterNameThatResolvesToLoopbackIsRefusedAtOnce) {
 // launchers already waiting (node 0 and the first node 1) say so at once instead of only blaming a
 // missing node when the rendezvous times out; node 0's final error names the duplicate too.
 TEST(DuplicateRank, TheLaunchersAlreadyWaitingAreToldAtOnce) {
-  const int port = pick_free_port();
+  const int port = nctest::test_port();
   auto start = [&](int k) {
     return run_cli({"run", "--nnodes", "3", "--node-rank", std::to_string(k), "--master-addr", "127.0.0.1",
                     "--allow-loopback-master", "--master-port", std::to_string(port), "--rendezvous-timeout", "10",
@@ -224,7 +225,7 @@ TEST(DuplicateRank, TheLaunchersAlreadyWaitingAreToldAtOnce) {
 // A worker's own start-up error (here a malformed flag that only node 1 was given) reaches node 0's
 // terminal as that rank's last stderr lines, not only as "exited with status 1".
 TEST(WorkerError, NodeZeroShowsTheWorkersOwnMessage) {
-  const int port = pick_free_port();
+  const int port = nctest::test_port();
   Proc n0 = node(port, 0, kShort);
   Proc n1 = node(port, 1, {"--iterations", "2", "--fact-on-rank", "not-a-fact"});
   ASSERT_TRUE(n0.wait(Ms(60000))) << n0.output();
@@ -242,7 +243,7 @@ TEST(WorkerError, NodeZeroShowsTheWorkersOwnMessage) {
 // SIGTERM to node 0's launcher while the job runs: node 1 names the signal and node 0's launcher
 // as the cause (not only a vanished peer).
 TEST(Signal, NodeOneNamesTheSignalThatStoppedNodeZero) {
-  const int port = pick_free_port();
+  const int port = nctest::test_port();
   Proc n0 = node(port, 0, kLong);
   Proc n1 = node(port, 1, kLong);
   ASSERT_TRUE(n0.wait_for_output("rank 0 of 2: iteration 0 ok", Ms(30000))) << n0.output();
