@@ -1,8 +1,9 @@
 #pragma once
 // MuonAdamW: nanochat's combined optimizer (nanochat/optim.py class MuonAdamW; docs/nanochat.md 2.1-2.4)
 // with its ZeRO-2-style sharding inside the optimizer (docs/architecture.md 3.8):
-//  - AdamW parameters with < 1024 elements: gradients all-reduced, every rank updates the whole
-//    parameter, state replicated.
+//  - AdamW parameters with < 1024 elements: gradients all-reduced (nothing sent for those the
+//    caller has summed itself, set_summed_by_caller), every rank updates the whole parameter,
+//    state replicated.
 //  - the embedding tables (groups wte and value_embeds) at W > 1: state replicated, every rank
 //    updates every row; the gradient sum travels as each rank's nonzero rows (the tokens it saw),
 //    or as a dense all-reduce when those packs would be larger (docs/architecture.md 3.8).
