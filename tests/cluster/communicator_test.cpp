@@ -99,7 +99,7 @@ TEST(GlooCommunicator, SelftestPassesAtWorldSize3) {
     std::printf("%s checks=%zu\n", os.str().c_str(), n);
   });
   expect_all_ok(ps);
-  for (auto& p : ps) EXPECT_THAT(p.output(), HasSubstr("OK, 14 checks passed"));
+  for (auto& p : ps) EXPECT_THAT(p.output(), HasSubstr("OK, 16 checks passed"));
 }
 
 TEST(GlooCommunicator, ReduceScatterInPlaceAndAllGatherInPlace) {
@@ -496,7 +496,7 @@ TEST(Selftest, PassesOnTheLocalCommunicator) {
   o.iterations = 2;
   o.size = 100;
   std::ostringstream os;
-  EXPECT_EQ(run_selftest(c, o, os), 14u);
+  EXPECT_EQ(run_selftest(c, o, os), 16u);
   EXPECT_THAT(os.str(), HasSubstr("rank 0 of 1: OK"));
 }
 

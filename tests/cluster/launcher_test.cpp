@@ -62,8 +62,8 @@ TEST(Launcher, RunsTwoRanksAndPrefixesEveryOutputLine) {
   ASSERT_TRUE(p.wait(Ms(60000)));
   const std::string& out = p.output();
   EXPECT_TRUE(p.exited_ok()) << out;
-  EXPECT_THAT(out, HasSubstr("[rank 0] dist-selftest: rank 0 of 2: OK, 14 checks passed"));
-  EXPECT_THAT(out, HasSubstr("[rank 1] dist-selftest: rank 1 of 2: OK, 14 checks passed"));
+  EXPECT_THAT(out, HasSubstr("[rank 0] dist-selftest: rank 0 of 2: OK, 16 checks passed"));
+  EXPECT_THAT(out, HasSubstr("[rank 1] dist-selftest: rank 1 of 2: OK, 16 checks passed"));
   std::istringstream is(out);
   std::string line;
   while (std::getline(is, line))
@@ -100,7 +100,7 @@ TEST(Launcher, ThreeRanksGetTorchrunVariablesAndTheirThreadCount) {
   EXPECT_TRUE(p.exited_ok()) << out;
   for (int r = 0; r < 3; ++r) {
     EXPECT_THAT(out, HasSubstr(str_cat("[rank ", r, "] dist-selftest: rank ", r, " of 3: pid ")));
-    EXPECT_THAT(out, HasSubstr(str_cat("rank ", r, " of 3: OK, 21 checks passed")));
+    EXPECT_THAT(out, HasSubstr(str_cat("rank ", r, " of 3: OK, 24 checks passed")));
   }
   EXPECT_EQ(nctest::count_of(out, "OMP_NUM_THREADS=3\n"), 3u) << out;
   EXPECT_THAT(out, HasSubstr("rank 2 of 3: pid"));

@@ -77,8 +77,8 @@ class TwoHosts : public ::testing::Test {
     EXPECT_THAT(n1.output(), HasSubstr(str_cat("Gloo on 10.78.0.2 (", vb_, ", the interface that routes to")));
     EXPECT_THAT(n0.output(), HasSubstr(str_cat("[rank 0] dist-selftest: rank 0 of 2: Gloo bound 10.78.0.1 on ", va_)));
     EXPECT_THAT(n1.output(), HasSubstr(str_cat("[rank 1] dist-selftest: rank 1 of 2: Gloo bound 10.78.0.2 on ", vb_)));
-    EXPECT_THAT(n0.output(), HasSubstr("[rank 0] dist-selftest: rank 0 of 2: OK, 14 checks passed"));
-    EXPECT_THAT(n1.output(), HasSubstr("[rank 1] dist-selftest: rank 1 of 2: OK, 14 checks passed"));
+    EXPECT_THAT(n0.output(), HasSubstr("[rank 0] dist-selftest: rank 0 of 2: OK, 16 checks passed"));
+    EXPECT_THAT(n1.output(), HasSubstr("[rank 1] dist-selftest: rank 1 of 2: OK, 16 checks passed"));
   }
 
   NetnsPair net_;

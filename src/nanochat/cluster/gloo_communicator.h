@@ -66,6 +66,9 @@ class GlooCommunicator final : public Communicator {
   WorkPtr gather(const void* in, void* out, const std::vector<size_t>& bytes, int root) override;
   WorkPtr scatter(const void* in, void* out, const std::vector<size_t>& bytes, int root) override;
   WorkPtr all_gather_bytes(const void* in, void* out, const std::vector<size_t>& bytes) override;
+  /// The counts and the data in one task of the main lane (two ring all-gathers).
+  WorkPtr all_gather_varying(const float* in, size_t count, std::vector<float>* out, std::vector<uint64_t>* counts,
+                             size_t max_total) override;
   /// One all_gather_value of the colors here, then a new Gloo mesh among the group's ranks over
   /// the job's store (keys "split/<k>/<color>/", k = this communicator's split count) and the
   /// job's device (or, with --port-range, its pinned port), within the rendezvous deadline. The

@@ -185,6 +185,27 @@ WorkPtr GlooCommunicator::all_gather_bytes(const void* in, void* out, const std:
                    [I, in, out, bytes] { I->ring_all_gather(in, out, bytes); });
 }
 
+WorkPtr GlooCommunicator::all_gather_varying(const float* in, size_t count, std::vector<float>* out,
+                                             std::vector<uint64_t>* counts, size_t max_total) {
+  Impl* I = impl_.get();
+  return I->submit(str_cat("all_gather_varying of ", count, " floats from this rank"),
+                   [I, in, count, out, counts, max_total] {
+                     const size_t W = static_cast<size_t>(I->env.world_size);
+                     const uint64_t mine = count;
+                     counts->assign(W, 0);
+                     I->ring_all_gather(&mine, counts->data(), std::vector<size_t>(W, sizeof(uint64_t)));
+                     std::vector<size_t> bytes(W);
+                     size_t total = 0;
+                     for (size_t j = 0; j < W; ++j) {
+                       bytes[j] = static_cast<size_t>((*counts)[j]) * sizeof(float);
+                       total += static_cast<size_t>((*counts)[j]);
+                     }
+                     if (total > max_total) return;
+                     if (out->size() < total) out->resize(total);
+                     I->ring_all_gather(in, out->data(), bytes);
+                   });
+}
+
 std::unique_ptr<Communicator> GlooCommunicator::split(int color) {
   if (color < 0) fail(impl_->me(), ": split: color ", color, " is negative; every rank passes a color >= 0");
   const std::vector<int> colors = all_gather_value<int>(*this, color);

@@ -112,6 +112,34 @@ size_t run_selftest(Communicator& comm, const SelftestOptions& opts, std::ostrea
           expect_equal("all_gather", off[j] + k, outv[off[j] + k], static_cast<float>(j * 100000 + k), r);
       ++checks;
     }
+    // all_gather_varying: rank j sends 11 j + iter floats (j * 1000 + k); once gathered whole, then
+    // again with max_total one below the sum: only the counts come, out is left as it was.
+    {
+      std::vector<float> mine(11 * static_cast<size_t>(r) + static_cast<size_t>(iter));
+      for (size_t k = 0; k < mine.size(); ++k) mine[k] = static_cast<float>(r * 1000 + static_cast<int>(k));
+      std::vector<float> outv;
+      std::vector<uint64_t> counts;
+      size_t total = 0;
+      for (int j = 0; j < W; ++j) total += 11 * static_cast<size_t>(j) + static_cast<size_t>(iter);
+      comm.all_gather_varying(mine.data(), mine.size(), &outv, &counts, total)->wait();
+      expect_equal("all_gather_varying (counts)", 0, counts.size(), static_cast<size_t>(W), r);
+      size_t at = 0;
+      for (int j = 0; j < W; ++j) {
+        const size_t c = 11 * static_cast<size_t>(j) + static_cast<size_t>(iter);
+        expect_equal("all_gather_varying (counts)", static_cast<size_t>(j), counts[static_cast<size_t>(j)], c, r);
+        for (size_t k = 0; k < c; ++k, ++at)
+          expect_equal("all_gather_varying", at, outv[at], static_cast<float>(j * 1000 + static_cast<int>(k)), r);
+      }
+      std::vector<float> kept(total + 1, -2.f);
+      counts.clear();
+      if (total > 0) {
+        comm.all_gather_varying(mine.data(), mine.size(), &kept, &counts, total - 1)->wait();
+        expect_equal("all_gather_varying over max_total (counts)", 0, counts.size(), static_cast<size_t>(W), r);
+        for (size_t i = 0; i < kept.size(); ++i)
+          expect_equal("all_gather_varying over max_total (untouched)", i, kept[i], -2.f, r);
+      }
+      ++checks;
+    }
     // broadcast of bytes from root = iter % W.
     {
       const int root = iter % W;

@@ -15,6 +15,7 @@
 // other before receiving wait for each other until the deadline: the lower rank sends first.
 // Typed helpers over these operations (all_gather_value, gather_strings, ...): comm/typed.h.
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -102,6 +103,16 @@ class Communicator {
   /// receives the concatenation in rank order (sum(bytes) bytes). Unequal and zero sizes are
   /// allowed; `in` may alias out + offset(rank).
   virtual WorkPtr all_gather_bytes(const void* in, void* out, const std::vector<size_t>& bytes) = 0;
+  /// All-gather of floats whose counts the ranks learn from each other: every rank contributes
+  /// `count` floats from `in`. On completion (*counts)[j] is rank j's count (counts resized to the
+  /// world size) and, when their sum is at most `max_total`, out[0 .. sum) holds every rank's
+  /// floats in rank order (out grows to the sum if it is smaller; nothing is gathered and out is
+  /// left as it was when the sum is larger, which the caller reads from the counts). One
+  /// operation: the caller does not wait between the counts and the data. `in`, `out` and
+  /// `counts` must stay valid and untouched until wait() returns. Default (communicator.cpp): the
+  /// counts' all-gather is waited for here, then the data's is returned.
+  virtual WorkPtr all_gather_varying(const float* in, size_t count, std::vector<float>* out,
+                                     std::vector<uint64_t>* counts, size_t max_total);
   /// Collective, blocking: the ranks that pass the same `color` (>= 0) form a new communicator,
   /// ranked by their rank here (lower first). Every rank of this communicator must call it (in the
   /// same place of its sequence of operations, with no operation of its own pending). The new
