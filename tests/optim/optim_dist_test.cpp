@@ -133,10 +133,12 @@ std::vector<uint64_t> on_ranks(int W, const std::function<void(int, Communicator
   return launched;
 }
 
-// early: every parameter is marked grad_ready() (last index first, like a backward) before step().
+// Which parameters run_world marks grad_ready() before step() (last index first, like a backward).
+enum class Early { None, All, EveryOther };
+
 void run_world(int W, const ParamSet& init, const Grads& grads, std::vector<ParamSet>& ranks,
                std::vector<std::vector<StWriteEntry>>* shard_shapes, std::vector<uint64_t>* launched,
-               bool early = false, std::vector<size_t>* sparse_rows = nullptr) {
+               Early early = Early::None, std::vector<size_t>* sparse_rows = nullptr) {
   ThreadHub hub(W);
   ranks.assign(W, init);
   std::vector<std::exception_ptr> errors(W);
@@ -150,8 +152,8 @@ void run_world(int W, const ParamSet& init, const Grads& grads, std::vector<Para
         MuonAdamW opt(ranks[r].views(), config(), &comm);
         for (int s = 0; s < kSteps; ++s) {
           for (size_t i = 0; i < init.names.size(); ++i) ranks[r].set_grad(i, grads[s][r][i]);
-          if (early)
-            for (size_t i = init.names.size(); i-- > 0;) opt.grad_ready(i);
+          for (size_t i = init.names.size(); i-- > 0;)
+            if (early == Early::All || (early == Early::EveryOther && i % 2 == 0)) opt.grad_ready(i);
           opt.step(kLrm[s], kMom[s], kWd[s], 1.f / W);
         }
         if (shard_shapes) (*shard_shapes)[r] = opt.state_entries();
@@ -205,7 +207,7 @@ TEST_P(MuonAdamWDist, RanksMatchSingleProcess) {
   std::vector<std::vector<StWriteEntry>> shards;
   std::vector<uint64_t> launched;
   std::vector<size_t> sparse_rows;
-  run_world(W, init, grads, ranks, &shards, &launched, false, &sparse_rows);
+  run_world(W, init, grads, ranks, &shards, &launched, Early::None, &sparse_rows);
   double worst = 0;
   for (int r = 0; r < W; ++r)
     for (size_t i = 0; i < init.names.size(); ++i) {
@@ -325,21 +327,30 @@ TEST(MuonAdamWSummedByCaller, SmallTensorsSummedByTheCallerSendNothing) {
 }
 
 // Reductions launched early through grad_ready() (overlapping a backward) give bit-identical
-// parameters, and the same number of collectives; an index out of range is an error.
+// parameters, whether every parameter or only some were marked. Marked Muon matrices are
+// reduce-scattered one by one (a group with a marked matrix sends all its matrices alone): every
+// parameter marked, the groups' K = 3, 3, 1, 2, 3 matrices are (3-1) + (3-1) + 0 + (2-1) + (3-1)
+// collectives more per step than one per group (at W > 1; at W = 1 nothing is sent). An index
+// out of range is an error.
 TEST_P(MuonAdamWDist, EarlyGradReadyGivesTheSameParameters) {
   const int W = GetParam();
   ParamSet init = make_params();
   Rng rng(300 + W);
   init.fill_params(rng, -0.5, 0.5);
   const Grads grads = make_grads(init, W, 400 + W);
-  std::vector<ParamSet> plain, early;
-  std::vector<uint64_t> n_plain, n_early;
-  run_world(W, init, grads, plain, nullptr, &n_plain, false);
-  run_world(W, init, grads, early, nullptr, &n_early, true);
+  std::vector<ParamSet> plain, early, some;
+  std::vector<uint64_t> n_plain, n_early, n_some;
+  run_world(W, init, grads, plain, nullptr, &n_plain, Early::None);
+  run_world(W, init, grads, early, nullptr, &n_early, Early::All);
+  run_world(W, init, grads, some, nullptr, &n_some, Early::EveryOther);
+  const uint64_t pieces = W == 1 ? 0 : kSteps * ((3 - 1) + (3 - 1) + 0 + (2 - 1) + (3 - 1));
   for (int r = 0; r < W; ++r) {
-    EXPECT_EQ(n_early[r], n_plain[r]);
-    for (size_t i = 0; i < init.names.size(); ++i)
+    EXPECT_EQ(n_early[r], n_plain[r] + pieces);
+    EXPECT_EQ(n_some[r] > n_plain[r], W > 1);
+    for (size_t i = 0; i < init.names.size(); ++i) {
       EXPECT_EQ(early[r].p[i], plain[r].p[i]) << "rank " << r << " " << init.names[i];
+      EXPECT_EQ(some[r].p[i], plain[r].p[i]) << "rank " << r << " " << init.names[i] << " (some marked)";
+    }
   }
   ParamSet ps = init;
   MuonAdamW opt(ps.views(), config());

@@ -150,11 +150,7 @@ void MuonAdamW::allocate() {
         const int64_t numel = numel_of(p.shape);
         s.sparse = world_ > 1 && numel >= kSmallAdamW && (g.label == "wte" || g.label == "value_embeds");
         s.sharded = world_ > 1 && numel >= kSmallAdamW && !s.sparse;
-        if (s.sparse) {
-          s.all_pack_bytes.assign(static_cast<size_t>(world_), 0);
-          s.size_bytes.assign(static_cast<size_t>(world_), sizeof(uint64_t));
-          s.pack_counts.reserve(static_cast<size_t>(world_));
-        }
+        if (s.sparse) s.pack_counts.reserve(static_cast<size_t>(world_));
         s.rows = p.shape[0];
         s.row_elems = numel / s.rows;
         s.state_shape = p.shape;

@@ -123,9 +123,11 @@ class MuonAdamW {
   /// Marks parameter `param` (index into the constructor's list) as holding its final gradient
   /// of this step, so its reduction can start while the backward goes on (the reduce-scatter
   /// overlaps the last micro-batch's backward). With W > 1 a large (sharded) AdamW
-  /// tensor's reduce-scatter is launched at once, and a Muon group's once all its matrices are
-  /// ready; small all-reduced tensors always wait for step() (their gradients may still be
-  /// rewritten, see train/zero2_ordered_sum.h). No-op at W = 1 or for an already launched tensor.
+  /// tensor's reduce-scatter is launched at once, an embedding table's packs too, and so is a
+  /// Muon matrix's reduce-scatter, alone, to its owner (the same sum, bit for bit, as the group's
+  /// stacked reduce-scatter); small all-reduced tensors always wait for step() (their gradients
+  /// may still be rewritten, see train/zero2_ordered_sum.h). No-op at W = 1 or for an already
+  /// launched tensor.
   /// The gradient must not change afterwards until step() returns. Every rank must mark the same
   /// parameters in the same order. Throws nanochat::Error for an index out of range.
   void grad_ready(size_t param);
@@ -284,11 +286,12 @@ class MuonAdamW {
   std::vector<int> param_adam_;  // param index -> slot in adam_, or -1
   std::vector<int> param_muon_;  // param index -> slot in muon_, or -1
   void launch_adam_reduce(AdamSlot& s);
-  void launch_pack_sizes(AdamSlot& s);
-  void launch_sparse_sum(AdamSlot& s);
+  void launch_packs(AdamSlot& s);
+  void start_dense_sums();
   void finish_sparse_sum(AdamSlot& s);
   size_t sparse_rows_ = 0;
   void launch_muon_reduce(MuonSlot& s, const OptGroup& g);
+  void launch_muon_piece(MuonSlot& s, const OptGroup& g, int64_t pos);
   struct Pending {
     WorkPtr work;
     MuonSlot* muon;  // stack to copy back after the wait, or nullptr (AdamW gather)

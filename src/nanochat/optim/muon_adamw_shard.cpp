@@ -82,6 +82,9 @@ void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight
     if (l.muon) {
       MuonSlot& s = muon_[l.slot];
       wait_reduce(s.reduce);
+      for (WorkPtr& w : s.pieces) wait_reduce(w);
+      s.pieces.clear();
+      std::fill(s.sent.begin(), s.sent.end(), uint8_t{0});
       s.ready = 0;
       update_muon(s, groups_[s.group], grad_scale);
       if (world_ > 1) {
@@ -90,10 +93,7 @@ void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight
       }
     } else {
       AdamSlot& s = adam_[l.slot];
-      if (s.sparse) {  // the pack sizes are in: send the packs (updated after the loop)
-        launch_sparse_sum(s);
-        continue;
-      }
+      if (s.sparse) continue;  // updated after the loop
       wait_reduce(s.reduce);
       update_adam(s, groups_[s.group], grad_scale);
       if (s.sharded) {
@@ -102,7 +102,8 @@ void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight
       }
     }
   }
-  // The embedding tables, whose sums were launched last: wait, add the packs, update every row.
+  // The embedding tables: wait, add the packs (or wait for the dense sum), update every row.
+  if (world_ > 1) start_dense_sums();
   for (const Launched& l : launched_) {
     if (l.muon || !adam_[l.slot].sparse) continue;
     AdamSlot& s = adam_[l.slot];
@@ -132,12 +133,16 @@ void MuonAdamW::grad_ready(size_t param) {
   if (world_ == 1) return;
   if (param_adam_[param] >= 0) {
     AdamSlot& s = adam_[param_adam_[param]];
-    if (s.sharded && !s.reduce) launch_adam_reduce(s);
+    if ((s.sharded || s.sparse) && !s.reduce) launch_adam_reduce(s);
     return;
   }
   MuonSlot& s = muon_[param_muon_[param]];
-  if (s.reduce) return;
-  if (++s.ready == s.K) launch_muon_reduce(s, groups_[s.group]);
+  const OptGroup& g = groups_[s.group];
+  const auto k = std::find(g.params.begin(), g.params.end(), static_cast<int>(param)) - g.params.begin();
+  const int64_t pos = s.pos_of[static_cast<size_t>(k)];
+  if (s.reduce || s.sent[static_cast<size_t>(pos)]) return;
+  launch_muon_piece(s, g, pos);
+  if (++s.ready == s.K) launched_.push_back({true, static_cast<size_t>(&s - muon_.data())});
 }
 
 // Sharded: reduce-scatter by rows into gslice; small: all-reduce in place.
@@ -145,7 +150,7 @@ void MuonAdamW::grad_ready(size_t param) {
 void MuonAdamW::launch_adam_reduce(AdamSlot& s) {
   launched_.push_back({false, static_cast<size_t>(&s - adam_.data())});
   if (world_ == 1 || s.summed_by_caller) return;
-  if (s.sparse) return launch_pack_sizes(s);
+  if (s.sparse) return launch_packs(s);
   float* g = params_[s.param].g;
   s.reduce = s.sharded ? comm_->reduce_scatter_sum(g, s.gslice.f32(), s.counts) : comm_->all_reduce_sum(g, s.owned);
 }
@@ -154,12 +159,14 @@ void MuonAdamW::launch_adam_reduce(AdamSlot& s) {
 // A lookup table's gradient is zero outside the rows of the tokens this rank saw, a fraction of
 // the vocabulary in a small step. Its state is replicated (every rank updates every row, as for a
 // small tensor) and the sum travels as the rows that are not zero: each rank packs its nonzero
-// rows, the packs' sizes are all-gathered, then the packs, and every rank adds them into a zeroed
-// gradient in rank order, so every rank holds the same sum (equal to the dense sum: adding a zero
-// row changes nothing). A ring all-gather of packs of S floats in all sends about S (W-1)/W floats
-// per rank, a dense all-reduce 2 N (W-1)/W: when S >= 2 N the gradient is all-reduced instead.
+// rows, one all_gather_varying sends the packs' sizes and then the packs (as soon as grad_ready
+// reports the table, so that a value embedding's rows travel during the lower blocks' backward),
+// and every rank adds them into a zeroed gradient in rank order, so every rank holds the same sum
+// (equal to the dense sum: adding a zero row changes nothing). A ring all-gather of packs of S
+// floats in all sends about S (W-1)/W floats per rank, a dense all-reduce 2 N (W-1)/W: when
+// S >= 2 N the packs are not sent and the gradient is all-reduced instead (start_dense_sums).
 
-void MuonAdamW::launch_pack_sizes(AdamSlot& s) {
+void MuonAdamW::launch_packs(AdamSlot& s) {
   const float* g = params_[s.param].g;
   const size_t row_elems = static_cast<size_t>(s.row_elems);
   s.pack.clear();
@@ -172,25 +179,21 @@ void MuonAdamW::launch_pack_sizes(AdamSlot& s) {
     s.pack.push_back(id_bits);
     s.pack.insert(s.pack.end(), row, row + row_elems);
   }
-  s.pack_bytes = s.pack.size() * sizeof(float);
-  s.reduce = comm_->all_gather_bytes(&s.pack_bytes, s.all_pack_bytes.data(), s.size_bytes);
+  s.reduce = comm_->all_gather_varying(s.pack.data(), s.pack.size(), &s.packs, &s.pack_counts, 2 * s.owned - 1);
 }
 
-void MuonAdamW::launch_sparse_sum(AdamSlot& s) {
-  wait_reduce(s.reduce);
-  s.pack_counts.clear();
-  size_t total = 0;
-  for (uint64_t b : s.all_pack_bytes) {
-    s.pack_counts.push_back(static_cast<size_t>(b / sizeof(float)));
-    total += s.pack_counts.back();
+// Waits for every table's packs; a table whose packs were too large to send has its gradient
+// all-reduced instead (all those all-reduces are launched before any is waited for).
+void MuonAdamW::start_dense_sums() {
+  for (const Launched& l : launched_) {
+    if (l.muon || !adam_[l.slot].sparse) continue;
+    AdamSlot& s = adam_[l.slot];
+    wait_reduce(s.reduce);
+    size_t total = 0;
+    for (uint64_t c : s.pack_counts) total += static_cast<size_t>(c);
+    s.packs_sent = total < 2 * s.owned;
+    if (!s.packs_sent) s.reduce = comm_->all_reduce_sum(params_[s.param].g, s.owned);
   }
-  s.packs_sent = total < 2 * s.owned;
-  if (!s.packs_sent) {
-    s.reduce = comm_->all_reduce_sum(params_[s.param].g, s.owned);
-    return;
-  }
-  if (s.packs.size() < total) s.packs.resize(total);
-  s.reduce = comm_->all_gather(s.pack.data(), s.packs.data(), s.pack_counts);
 }
 
 void MuonAdamW::finish_sparse_sum(AdamSlot& s) {
@@ -200,8 +203,8 @@ void MuonAdamW::finish_sparse_sum(AdamSlot& s) {
   const size_t row_elems = static_cast<size_t>(s.row_elems);
   std::fill(g, g + s.owned, 0.f);
   size_t at = 0, end = 0;
-  for (uint64_t b : s.all_pack_bytes) {
-    end += static_cast<size_t>(b / sizeof(float));
+  for (uint64_t c : s.pack_counts) {
+    end += static_cast<size_t>(c);
     for (; at < end; at += 1 + row_elems) {
       uint32_t id;
       std::memcpy(&id, &s.packs[at], sizeof id);
@@ -225,6 +228,21 @@ void MuonAdamW::launch_muon_reduce(MuonSlot& s, const OptGroup& g) {
   s.reduce = comm_->reduce_scatter_sum(stack, s.gchunk.f32(), s.counts);
 }
 
+// One matrix of a group, reduce-scattered alone as soon as its gradient is final, so that the
+// group's bytes travel during the rest of the backward: the counts are the matrix's at its owner
+// and 0 elsewhere, so each element is summed along the same ring path, in the same order, as in
+// the whole stack's reduce-scatter (the same bits).
+void MuonAdamW::launch_muon_piece(MuonSlot& s, const OptGroup& g, int64_t pos) {
+  s.sent[static_cast<size_t>(pos)] = 1;
+  float* in = s.stack.f32() + static_cast<size_t>(pos) * s.mn;
+  std::memcpy(in, params_[g.params[static_cast<size_t>(s.order[static_cast<size_t>(pos)])]].g, s.mn * sizeof(float));
+  const int owner = s.owner_at[static_cast<size_t>(pos)];
+  std::fill(s.piece_counts.begin(), s.piece_counts.end(), size_t{0});
+  s.piece_counts[static_cast<size_t>(owner)] = s.mn;
+  float* out = owner == rank_ ? s.gchunk.f32() + static_cast<size_t>(pos - s.first) * s.mn : in;
+  s.pieces.push_back(comm_->reduce_scatter_sum(in, out, s.piece_counts));
+}
+
 void MuonAdamW::launch_reductions() {
   // Everything grad_ready() has not launched yet, in group order (at W = 1 grad_ready() launches
   // nothing and nothing is sent: every slot is only listed, in group order).
@@ -237,7 +255,14 @@ void MuonAdamW::launch_reductions() {
       }
     } else {
       MuonSlot& s = muon_[group_slot_[gi]];
-      if (!s.reduce) launch_muon_reduce(s, g);
+      if (s.ready == 0 && !s.reduce) {
+        launch_muon_reduce(s, g);
+      } else if (s.ready < s.K && !s.reduce) {  // grad_ready() reported some of its matrices
+        for (int64_t pos = 0; pos < s.K; ++pos)
+          if (!s.sent[static_cast<size_t>(pos)]) launch_muon_piece(s, g, pos);
+        s.ready = s.K;
+        launched_.push_back({true, static_cast<size_t>(&s - muon_.data())});
+      }
     }
   }
 }
@@ -358,6 +383,15 @@ void MuonAdamW::shape_muon(MuonSlot& s, const std::vector<int>& owner) {
         ++per_rank[static_cast<size_t>(r)];
       }
   s.first = starts_of(per_rank)[static_cast<size_t>(rank_)];
+  s.pos_of.assign(static_cast<size_t>(s.K), 0);
+  s.owner_at.clear();
+  for (int64_t pos = 0; pos < s.K; ++pos) {
+    s.pos_of[static_cast<size_t>(s.order[static_cast<size_t>(pos)])] = pos;
+    s.owner_at.push_back(owner[static_cast<size_t>(s.order[static_cast<size_t>(pos)])]);
+  }
+  s.sent.assign(static_cast<size_t>(s.K), 0);
+  s.pieces.reserve(static_cast<size_t>(s.K));
+  s.piece_counts.assign(static_cast<size_t>(world_), 0);
   const size_t n = s.mine.size();
   s.momentum = AlignedBuffer(n * s.mn * sizeof(float));
   s.second = AlignedBuffer(n * static_cast<size_t>(s.nv) * sizeof(float));
@@ -375,7 +409,7 @@ void MuonAdamW::set_layout(const OptLayout& to) {
     if (s.reduce)
       fail("optimizer: the layout changed while a gradient reduction was pending (between grad_ready and step)");
   for (const auto& s : muon_)
-    if (s.reduce)
+    if (s.reduce || !s.pieces.empty())
       fail("optimizer: the layout changed while a gradient reduction was pending (between grad_ready and step)");
   moved_floats_ = 0;
   leaving_floats_ = floats_leaving(layout_, to);

@@ -84,15 +84,12 @@ struct MuonAdamW::AdamSlot {
   AlignedBuffer m, v, gslice;
   int64_t step = 0;
   WorkPtr reduce;
-  // sparse: this rank's touched rows, each (row index as int32 bits, row_elems values); the byte
-  // count of every rank's pack (all-gathered first, W entries of size_bytes) and in floats;
-  // every rank's packs in rank order; whether this step's sum went as packs (else as a dense
-  // all-reduce, when the packs were larger). Kept across steps so that a step allocates nothing
-  // once the packs have reached their largest size.
+  // sparse: this rank's touched rows, each (row index as int32 bits, row_elems values); every
+  // rank's packs in rank order and their float counts (one all_gather_varying); whether this
+  // step's sum went as packs (else as a dense all-reduce, when the packs were larger). Kept
+  // across steps so that a step allocates nothing once the packs have reached their largest size.
   std::vector<float> pack, packs;
-  uint64_t pack_bytes = 0;
-  std::vector<uint64_t> all_pack_bytes;
-  std::vector<size_t> size_bytes, pack_counts;
+  std::vector<uint64_t> pack_counts;
   bool packs_sent = false;
 };
 
@@ -107,8 +104,16 @@ struct MuonAdamW::MuonSlot {
   AlignedBuffer momentum, second;  // (mine, m, n), (mine, nv)
   AlignedBuffer stack, gchunk;     // W > 1: (K, m, n) and (mine, m, n)
   std::vector<size_t> counts;      // floats per rank in the stack
+  std::vector<int64_t> pos_of;     // matrix -> stack position (the inverse of order)
+  std::vector<int> owner_at;       // stack position -> owner rank
   int64_t ready = 0;               // matrices marked by grad_ready() this step
+  // The whole stack's reduce-scatter (launched by step()), or one per matrix in `pieces` as
+  // grad_ready() reports them (`sent` marks their positions; `piece_counts` is the scratch
+  // counts of one matrix: mn floats at its owner, 0 elsewhere).
   WorkPtr reduce;
+  std::vector<WorkPtr> pieces;
+  std::vector<uint8_t> sent;
+  std::vector<size_t> piece_counts;
 };
 
 }  // namespace nanochat
