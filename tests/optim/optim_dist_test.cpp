@@ -328,10 +328,10 @@ TEST(MuonAdamWSummedByCaller, SmallTensorsSummedByTheCallerSendNothing) {
 
 // Reductions launched early through grad_ready() (overlapping a backward) give bit-identical
 // parameters, whether every parameter or only some were marked. Marked Muon matrices are
-// reduce-scattered one by one (a group with a marked matrix sends all its matrices alone): every
-// parameter marked, the groups' K = 3, 3, 1, 2, 3 matrices are (3-1) + (3-1) + 0 + (2-1) + (3-1)
-// collectives more per step than one per group (at W > 1; at W = 1 nothing is sent). An index
-// out of range is an error.
+// reduce-scattered and gathered one by one (a group with a marked matrix sends all its matrices
+// alone): every parameter marked, the groups' K = 3, 3, 1, 2, 3 matrices are twice
+// (3-1) + (3-1) + 0 + (2-1) + (3-1) collectives more per step than one reduce-scatter and one
+// all-gather per group (at W > 1; at W = 1 nothing is sent). An index out of range is an error.
 TEST_P(MuonAdamWDist, EarlyGradReadyGivesTheSameParameters) {
   const int W = GetParam();
   ParamSet init = make_params();
@@ -343,7 +343,7 @@ TEST_P(MuonAdamWDist, EarlyGradReadyGivesTheSameParameters) {
   run_world(W, init, grads, plain, nullptr, &n_plain, Early::None);
   run_world(W, init, grads, early, nullptr, &n_early, Early::All);
   run_world(W, init, grads, some, nullptr, &n_some, Early::EveryOther);
-  const uint64_t pieces = W == 1 ? 0 : kSteps * ((3 - 1) + (3 - 1) + 0 + (2 - 1) + (3 - 1));
+  const uint64_t pieces = W == 1 ? 0 : 2 * kSteps * ((3 - 1) + (3 - 1) + 0 + (2 - 1) + (3 - 1));
   for (int r = 0; r < W; ++r) {
     EXPECT_EQ(n_early[r], n_plain[r] + pieces);
     EXPECT_EQ(n_some[r] > n_plain[r], W > 1);

@@ -181,10 +181,12 @@ void MuonAdamW::allocate() {
   for (size_t k = 0; k < adam_.size(); ++k) param_adam_[adam_[k].param] = static_cast<int>(k);
   for (size_t k = 0; k < muon_.size(); ++k)
     for (int pi : groups_[muon_[k].group].params) param_muon_[pi] = static_cast<int>(k);
-  size_t n_gathers = muon_.size();
+  size_t n_matrices = 0;  // each may be reduced and gathered alone (grad_ready)
+  for (const auto& s : muon_) n_matrices += static_cast<size_t>(s.K);
+  size_t n_gathers = muon_.size() + n_matrices;
   for (const auto& s : adam_) n_gathers += s.sharded ? 1 : 0;
   gathers_.reserve(n_gathers);
-  launched_.reserve(adam_.size() + muon_.size());
+  launched_.reserve(adam_.size() + muon_.size() + n_matrices);
   if (max_mn > 0) {
     scr_x_ = AlignedBuffer(static_cast<size_t>(max_mn) * sizeof(float));
     scr_x2_ = AlignedBuffer(static_cast<size_t>(max_mn) * sizeof(float));
@@ -220,6 +222,12 @@ void MuonAdamW::update_adam(AdamSlot& s, const OptGroup& g, float grad_scale) {
 // the rank's own positions of the group's stack (the parameter copied in first), with the
 // reduce-scattered gradient chunk, so that the stack can be all-gathered as it is.
 void MuonAdamW::update_muon(MuonSlot& s, const OptGroup& g, float grad_scale) {
+  for (size_t j = 0; j < s.mine.size(); ++j) update_muon_one(s, g, j, grad_scale);
+}
+
+// The j-th matrix this rank owns (s.mine[j]); at W > 1 from its reduced gradient in gchunk into
+// its place in the stack, which the gathers then send.
+void MuonAdamW::update_muon_one(MuonSlot& s, const OptGroup& g, size_t j, float grad_scale) {
   MuonHyper hp;
   hp.lr = g.lr;
   hp.momentum = g.momentum;
@@ -233,17 +241,15 @@ void MuonAdamW::update_muon(MuonSlot& s, const OptGroup& g, float grad_scale) {
   scr.a = scr_a_.f32();
   scr.b = scr_b_.f32();
   scr.rowv = static_cast<double*>(scr_rowv_.data());
-  for (size_t j = 0; j < s.mine.size(); ++j) {
-    OptParam& p = params_[g.params[s.mine[j]]];
-    float* mom = s.momentum.f32() + j * s.mn;
-    float* sec = s.second.f32() + j * static_cast<size_t>(s.nv);
-    if (world_ == 1) {
-      muon_update(p.p, p.g, mom, sec, s.m, s.n, grad_scale, hp, scr);
-    } else {
-      float* pw = s.stack.f32() + (s.first + static_cast<int64_t>(j)) * s.mn;
-      std::memcpy(pw, p.p, s.mn * sizeof(float));
-      muon_update(pw, s.gchunk.f32() + j * s.mn, mom, sec, s.m, s.n, grad_scale, hp, scr);
-    }
+  OptParam& p = params_[g.params[s.mine[j]]];
+  float* mom = s.momentum.f32() + j * s.mn;
+  float* sec = s.second.f32() + j * static_cast<size_t>(s.nv);
+  if (world_ == 1) {
+    muon_update(p.p, p.g, mom, sec, s.m, s.n, grad_scale, hp, scr);
+  } else {
+    float* pw = s.stack.f32() + (s.first + static_cast<int64_t>(j)) * s.mn;
+    std::memcpy(pw, p.p, s.mn * sizeof(float));
+    muon_update(pw, s.gchunk.f32() + j * s.mn, mom, sec, s.m, s.n, grad_scale, hp, scr);
   }
 }
 

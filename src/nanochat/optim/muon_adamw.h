@@ -18,9 +18,9 @@
 // smaller part of every update. The math is per row and per matrix: the parameters do not depend
 // on the layout (up to the summation order of the gradient reductions at W >= 3).
 // step() follows nanochat's 3-phase pattern: launch every reduction (those grad_ready() did not
-// launch, in group order); per tensor or group, in the order its reduction was launched, wait,
-// compute, launch its gathers (on the communicator's side lane, beside the later reductions); wait
-// for every gather and copy the Muon stacks back.
+// launch, in group order); per tensor, group, or Muon matrix reduced alone (grad_ready), in the
+// order its reduction was launched, wait, compute, launch its gathers (on the communicator's side
+// lane, beside the later reductions); wait for every gather and copy the Muon stacks back.
 // With no communicator (or world size 1) it is plain single-process math with no copies.
 //
 // Sources, one concern each (the contract of each file opens it): muon_adamw.cpp (groups and the
@@ -264,6 +264,7 @@ class MuonAdamW {
   // muon_adamw.cpp: the update of the rows / matrices this rank owns (no communicator).
   void update_adam(AdamSlot& s, const OptGroup& g, float grad_scale);
   void update_muon(MuonSlot& s, const OptGroup& g, float grad_scale);
+  void update_muon_one(MuonSlot& s, const OptGroup& g, size_t j, float grad_scale);
   // muon_adamw_shard.cpp: the step's communication.
   void launch_reductions();
   void wait_reduce(WorkPtr& w);
@@ -292,14 +293,17 @@ class MuonAdamW {
   size_t sparse_rows_ = 0;
   void launch_muon_reduce(MuonSlot& s, const OptGroup& g);
   void launch_muon_piece(MuonSlot& s, const OptGroup& g, int64_t pos);
+  void finish_muon_piece(MuonSlot& s, int64_t pos, float grad_scale);
   struct Pending {
     WorkPtr work;
-    MuonSlot* muon;  // stack to copy back after the wait, or nullptr (AdamW gather)
+    MuonSlot* muon;    // stack to copy back after the wait, or nullptr (AdamW gather)
+    int64_t pos = -1;  // the one stack position to copy back (a matrix's own gather), or -1: all
   };
   std::vector<Pending> gathers_;  // gathers in launch order (capacity reserved at construction)
   struct Launched {
     bool muon;  // muon_[slot], else adam_[slot]
     size_t slot;
+    int64_t pos = -1;  // a Muon matrix's own reduce-scatter (stack position), or -1: the slot's
   };
   // This step's slots in the order their reductions were launched (at W = 1, where nothing is
   // sent, in group order); capacity reserved at construction.

@@ -4,8 +4,9 @@
 //    proportion to speeds, optim/shard_plan.h), and the slot geometry and buffers that follow
 //    from it (shape_adam, shape_muon).
 //  - Schedule: step() runs nanochat's three phases (launch every reduction not launched yet, in
-//    group order; per tensor or group, in launch order, wait, update, launch its gathers on the
-//    communicator's side lane; wait for every gather and copy the Muon stacks back);
+//    group order; per tensor, group or Muon matrix sent alone, in launch order, wait, update,
+//    launch its gathers on the communicator's side lane; wait for every gather and copy the Muon
+//    stacks back);
 //    the per-slot update itself is muon_adamw.cpp's (no communicator). grad_ready() starts a
 //    reduction early so that it overlaps the backward.
 //  - Rebalance and state moves: set_layout() sends each piece of state whose owner changes to its
@@ -81,11 +82,11 @@ void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight
   for (const Launched& l : launched_) {
     if (l.muon) {
       MuonSlot& s = muon_[l.slot];
+      if (l.pos >= 0) {
+        finish_muon_piece(s, l.pos, grad_scale);
+        continue;
+      }
       wait_reduce(s.reduce);
-      for (WorkPtr& w : s.pieces) wait_reduce(w);
-      s.pieces.clear();
-      std::fill(s.sent.begin(), s.sent.end(), uint8_t{0});
-      s.ready = 0;
       update_muon(s, groups_[s.group], grad_scale);
       if (world_ > 1) {
         float* stack = s.stack.f32();
@@ -111,6 +112,10 @@ void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight
     update_adam(s, groups_[s.group], grad_scale);
   }
   launched_.clear();
+  for (MuonSlot& s : muon_) {
+    s.ready = 0;
+    std::fill(s.sent.begin(), s.sent.end(), uint8_t{0});
+  }
   // Phase 3: wait for the gathers, copy the Muon stacks back.
   finish_gathers();
 }
@@ -142,7 +147,7 @@ void MuonAdamW::grad_ready(size_t param) {
   const int64_t pos = s.pos_of[static_cast<size_t>(k)];
   if (s.reduce || s.sent[static_cast<size_t>(pos)]) return;
   launch_muon_piece(s, g, pos);
-  if (++s.ready == s.K) launched_.push_back({true, static_cast<size_t>(&s - muon_.data())});
+  ++s.ready;
 }
 
 // Sharded: reduce-scatter by rows into gslice; small: all-reduce in place.
@@ -240,7 +245,22 @@ void MuonAdamW::launch_muon_piece(MuonSlot& s, const OptGroup& g, int64_t pos) {
   std::fill(s.piece_counts.begin(), s.piece_counts.end(), size_t{0});
   s.piece_counts[static_cast<size_t>(owner)] = s.mn;
   float* out = owner == rank_ ? s.gchunk.f32() + static_cast<size_t>(pos - s.first) * s.mn : in;
-  s.pieces.push_back(comm_->reduce_scatter_sum(in, out, s.piece_counts));
+  s.pieces[static_cast<size_t>(pos)] = comm_->reduce_scatter_sum(in, out, s.piece_counts);
+  launched_.push_back({true, static_cast<size_t>(&s - muon_.data()), pos});
+}
+
+// A matrix sent alone (launch_muon_piece): wait for its reduce-scatter; its owner updates it at
+// once, and every rank launches its gather (the owner's mn floats, into the stack) on the side
+// lane, so the matrices whose sums came first are updated and sent while the later ones arrive.
+// Every rank waits first: the gather writes the stack rows that the reduce-scatter reads.
+void MuonAdamW::finish_muon_piece(MuonSlot& s, int64_t pos, float grad_scale) {
+  wait_reduce(s.pieces[static_cast<size_t>(pos)]);
+  const int owner = s.owner_at[static_cast<size_t>(pos)];
+  if (owner == rank_) update_muon_one(s, groups_[s.group], static_cast<size_t>(pos - s.first), grad_scale);
+  float* at = s.stack.f32() + static_cast<size_t>(pos) * s.mn;
+  std::fill(s.piece_counts.begin(), s.piece_counts.end(), size_t{0});
+  s.piece_counts[static_cast<size_t>(owner)] = s.mn;
+  gathers_.push_back({comm_->all_gather_side(at, at, s.piece_counts), &s, pos});
 }
 
 void MuonAdamW::launch_reductions() {
@@ -261,7 +281,6 @@ void MuonAdamW::launch_reductions() {
         for (int64_t pos = 0; pos < s.K; ++pos)
           if (!s.sent[static_cast<size_t>(pos)]) launch_muon_piece(s, g, pos);
         s.ready = s.K;
-        launched_.push_back({true, static_cast<size_t>(&s - muon_.data())});
       }
     }
   }
@@ -280,12 +299,13 @@ void MuonAdamW::wait_reduce(WorkPtr& w) {
 }
 
 void MuonAdamW::finish_gathers() {
-  for (auto& [work, ms] : gathers_) {
-    timed_wait(work);
-    if (ms) {
+  for (Pending& pending : gathers_) {
+    timed_wait(pending.work);
+    if (MuonSlot* ms = pending.muon) {
       const OptGroup& g = groups_[ms->group];
       for (int64_t pos = 0; pos < ms->K; ++pos)
-        std::memcpy(params_[g.params[ms->order[pos]]].p, ms->stack.f32() + pos * ms->mn, ms->mn * sizeof(float));
+        if (pending.pos < 0 || pos == pending.pos)
+          std::memcpy(params_[g.params[ms->order[pos]]].p, ms->stack.f32() + pos * ms->mn, ms->mn * sizeof(float));
     }
   }
   gathers_.clear();
@@ -390,7 +410,7 @@ void MuonAdamW::shape_muon(MuonSlot& s, const std::vector<int>& owner) {
     s.owner_at.push_back(owner[static_cast<size_t>(s.order[static_cast<size_t>(pos)])]);
   }
   s.sent.assign(static_cast<size_t>(s.K), 0);
-  s.pieces.reserve(static_cast<size_t>(s.K));
+  s.pieces.assign(static_cast<size_t>(s.K), nullptr);
   s.piece_counts.assign(static_cast<size_t>(world_), 0);
   const size_t n = s.mine.size();
   s.momentum = AlignedBuffer(n * s.mn * sizeof(float));
@@ -409,7 +429,7 @@ void MuonAdamW::set_layout(const OptLayout& to) {
     if (s.reduce)
       fail("optimizer: the layout changed while a gradient reduction was pending (between grad_ready and step)");
   for (const auto& s : muon_)
-    if (s.reduce || !s.pieces.empty())
+    if (s.reduce || std::any_of(s.pieces.begin(), s.pieces.end(), [](const WorkPtr& w) { return w != nullptr; }))
       fail("optimizer: the layout changed while a gradient reduction was pending (between grad_ready and step)");
   moved_floats_ = 0;
   leaving_floats_ = floats_leaving(layout_, to);
