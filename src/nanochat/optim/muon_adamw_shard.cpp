@@ -112,10 +112,7 @@ void MuonAdamW::step(float lr_multiplier, float muon_momentum, float muon_weight
     update_adam(s, groups_[s.group], grad_scale);
   }
   launched_.clear();
-  for (MuonSlot& s : muon_) {
-    s.ready = 0;
-    std::fill(s.sent.begin(), s.sent.end(), uint8_t{0});
-  }
+  for (MuonSlot& s : muon_) std::fill(s.sent.begin(), s.sent.end(), uint8_t{0});
   // Phase 3: wait for the gathers, copy the Muon stacks back.
   finish_gathers();
 }
@@ -147,7 +144,6 @@ void MuonAdamW::grad_ready(size_t param) {
   const int64_t pos = s.pos_of[static_cast<size_t>(k)];
   if (s.reduce || s.sent[static_cast<size_t>(pos)]) return;
   launch_muon_piece(s, g, pos);
-  ++s.ready;
 }
 
 // Sharded: reduce-scatter by rows into gslice; small: all-reduce in place.
@@ -275,12 +271,11 @@ void MuonAdamW::launch_reductions() {
       }
     } else {
       MuonSlot& s = muon_[group_slot_[gi]];
-      if (s.ready == 0 && !s.reduce) {
+      if (std::none_of(s.sent.begin(), s.sent.end(), [](uint8_t x) { return x != 0; })) {
         launch_muon_reduce(s, g);
-      } else if (s.ready < s.K && !s.reduce) {  // grad_ready() reported some of its matrices
+      } else {  // grad_ready() reported some of its matrices: the others go alone too
         for (int64_t pos = 0; pos < s.K; ++pos)
           if (!s.sent[static_cast<size_t>(pos)]) launch_muon_piece(s, g, pos);
-        s.ready = s.K;
       }
     }
   }

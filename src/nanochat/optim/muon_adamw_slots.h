@@ -106,7 +106,6 @@ struct MuonAdamW::MuonSlot {
   std::vector<size_t> counts;      // floats per rank in the stack
   std::vector<int64_t> pos_of;     // matrix -> stack position (the inverse of order)
   std::vector<int> owner_at;       // stack position -> owner rank
-  int64_t ready = 0;               // matrices marked by grad_ready() this step
   // The whole stack's reduce-scatter (launched by step()), or one per matrix in `pieces` as
   // grad_ready() reports them (`sent` marks their positions; `piece_counts` is the scratch
   // counts of one matrix: mn floats at its owner, 0 elsewhere).
