@@ -24,6 +24,7 @@
 using namespace nanochat;
 using namespace nanochat::cluster;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace nctest::gloo_ranks;
 
 namespace {
@@ -357,6 +358,44 @@ TEST(GlooCommunicator, ASilentPeerOfATwoRankJobIsNamedInASmallAllReduce) {
   EXPECT_THAT(out, HasSubstr("all_reduce_sum of 1 floats"));
   EXPECT_THAT(out, HasSubstr("no data from rank 1 (host "));
   EXPECT_THAT(out, HasSubstr("NANOCHAT_COLLECTIVE_TIMEOUT"));
+}
+
+// Rank 1 stays alive and silent while rank 0 waits on both lanes: a reduce-scatter on the main
+// lane, then (0.3 s later) a gather on the side lane. The main lane's wait times out first, and
+// Gloo closes the pair to rank 1, which ends the side lane's wait too. The reason both operations
+// give is the main lane's timeout, naming rank 1; the side lane says it was ended by it rather
+// than giving a diagnosis of its own that cannot know which rank was silent.
+TEST(GlooCommunicator, TheLaneThatTimedOutFirstGivesTheReason) {
+  auto ps = run_ranks(
+      2,
+      [](GlooCommunicator& c) {
+        if (c.rank() == 1) {
+          std::this_thread::sleep_for(Ms(9000));  // alive and silent, past rank 0's verdict
+          return;
+        }
+        std::vector<float> x(64, 1.f), y(32), in(8, 1.f), out(16);
+        WorkPtr rs = c.reduce_scatter_sum(x.data(), y.data(), {32, 32});
+        std::this_thread::sleep_for(Ms(300));
+        WorkPtr side = c.all_gather_side(in.data(), out.data(), {8, 8});
+        const std::string main_error = nctest::error_of([&] { rs->wait(); });
+        const std::string side_error = nctest::error_of([&] { side->wait(); });
+        std::printf("main: %s\nside: %s\n", main_error.c_str(), side_error.c_str());
+      },
+      [](int) {
+        DistOptions o = test_options();
+        o.collective_timeout = Ms(2000);
+        return o;
+      });
+  const std::string& out = ps[0].output();
+  const size_t side_at = out.find("\nside: ");
+  ASSERT_NE(side_at, std::string::npos) << out;
+  const std::string main_line = out.substr(0, side_at), side_line = out.substr(side_at);
+  EXPECT_THAT(main_line, HasSubstr("reduce_scatter_sum of 64 floats")) << out;
+  EXPECT_THAT(main_line, HasSubstr("no data from rank 1 (host ")) << out;
+  EXPECT_THAT(main_line, HasSubstr("NANOCHAT_COLLECTIVE_TIMEOUT")) << out;
+  EXPECT_THAT(side_line, HasSubstr("side lane) was ended by a failure on the other lane: ")) << out;
+  EXPECT_THAT(side_line, HasSubstr("no data from rank 1 (host ")) << out;
+  EXPECT_THAT(out, Not(HasSubstr("no other rank reported a failure"))) << out;
 }
 
 TEST(GlooCommunicator, RendezvousNamesRanksThatNeverJoined) {

@@ -301,7 +301,9 @@ void GlooCommunicator::Impl::run_thread(int lane) {
     } catch (const Error& e) {
       err = diagnose(t.what, e.what(), &lost_peer);
     } catch (const std::exception& e) {
-      err = diagnose(t.what, clean_gloo_message(e.what()), &lost_peer);
+      const std::string m = clean_gloo_message(e.what());
+      // a closure caused by the other lane's timeout takes that lane's reason below
+      err = closed_by_other_lane(m) ? str_cat(me(), ": ", t.what, " failed: ", m) : diagnose(t.what, m, &lost_peer);
     }
     if (!err.empty()) {
       bool first = false;
@@ -311,6 +313,7 @@ void GlooCommunicator::Impl::run_thread(int lane) {
           broken = err;
           broken_peer = lost_peer;
           first = true;
+          broken_cv.notify_all();
         } else if (lost_peer < 0) {  // ended by the other lane's failure: name that one
           err = str_cat(me(), ": ", t.what, " was ended by a failure on the other lane: ", broken);
           lost_peer = broken_peer;
@@ -320,6 +323,17 @@ void GlooCommunicator::Impl::run_thread(int lane) {
     }
     finish(*t.st, err, lost_peer);
   }
+}
+
+// Gloo's buffer that times out waiting on a pair fails that pair's other waits with "Application
+// timeout caused pair closure": here, the other lane's, which is diagnosing its timeout (the
+// peer it waited for and why). Waits for that diagnosis to become `broken` (true) rather than
+// racing it with a diagnosis that cannot name the peer; false for any other error, or when no
+// diagnosis came within 10 s (then this lane diagnoses its own failure).
+bool GlooCommunicator::Impl::closed_by_other_lane(const std::string& gloo_msg) {
+  if (gloo_msg.find("Application timeout caused pair closure") == std::string::npos) return false;
+  std::unique_lock<std::mutex> lk(qmu);
+  return broken_cv.wait_for(lk, Ms(10000), [&] { return !broken.empty(); });
 }
 
 WorkPtr GlooCommunicator::Impl::submit(std::string what, std::function<void()> fn, int lane) {
@@ -341,6 +355,16 @@ void GlooCommunicator::Impl::recv_from(gloo::transport::UnboundBuffer& buf, int 
   } catch (...) {
     waiting_on = peer;
     waiting_send = false;
+    throw;
+  }
+}
+
+void GlooCommunicator::Impl::send_to_done(gloo::transport::UnboundBuffer& buf, int peer) {
+  try {
+    if (!buf.waitSend(coll_timeout)) fail("send to ", rank_desc(peer), " aborted");
+  } catch (...) {
+    waiting_on = peer;
+    waiting_send = true;
     throw;
   }
 }
@@ -392,8 +416,7 @@ void GlooCommunicator::Impl::ring_reduce_scatter(float* in, float* out, const st
       }
       if (q + kInFlight < recvs.size()) post_recv(q + kInFlight);
     }
-    for (size_t i = 0; i < sends; ++i)
-      if (!inbuf->waitSend(coll_timeout)) fail("send aborted");
+    for (size_t i = 0; i < sends; ++i) send_to_done(*inbuf, next);
   }
   if (counts[r] > 0 && out != in + off[r]) std::memmove(out, in + off[r], counts[r] * sizeof(float));
 }
@@ -439,8 +462,7 @@ void GlooCommunicator::Impl::ring_all_gather(const void* in, void* out_v, const 
     }
     if (q + kWindow < recvs.size()) post_recv(q + kWindow);
   }
-  for (size_t i = 0; i < sends; ++i)
-    if (!buf->waitSend(coll_timeout)) fail("send aborted");
+  for (size_t i = 0; i < sends; ++i) send_to_done(*buf, next);
 }
 
 // The all-reduce of a few values (the step's token count, the small AdamW tensors) on our own

@@ -123,6 +123,8 @@ struct GlooCommunicator::Impl {
   bool stopping = false;
   std::string broken;    // first failure, guarded by qmu
   int broken_peer = -1;  // the peer whose loss broke it (-1: another failure), guarded by qmu
+  // Notified (under qmu) when `broken` is set.
+  std::condition_variable broken_cv;
   // A peer found lost by the heartbeat (guarded by qmu): the reason every later operation fails.
   std::string lost;
   int lost_rank = -1;
@@ -185,6 +187,12 @@ struct GlooCommunicator::Impl {
   void end_every_pair(const std::string& why);
   WorkPtr submit(std::string what, std::function<void()> fn, int lane = 0);
   void recv_from(gloo::transport::UnboundBuffer& buf, int peer);
+  // Waits for the next of this buffer's sends to `peer` (the ring's next rank) to complete; on a
+  // timeout or an abort records the peer for the diagnosis and rethrows.
+  void send_to_done(gloo::transport::UnboundBuffer& buf, int peer);
+  // True when `gloo_msg` says another wait's timeout closed the pair and the other lane's
+  // diagnosis of it became `broken` (gloo_communicator.cpp).
+  bool closed_by_other_lane(const std::string& gloo_msg);
   // An unbound buffer whose waits peer_lost() aborts (a posted receive from a rank that died waits
   // for its remote's notification, which a failed pair never delivers), deregistered when freed.
   struct UnboundDeleter {
