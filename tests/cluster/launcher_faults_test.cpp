@@ -131,6 +131,26 @@ TEST(Relaunch, ANodeStillInTheRendezvousMovesToTheNewLaunch) {
   EXPECT_THAT(n1.output(), HasSubstr("[rank 1] dist-selftest: rank 1 of 3: OK"));
 }
 
+// Node 0 dies (SIGKILL, no word to anyone) while node 1 waits with it for node 2: node 1 says
+// that node 0's store dropped it before the job started and waits for node 0 to come back; a new
+// node 0 and node 2 then start, and the job runs with node 1 there.
+TEST(Relaunch, ANodeWhoseNode0DiedBeforeTheStartWaitsForTheNextLaunch) {
+  const int port = nctest::test_port();
+  Proc first = node(port, 0, kShort, 3);
+  ASSERT_TRUE(wait_port_busy(port)) << first.output();
+  Proc n1 = node(port, 1, kShort, 3);
+  ASSERT_TRUE(n1.wait_for_output("waiting for node 2 of 3", Ms(20000))) << n1.output();
+  first.signal(SIGKILL);
+  ASSERT_TRUE(first.wait(Ms(10000))) << first.output();
+  ASSERT_TRUE(n1.wait_for_output("before the job started; waiting for node 0 to come back", Ms(20000))) << n1.output();
+  Proc n0 = node(port, 0, kShort, 3);
+  Proc n2 = node(port, 2, kShort, 3);
+  for (Proc* p : {&n0, &n1, &n2}) ASSERT_TRUE(p->wait(Ms(60000))) << p->output();
+  for (Proc* p : {&n0, &n1, &n2}) EXPECT_TRUE(p->exited_ok()) << p->output();
+  EXPECT_THAT(n1.output(), HasSubstr(str_cat("the store at 127.0.0.1:", port)));
+  EXPECT_THAT(n1.output(), HasSubstr("[rank 1] dist-selftest: rank 1 of 3: OK"));
+}
+
 namespace {
 
 // Runs `args` of the binary with /etc/hosts replaced (in a private mount namespace) by one that

@@ -478,6 +478,7 @@ std::string describe_failures(const std::vector<Failure>& local, const std::opti
 int join_launchers(NodeCtx& c, LauncherStore& ls) {
   const auto deadline = Clock::now() + c.rdzv;
   bool said_rejoin = false;
+  std::string dropped;  // why node 0's store dropped this node before the job started
   for (;;) {
     try {
       WaitReporter report(c.tag, c.rdzv);
@@ -513,6 +514,24 @@ int join_launchers(NodeCtx& c, LauncherStore& ls) {
         fail(s.msg, ", but the new launch did not answer at ", host_port(c.master, c.port), " within ",
              c.rdzv.count() / 1000.0, " s; start node 0 and then this node again");
       std::this_thread::sleep_for(Ms(300));
+    } catch (const ConnectionLost& e) {
+      // Node 0's store closed this node's connection before the job started: node 0 stopped, most
+      // often because a new launch of node 0 replaced it and that one takes over the port (this
+      // node may have connected just as the earlier one shut down). Wait for node 0 to come back,
+      // as a node started before node 0 does, until the rendezvous deadline.
+      if (c.k == 0) throw;
+      if (dropped.empty()) {
+        dropped = e.what();
+        std::fprintf(stderr, "%s%s before the job started; waiting for node 0 to come back at %s\n", c.tag.c_str(),
+                     dropped.c_str(), host_port(c.master, c.port).c_str());
+        std::fflush(stderr);
+      }
+      ls.store.reset();
+      ls.client.reset();
+      if (Clock::now() >= deadline)
+        fail(dropped, " before the job started, and node 0 did not come back within ", c.rdzv.count() / 1000.0,
+             " s; start node 0 and then this node again");
+      std::this_thread::sleep_for(Ms(300));
     } catch (const Interrupted& i) {
       if (ls.store) try {
           publish_error(*ls.store, c,
@@ -525,8 +544,10 @@ int join_launchers(NodeCtx& c, LauncherStore& ls) {
                    signal_name(i.sig).c_str());
       std::fflush(stderr);
       return 128 + i.sig;
-    } catch (const Error&) {
+    } catch (const Error& e) {
       if (c.k == 0 && ls.store) keep_store_until_error_read(*ls.store, c);
+      if (!dropped.empty() && !ls.client)  // node 0 never came back
+        fail(e.what(), " (this node had joined node 0 there, but ", dropped, " before the job started)");
       throw;
     }
   }

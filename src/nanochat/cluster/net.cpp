@@ -161,6 +161,17 @@ Fd tcp_connect_once(const std::string& host, int port, Ms attempt_timeout, std::
   return Fd();
 }
 
+namespace {
+
+// A failed send or receive: ConnectionLost when the peer closed or reset the connection, else Error.
+[[noreturn]] void lost_connection(const std::string& what, int err) {
+  const std::string msg = str_cat("lost the connection to ", what, ": ", errno_str(err));
+  if (err == ECONNRESET || err == EPIPE) throw ConnectionLost(msg);
+  throw Error(msg);
+}
+
+}  // namespace
+
 void send_all(int fd, const void* data, size_t n, Clock::time_point deadline, const std::string& what) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
@@ -171,7 +182,7 @@ void send_all(int fd, const void* data, size_t n, Clock::time_point deadline, co
     ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k < 0) {
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      fail("lost the connection to ", what, ": ", errno_str(errno));
+      lost_connection(what, errno);
     }
     p += k;
     n -= static_cast<size_t>(k);
@@ -189,11 +200,11 @@ bool recv_all(int fd, void* data, size_t n, Clock::time_point deadline, const st
     ssize_t k = ::recv(fd, p + got, n - got, MSG_DONTWAIT);
     if (k < 0) {
       if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      fail("lost the connection to ", what, ": ", errno_str(errno));
+      lost_connection(what, errno);
     }
     if (k == 0) {
       if (got == 0) return false;
-      fail("lost the connection to ", what, " in the middle of a message");
+      throw ConnectionLost(str_cat("lost the connection to ", what, " in the middle of a message"));
     }
     got += static_cast<size_t>(k);
   }

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/core/error.h"
+
 namespace nanochat::cluster {
 
 using Clock = std::chrono::steady_clock;
@@ -53,11 +55,19 @@ Fd tcp_connect_once(const std::string& host, int port, Ms attempt_timeout, std::
 /// Sets TCP_NODELAY and a short keepalive (a silently vanished peer is noticed in ~30 s).
 void tune_tcp_socket(int fd);
 
-/// Writes all n bytes before `deadline`. Throws nanochat::Error (naming `what`) on failure/timeout.
+/// The peer closed or reset the connection (not a timeout). The message names the connection.
+class ConnectionLost : public Error {
+ public:
+  explicit ConnectionLost(const std::string& msg) : Error(msg) {}
+};
+
+/// Writes all n bytes before `deadline`. Throws ConnectionLost when the peer reset the connection,
+/// nanochat::Error (naming `what`) on another failure or the timeout.
 void send_all(int fd, const void* data, size_t n, Clock::time_point deadline, const std::string& what);
 
 /// Reads exactly n bytes before `deadline`. Returns false if the peer closed the connection before
-/// the first byte; throws nanochat::Error (naming `what`) on a timeout, an error or a short read.
+/// the first byte; throws ConnectionLost on a reset or a short read, nanochat::Error (naming
+/// `what`) on a timeout or another error.
 bool recv_all(int fd, void* data, size_t n, Clock::time_point deadline, const std::string& what);
 
 /// A network interface address (one entry per interface and address family).

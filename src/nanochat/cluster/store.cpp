@@ -687,9 +687,9 @@ std::string StoreClient::request(const std::string& frame, Ms answer_timeout, ui
     send_all(fd_.get(), frame.data(), frame.size(), dl, where());
     unsigned char hdr[4];
     if (!recv_all(fd_.get(), hdr, 4, dl, where()))
-      fail(where(),
-           " closed the connection (the process hosting it, node 0's launcher or rank 0, may have "
-           "exited)");
+      throw ConnectionLost(str_cat(where(),
+                                   " closed the connection (the process hosting it, node 0's launcher or rank 0, "
+                                   "may have exited)"));
     uint32_t len = hdr[0] | (hdr[1] << 8) | (hdr[2] << 16) | (static_cast<uint32_t>(hdr[3]) << 24);
     if (len == 0 || len > kMaxFrame) fail(where(), " sent a malformed answer");
     std::string body(len, '\0');

@@ -31,7 +31,8 @@ class StoreTimeout : public Error {
 };
 
 /// Key-value store interface. Values are arbitrary byte strings. Every blocking call has a
-/// deadline and throws StoreTimeout when it passes; connection failures throw nanochat::Error.
+/// deadline and throws StoreTimeout when it passes; connection failures throw nanochat::Error
+/// (ConnectionLost, cluster/net.h, when the store's host closed or reset the connection).
 class Store {
  public:
   virtual ~Store() = default;
