@@ -361,7 +361,7 @@ TEST(GlooCommunicator, ASilentPeerOfATwoRankJobIsNamedInASmallAllReduce) {
 }
 
 // Rank 1 stays alive and silent while rank 0 waits on both lanes: a reduce-scatter on the main
-// lane, then (0.3 s later) a gather on the side lane. The main lane's wait times out first, and
+// lane, then (1 s later) a gather on the side lane. The main lane's wait times out first, and
 // Gloo closes the pair to rank 1, which ends the side lane's wait too. The reason both operations
 // give is the main lane's timeout, naming rank 1; the side lane says it was ended by it rather
 // than giving a diagnosis of its own that cannot know which rank was silent.
@@ -375,7 +375,7 @@ TEST(GlooCommunicator, TheLaneThatTimedOutFirstGivesTheReason) {
         }
         std::vector<float> x(64, 1.f), y(32), in(8, 1.f), out(16);
         WorkPtr rs = c.reduce_scatter_sum(x.data(), y.data(), {32, 32});
-        std::this_thread::sleep_for(Ms(300));
+        std::this_thread::sleep_for(Ms(1000));
         WorkPtr side = c.all_gather_side(in.data(), out.data(), {8, 8});
         const std::string main_error = nctest::error_of([&] { rs->wait(); });
         const std::string side_error = nctest::error_of([&] { side->wait(); });
