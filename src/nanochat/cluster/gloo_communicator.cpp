@@ -24,9 +24,6 @@
 #include "nanochat/core/threads.h"
 
 #ifdef NANOCHAT_HAVE_GLOO
-#include <gloo/allreduce.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/attr.h>
@@ -43,15 +40,8 @@ using namespace gloo_detail;
 
 namespace {
 
-template <typename T>
-void sum_into(void* out, const void* a, const void* b, size_t n) {
-  T* o = static_cast<T*>(out);
-  const T* x = static_cast<const T*>(a);
-  const T* y = static_cast<const T*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
-}
-
-// All-reduces up to this many values through gather_sum, larger floats through ring_all_reduce.
+// Float all-reduces up to this many values go through gather_sum, larger ones through
+// ring_all_reduce; gather_sum gathers longer arrays (the f64 sums) in blocks of this many.
 constexpr size_t kGatherSumMax = size_t(1) << 14;
 
 // Removes Gloo's "[/path/file.cc:123] " source-location prefix.
@@ -465,19 +455,23 @@ void GlooCommunicator::Impl::ring_all_gather(const void* in, void* out_v, const 
   for (size_t i = 0; i < sends; ++i) send_to_done(*buf, next);
 }
 
-// The all-reduce of a few values (the step's token count, the small AdamW tensors) on our own
-// ring, whose buffers end their waits when a peer is lost or the other lane fails (Gloo's
-// algorithms keep theirs out of reach): every rank's values are all-gathered, then added in rank
-// order, so every rank gets the same bits.
+// The all-reduce of a few values (the step's token count, the small AdamW tensors, evaluation
+// sums) on our own ring, whose buffers end their waits when a peer is lost or the other lane
+// fails (Gloo's algorithms keep theirs out of reach): every rank's values are all-gathered, then
+// added in rank order, so every rank gets the same bits. A longer array (only the f64 sums) goes
+// in blocks of kGatherSumMax values, so the gathered copy stays W x 128 KiB.
 template <typename T>
 void GlooCommunicator::Impl::gather_sum(T* data, size_t n) {
   const size_t W = static_cast<size_t>(env.world_size);
-  std::vector<T> all(n * W);
-  ring_all_gather(data, all.data(), std::vector<size_t>(W, n * sizeof(T)));
-  for (size_t i = 0; i < n; ++i) {
-    T s = all[i];
-    for (size_t r = 1; r < W; ++r) s += all[r * n + i];
-    data[i] = s;
+  std::vector<T> all(std::min(n, kGatherSumMax) * W);
+  for (size_t b = 0; b < n; b += kGatherSumMax) {
+    const size_t m = std::min(kGatherSumMax, n - b);
+    ring_all_gather(data + b, all.data(), std::vector<size_t>(W, m * sizeof(T)));
+    for (size_t i = 0; i < m; ++i) {
+      T s = all[i];
+      for (size_t r = 1; r < W; ++r) s += all[r * m + i];
+      data[b + i] = s;
+    }
   }
 }
 
@@ -493,6 +487,45 @@ void GlooCommunicator::Impl::ring_all_reduce(float* data, size_t n) {
   }
   ring_reduce_scatter(data, data + begin, counts);
   ring_all_gather(data + begin, data, bytes);
+}
+
+// Broadcast as a pipeline down the ring: root+1 receives from the root, every later rank from
+// the one before it, and each forwards a chunk to the next rank as soon as it arrives (the rank
+// before the root forwards nothing). Chunks of kChunkBytes with a window of receives posted, so
+// a large buffer (the weights at a resume) takes about one transfer time plus a chunk per hop.
+void GlooCommunicator::Impl::ring_broadcast(void* data, size_t bytes, int root) {
+  const int W = env.world_size, r = env.rank;
+  if (W == 1 || bytes == 0) return;
+  const int next = (r + 1) % W, prev = (r - 1 + W) % W;
+  const uint64_t slot = gloo::Slot::build(kBroadcastSlotPrefix, 0);
+  auto buf = unbound(data, bytes);
+  const size_t chunks = (bytes + kChunkBytes - 1) / kChunkBytes;
+  auto len = [&](size_t q) { return std::min(kChunkBytes, bytes - q * kChunkBytes); };
+  size_t sends = 0;
+  if (r == root) {
+    for (size_t q = 0; q < chunks; ++q, ++sends) buf->send(next, slot, q * kChunkBytes, len(q));
+  } else {
+    constexpr size_t kWindow = 2 * kInFlight;
+    auto post_recv = [&](size_t q) { buf->recv(prev, slot, q * kChunkBytes, len(q)); };
+    for (size_t q = 0; q < chunks && q < kWindow; ++q) post_recv(q);
+    for (size_t q = 0; q < chunks; ++q) {
+      recv_from(*buf, prev);
+      if (next != root) {
+        buf->send(next, slot, q * kChunkBytes, len(q));
+        ++sends;
+      }
+      if (q + kWindow < chunks) post_recv(q + kWindow);
+    }
+  }
+  for (size_t i = 0; i < sends; ++i) send_to_done(*buf, next);
+}
+
+void GlooCommunicator::Impl::ring_barrier() {
+  const size_t W = static_cast<size_t>(env.world_size);
+  if (W == 1) return;
+  char mine = 1;
+  std::vector<char> all(W);
+  ring_all_gather(&mine, all.data(), std::vector<size_t>(W, 1));
 }
 
 GlooCommunicator::GlooCommunicator(const DistEnv& env, const DistOptions& options) : impl_(new Impl) {
@@ -555,13 +588,7 @@ WorkPtr GlooCommunicator::all_reduce_sum_f64(double* data, size_t n) {
   Impl* I = impl_.get();
   return I->submit(str_cat("all_reduce_sum_f64 of ", n, " doubles"), [I, data, n] {
     if (n == 0 || I->env.world_size == 1) return;  // a sum over one rank
-    if (n <= kGatherSumMax) return I->gather_sum(data, n);
-    gloo::AllreduceOptions o(I->ctx);
-    o.setOutput(data, n);
-    o.setReduceFunction(&sum_into<double>);
-    o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-    o.setTimeout(I->coll_timeout);
-    gloo::allreduce(o);
+    I->gather_sum(data, n);
   });
 }
 
@@ -606,23 +633,13 @@ WorkPtr GlooCommunicator::all_gather_side(const float* in, float* out, const std
 WorkPtr GlooCommunicator::broadcast(void* data, size_t bytes, int root) {
   if (root < 0 || root >= world_size()) fail("broadcast root ", root, " is not a rank in [0, ", world_size(), ")");
   Impl* I = impl_.get();
-  return I->submit(str_cat("broadcast of ", bytes, " bytes from rank ", root), [I, data, bytes, root] {
-    if (bytes == 0) return;
-    gloo::BroadcastOptions o(I->ctx);
-    o.setOutput(static_cast<uint8_t*>(data), bytes);
-    o.setRoot(root);
-    o.setTimeout(I->coll_timeout);
-    gloo::broadcast(o);
-  });
+  return I->submit(str_cat("broadcast of ", bytes, " bytes from rank ", root),
+                   [I, data, bytes, root] { I->ring_broadcast(data, bytes, root); });
 }
 
 WorkPtr GlooCommunicator::barrier() {
   Impl* I = impl_.get();
-  return I->submit("barrier", [I] {
-    gloo::BarrierOptions o(I->ctx);
-    o.setTimeout(I->coll_timeout);
-    gloo::barrier(o);
-  });
+  return I->submit("barrier", [I] { I->ring_barrier(); });
 }
 
 #endif  // NANOCHAT_HAVE_GLOO

@@ -9,7 +9,7 @@
 // Gloo full mesh on the device chosen by choose_device() (never the hostname's loopback address),
 // on the rank's --port-range port (NANOCHAT_PORT_RANGE) when one is set, else on ephemeral ports.
 //
-// Execution: Gloo's collectives block, so a dedicated comm thread (the main lane) executes
+// Execution: a collective blocks on Gloo's buffers, so a dedicated comm thread (the main lane) executes
 // submitted operations in FIFO order; every call returns at once with a Work handle. A second
 // thread, the side lane (started at the first all_gather_side), runs only all_gather_side, in
 // FIFO order, at the same time as the main lane: the two share the Gloo pairs (whose sends and
@@ -51,7 +51,6 @@ class GlooCommunicator final : public Communicator {
   /// Fails queued operations that have not started, closes the mesh, says goodbye to the store;
   /// the store host waits (bounded) for the other ranks to disconnect before stopping the store.
   ~GlooCommunicator() override;
-
   int rank() const override;
   int world_size() const override;
   WorkPtr all_reduce_sum(float* data, size_t n) override;

@@ -29,12 +29,13 @@ namespace nanochat::cluster {
 
 namespace gloo_detail {
 
-// Slot prefixes for our own ring collectives; Gloo's collectives use 0x01..0x08.
+// Slot prefixes for our own collectives (Gloo's own algorithms, unused, would take 0x01..0x08).
 inline constexpr uint8_t kReduceScatterSlotPrefix = 0x41;
 inline constexpr uint8_t kAllgatherSlotPrefix = 0x42;
 inline constexpr uint8_t kSendRecvSlotPrefix = 0x43;
 inline constexpr uint8_t kGatherSlotPrefix = 0x44;
 inline constexpr uint8_t kScatterSlotPrefix = 0x45;
+inline constexpr uint8_t kBroadcastSlotPrefix = 0x46;
 // Reduce-scatter pipelines chunks of this many floats (1 MiB) with kInFlight receives posted.
 // Gloo's TCP transport sends only once the receiver has posted its receive, so more than two
 // in flight keeps the link busy while this thread is descheduled or adding.
@@ -208,10 +209,15 @@ struct GlooCommunicator::Impl {
   void ring_reduce_scatter(float* in, float* out, const std::vector<size_t>& counts);
   // `lane` picks the slot, so that the two lanes' gathers never take each other's messages.
   void ring_all_gather(const void* in, void* out, const std::vector<size_t>& bytes, int lane = 0);
-  // All-reduce (sum) of n values on the ring above: all-gathered, then added in rank order.
+  // All-reduce (sum) of n values on the ring above: all-gathered, then added in rank order, in
+  // blocks of kGatherSumMax values.
   template <typename T>
   void gather_sum(T* data, size_t n);
   void ring_all_reduce(float* data, size_t n);
+  // The root's bytes down the ring, chunk by chunk; the rank before the root forwards nothing.
+  void ring_broadcast(void* data, size_t bytes, int root);
+  // Every rank's one byte all-gathered on the ring: no rank returns before every rank entered.
+  void ring_barrier();
   void gather_to(const void* in, void* out, const std::vector<size_t>& bytes, int root);
   void scatter_from(const void* in, void* out, const std::vector<size_t>& bytes, int root);
   // A sub-communicator of this one: the ranks `members` (ascending, this rank among them).

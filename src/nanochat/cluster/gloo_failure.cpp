@@ -59,7 +59,7 @@ std::string secs(Ms t) {
 }  // namespace
 
 // The rank a timed-out collective waited for: the one our own ring code recorded, or, in a job of
-// two ranks, the other one (Gloo's own algorithms, used for the small all-reduces, do not say).
+// two ranks whose Gloo wait did not record one, the other one.
 int GlooCommunicator::Impl::silent_peer(const std::string& gloo_msg) const {
   if (waiting_on >= 0) return waiting_on;
   if (env.world_size == 2 && gloo_msg.find("Timed out") != std::string::npos) return 1 - env.rank;
