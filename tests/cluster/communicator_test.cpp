@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <numeric>
 #include <sstream>
 
@@ -292,6 +293,50 @@ void a_killed_rank_ends_a_broadcast_and_a_barrier(bool barrier) {
 
 TEST(GlooCommunicator, AKilledRankEndsABroadcastAtOnce) { a_killed_rank_ends_a_broadcast_and_a_barrier(false); }
 TEST(GlooCommunicator, AKilledRankEndsABarrierAtOnce) { a_killed_rank_ends_a_broadcast_and_a_barrier(true); }
+
+// close() leaves the group while the object lives on (an elastic rank left out of the next
+// generation): its heartbeat, lane and Gloo threads stop, a later operation fails at once quoting
+// the reason, and the other rank is told goodbye: it does not report the closed rank as lost while
+// that rank stays alive (heartbeat timeout 2 s, 6 s of watching).
+size_t threads_of_this_process() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+TEST(GlooCommunicator, CloseStopsItsThreadsSaysGoodbyeAndLaterOperationsFailAtOnce) {
+  ::setenv("NANOCHAT_HEARTBEAT_TIMEOUT", "2", 1);
+  auto ps = run_ranks(2, [](GlooCommunicator& c) {
+    c.on_peer_lost([](int r, const std::string& why) { std::printf("LOST rank %d: %s\n", r, why.c_str()); });
+    c.barrier()->wait();
+    if (c.rank() == 0) {
+      std::this_thread::sleep_for(Ms(6000));
+      std::printf("watched 6 s\n");
+      return;
+    }
+    const size_t before = threads_of_this_process();
+    c.close("left out of the next generation");
+    const size_t after = threads_of_this_process();
+    const auto t0 = Clock::now();
+    const std::string error = nctest::error_of([&] { c.barrier()->wait(); });
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    c.close("again");  // does nothing
+    std::printf("threads %zu -> %zu; rank %d of %d; after %.3f s: %s\n", before, after, c.rank(), c.world_size(), secs,
+                error.c_str());
+    if (after + 3 <= before && secs < 0.5) std::printf("closed in time\n");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(Ms(6000));  // alive, not answering the closed heartbeat
+  });
+  ::unsetenv("NANOCHAT_HEARTBEAT_TIMEOUT");
+  expect_all_ok(ps);
+  const std::string out0 = ps[0].output(), out1 = ps[1].output();
+  EXPECT_THAT(out0, HasSubstr("watched 6 s")) << out0;
+  EXPECT_THAT(out0, Not(HasSubstr("LOST"))) << out0;
+  EXPECT_THAT(out1, HasSubstr("closed in time")) << out1;
+  EXPECT_THAT(out1, HasSubstr("rank 1 of 2")) << out1;
+  EXPECT_THAT(out1, HasSubstr("barrier cannot run: the communicator was closed: left out of the next generation"))
+      << out1;
+}
 
 TEST(GlooCommunicator, BadCountsAreRejectedBeforeAnythingIsSent) {
   auto ps = run_ranks(2, [](GlooCommunicator& c) {

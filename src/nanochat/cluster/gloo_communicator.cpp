@@ -269,7 +269,7 @@ void GlooCommunicator::Impl::run_thread(int lane) {
       q.pop_front();
       if (stopping) {
         lk.unlock();
-        finish(*t.st, str_cat(me(), ": ", t.what, " was cancelled: the communicator was destroyed before it ran"));
+        finish(*t.st, str_cat(me(), ": ", t.what, " was cancelled: the communicator was closed or destroyed before it ran"));
         continue;
       }
       if (!broken.empty()) {
@@ -329,8 +329,14 @@ bool GlooCommunicator::Impl::closed_by_other_lane(const std::string& gloo_msg) {
 WorkPtr GlooCommunicator::Impl::submit(std::string what, std::function<void()> fn, int lane) {
   auto st = std::make_shared<OpState>();
   {
-    std::lock_guard<std::mutex> lk(qmu);
+    std::unique_lock<std::mutex> lk(qmu);
     ++seq;
+    if (stopping) {  // closed: no lane runs it
+      const std::string why = closed;
+      lk.unlock();
+      finish(*st, str_cat(me(), ": ", what, " cannot run: the communicator was closed: ", why));
+      return std::make_shared<GlooWork>(st);
+    }
     queue[lane].push_back(Task{str_cat(what, " (collective #", seq, lane ? ", side lane)" : ")"), std::move(fn), st});
   }
   qcv[lane].notify_one();
@@ -564,6 +570,24 @@ GlooCommunicator::~GlooCommunicator() {
   }
   SigpipeBlock no_sigpipe;
   impl_.reset();  // closes the mesh, says goodbye, and (store host) lingers for the others
+}
+
+void GlooCommunicator::close(const std::string& why) {
+  NC_CHECK(!impl_->server, "the store's host cannot leave its job's group");
+  impl_->heartbeat.reset();  // says goodbye
+  {
+    std::lock_guard<std::mutex> lk(impl_->qmu);
+    if (impl_->stopping) return;
+    impl_->stopping = true;
+    impl_->closed = why;
+  }
+  for (int lane = 0; lane < Impl::kLanes; ++lane) {
+    impl_->qcv[lane].notify_all();
+    if (impl_->thread[lane].joinable()) impl_->thread[lane].join();
+  }
+  SigpipeBlock no_sigpipe;
+  impl_->ctx.reset();  // its pairs' sockets
+  impl_->dev.reset();  // and the device's event loop
 }
 
 int GlooCommunicator::rank() const { return impl_->env.rank; }

@@ -51,6 +51,13 @@ class GlooCommunicator final : public Communicator {
   /// Fails queued operations that have not started, closes the mesh, says goodbye to the store;
   /// the store host waits (bounded) for the other ranks to disconnect before stopping the store.
   ~GlooCommunicator() override;
+  /// Leaves the group for good while the object lives on (its owner may outlive the group: an
+  /// elastic rank left out of the next generation, train/elastic.cpp): says goodbye on the
+  /// heartbeat and stops it, stops the lanes, and closes the Gloo connections. Every operation
+  /// submitted later fails at once with an Error quoting `why`; rank(), peers(), store() and
+  /// the other accessors still answer. A second call does nothing. Not for the store's host.
+  void close(const std::string& why);
+
   int rank() const override;
   int world_size() const override;
   WorkPtr all_reduce_sum(float* data, size_t n) override;

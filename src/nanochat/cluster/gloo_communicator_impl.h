@@ -122,6 +122,7 @@ struct GlooCommunicator::Impl {
   std::condition_variable qcv[kLanes];
   std::deque<gloo_detail::Task> queue[kLanes];
   bool stopping = false;
+  std::string closed;    // close()'s reason, guarded by qmu
   std::string broken;    // first failure, guarded by qmu
   int broken_peer = -1;  // the peer whose loss broke it (-1: another failure), guarded by qmu
   // Notified (under qmu) when `broken` is set.

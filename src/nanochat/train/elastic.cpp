@@ -122,6 +122,11 @@ void advance(Generations& s, cluster::Regrouped& g) {
 // This rank asks to join again (it was left out, or it is a new node): it becomes a member of the
 // generation rank 0 admits it to, and continues from that generation's step.
 void rejoin(Generations& s, BaseTrainArgs& a, std::optional<Rejoined>& rejoined) {
+  // the generation the others left it out of goes first: its heartbeat, lanes and connections
+  // (generation 0's object belongs to the caller, so it is closed rather than freed)
+  if (s.cur)
+    s.cur->close(str_cat("rank ", s.cur->rank(), " of job generation ", s.generation,
+                         " was left out of the next one and asks to join again"));
   const cluster::Admission adm = cluster::request_to_join(s.env, s.opts, cluster::below_min_timeout());
   std::printf("rank %d of %d (job generation %d): admitted after %.1f s; training from step %lld with the job\n",
               adm.env.rank, adm.env.world_size, adm.options.generation, adm.waited_s, static_cast<long long>(adm.step));
