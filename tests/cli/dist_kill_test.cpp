@@ -319,7 +319,9 @@ TEST(DistKill, KilledRankCostsNoCompletedStepWithTheStateCopy) {
     const size_t at = out.find(said);
     ASSERT_NE(at, std::string::npos) << out;
     step = std::atol(out.c_str() + at + said.size());
-    ASSERT_GE(step, 3) << out;
+    // steps 0-2 were logged before the kill: the copy of step 2 was complete by then, and the one
+    // of step 3 is the copy the kill may meet (seen under load)
+    ASSERT_GE(step, 2) << out;
     EXPECT_NE(out.find("(node 0's copy of the job's state at step " + std::to_string(step) + ")"), std::string::npos)
         << out;
     // the step in progress, or at most the one before it when the kill met the copy itself
