@@ -269,7 +269,8 @@ void GlooCommunicator::Impl::run_thread(int lane) {
       q.pop_front();
       if (stopping) {
         lk.unlock();
-        finish(*t.st, str_cat(me(), ": ", t.what, " was cancelled: the communicator was closed or destroyed before it ran"));
+        finish(*t.st,
+               str_cat(me(), ": ", t.what, " was cancelled: the communicator was closed or destroyed before it ran"));
         continue;
       }
       if (!broken.empty()) {
