@@ -284,6 +284,64 @@ TEST(Elastic, AFrozenNodeIsLeftBehindAndRejoinsWhenItWakes) {
   EXPECT_NE(out0.substr(last, out0.find('\n', last) - last).find(" r2 "), std::string::npos) << out0.substr(last, 600);
 }
 
+// Two nodes leave one after the other (--nnodes 1:3): node 2 is killed, the job goes on as a new
+// generation, then node 1 is killed and node 0 trains alone to the end. Once alone, node 0's rank
+// has no communicator thread or heartbeat left: the first generation's communicator (which the
+// command owns) was closed when the job left it, the second one freed.
+TEST(Elastic, TwoNodesLeaveOneAfterTheOtherAndNoThreadOfTheirGenerationsStays) {
+  BaseDir n0("nc_el2_node0");
+  EmptyDir n1("nc_el2_node1"), n2("nc_el2_node2");
+  const std::string common =
+      " run --nnodes 1:3 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
+      " --heartbeat-timeout 3 --master-port " +
+      std::to_string(test_port());
+  const std::string flags = with_iterations(400);
+  std::vector<std::unique_ptr<BackgroundNode>> nodes;
+  const std::vector<std::string> dirs{n0.dir, n1.dir, n2.dir};
+  for (int k = 0; k < 3; ++k)
+    nodes.push_back(std::make_unique<BackgroundNode>(dirs[k], common + " --node-rank " + std::to_string(k) + flags,
+                                                     "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
+                                                     n0.dir + "/node" + std::to_string(k) + ".log"));
+  ASSERT_TRUE(logged_steps(*nodes[0], 4));
+  const std::vector<pid_t> rank0 = nodes[0]->ranks();
+  ASSERT_EQ(rank0.size(), 1u);
+  auto threads_named = [&](const std::string& prefix) {  // "": every thread
+    size_t n = 0;
+    std::error_code ec;
+    for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(rank0[0]) + "/task", ec))
+      if (slurp(t.path().string() + "/comm").rfind(prefix, 0) == 0) ++n;
+    return n;
+  };
+  EXPECT_GE(threads_named("nc-comm"), 1u);
+  EXPECT_EQ(threads_named("nc-heartbeat"), 1u);
+  auto wait_for = [&](const std::string& line) {
+    const auto start = std::chrono::steady_clock::now();
+    while (slurp(nodes[0]->log).find(line) == std::string::npos) {
+      ASSERT_LT(std::chrono::steady_clock::now(), start + std::chrono::seconds(90)) << slurp(nodes[0]->log);
+      ASSERT_FALSE(nodes[0]->wait_until(std::chrono::steady_clock::now())) << slurp(nodes[0]->log);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  nodes[2]->signal_node(SIGKILL);
+  wait_for("Rank 2 left the job");
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(logged_steps(*nodes[0], count_of(slurp(nodes[0]->log), "] step ") + 2));
+  nodes[1]->signal_node(SIGKILL);
+  wait_for("Rank 1 left the job");
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(logged_steps(*nodes[0], count_of(slurp(nodes[0]->log), "] step ") + 2));
+  const size_t comm_threads = threads_named("nc-comm"), heartbeats = threads_named("nc-heartbeat");
+  ASSERT_GE(threads_named(""), 1u) << "node 0's rank had ended before its threads were counted";
+  ASSERT_TRUE(nodes[0]->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(240)))
+      << slurp(nodes[0]->log);
+  const std::string out0 = slurp(nodes[0]->log);
+  EXPECT_NE(out0.find("step 00399/00400"), std::string::npos) << out0;
+  EXPECT_EQ(comm_threads, 0u);
+  EXPECT_EQ(heartbeats, 0u);
+  EXPECT_TRUE(WIFEXITED(nodes[0]->status) && WEXITSTATUS(nodes[0]->status) == 0) << out0;
+  EXPECT_EQ(count_of(out0, "left the job in step"), 2u) << out0;
+}
+
 // Below its minimum (--nnodes 3:3 and a node killed) the job waits, saying who is missing; the
 // killed node's command run again joins, and the run ends where an uninterrupted run ends.
 TEST(Elastic, BelowItsMinimumTheJobWaitsForANodeToJoinAndEndsWhereTheUninterruptedRunEnds) {

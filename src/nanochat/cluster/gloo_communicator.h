@@ -52,10 +52,11 @@ class GlooCommunicator final : public Communicator {
   /// the store host waits (bounded) for the other ranks to disconnect before stopping the store.
   ~GlooCommunicator() override;
   /// Leaves the group for good while the object lives on (its owner may outlive the group: an
-  /// elastic rank left out of the next generation, train/elastic.cpp): says goodbye on the
-  /// heartbeat and stops it, stops the lanes, and closes the Gloo connections. Every operation
-  /// submitted later fails at once with an Error quoting `why`; rank(), peers(), store() and
-  /// the other accessors still answer. A second call does nothing. Not for the store's host.
+  /// elastic job's first generation, train/elastic.cpp): says goodbye on the heartbeat and stops
+  /// it, stops the lanes, and closes the Gloo connections. Every operation submitted later fails
+  /// at once with an Error quoting `why`; rank(), peers(), store() and the other accessors still
+  /// answer, and a store this rank hosts keeps serving until the object is destroyed. A second
+  /// call does nothing.
   void close(const std::string& why);
 
   int rank() const override;

@@ -114,6 +114,10 @@ struct Generations {
 
 // Takes generation g.comm as the current one (null: rank 0 alone).
 void advance(Generations& s, cluster::Regrouped& g) {
+  // generation 0's object belongs to the caller: closed here (its heartbeat would otherwise go on
+  // reporting, in that generation's ranks, on ranks that leave later); a later one is freed below
+  if (s.cur && s.cur != s.owned.get())
+    s.cur->close(str_cat("job generation ", s.generation, " ended; the job went on as generation ", g.generation));
   s.generation = g.generation;
   s.owned = std::move(g.comm);  // the previous generation this rank built, if any, goes now
   s.cur = s.owned.get();
@@ -123,7 +127,8 @@ void advance(Generations& s, cluster::Regrouped& g) {
 // generation rank 0 admits it to, and continues from that generation's step.
 void rejoin(Generations& s, BaseTrainArgs& a, std::optional<Rejoined>& rejoined) {
   // the generation the others left it out of goes first: its heartbeat, lanes and connections
-  // (generation 0's object belongs to the caller, so it is closed rather than freed)
+  // (generation 0's object belongs to the caller, so it is closed rather than freed; closing the
+  // current one before freeing it below also ends its heartbeat before the wait for admission)
   if (s.cur)
     s.cur->close(str_cat("rank ", s.cur->rank(), " of job generation ", s.generation,
                          " was left out of the next one and asks to join again"));
