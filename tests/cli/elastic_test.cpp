@@ -227,6 +227,34 @@ std::string with_iterations(int n) {
   return ::testing::AssertionSuccess();
 }
 
+// Three nodes of one rank each (node 0 in dirs[0], ...) of `nnodes` ("2:3"), heartbeat 3 s, each
+// running kElastic with `iterations` steps in the background.
+std::vector<std::unique_ptr<BackgroundNode>> three_nodes(const std::vector<std::string>& dirs,
+                                                         const std::string& nnodes, int iterations) {
+  const std::string common = " run --nnodes " + nnodes +
+                             " --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 "
+                             "--allow-loopback-master --heartbeat-timeout 3 --master-port " +
+                             std::to_string(test_port());
+  std::vector<std::unique_ptr<BackgroundNode>> nodes;
+  for (int k = 0; k < 3; ++k)
+    nodes.push_back(std::make_unique<BackgroundNode>(
+        dirs[k], common + " --node-rank " + std::to_string(k) + with_iterations(iterations),
+        "NANOCHAT_RENDEZVOUS_TIMEOUT=60", dirs[0] + "/node" + std::to_string(k) + ".log"));
+  return nodes;
+}
+
+// Waits (at most 90 s) until `node` logged `line`; fails with its log when it ended first.
+::testing::AssertionResult logged_line(BackgroundNode& node, const std::string& line) {
+  const auto start = std::chrono::steady_clock::now();
+  while (slurp(node.log).find(line) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= start + std::chrono::seconds(90) ||
+        node.wait_until(std::chrono::steady_clock::now()))
+      return ::testing::AssertionFailure() << "no line '" << line << "':\n" << slurp(node.log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace
 
 // A node that freezes (SIGSTOP to its launcher and rank: a laptop whose lid closed) is found by the
@@ -235,27 +263,13 @@ std::string with_iterations(int n) {
 TEST(Elastic, AFrozenNodeIsLeftBehindAndRejoinsWhenItWakes) {
   BaseDir n0("nc_elf_node0");
   EmptyDir n1("nc_elf_node1"), n2("nc_elf_node2");
-  const std::string common =
-      " run --nnodes 2:3 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
-      " --heartbeat-timeout 3 --master-port " +
-      std::to_string(test_port());
-  const std::string flags = with_iterations(200);
-  std::vector<std::unique_ptr<BackgroundNode>> nodes;
-  const std::vector<std::string> dirs{n0.dir, n1.dir, n2.dir};
-  for (int k = 0; k < 3; ++k)
-    nodes.push_back(std::make_unique<BackgroundNode>(dirs[k], common + " --node-rank " + std::to_string(k) + flags,
-                                                     "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
-                                                     n0.dir + "/node" + std::to_string(k) + ".log"));
+  std::vector<std::unique_ptr<BackgroundNode>> nodes = three_nodes({n0.dir, n1.dir, n2.dir}, "2:3", 200);
   ASSERT_TRUE(logged_steps(*nodes[0], 5));
   ASSERT_FALSE(nodes[2]->ranks().empty()) << "node 2's launcher has no rank";
   nodes[2]->signal_node(SIGSTOP);
   // the others go on: wait for the regroup line (heartbeat 3 s, then seconds), bounded
   const auto frozen = std::chrono::steady_clock::now();
-  while (slurp(nodes[0]->log).find("Rank 2 left the job") == std::string::npos) {
-    ASSERT_LT(std::chrono::steady_clock::now(), frozen + std::chrono::seconds(90)) << slurp(nodes[0]->log);
-    ASSERT_FALSE(nodes[0]->wait_until(std::chrono::steady_clock::now())) << slurp(nodes[0]->log);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  ASSERT_TRUE(logged_line(*nodes[0], "Rank 2 left the job"));
   std::printf("the job went on %.1f s after node 2 froze\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen).count());
   // node 2 wakes while the others train: it is told it was left out and joins again
@@ -291,17 +305,7 @@ TEST(Elastic, AFrozenNodeIsLeftBehindAndRejoinsWhenItWakes) {
 TEST(Elastic, TwoNodesLeaveOneAfterTheOtherAndNoThreadOfTheirGenerationsStays) {
   BaseDir n0("nc_el2_node0");
   EmptyDir n1("nc_el2_node1"), n2("nc_el2_node2");
-  const std::string common =
-      " run --nnodes 1:3 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
-      " --heartbeat-timeout 3 --master-port " +
-      std::to_string(test_port());
-  const std::string flags = with_iterations(400);
-  std::vector<std::unique_ptr<BackgroundNode>> nodes;
-  const std::vector<std::string> dirs{n0.dir, n1.dir, n2.dir};
-  for (int k = 0; k < 3; ++k)
-    nodes.push_back(std::make_unique<BackgroundNode>(dirs[k], common + " --node-rank " + std::to_string(k) + flags,
-                                                     "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
-                                                     n0.dir + "/node" + std::to_string(k) + ".log"));
+  std::vector<std::unique_ptr<BackgroundNode>> nodes = three_nodes({n0.dir, n1.dir, n2.dir}, "1:3", 400);
   ASSERT_TRUE(logged_steps(*nodes[0], 4));
   const std::vector<pid_t> rank0 = nodes[0]->ranks();
   ASSERT_EQ(rank0.size(), 1u);
@@ -314,21 +318,11 @@ TEST(Elastic, TwoNodesLeaveOneAfterTheOtherAndNoThreadOfTheirGenerationsStays) {
   };
   EXPECT_GE(threads_named("nc-comm"), 1u);
   EXPECT_EQ(threads_named("nc-heartbeat"), 1u);
-  auto wait_for = [&](const std::string& line) {
-    const auto start = std::chrono::steady_clock::now();
-    while (slurp(nodes[0]->log).find(line) == std::string::npos) {
-      ASSERT_LT(std::chrono::steady_clock::now(), start + std::chrono::seconds(90)) << slurp(nodes[0]->log);
-      ASSERT_FALSE(nodes[0]->wait_until(std::chrono::steady_clock::now())) << slurp(nodes[0]->log);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  };
   nodes[2]->signal_node(SIGKILL);
-  wait_for("Rank 2 left the job");
-  if (HasFatalFailure()) return;
+  ASSERT_TRUE(logged_line(*nodes[0], "Rank 2 left the job"));
   ASSERT_TRUE(logged_steps(*nodes[0], count_of(slurp(nodes[0]->log), "] step ") + 2));
   nodes[1]->signal_node(SIGKILL);
-  wait_for("Rank 1 left the job");
-  if (HasFatalFailure()) return;
+  ASSERT_TRUE(logged_line(*nodes[0], "Rank 1 left the job"));
   ASSERT_TRUE(logged_steps(*nodes[0], count_of(slurp(nodes[0]->log), "] step ") + 2));
   const size_t comm_threads = threads_named("nc-comm"), heartbeats = threads_named("nc-heartbeat");
   ASSERT_GE(threads_named(""), 1u) << "node 0's rank had ended before its threads were counted";

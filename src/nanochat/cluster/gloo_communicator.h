@@ -9,9 +9,9 @@
 // Gloo full mesh on the device chosen by choose_device() (never the hostname's loopback address),
 // on the rank's --port-range port (NANOCHAT_PORT_RANGE) when one is set, else on ephemeral ports.
 //
-// Execution: a collective blocks on Gloo's buffers, so a dedicated comm thread (the main lane) executes
-// submitted operations in FIFO order; every call returns at once with a Work handle. A second
-// thread, the side lane (started at the first all_gather_side), runs only all_gather_side, in
+// Execution: a collective blocks on Gloo's buffers, so a dedicated comm thread (the main lane)
+// executes submitted operations in FIFO order; every call returns at once with a Work handle. A
+// second thread, the side lane (started at the first all_gather_side), runs only all_gather_side, in
 // FIFO order, at the same time as the main lane: the two share the Gloo pairs (whose sends and
 // receives are locked per pair) and use different slots. The threads run plain loops (no
 // OpenMP); while they work, the caller's OpenMP threads may compute, but they compete for cores:
