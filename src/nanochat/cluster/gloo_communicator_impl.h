@@ -182,7 +182,6 @@ struct GlooCommunicator::Impl {
   // The heartbeat found job rank `r` lost: remember why, fail the Gloo pair to it (a wait on it
   // ends now), call the hooks.
   void peer_lost(int r, const std::string& why);
-  int silent_peer(const std::string& gloo_msg) const;
   // An operation failed with `why`: fail every pair, so that the other lane's wait (on any pair)
   // ends now rather than at the collective timeout, later operations fail at once, and the other
   // ranks notice the closed connections at once.

@@ -58,14 +58,6 @@ std::string secs(Ms t) {
 
 }  // namespace
 
-// The rank a timed-out collective waited for: the one our own ring code recorded, or, in a job of
-// two ranks whose Gloo wait did not record one, the other one.
-int GlooCommunicator::Impl::silent_peer(const std::string& gloo_msg) const {
-  if (waiting_on >= 0) return waiting_on;
-  if (env.world_size == 2 && gloo_msg.find("Timed out") != std::string::npos) return 1 - env.rank;
-  return -1;
-}
-
 std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std::string& gloo_msg, int* lost_peer) {
   const int W = env.world_size;
   *lost_peer = -1;
@@ -140,7 +132,7 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
     std::string host_of_store = env.store_hosted ? "node 0's `nanochat run`" : rank_desc(0);
     msg += str_cat(client->where(), " is unreachable as well, so the process hosting it (", host_of_store,
                    ") has probably died");
-  } else if (const int silent = silent_peer(gloo_msg); silent >= 0 && waiting_send) {
+  } else if (const int silent = waiting_on; silent >= 0 && waiting_send) {  // the rank a ring wait recorded
     msg += str_cat(rank_desc(silent), " did not receive this rank's data within the collective timeout (",
                    secs(coll_timeout),
                    " s, NANOCHAT_COLLECTIVE_TIMEOUT) and no rank reported a failure: that rank is hung or "
