@@ -153,181 +153,48 @@ std::vector<std::string> ParquetReader::read_row_group(int i, PageStats* stats) 
   if (rg.num_rows == 0) return rows;
   std::string chunk(static_cast<size_t>(c.total_compressed_size), '\0');
   pread_all(fd_, path_, c.start, chunk.data(), chunk.size());
-  const auto* base = reinterpret_cast<const uint8_t*>(chunk.data());
-  const size_t size = chunk.size();
   const size_t want = static_cast<size_t>(rg.num_rows);
-  rows.reserve(std::min(want, size));
+  rows.reserve(std::min(want, chunk.size()));
 
-  std::string dict_buf;
-  std::vector<std::string_view> dict;
+  PageWalker pages(chunk, c.start, path_, str_cat("row group ", i), limits_.max_page_bytes, stats);
+  std::string dict_buf, data;
+  std::vector<std::string_view> dict, vals;
   bool have_dict = false;
   int64_t text_bytes = 0;
-  std::vector<uint32_t> levels, indices;
-  size_t pos = 0;
-  int page_no = 0;
+  std::vector<uint32_t> levels, no_rep, indices;
   while (rows.size() < want) {
-    const int64_t page_off = c.start + static_cast<int64_t>(pos);
-    if (pos >= size) {
-      fail_at(page_off, str_cat("row group ", i, ": column chunk ends after ", rows.size(), " of ", want, " values"));
-    }
-    thrift::Reader hr(base + pos, size - pos, path_, page_off);
-    PageHeader h = parse_page_header(hr);
-    const size_t body = pos + hr.pos();
-    const int64_t body_off = c.start + static_cast<int64_t>(body);
-    const std::string where = str_cat(path_, ": byte offset ", page_off, " (row group ", i, ", page ", page_no, ")");
-    auto page_fail = [&](const std::string& what) -> void { fail(where, ": ", what); };
-    if (static_cast<size_t>(h.compressed_size) > size - body) {
-      page_fail(str_cat("page of ", h.compressed_size, " bytes runs past the end of its column chunk (", size - body,
-                        " bytes left)"));
-    }
-    if (h.compressed_size > limits_.max_page_bytes || h.uncompressed_size > limits_.max_page_bytes) {
-      page_fail(str_cat("page size ", std::max(h.compressed_size, h.uncompressed_size),
-                        " exceeds the reader's limit of ", limits_.max_page_bytes, " bytes"));
-    }
-    std::string_view payload(chunk.data() + body, static_cast<size_t>(h.compressed_size));
-    pos = body + static_cast<size_t>(h.compressed_size);
-    page_no++;
-    if (stats) {
-      stats->pages++;
-      stats->crc_pages += h.has_crc;
-    }
-    if (h.has_crc) {
-      uint32_t crc = static_cast<uint32_t>(
-          crc32(0L, reinterpret_cast<const Bytef*>(payload.data()), static_cast<uInt>(payload.size())));
-      if (crc != h.crc)
-        page_fail(str_cat("page CRC mismatch (stored ", h.crc, ", computed ", crc, "): the page is corrupt"));
-    }
-    if (h.type == kIndexPage) continue;
-    if (h.type != kDataPage && h.type != kDataPageV2 && h.type != kDictionaryPage)
-      page_fail(str_cat("unknown page type ", h.type));
-    if (!h.has_body) page_fail("page header lacks its type-specific header");
-    (void)body_off;
-
-    if (h.type == kDictionaryPage) {
-      if (have_dict || !rows.empty())
-        page_fail("unexpected second dictionary page (or dictionary page after data pages)");
-      if (h.encoding != kPlain && h.encoding != kPlainDictionary)
-        page_fail("dictionary page encoding " + encoding_name(h.encoding) + " is not supported");
-      dict_buf = decompress(c.codec, payload, static_cast<size_t>(h.uncompressed_size), where);
-      if (static_cast<uint64_t>(h.num_values) > dict_buf.size() / 4)
-        page_fail(str_cat("dictionary claims ", h.num_values, " values in ", dict_buf.size(), " bytes"));
-      dict.reserve(static_cast<size_t>(h.num_values));
-      size_t p = 0;
-      for (int32_t k = 0; k < h.num_values; ++k) {
-        if (dict_buf.size() - p < 4) page_fail(str_cat("dictionary entry ", k, " is truncated"));
-        uint32_t len = load_le32(reinterpret_cast<const uint8_t*>(dict_buf.data() + p));
-        p += 4;
-        if (len > dict_buf.size() - p)
-          page_fail(str_cat("dictionary entry ", k, " of ", len, " bytes runs past the page"));
-        dict.emplace_back(dict_buf.data() + p, len);
-        p += len;
-      }
+    const Page p = pages.next(str_cat(rows.size(), " of ", want, " values"));
+    if (p.h.type == kDictionaryPage) {
+      dict_buf = dictionary_page_body(p, c.codec, have_dict || !rows.empty());
+      dict = split_plain_strings(p, dict_buf, static_cast<size_t>(p.h.num_values), "dictionary entry");
       have_dict = true;
       continue;
     }
-
-    // ---- data page (v1 or v2) ----
-    const size_t n = static_cast<size_t>(h.num_values);
+    const size_t n = static_cast<size_t>(p.h.num_values);
     if (n > want - rows.size())
-      page_fail(str_cat("page holds ", n, " values but only ", want - rows.size(), " rows of the row group remain"));
-    std::string data;         // decompressed levels + values (v1) or values only (v2)
-    std::string_view values;  // the encoded values
+      p.fail(str_cat("page holds ", n, " values but only ", want - rows.size(), " rows of the row group remain"));
     levels.clear();
-    const int bw = bit_width(max_def_);
-    if (h.type == kDataPage) {
-      data = decompress(c.codec, payload, static_cast<size_t>(h.uncompressed_size), where);
-      size_t p = 0;
-      if (max_def_ > 0) {
-        if (h.def_encoding != kRle)
-          page_fail("definition level encoding " + encoding_name(h.def_encoding) + " is not supported (only RLE)");
-        if (data.size() < 4) page_fail("definition levels length is truncated");
-        uint32_t len = load_le32(reinterpret_cast<const uint8_t*>(data.data()));
-        if (len > data.size() - 4)
-          page_fail(str_cat("definition levels length ", len, " exceeds the page's ", data.size() - 4, " bytes"));
-        decode_hybrid(reinterpret_cast<const uint8_t*>(data.data()) + 4, len, bw, n, levels,
-                      [&](const std::string& w) { page_fail("definition levels: " + w); });
-        p = 4 + len;
-      }
-      values = std::string_view(data).substr(p);
-    } else {  // v2: [rep levels][def levels] uncompressed, then values (compressed if is_compressed)
-      const uint64_t lv = static_cast<uint64_t>(h.rep_bytes) + static_cast<uint64_t>(h.def_bytes);
-      if (lv > payload.size() || lv > static_cast<uint64_t>(h.uncompressed_size))
-        page_fail("v2 level lengths exceed the page size");
-      if (h.rep_bytes != 0) page_fail("v2 page has repetition levels but column \"text\" is not repeated");
-      if (max_def_ > 0) {
-        decode_hybrid(reinterpret_cast<const uint8_t*>(payload.data()) + h.rep_bytes, static_cast<size_t>(h.def_bytes),
-                      bw, n, levels, [&](const std::string& w) { page_fail("definition levels: " + w); });
-      } else if (h.def_bytes != 0) {
-        page_fail("v2 page has definition levels but column \"text\" is REQUIRED");
-      }
-      std::string_view enc = payload.substr(static_cast<size_t>(lv));
-      size_t raw = static_cast<size_t>(h.uncompressed_size) - static_cast<size_t>(lv);
-      if (h.is_compressed && c.codec != static_cast<int32_t>(Codec::Uncompressed)) {
-        data = decompress(c.codec, enc, raw, where);
-      } else {
-        if (enc.size() != raw) page_fail("uncompressed v2 page: sizes in the header disagree");
-        data = std::string(enc);
-      }
-      values = data;
-    }
-    size_t non_null = n;
-    if (max_def_ > 0) {
-      non_null = 0;
-      for (uint32_t l : levels) {
-        if (l > static_cast<uint32_t>(max_def_))
-          page_fail(str_cat("definition level ", l, " exceeds the maximum ", max_def_));
-        non_null += (l == static_cast<uint32_t>(max_def_));
-      }
-    }
-    if (h.type == kDataPageV2 && static_cast<size_t>(h.num_nulls) != n - non_null) {
-      page_fail(str_cat("v2 header says ", h.num_nulls, " nulls but the definition levels have ", n - non_null));
-    }
-    // Decode the non-null values, then place them at the defined rows.
-    std::vector<std::string_view> vals;
-    vals.reserve(std::min(non_null, values.size() + 1));
-    if (h.encoding == kPlain) {
-      size_t p = 0;
-      for (size_t k = 0; k < non_null; ++k) {
-        if (values.size() - p < 4) page_fail(str_cat("value ", k, " of ", non_null, ": length prefix is truncated"));
-        uint32_t len = load_le32(reinterpret_cast<const uint8_t*>(values.data() + p));
-        p += 4;
-        if (len > values.size() - p)
-          page_fail(str_cat("value ", k, " of ", len, " bytes runs past the end of the page"));
-        vals.push_back(values.substr(p, len));
-        p += len;
-      }
-    } else if (h.encoding == kPlainDictionary || h.encoding == kRleDictionary) {
-      if (!have_dict) page_fail("dictionary-encoded page without a dictionary page");
-      if (non_null > 0) {
-        if (values.empty()) page_fail("dictionary-encoded page lacks its bit width byte");
-        int ibw = static_cast<uint8_t>(values[0]);
-        indices.clear();
-        decode_hybrid(reinterpret_cast<const uint8_t*>(values.data()) + 1, values.size() - 1, ibw, non_null, indices,
-                      [&](const std::string& w) { page_fail("dictionary indices: " + w); });
-        for (uint32_t ix : indices) {
-          if (ix >= dict.size())
-            page_fail(str_cat("dictionary index ", ix, " out of range (dictionary has ", dict.size(), " entries)"));
-          vals.push_back(dict[ix]);
-        }
-      }
+    const std::string_view values = split_data_page(p, c.codec, 0, max_def_, n, no_rep, levels, data);
+    const size_t non_null = count_defined(p, levels, 0, max_def_);
+    if (p.h.type == kDataPageV2 && static_cast<size_t>(p.h.num_nulls) != n - non_null)
+      p.fail(str_cat("v2 header says ", p.h.num_nulls, " nulls but the definition levels have ", n - non_null));
+    if (dictionary_encoded(p)) {
+      if (!have_dict) p.fail("dictionary-encoded page without a dictionary page");
+      dictionary_indices(p, values, non_null, dict.size(), indices);
+      vals.clear();
+      for (uint32_t ix : indices) vals.push_back(dict[ix]);
     } else {
-      page_fail("value encoding " + encoding_name(h.encoding) +
-                " is not supported (supported: PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY)");
+      vals = split_plain_strings(p, values, non_null, "value");
     }
     for (auto v : vals) text_bytes += static_cast<int64_t>(v.size());
-    if (text_bytes > limits_.max_row_group_bytes) {
-      page_fail(str_cat("row group text exceeds the reader's limit of ", limits_.max_row_group_bytes, " bytes"));
-    }
-    if (max_def_ == 0) {
-      for (auto v : vals) rows.emplace_back(v);
-    } else {
-      size_t k = 0;
-      for (uint32_t l : levels) {
-        if (l == static_cast<uint32_t>(max_def_))
-          rows.emplace_back(vals[k++]);
-        else
-          rows.emplace_back();
-      }
+    if (text_bytes > limits_.max_row_group_bytes)
+      p.fail(str_cat("row group text exceeds the reader's limit of ", limits_.max_row_group_bytes, " bytes"));
+    size_t k = 0;  // the values go to the defined rows; the others are null (empty)
+    for (size_t r = 0; r < n; ++r) {
+      if (max_def_ == 0 || levels[r] == static_cast<uint32_t>(max_def_))
+        rows.emplace_back(vals[k++]);
+      else
+        rows.emplace_back();
     }
   }
   if (stats) {

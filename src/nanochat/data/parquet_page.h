@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nanochat/core/error.h"
+#include "nanochat/data/parquet.h"
 #include "nanochat/data/thrift_compact.h"
 
 namespace nanochat::data::parquet_format {
@@ -103,5 +105,72 @@ inline int bit_width(int max_level) {
   while ((1 << w) <= max_level) ++w;
   return w;
 }
+
+// ---- the pages of a column chunk -------------------------------------------------------------
+/// One data or dictionary page of a column chunk, its header checked by PageWalker::next.
+struct Page {
+  PageHeader h;
+  std::string_view payload;  // the page body as stored in the chunk (h.compressed_size bytes)
+  std::string where;         // "<path>: byte offset <n> (<label>, page <k>)": the prefix of its errors
+  /// Throws nanochat::Error "<where>: <what>".
+  [[noreturn]] void fail(const std::string& what) const;
+};
+
+/// Walks the pages of one column chunk held in memory. Every page next() returns lies inside the
+/// chunk, is at most max_page_bytes compressed and decompressed, matches its CRC when its header
+/// stores one, is a data page (v1 or v2) or a dictionary page and has that type's header; index
+/// pages are counted and skipped. Errors throw nanochat::Error naming the file, the byte offset,
+/// the chunk's label and the page number.
+class PageWalker {
+ public:
+  /// chunk: the column chunk's bytes, read from byte `start` of the file `path`; label names the
+  /// chunk in messages ("row group 3", or "column \"x\", row group 3"). chunk and path must outlive
+  /// the walker. stats (may be nullptr): its pages and crc_pages count every page read, so far as
+  /// the walk got when a page fails.
+  PageWalker(std::string_view chunk, int64_t start, const std::string& path, std::string label, int64_t max_page_bytes,
+             PageStats* stats = nullptr);
+  /// The next data or dictionary page. progress ("2 of 3 values") completes the error thrown when
+  /// the chunk ends before its values do.
+  Page next(const std::string& progress);
+
+ private:
+  std::string_view chunk_;
+  int64_t start_;
+  const std::string& path_;
+  std::string label_;
+  int64_t max_page_bytes_;
+  PageStats* stats_;
+  size_t pos_ = 0;
+  int page_no_ = 0;
+};
+
+/// Splits n PLAIN-encoded BYTE_ARRAY values (each a 4-byte little-endian length, then its bytes)
+/// off the front of v; what ("value", "dictionary entry") names them in the errors thrown via
+/// p.fail when v is too short.
+std::vector<std::string_view> split_plain_strings(const Page& p, std::string_view v, size_t n, const char* what);
+
+/// The decompressed body of dictionary page p of a chunk compressed with `codec`. Throws when the
+/// chunk already has a dictionary or data (seen_before) or the page's encoding is not PLAIN.
+std::string dictionary_page_body(const Page& p, int32_t codec, bool seen_before);
+
+/// Splits data page p (v1 or v2) of n entries in a column with maximum repetition / definition
+/// levels max_rep / max_def: appends its levels to rep and def (each left alone when its maximum
+/// is 0) and returns the encoded values, a view into `data`, which receives the page's
+/// decompressed bytes. Throws via p.fail on an unsupported level encoding, a level run or length
+/// that does not fit the page, or v2 levels stored for a level whose maximum is 0.
+std::string_view split_data_page(const Page& p, int32_t codec, int max_rep, int max_def, size_t n,
+                                 std::vector<uint32_t>& rep, std::vector<uint32_t>& def, std::string& data);
+
+/// How many of def[from..] equal max_def (the entries of data page p that hold a value); all of
+/// the page's entries when max_def is 0. Throws via p.fail on a level above max_def.
+size_t count_defined(const Page& p, const std::vector<uint32_t>& def, size_t from, int max_def);
+
+/// True when data page p's values are dictionary indices (PLAIN_DICTIONARY, RLE_DICTIONARY), false
+/// for PLAIN; throws via p.fail for any other encoding.
+bool dictionary_encoded(const Page& p);
+
+/// Decodes the n dictionary indices of dictionary-encoded values (a bit-width byte, then the
+/// RLE/bit-packed hybrid) into out (cleared first), each checked against dict_size.
+void dictionary_indices(const Page& p, std::string_view values, size_t n, size_t dict_size, std::vector<uint32_t>& out);
 
 }  // namespace nanochat::data::parquet_format
