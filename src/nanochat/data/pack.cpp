@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -90,7 +91,6 @@ std::vector<std::string> list_parquet_files(const std::string& dir) {
 
 namespace {
 
-
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 std::string trim(std::string_view s) {
@@ -163,7 +163,11 @@ std::string shard_name(int64_t i) {
 
 }  // namespace
 
-PackResult pack_corpus(const PackOptions& opt) {
+namespace {
+
+// Refuses bad options, creates --out and clears it of .parquet files when --force allows it, so
+// that nothing is read before the output is known to be writable.
+void check_options_and_out_dir(const PackOptions& opt) {
   if (opt.inputs.empty()) fail("data pack: no inputs given");
   if (opt.out_dir.empty()) fail("data pack: --out is required");
   if (opt.shard_chars <= 0) fail("data pack: --shard-chars must be positive (got ", opt.shard_chars, ")");
@@ -171,8 +175,6 @@ PackResult pack_corpus(const PackOptions& opt) {
   if (opt.split != "doc" && opt.split != "paragraphs")
     fail("data pack: --split must be 'doc' or 'paragraphs' (got '", opt.split, "')");
   if (opt.row_group_size <= 0) fail("data pack: row group size must be positive");
-
-  // ---- check the output directory before doing any work ----
   std::error_code ec;
   fs::create_directories(opt.out_dir, ec);
   if (ec) fail("data pack: cannot create --out ", opt.out_dir, ": ", ec.message());
@@ -184,9 +186,39 @@ PackResult pack_corpus(const PackOptions& opt) {
     }
     for (const auto& f : existing) fs::remove(f, ec);
   }
+}
 
-  // ---- read documents ----
-  PackResult res;
+// Appends the "text" of each line of a JSON-lines file to docs through add; a null text is
+// counted as skipped. Throws naming the file and line on invalid JSON or a missing "text".
+void read_jsonl_docs(const fs::path& p, PackResult& res, const std::function<void(std::string&&)>& add) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) fail("cannot read input ", p.string());
+  std::string line;
+  int64_t lineno = 0;
+  while (std::getline(f, line)) {
+    ++lineno;
+    if (trim(line).empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      fail(p.string(), ":", lineno, ": invalid JSON (", e.what(), "); expected one {\"text\": ...} object per line");
+    }
+    if (!j.is_object() || !j.contains("text"))
+      fail(p.string(), ":", lineno, ": expected an object with a \"text\" key");
+    const auto& t = j["text"];
+    if (t.is_null()) {
+      res.skipped++;
+      continue;
+    }
+    if (!t.is_string()) fail(p.string(), ":", lineno, ": \"text\" is not a string");
+    add(t.get<std::string>());
+  }
+  if (f.bad()) fail("error reading input ", p.string());
+}
+
+// The documents of every input, in input order; empty ones are counted in res.skipped.
+std::vector<std::string> read_documents(const PackOptions& opt, PackResult& res) {
   std::vector<std::string> docs;
   auto add = [&](std::string&& d) {
     if (d.empty()) {
@@ -198,31 +230,7 @@ PackResult pack_corpus(const PackOptions& opt) {
   for (const fs::path& p : expand_inputs(opt.inputs)) {
     std::string ext = p.extension().string();
     if (ext == ".jsonl" || ext == ".json") {
-      std::ifstream f(p, std::ios::binary);
-      if (!f) fail("cannot read input ", p.string());
-      std::string line;
-      int64_t lineno = 0;
-      while (std::getline(f, line)) {
-        ++lineno;
-        if (trim(line).empty()) continue;
-        nlohmann::json j;
-        try {
-          j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::exception& e) {
-          fail(p.string(), ":", lineno, ": invalid JSON (", e.what(),
-               "); expected one {\"text\": ...} object per line");
-        }
-        if (!j.is_object() || !j.contains("text"))
-          fail(p.string(), ":", lineno, ": expected an object with a \"text\" key");
-        const auto& t = j["text"];
-        if (t.is_null()) {
-          res.skipped++;
-          continue;
-        }
-        if (!t.is_string()) fail(p.string(), ":", lineno, ": \"text\" is not a string");
-        add(t.get<std::string>());
-      }
-      if (f.bad()) fail("error reading input ", p.string());
+      read_jsonl_docs(p, res, add);
     } else {
       std::string text = sanitize_utf8(read_file(p.string()), &res.replaced_utf8);
       if (opt.split == "paragraphs") {
@@ -232,6 +240,38 @@ PackResult pack_corpus(const PackOptions& opt) {
       }
     }
   }
+  return docs;
+}
+
+// The exclusive end index of each train shard over docs[0, n_train): a shard closes at >=
+// shard_chars characters AND a multiple of 1024 documents (docs/nanochat.md 5.2); the remainder
+// joins the last shard, and a corpus too small for one full shard makes one short shard.
+std::vector<int64_t> plan_train_shards(const std::vector<std::string>& docs, int64_t n_train, int64_t shard_chars) {
+  std::vector<int64_t> ends;
+  int64_t chars = 0, count = 0;
+  for (int64_t i = 0; i < n_train; ++i) {
+    chars += utf8_length(docs[static_cast<size_t>(i)]);
+    ++count;
+    if (chars >= shard_chars && count % 1024 == 0) {
+      ends.push_back(i + 1);
+      chars = 0;
+      count = 0;
+    }
+  }
+  if (ends.empty()) {
+    ends.push_back(n_train);
+  } else if (ends.back() < n_train) {
+    ends.back() = n_train;
+  }
+  return ends;
+}
+
+}  // namespace
+
+PackResult pack_corpus(const PackOptions& opt) {
+  check_options_and_out_dir(opt);
+  PackResult res;
+  std::vector<std::string> docs = read_documents(opt, res);
   const int64_t n = static_cast<int64_t>(docs.size());
   if (n <= opt.val_docs) {
     fail("data pack: the inputs hold ", n, " documents, not enough for --val-docs ", opt.val_docs,
@@ -242,25 +282,8 @@ PackResult pack_corpus(const PackOptions& opt) {
   Rng rng(opt.seed);
   for (int64_t i = n - 1; i > 0; --i)
     std::swap(docs[static_cast<size_t>(i)], docs[rng.below(static_cast<uint64_t>(i + 1))]);
-
-  // ---- plan train shards: close at >= shard_chars AND a multiple of 1024 docs (docs/nanochat.md 5.2) ----
   const int64_t n_train = n - opt.val_docs;
-  std::vector<int64_t> ends;  // exclusive end index of each train shard
-  int64_t chars = 0, count = 0;
-  for (int64_t i = 0; i < n_train; ++i) {
-    chars += utf8_length(docs[static_cast<size_t>(i)]);
-    ++count;
-    if (chars >= opt.shard_chars && count % 1024 == 0) {
-      ends.push_back(i + 1);
-      chars = 0;
-      count = 0;
-    }
-  }
-  if (ends.empty()) {
-    ends.push_back(n_train);  // one (short) train shard
-  } else if (ends.back() < n_train) {
-    ends.back() = n_train;  // the remainder joins the last train shard
-  }
+  const std::vector<int64_t> ends = plan_train_shards(docs, n_train, opt.shard_chars);
 
   // ---- write ----
   auto write_shard = [&](const std::string& path, int64_t from, int64_t to) {
