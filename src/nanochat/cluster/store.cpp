@@ -274,41 +274,46 @@ struct StoreServer::Impl {
                 why_log));
   }
 
+  // The first frame of a connection: magic, protocol version, job token and the client's
+  // identity; a mismatch is refused with a reason for the client and one for the store's log.
+  void handle_hello(Conn& c, Reader& r) {
+    uint32_t magic = r.u32();
+    uint32_t version = r.u32();
+    std::string tok = r.str();
+    c.identity = r.str();
+    if (magic != kMagic) {
+      reject(c, "expected a nanochat store handshake", "it is not a nanochat store client");
+    } else if (version != kVersion) {
+      reject(c,
+             str_cat("the store speaks protocol version ", kVersion, " but this process speaks ", version,
+                     "; run the same nanochat build on every node"),
+             str_cat("it speaks store protocol version ", version, ", this store speaks ", kVersion,
+                     " (different nanochat builds?)"));
+    } else if (tok != token) {
+      reject(c,
+             "the job token (NANOCHAT_JOB_TOKEN) does not match this job's; the port belongs to another "
+             "job, or the token differs between nodes",
+             "its job token (NANOCHAT_JOB_TOKEN) differs from this job's (another job on the same port, "
+             "or a different token on that node)");
+    } else {
+      c.hello = true;
+      {
+        std::lock_guard<std::mutex> lk(cmu);
+        ++clients;
+      }
+      ccv.notify_all();
+      reply(c, Writer().u8(kOk));
+    }
+  }
+
   // Handles one complete frame body.
   void handle(Conn& c, Reader r) {
     uint8_t op = r.u8();
     if (!c.hello) {
-      if (op != kHello) {
+      if (op != kHello)
         reject(c, "expected a nanochat store handshake", "it is not a nanochat store client");
-        return;
-      }
-      uint32_t magic = r.u32();
-      uint32_t version = r.u32();
-      std::string tok = r.str();
-      c.identity = r.str();
-      if (magic != kMagic) {
-        reject(c, "expected a nanochat store handshake", "it is not a nanochat store client");
-      } else if (version != kVersion) {
-        reject(c,
-               str_cat("the store speaks protocol version ", kVersion, " but this process speaks ", version,
-                       "; run the same nanochat build on every node"),
-               str_cat("it speaks store protocol version ", version, ", this store speaks ", kVersion,
-                       " (different nanochat builds?)"));
-      } else if (tok != token) {
-        reject(c,
-               "the job token (NANOCHAT_JOB_TOKEN) does not match this job's; the port belongs to another "
-               "job, or the token differs between nodes",
-               "its job token (NANOCHAT_JOB_TOKEN) differs from this job's (another job on the same port, "
-               "or a different token on that node)");
-      } else {
-        c.hello = true;
-        {
-          std::lock_guard<std::mutex> lk(cmu);
-          ++clients;
-        }
-        ccv.notify_all();
-        reply(c, Writer().u8(kOk));
-      }
+      else
+        handle_hello(c, r);
       return;
     }
     switch (op) {
