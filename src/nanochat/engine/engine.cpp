@@ -95,7 +95,59 @@ struct RowState {
   bool in_python = false;
   std::vector<int32_t> expr;
   bool live = true;
+
+  // nanochat's python-block state machine (nanochat/engine.py Engine.generate) after token tok:
+  // the tokens between <|python_start|> and <|python_end|> are an expression; when the
+  // calculator evaluates it, <|output_start|> result <|output_end|> is queued to be forced next.
+  void follow_tools(int32_t tok, const Tokenizer& t, int32_t py_start, int32_t py_end, int32_t out_start,
+                    int32_t out_end) {
+    if (tok == py_start) {
+      in_python = true;
+      expr.clear();
+    } else if (tok == py_end && in_python) {
+      in_python = false;
+      if (!expr.empty()) {
+        if (auto result = use_calculator(t.decode(expr))) {
+          forced.push_back(out_start);
+          for (int32_t id : t.encode(*result)) forced.push_back(id);
+          forced.push_back(out_end);
+        }
+      }
+      expr.clear();
+    } else if (in_python) {
+      expr.push_back(tok);
+    }
+  }
 };
+
+// Runs the prompt once (batch 1) into cache, whose B rows all receive it, and writes its last
+// position's logits (V floats) to each of the B rows of logits (B, V).
+void prefill(GPT& model, const std::vector<int32_t>& prompt, int B, KVCache& cache, float* logits) {
+  const int T0 = static_cast<int>(prompt.size());
+  const int64_t V = model.config().vocab_size;
+  if (B == 1) {
+    model.forward_cached(prompt.data(), 1, T0, cache, logits);
+    return;
+  }
+  KVCache first(model.config(), 1, T0);
+  model.forward_cached(prompt.data(), 1, T0, first, logits);
+  cache.prefill_from(first);
+  for (int b = 1; b < B; ++b) std::copy_n(logits, V, logits + static_cast<size_t>(b) * V);
+}
+
+// Refuses a prompt that is empty, holds an id outside [0, V) or fills the context, and bad
+// sampling options.
+void check_request(const std::vector<int32_t>& prompt, const GenerateOptions& opt, int64_t V, int64_t context) {
+  const auto T0 = static_cast<int64_t>(prompt.size());
+  if (prompt.empty()) fail("generation needs a prompt of at least one token");
+  for (int32_t id : prompt)
+    if (id < 0 || id >= V) fail("prompt token ", id, " is outside the vocabulary [0, ", V, ")");
+  if (T0 >= context)
+    fail("the prompt has ", T0, " tokens but the model's context is ", context,
+         " positions (10 x sequence_len); shorten the conversation");
+  if (opt.num_samples < 1) fail("num_samples must be >= 1, got ", opt.num_samples);
+  check_sampling(opt.temperature, opt.top_p);
+}
 
 }  // namespace
 
@@ -103,14 +155,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
                                 const TokenCallback& on_token) {
   const int64_t V = model_.config().vocab_size;
   const int64_t T0 = static_cast<int64_t>(prompt.size());
-  if (prompt.empty()) fail("generation needs a prompt of at least one token");
-  for (int32_t id : prompt)
-    if (id < 0 || id >= V) fail("prompt token ", id, " is outside the vocabulary [0, ", V, ")");
-  if (T0 >= max_context())
-    fail("the prompt has ", T0, " tokens but the model's context is ", max_context(),
-         " positions (10 x sequence_len); shorten the conversation");
-  if (opt.num_samples < 1) fail("num_samples must be >= 1, got ", opt.num_samples);
-  check_sampling(opt.temperature, opt.top_p);
+  check_request(prompt, opt, V, max_context());
 
   const int B = opt.num_samples;
   // Positions the cache must hold: the prompt, then every answer token but the last.
@@ -121,14 +166,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
   // 1-2. Prefill once (batch 1), then copy into every row.
   std::vector<float> logits(static_cast<size_t>(B) * V);
   KVCache cache(cfg, B, t_max);
-  if (B == 1) {
-    model_.forward_cached(prompt.data(), 1, static_cast<int>(T0), cache, logits.data());
-  } else {
-    KVCache first(cfg, 1, static_cast<int>(T0));
-    model_.forward_cached(prompt.data(), 1, static_cast<int>(T0), first, logits.data());
-    cache.prefill_from(first);
-    for (int b = 1; b < B; ++b) std::copy_n(logits.data(), V, logits.data() + static_cast<size_t>(b) * V);
-  }
+  prefill(model_, prompt, B, cache, logits.data());
 
   GenerateResult res;
   res.prompt_tokens = T0;
@@ -178,24 +216,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
       }
       row.tokens.push_back(tok);
       row.sampled.push_back(forced ? 0 : 1);
-      if (opt.tools) {  // nanochat's python-block state machine
-        if (tok == python_start_) {
-          s.in_python = true;
-          s.expr.clear();
-        } else if (tok == python_end_ && s.in_python) {
-          s.in_python = false;
-          if (!s.expr.empty()) {
-            if (auto result = use_calculator(tok_.decode(s.expr))) {
-              s.forced.push_back(output_start_);
-              for (int32_t id : tok_.encode(*result)) s.forced.push_back(id);
-              s.forced.push_back(output_end_);
-            }
-          }
-          s.expr.clear();
-        } else if (s.in_python) {
-          s.expr.push_back(tok);
-        }
-      }
+      if (opt.tools) s.follow_tools(tok, tok_, python_start_, python_end_, output_start_, output_end_);
       if (on_token) {
         const StreamControl c = on_token(TokenEvent{b, tok, forced});
         if (c == StreamControl::StopRow) end_row(b, FinishReason::Cancelled);
