@@ -58,15 +58,11 @@ void report_placement(const DoctorArgs& a) {
                        a.hybrid, "): ", p.nproc, " rank(s) on this node, ", p.summary));
 }
 
-int doctor(const DoctorArgs& a) {
+// This build, Gloo, the host's cores and the placement `nanochat run` would choose; returns the
+// number of problems (a build without Gloo).
+int report_build_and_host(const DoctorArgs& a) {
   using namespace cluster;
   int problems = 0;
-  std::string master = a.master_addr;
-  if (master.empty()) master = std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1";
-  int port = a.master_port;
-  if (port == 0) port = static_cast<int>(env_int("MASTER_PORT").value_or(29500));
-
-  std::printf("nanochat doctor\n");
   line("info", str_cat("nanochat.cpp ", build_id()));
 #ifdef NANOCHAT_HAVE_GLOO
   line("info",
@@ -86,52 +82,36 @@ int doctor(const DoctorArgs& a) {
                          " is not a folder: the core types below come from nothing "
                          "(unset it to read /sys, or point it at a folder laid out like /sys)"));
   report_placement(a);
+  return problems;
+}
 
-  // A multi-node job needs a master the other hosts can reach.
+// A multi-node job needs a master the other hosts can reach: a named one, not a loopback
+// address (unless every node runs here). Returns the number of problems.
+int check_master_address(const DoctorArgs& a, const std::string& master) {
+  using namespace cluster;
   if (a.nnodes > 1 && a.master_addr.empty() && !std::getenv("MASTER_ADDR")) {
     line("FAIL", str_cat("--nnodes ", a.nnodes,
                          " needs --master-addr (or MASTER_ADDR): node 0's address on a network "
                          "every node shares"));
-    ++problems;
-  } else if (const std::string why = loopback_master_problem(master, a.nnodes); !why.empty()) {
+    return 1;
+  }
+  if (const std::string why = loopback_master_problem(master, a.nnodes); !why.empty()) {
     const char* allow = std::getenv("NANOCHAT_ALLOW_LOOPBACK_MASTER");
     if (a.allow_loopback_master || (allow && std::string(allow) == "1")) {
       line("warn", str_cat("master ", master, " is a loopback address here: with --nnodes ", a.nnodes,
                            " every node must run on this machine (--allow-loopback-master)"));
     } else {
       line("FAIL", why);
-      ++problems;
+      return 1;
     }
   }
+  return 0;
+}
 
-  // Master resolution and route.
-  bool master_local = false;
-  try {
-    std::string via = route_address_to(master, port);
-    master_local = resolves_to_loopback(master) || via == master;
-    line("ok", str_cat("master ", host_port(master, port), " resolves; this host reaches it from ", via,
-                       master_local ? " (the master is this host)" : ""));
-  } catch (const Error& e) {
-    line("FAIL", e.what());
-    ++problems;
-  }
-
-  // The device Gloo would bind.
-  std::string iface = a.iface;
-  if (iface.empty()) iface = DistOptions{}.resolved().iface.value_or("");
-  try {
-    DeviceChoice d = choose_device(master, port, iface);
-    line("ok", str_cat("Gloo would bind ", d.address, d.iface.empty() ? "" : " on " + d.iface, " (", d.reason, ")"));
-    if (resolves_to_loopback(d.address) && !resolves_to_loopback(master)) {
-      line("FAIL", "that is a loopback address but the master is not: other hosts cannot reach it; pick --iface");
-      ++problems;
-    }
-  } catch (const Error& e) {
-    line("FAIL", e.what());
-    ++problems;
-  }
-
-  // The store port: free (so node 0 can host) or answering (a job is up).
+// The store port: free (so node 0 can host) or answering (a job is up), and whether what answers
+// is a nanochat store that accepts this job's token. Only warnings.
+void check_store_port(const std::string& master, int port, bool master_local) {
+  using namespace cluster;
   if (master_local) {
     if (tcp_port_free(port))
       line("ok", str_cat("port ", port, " is free here: node 0 can host the store on it"));
@@ -162,7 +142,47 @@ int doctor(const DoctorArgs& a) {
     line("warn", str_cat("cannot connect to ", host_port(master, port), ": ", err,
                          " (normal before node 0 starts; otherwise check the address and firewalls)"));
   }
+}
 
+int doctor(const DoctorArgs& a) {
+  using namespace cluster;
+  std::string master = a.master_addr;
+  if (master.empty()) master = std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1";
+  int port = a.master_port;
+  if (port == 0) port = static_cast<int>(env_int("MASTER_PORT").value_or(29500));
+
+  std::printf("nanochat doctor\n");
+  int problems = report_build_and_host(a);
+  problems += check_master_address(a, master);
+
+  // Master resolution and route.
+  bool master_local = false;
+  try {
+    std::string via = route_address_to(master, port);
+    master_local = resolves_to_loopback(master) || via == master;
+    line("ok", str_cat("master ", host_port(master, port), " resolves; this host reaches it from ", via,
+                       master_local ? " (the master is this host)" : ""));
+  } catch (const Error& e) {
+    line("FAIL", e.what());
+    ++problems;
+  }
+
+  // The device Gloo would bind.
+  std::string iface = a.iface;
+  if (iface.empty()) iface = DistOptions{}.resolved().iface.value_or("");
+  try {
+    DeviceChoice d = choose_device(master, port, iface);
+    line("ok", str_cat("Gloo would bind ", d.address, d.iface.empty() ? "" : " on " + d.iface, " (", d.reason, ")"));
+    if (resolves_to_loopback(d.address) && !resolves_to_loopback(master)) {
+      line("FAIL", "that is a loopback address but the master is not: other hosts cannot reach it; pick --iface");
+      ++problems;
+    }
+  } catch (const Error& e) {
+    line("FAIL", e.what());
+    ++problems;
+  }
+
+  check_store_port(master, port, master_local);
   std::string ifs;
   for (const auto& i : list_interfaces())
     if (i.family == AF_INET || !i.loopback) ifs += str_cat(ifs.empty() ? "" : ", ", i.name, "=", i.address);
