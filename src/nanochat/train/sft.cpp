@@ -2,9 +2,9 @@
 #include "nanochat/train/sft.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 
 #include "nanochat/checkpoint/checkpoint.h"
@@ -155,11 +155,13 @@ TrainPlan derive_sft_plan(const SftArgs& a, const RunMeta& base_meta, const std:
       return uc.is_object() && uc.contains(name) && !uc.at(name).is_null() ? uc.at(name) : json();
     };
     p.T = resolve("max_seq_len", flags["max_seq_len"], 2048, recorded(base_meta.max_seq_len)).get<int>();
-    p.B = resolve("device_batch_size", flags["device_batch_size"], 32, recorded(base_meta.device_batch_size)).get<int>();
+    p.B =
+        resolve("device_batch_size", flags["device_batch_size"], 32, recorded(base_meta.device_batch_size)).get<int>();
     p.total_batch_size =
         resolve("total_batch_size", flags["total_batch_size"], 524288, recorded(base_meta.total_batch_size))
             .get<int64_t>();
-    p.optim.embedding_lr = resolve("embedding_lr", flags["embedding_lr"], 0.3, of_user_config("embedding_lr")).get<float>();
+    p.optim.embedding_lr =
+        resolve("embedding_lr", flags["embedding_lr"], 0.3, of_user_config("embedding_lr")).get<float>();
     p.optim.unembedding_lr =
         resolve("unembedding_lr", flags["unembedding_lr"], 0.004, of_user_config("unembedding_lr")).get<float>();
     p.optim.matrix_lr = resolve("matrix_lr", flags["matrix_lr"], 0.02, of_user_config("matrix_lr")).get<float>();
@@ -299,6 +301,41 @@ double resumed_weight_decay(Communicator& comm, const TrainPlan& plan, int64_t s
   return json::parse(text).get<double>();
 }
 
+// The conversation files exist where they are read (rank 0 of a served job, or every rank with
+// --local-data), checked before the model is built; every rank throws the first rank's message
+// naming the file and its flag.
+void check_conversation_files(const SftArgs& a, Communicator& comm) {
+  std::string missing;
+  if (comm.rank() == 0 || a.local_data)
+    for (const std::vector<std::string>* list : {&a.train_jsonl, &a.val_jsonl})
+      for (const std::string& f : tasks::jsonl_paths(*list))
+        if (missing.empty() && !std::filesystem::is_regular_file(f))
+          missing = str_cat("chat-sft: cannot read ", f, " (no such file on this node); check the path given to ",
+                            list == &a.train_jsonl ? "--train-jsonl" : "--val-jsonl");
+  if (comm.world_size() == 1 && !missing.empty()) fail(missing);
+  cluster::throw_if_any_rank_failed(comm, missing);
+}
+
+// What an SFT checkpoint's meta records: as the meta nanochat's scripts/chat_sft.py hands to
+// save_checkpoint, the model with the SFT sequence length and the user's flags; besides, the base
+// checkpoint, the batch, the world size and the tokenizer's hash.
+RunMeta sft_run_meta(const SftArgs& a, const TrainPlan& plan, const Tokenizer& tok, const CheckpointPaths& base_cp) {
+  ModelConfig saved_cfg = plan.model;
+  saved_cfg.sequence_len = plan.T;  // nanochat's SFT meta records the SFT sequence length
+  RunMeta run;
+  run.model_config = saved_cfg;
+  run.user_config = sft_args_to_json(a);
+  run.data_stream = "one-rank";
+  run.base_checkpoint = base_cp.model();
+  run.muon_weight_decay = plan.sft_muon_weight_decay;
+  run.device_batch_size = plan.B;
+  run.max_seq_len = plan.T;
+  run.total_batch_size = plan.total_batch_size;
+  run.world_size = plan.world_size;
+  run.tokenizer_hash = std::to_string(tok.hash());
+  return run;
+}
+
 void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed) {
   const bool master = comm.rank() == 0;
   auto print0 = [master](const std::string& s) { print_line_if(master, s); };
@@ -309,17 +346,7 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
   if (plan.model.vocab_size != tok.vocab_size())
     fail("chat-sft: the base checkpoint ", base_cp.model(), " has vocab ", plan.model.vocab_size,
          " but the tokenizer has ", tok.vocab_size(), "; use the tokenizer the model was trained with");
-  // the conversation files, before the model is built, where they are read (rank 0 of a served
-  // job, or every rank with --local-data)
-  std::string missing;
-  if (master || a.local_data)
-    for (const std::vector<std::string>* list : {&a.train_jsonl, &a.val_jsonl})
-      for (const std::string& f : tasks::jsonl_paths(*list))
-        if (missing.empty() && !std::filesystem::is_regular_file(f))
-          missing = str_cat("chat-sft: cannot read ", f, " (no such file on this node); check the path given to ",
-                            list == &a.train_jsonl ? "--train-jsonl" : "--val-jsonl");
-  if (comm.world_size() == 1 && !missing.empty()) fail(missing);
-  cluster::throw_if_any_rank_failed(comm, missing);
+  check_conversation_files(a, comm);
 
   print0("nanochat.cpp chat-sft");
   print_device_lines(plan, tok, master, a.threads == 0 && num_threads() > 1);
@@ -366,20 +393,7 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
            "--eval-every -1");
     return make_sft_stream(tok, d.train, d.val, sc, state);
   };
-  json user = sft_args_to_json(a);
-  ModelConfig saved_cfg = plan.model;
-  saved_cfg.sequence_len = plan.T;  // nanochat's SFT meta records the SFT sequence length
-  RunMeta run;
-  run.model_config = saved_cfg;
-  run.user_config = user;
-  run.data_stream = "one-rank";
-  run.base_checkpoint = base_cp.model();
-  run.muon_weight_decay = plan.sft_muon_weight_decay;
-  run.device_batch_size = plan.B;
-  run.max_seq_len = plan.T;
-  run.total_batch_size = plan.total_batch_size;
-  run.world_size = plan.world_size;
-  run.tokenizer_hash = std::to_string(tok.hash());
+  const RunMeta run = sft_run_meta(a, plan, tok, base_cp);
   TrainJob job{plan, layout, tok, model, opt, stream, run, a.resume_from_step, peak, a.profile};
   job.adapt_threads = a.threads == 0 && num_threads() > 1;
   const bool chatcore = a.chatcore_every > 0 && chatcore_tasks_on_every_rank(comm);
