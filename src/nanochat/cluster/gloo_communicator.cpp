@@ -107,14 +107,10 @@ void finish(OpState& st, std::string error, int lost_peer = -1) {
 
 }  // namespace
 
-void GlooCommunicator::Impl::rendezvous() {
-  const auto t0 = Clock::now();
+void GlooCommunicator::Impl::open_store(Clock::time_point t0) {
   const Ms rdzv = *opts.rendezvous_timeout;
-  const auto deadline = t0 + rdzv;
-  const int W = env.world_size, r = env.rank;
-  host = host_name();
+  const int r = env.rank;
   if (r == 0 && !env.store_hosted) server = std::make_unique<StoreServer>(env.master_port, *opts.job_token, host);
-
   StoreClientOptions co;
   co.host = env.master_addr;
   co.port = env.master_port;
@@ -137,15 +133,68 @@ void GlooCommunicator::Impl::rendezvous() {
   const std::string prefix = str_cat("nc/g", opts.generation, "/");
   store = std::make_shared<PrefixStore>(*client, prefix);
   client->set_will(str_cat(prefix, "dead/", r), str_cat("rank ", r, " (host ", host, ", pid ", getpid(), ")"));
+}
 
+void GlooCommunicator::Impl::wait_for_every_rank(Clock::time_point deadline) {
+  const int W = env.world_size;
+  std::vector<std::string> keys;
+  for (int j = 0; j < W; ++j) keys.push_back(str_cat("info/", j));
+  try {
+    wait_and_report(*store, keys, remaining(deadline), static_cast<size_t>(env.rank),
+                    [&](const std::vector<size_t>& m) {
+                      std::string list;
+                      for (size_t i = 0; i < m.size() && i < 8; ++i) list += str_cat(i ? ", " : "", m[i]);
+                      return str_cat(me(), ": waiting for rank", m.size() == 1 ? " " : "s ", list,
+                                     m.size() > 8 ? ", ..." : "", " of WORLD_SIZE=", W, " to join ", client->where());
+                    });
+  } catch (const StoreTimeout&) {
+    std::string missing;
+    int n_missing = 0;
+    for (int j = 0; j < W; ++j)
+      if (!store->check({str_cat("info/", j)})) {
+        missing += (n_missing++ ? ", " : "") + std::to_string(j);
+      }
+    fail("rendezvous timed out after ", secs(*opts.rendezvous_timeout), " s at ", client->where(), ": rank",
+         n_missing == 1 ? " " : "s ", missing, " of WORLD_SIZE=", W,
+         " never joined. Start every rank (or every node's `nanochat run` with the same --nnodes), with the same "
+         "MASTER_ADDR/MASTER_PORT");
+  }
+}
+
+std::vector<nlohmann::json> GlooCommunicator::Impl::read_peer_infos(Clock::time_point deadline) {
+  const int W = env.world_size;
+  peers.resize(W);
+  for (int j = 0; j < W; ++j) job_rank.push_back(j);
+  std::vector<nlohmann::json> infos(W);
+  std::string ws_mismatch;
+  for (int j = 0; j < W; ++j) {
+    auto& j_info = infos[j];
+    j_info = nlohmann::json::parse(store->get(str_cat("info/", j), remaining(deadline) + Ms(1000)));
+    peers[j].host = j_info.value("host", "?");
+    peers[j].address = j_info.value("address", "?");
+    peers[j].pid = j_info.value("pid", 0L);
+    peers[j].node = j_info.value("node", -1L);
+    int their_ws = j_info.value("world_size", 0);
+    if (their_ws != W) ws_mismatch += str_cat("; ", rank_desc(j), " has WORLD_SIZE=", their_ws);
+  }
+  if (!ws_mismatch.empty())
+    fail("ranks disagree on WORLD_SIZE: ", me(), " has WORLD_SIZE=", W, ws_mismatch,
+         ". Start every node with the same --nnodes and --nproc-per-node");
+  return infos;
+}
+
+void GlooCommunicator::Impl::rendezvous() {
+  const auto t0 = Clock::now();
+  const Ms rdzv = *opts.rendezvous_timeout;
+  const auto deadline = t0 + rdzv;
+  const int W = env.world_size, r = env.rank;
+  host = host_name();
+  open_store(t0);
   dev_choice = choose_device(env.master_addr, env.master_port, *opts.iface);
 
-  nlohmann::json info = {{"host", host},
-                         {"address", dev_choice.address},
-                         {"pid", static_cast<long>(getpid())},
-                         {"world_size", W},
-                         {"local_rank", env.local_rank},
-                         {"node", env_int("GROUP_RANK").value_or(-1)}};
+  nlohmann::json info = {
+      {"host", host},    {"address", dev_choice.address}, {"pid", static_cast<long>(getpid())},
+      {"world_size", W}, {"local_rank", env.local_rank},  {"node", env_int("GROUP_RANK").value_or(-1)}};
   const auto range = port_range_from_env();
   if (range) check_port_range_size(*range, env.local_world_size, "NANOCHAT_PORT_RANGE=" + range->str());
   if (store->add(str_cat("claim/", r), 1) > 1) {
@@ -164,44 +213,8 @@ void GlooCommunicator::Impl::rendezvous() {
   info.update(mesh->published());
   store->set(str_cat("info/", r), info.dump());
 
-  std::vector<std::string> keys;
-  for (int j = 0; j < W; ++j) keys.push_back(str_cat("info/", j));
-  try {
-    wait_and_report(*store, keys, remaining(deadline), static_cast<size_t>(r), [&](const std::vector<size_t>& m) {
-      std::string list;
-      for (size_t i = 0; i < m.size() && i < 8; ++i) list += str_cat(i ? ", " : "", m[i]);
-      return str_cat(me(), ": waiting for rank", m.size() == 1 ? " " : "s ", list, m.size() > 8 ? ", ..." : "",
-                     " of WORLD_SIZE=", W, " to join ", client->where());
-    });
-  } catch (const StoreTimeout&) {
-    std::string missing;
-    int n_missing = 0;
-    for (int j = 0; j < W; ++j)
-      if (!store->check({str_cat("info/", j)})) {
-        missing += (n_missing++ ? ", " : "") + std::to_string(j);
-      }
-    fail("rendezvous timed out after ", secs(rdzv), " s at ", client->where(), ": rank", n_missing == 1 ? " " : "s ",
-         missing, " of WORLD_SIZE=", W,
-         " never joined. Start every rank (or every node's `nanochat run` with the same --nnodes), with the same "
-         "MASTER_ADDR/MASTER_PORT");
-  }
-  peers.resize(W);
-  for (int j = 0; j < W; ++j) job_rank.push_back(j);
-  std::vector<nlohmann::json> infos(W);
-  std::string ws_mismatch;
-  for (int j = 0; j < W; ++j) {
-    auto& j_info = infos[j];
-    j_info = nlohmann::json::parse(store->get(str_cat("info/", j), remaining(deadline) + Ms(1000)));
-    peers[j].host = j_info.value("host", "?");
-    peers[j].address = j_info.value("address", "?");
-    peers[j].pid = j_info.value("pid", 0L);
-    peers[j].node = j_info.value("node", -1L);
-    int their_ws = j_info.value("world_size", 0);
-    if (their_ws != W) ws_mismatch += str_cat("; ", rank_desc(j), " has WORLD_SIZE=", their_ws);
-  }
-  if (!ws_mismatch.empty())
-    fail("ranks disagree on WORLD_SIZE: ", me(), " has WORLD_SIZE=", W, ws_mismatch,
-         ". Start every node with the same --nnodes and --nproc-per-node");
+  wait_for_every_rank(deadline);
+  const std::vector<nlohmann::json> infos = read_peer_infos(deadline);
   const Ms probe = mesh_check_timeout();
   if (probe > Ms(0)) mesh->run(*store, infos, probe, Clock::now() + probe + std::max(rdzv / 10, Ms(30000)));
   gloo_port = mesh->gloo_port();  // 0: the kernel picks each pair's port

@@ -21,6 +21,7 @@
 #include <gloo/context.h>
 #include <gloo/transport/device.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <nlohmann/json_fwd.hpp>
 
 #include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/cluster/heartbeat.h"
@@ -171,7 +172,16 @@ struct GlooCommunicator::Impl {
     return str_cat("rank ", r, in_group);
   }
 
+  // Joins the job: the store, this rank's claim and info, every rank's info, the mesh check and
+  // Gloo's pairs, all within the rendezvous timeout.
   void rendezvous();
+  // Connects to the job's store (hosting it on rank 0 unless the launcher does), reporting every
+  // interval while it is not up, and leaves this rank's will there.
+  void open_store(Clock::time_point t0);
+  // Waits until every rank has published its info; on the deadline throws naming the missing ones.
+  void wait_for_every_rank(Clock::time_point deadline);
+  // Reads every rank's info into peers and returns it; throws when the ranks' WORLD_SIZE differ.
+  std::vector<nlohmann::json> read_peer_infos(Clock::time_point deadline);
   // Connects Gloo's pairs, all on `port` when it is not 0 (--port-range `range`).
   void connect_gloo(int port, const std::string& range, Clock::time_point deadline);
   void run_thread(int lane);
