@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "nanochat/core/error.h"
 #include "nanochat/cluster/env.h"
 #include "nanochat/cluster/gloo_communicator.h"
+#include "nanochat/core/error.h"
 
 using namespace nanochat;
 using namespace nanochat::cluster;

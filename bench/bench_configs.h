@@ -21,12 +21,9 @@ inline constexpr int kVocab = 32768;
 inline constexpr int kAspect = 64;
 
 inline constexpr BenchConfig kConfigs[] = {
-    {"d4", 4, 128, 512, 8, "SSSL"},
-    {"d6", 6, 64, 512, 8, "L"},  // nanochat's runcpu config
-    {"d6b32", 6, 64, 512, 32, "L"},
-    {"d8", 8, 128, 512, 8, "SSSL"},
-    {"d12", 12, 128, 1024, 4, "SSSL"},
-    {"d4v8k", 4, 128, 512, 8, "SSSL", 8192},
+    {"d4", 4, 128, 512, 8, "SSSL"},          {"d6", 6, 64, 512, 8, "L"},  // nanochat's runcpu config
+    {"d6b32", 6, 64, 512, 32, "L"},          {"d8", 8, 128, 512, 8, "SSSL"},
+    {"d12", 12, 128, 1024, 4, "SSSL"},       {"d4v8k", 4, 128, 512, 8, "SSSL", 8192},
     {"d8v8k", 8, 128, 512, 8, "SSSL", 8192},
 };
 

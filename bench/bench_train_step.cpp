@@ -64,7 +64,6 @@ namespace {
 using bench::BenchConfig;
 using bench::kConfigs;
 
-
 std::vector<std::string> split(const char* s) {
   std::vector<std::string> out;
   std::string cur;
@@ -233,8 +232,8 @@ void print_optimizer_bound(const MuonAdamW& opt, double model_flops, double opt_
   double muon = 0;
   for (const OptGroup& g : opt.groups())
     if (g.kind == OptKind::Muon)
-      muon += static_cast<double>(g.params.size()) *
-              static_cast<double>(polar_express_flops(g.rows, g.cols, g.ns_steps));
+      muon +=
+          static_cast<double>(g.params.size()) * static_cast<double>(polar_express_flops(g.rows, g.cols, g.ns_steps));
   const double adam_elems = bench::adamw_elements(opt);
   std::printf(
       "    optimizer: %.2f s; Muon's Polar Express multiplies %.1f GFLOP (%.1f%% of the model's %.1f, %.2f s at "

@@ -215,7 +215,9 @@ TEST(LoopCheckpoint, AnEarlierPerNodeCheckpointStillResumesAtItsWorldSize) {
     const LoopState st = resume(comm, mine, 2, m, opt);
     EXPECT_EQ(st.loader_state, sample_state(r).loader_state) << "rank " << r;
     EXPECT_EQ(std::vector<float>(m.param_data(), m.param_data() + m.num_params()), weights) << "rank " << r;
-    save_checkpoint(comm, again, m, opt, RunMeta::from_json(json{{"model_config", mine.model.to_json()}, {"world_size", 2}}, "run meta"), st);
+    save_checkpoint(comm, again, m, opt,
+                    RunMeta::from_json(json{{"model_config", mine.model.to_json()}, {"world_size", 2}}, "run meta"),
+                    st);
   });
   const auto whole1 = whole_state(plan, again, 2);
   EXPECT_EQ(whole1.values, whole0.values);

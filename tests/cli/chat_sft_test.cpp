@@ -184,7 +184,8 @@ TEST(ChatSft, BadInputsAreNamed) {
   // a missing file: its path
   auto r = run(b, " chat-sft --model-tag t --train-jsonl " + b.dir + "/nope.jsonl --eval-every -1 --threads 1");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.out.find("chat-sft: cannot read " + b.dir + "/nope.jsonl (no such file on this node); check the path "
+  EXPECT_NE(r.out.find("chat-sft: cannot read " + b.dir +
+                       "/nope.jsonl (no such file on this node); check the path "
                        "given to --train-jsonl"),
             std::string::npos)
       << r.out;

@@ -269,8 +269,8 @@ TEST(DistKill, FrozenRankIsFoundByTheHeartbeatAndTheStopNamesStepAndCheckpoint) 
   const std::string out = slurp(log);
   ASSERT_TRUE(WIFEXITED(job.status)) << out;
   EXPECT_NE(WEXITSTATUS(job.status), 0) << out;
-  const std::string frozen = "rank 1 (host " + this_host() + ", pid " + std::to_string(rank1) +
-                             ") stopped answering its heartbeat for ";
+  const std::string frozen =
+      "rank 1 (host " + this_host() + ", pid " + std::to_string(rank1) + ") stopped answering its heartbeat for ";
   EXPECT_NE(out.find(frozen), std::string::npos) << "expected: " << frozen << "\n" << out;
   EXPECT_NE(out.find("NANOCHAT_HEARTBEAT_TIMEOUT 3.0 s"), std::string::npos) << out;
   // the step and the operation it waited in, and no sign of the collective timeout
@@ -350,9 +350,8 @@ TEST(DistKill, KilledRankCostsNoCompletedStepWithTheStateCopy) {
     ASSERT_TRUE(fs::exists(copy.marker())) << slurp(b.dir + "/reference.log");
   }
   for (const std::string& f : {copy.model(), copy.optim(0), copy.optim(1)}) {
-    const double d =
-        nctest::max_rel_diff(nanochat::load_safetensors(f),
-                             nanochat::load_safetensors(kept + "/" + fs::path(f).filename().string()));
+    const double d = nctest::max_rel_diff(nanochat::load_safetensors(f),
+                                          nanochat::load_safetensors(kept + "/" + fs::path(f).filename().string()));
     std::printf("%s: max relative difference %.3g\n", fs::path(f).filename().string().c_str(), d);
     EXPECT_LE(d, 1e-4) << f;
   }

@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <map>
 
-#include "nanochat/core/error.h"
 #include "nanochat/cluster/env.h"
 #include "nanochat/cluster/net.h"
+#include "nanochat/core/error.h"
 #include "support/proc_util.h"
 
 using namespace nanochat;

@@ -167,4 +167,3 @@ TEST(Plan, OwnsTheOptimizerScheduleEvalAndFolders) {
   EXPECT_EQ(q.checkpoint_dir, "/base/base_checkpoints/mine");
   EXPECT_EQ(q.eval_steps_for(q.B), 1);
 }
-

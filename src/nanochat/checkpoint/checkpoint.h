@@ -39,9 +39,9 @@ struct CheckpointPaths {
 void write_safetensors_atomic(const std::string& path, const std::vector<StWriteEntry>& entries,
                               const std::map<std::string, std::string>& metadata = {});
 
-/// Removes the temporary files of the atomic writes (core/file_io.h atomic_tmp_name(): "<file>.tmp.<pid>.<n>") in `dir` whose writing
-/// process no longer exists on this host (a save interrupted by a signal or a crash leaves one, as
-/// large as the file). Returns how many were removed; never throws.
+/// Removes the temporary files of the atomic writes (core/file_io.h atomic_tmp_name(): "<file>.tmp.<pid>.<n>") in `dir`
+/// whose writing process no longer exists on this host (a save interrupted by a signal or a crash leaves one, as large
+/// as the file). Returns how many were removed; never throws.
 size_t remove_stale_checkpoint_tmp(const std::string& dir);
 
 /// Creates the checkpoint directory, removes stale temporary files (remove_stale_checkpoint_tmp())

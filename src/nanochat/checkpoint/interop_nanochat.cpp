@@ -120,7 +120,8 @@ std::string export_to_nanochat(const ExportOptions& opts) {
     MuonAdamW opt(optimizer_params(model), optim_config_of_meta(lm.run, model.config().n_embd));
     const MuonAdamW::WholeState whole = read_checkpoint_optimizer(lm, opt);
     // the lr, momentum and weight decay of the last step, as nanochat's base_train leaves them
-    const std::vector<OptGroup> groups = scheduled_groups(opt, lm.run, lm.step, CheckpointPaths{lm.dir, lm.step}.meta());
+    const std::vector<OptGroup> groups =
+        scheduled_groups(opt, lm.run, lm.step, CheckpointPaths{lm.dir, lm.step}.meta());
     write_then_rename(dir + "/optim_" + step6(lm.step) + "_rank0.pt",
                       [&](const std::string& tmp) { save_nanochat_optimizer(tmp, opt, whole, groups); });
   }

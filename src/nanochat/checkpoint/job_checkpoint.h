@@ -54,8 +54,8 @@ struct JobStateCopy {
 /// arrived (a failure leaves the previous copy whole). Other ranks leave *copy untouched. Extra
 /// memory on rank 0: the weights and the whole optimizer state.
 void copy_job_state(Communicator& comm, const GPT& model, const MuonAdamW& opt,
-                    const std::map<std::string, std::string>& optim_metadata, const nlohmann::json& meta,
-                    int64_t step, JobStateCopy* copy);
+                    const std::map<std::string, std::string>& optim_metadata, const nlohmann::json& meta, int64_t step,
+                    JobStateCopy* copy);
 
 /// Rank 0 alone, without communication (the job's group may be broken): writes `copy` as step
 /// copy.step into `dir`, the files save_job_checkpoint writes for copy.shards.size() ranks, each

@@ -65,7 +65,7 @@ LoopState resume(Communicator& comm, const TrainPlan& plan, int64_t step, GPT& m
 /// not asked for, or when a shard is missing: nanochat then starts with a fresh optimizer). Throws
 /// on every rank the same nanochat::Error naming the file for a damaged or unreadable one. All
 /// ranks call it together.
-RunMeta warm_start(Communicator& comm, const CheckpointPaths& cp, GPT& model, MuonAdamW& opt,
-                          bool with_optimizer, bool* optimizer_loaded);
+RunMeta warm_start(Communicator& comm, const CheckpointPaths& cp, GPT& model, MuonAdamW& opt, bool with_optimizer,
+                   bool* optimizer_loaded);
 
 }  // namespace nanochat

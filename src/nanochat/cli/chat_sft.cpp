@@ -46,7 +46,8 @@ void register_chat_sft(CLI::App& app) {
   c->add_option("--final-lr-frac", a->final_lr_frac, "lr multiplier at the end")->capture_default_str();
   c->add_option("--eval-every", a->eval_every, "val bpb every N steps (-1 = off)")->capture_default_str();
   c->add_option("--eval-tokens", a->eval_tokens, "tokens per val evaluation")->capture_default_str();
-  c->add_option("--chatcore-every", a->chatcore_every, "ChatCORE every N steps and at the last (-1 = off; every rank needs the tasks' files)")
+  c->add_option("--chatcore-every", a->chatcore_every,
+                "ChatCORE every N steps and at the last (-1 = off; every rank needs the tasks' files)")
       ->capture_default_str();
   c->add_option("--chatcore-max-cat", a->chatcore_max_cat, "ChatCORE: problems per categorical task")
       ->capture_default_str();

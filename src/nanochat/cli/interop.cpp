@@ -38,8 +38,8 @@ void register_interop(CLI::App& app) {
               "also write the optimizer state (every rank's shard) as nanochat's optim_<step>_rank0.pt");
   e->callback([ex] {
     check_format(ex->format, "--to");
-    const std::string model = export_to_nanochat({ex->ckpt.model_tag, ex->ckpt.step, ex->dir, ex->with_optimizer,
-                                                  parse_checkpoint_source(ex->ckpt.source)});
+    const std::string model = export_to_nanochat(
+        {ex->ckpt.model_tag, ex->ckpt.step, ex->dir, ex->with_optimizer, parse_checkpoint_source(ex->ckpt.source)});
     std::printf("Exported %s (with its meta and the tokenizer under %s/tokenizer); %s\n", model.c_str(),
                 ex->dir.c_str(),
                 ex->with_optimizer ? "the optimizer state is in optim_<step>_rank0.pt next to it"

@@ -60,8 +60,7 @@ void register_sample(CLI::App& app) {
     const Tokenizer& tok = im.tokenizer;
     std::printf("model %s step %lld (%s)\n", im.lm.tag.c_str(), static_cast<long long>(im.lm.step), im.lm.dir.c_str());
     std::vector<std::string> prompts = a->prompts;
-    if (prompts.empty())
-      prompts.assign(kBaseSamplePrompts.begin(), kBaseSamplePrompts.end());
+    if (prompts.empty()) prompts.assign(kBaseSamplePrompts.begin(), kBaseSamplePrompts.end());
     Engine engine(*im.lm.model, tok);
     GenerateOptions o;
     o.max_tokens = a->max_tokens;

@@ -6,10 +6,10 @@
 #include <set>
 #include <vector>
 
+#include "nanochat/cluster/net.h"
 #include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/version.h"
-#include "nanochat/cluster/net.h"
 
 namespace nanochat::cluster {
 

@@ -12,9 +12,9 @@ namespace nanochat::cluster {
 
 /// Exchanges `facts` (key -> value) plus the "nanochat build" fact (core/version.h build_id())
 /// between all ranks of `comm` with collectives (comm/typed.h all_gather_strings: an all-gather of
-/// the sizes, then one of the bytes). If any key is missing on some rank or has differing values, every rank throws the same
-/// nanochat::Error naming the key and exactly what differs, with the ranks (and hosts) holding
-/// each value: for values that are JSON objects on every rank, one line per differing key path
+/// the sizes, then one of the bytes). If any key is missing on some rank or has differing values, every rank throws the
+/// same nanochat::Error naming the key and exactly what differs, with the ranks (and hosts) holding each value: for
+/// values that are JSON objects on every rank, one line per differing key path
 /// ("seed: 7 on rank 1 (host b); 42 on rank 0 (host a)"; an entry some ranks lack is shown whole,
 /// "missing" on the others); for other values, each distinct value in full on its own line
 /// ("(missing)" for the ranks without the key). Only absurd sizes are

@@ -2,9 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nanochat/cluster/net.h"
 #include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
-#include "nanochat/cluster/net.h"
 
 namespace nanochat::cluster {
 

@@ -9,9 +9,9 @@
 
 #include <gloo/types.h>
 
+#include "nanochat/cluster/gloo_communicator_impl.h"
 #include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
-#include "nanochat/cluster/gloo_communicator_impl.h"
 
 namespace nanochat::cluster {
 

@@ -8,11 +8,11 @@
 #include <thread>
 #include <vector>
 
-#include "nanochat/core/error.h"
-#include "nanochat/core/test_fault.h"
 #include "nanochat/cluster/env.h"
 #include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/cluster/net.h"
+#include "nanochat/core/error.h"
+#include "nanochat/core/test_fault.h"
 
 namespace nanochat::cluster {
 

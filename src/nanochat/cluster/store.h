@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "nanochat/core/error.h"
 #include "nanochat/cluster/net.h"
+#include "nanochat/core/error.h"
 
 namespace nanochat::cluster {
 

@@ -23,7 +23,8 @@ TestFault parse_test_fault(const char* text) {
   } catch (const std::exception&) {
   }
   fail("NANOCHAT_TEST_FAULT='", text,
-       "' is not flip-bit:<rank>:<step>:<tensor>, write-fail:<rank>, save-stall:<step>, start-delay:<rank>:<s>, die:<rank>:<step> or ",
+       "' is not flip-bit:<rank>:<step>:<tensor>, write-fail:<rank>, save-stall:<step>, start-delay:<rank>:<s>, "
+       "die:<rank>:<step> or ",
        "slow:<rank>:<factor> (it is for tests only)");
 }
 

@@ -180,7 +180,6 @@ OpenedTorch open_torch(ZipReader zip, const std::string& what) {
   return OpenedTorch{std::move(zip), prefix, std::move(tree)};
 }
 
-
 }  // namespace
 
 void save_torch_state_dict(const std::string& path, const std::vector<StWriteEntry>& entries) {

@@ -102,7 +102,7 @@ class DataLoader {
 
   LoaderOptions opt_;
   std::unique_ptr<Impl> impl_;
-  nlohmann::json state_;  // state after the last batch returned by next_rows()
+  nlohmann::json state_;       // state after the last batch returned by next_rows()
   std::vector<int32_t> rows_;  // next()'s batch as rows
   // prefetch
   std::thread thread_;

@@ -133,7 +133,8 @@ ChatCoreResult chat_core(Engine& engine, const ChatEvalTaskOpener& open, const C
 
 /// chat-rl's evaluation (nanochat scripts/chat_rl.py run_gsm8k_eval): pass@k on the first
 /// max_examples problems of `task` (all when < 0), k = 1..num_samples: the fraction of problems
-/// (over every rank) where any of the first k answers passes Task::evaluate. Problems are strided over the ranks; every rank must call together.
+/// (over every rank) where any of the first k answers passes Task::evaluate. Problems are strided over the ranks; every
+/// rank must call together.
 std::vector<double> pass_at_k(Engine& engine, const tasks::Task& task, int num_samples, int64_t max_examples,
                               int max_new_tokens, double temperature, int top_k, Communicator& comm);
 

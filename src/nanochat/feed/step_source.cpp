@@ -113,8 +113,8 @@ class LocalSource : public StepSource {
 
 class ServingSource : public StepSource {
  public:
-  ServingSource(feed::FeedServer& server, const RowStreamFactory& make_stream, const TrainPlan& plan,
-                const json* state, int64_t first_step, int ahead)
+  ServingSource(feed::FeedServer& server, const RowStreamFactory& make_stream, const TrainPlan& plan, const json* state,
+                int64_t first_step, int ahead)
       : server_(server), plan_(plan), first_(first_step), ahead_(std::max(1, ahead)), asked_(first_step - 1) {
     // an error here (no shards, no val shard) reaches the workers through run_base_train's handler
     stream_ = make_stream(state);
@@ -363,9 +363,8 @@ Tokenizer load_tokenizer(DataFeed& feed) {
   return tok;
 }
 
-std::unique_ptr<StepSource> open_step_source(DataFeed& feed, const RowStreamFactory& make_stream,
-                                             const TrainPlan& plan, const json* state, int64_t first_step,
-                                             int rank) {
+std::unique_ptr<StepSource> open_step_source(DataFeed& feed, const RowStreamFactory& make_stream, const TrainPlan& plan,
+                                             const json* state, int64_t first_step, int rank) {
   if (feed.server) return std::make_unique<ServingSource>(*feed.server, make_stream, plan, state, first_step, 3);
   if (feed.client) return std::make_unique<ReceivedSource>(*feed.client, plan, first_step, rank);
   return std::make_unique<LocalSource>(make_stream, plan, state);

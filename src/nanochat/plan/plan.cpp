@@ -54,7 +54,7 @@ void derive_run_settings(const BaseTrainArgs& a, const std::string& base_dir, Tr
   p.balance = a.balance == "even" ? BalanceMode::Even : BalanceMode::Speed;
   p.dtype = parse_compute_dtype(a.dtype, "--dtype");
   p.data = p.world_size == 1 ? DataSource::OneRank : a.local_data ? DataSource::LocalCopies : DataSource::Served;
-  p.cadence = Cadence{a.eval_every,           a.sample_every,      a.save_every,
+  p.cadence = Cadence{a.eval_every,           a.sample_every,     a.save_every,
                       a.check_replicas_every, a.resume_from_step, a.copy_state_every};
   p.optim.unembedding_lr = static_cast<float>(a.unembedding_lr * p.batch_lr_scale);
   p.optim.embedding_lr = static_cast<float>(a.embedding_lr * p.batch_lr_scale);

@@ -127,8 +127,8 @@ struct TrainPlan {
   int64_t num_iterations = 0;
   int64_t grad_accum_steps = 1;  ///< micro-batches per rank with an even split (rounded up)
   int world_size = 1;
-  int B = 1;     ///< --device-batch-size: rows per micro-batch per rank
-  int T = 2048;  ///< --max-seq-len: tokens per row
+  int B = 1;                ///< --device-batch-size: rows per micro-batch per rank
+  int T = 2048;             ///< --max-seq-len: tokens per row
   int64_t eval_tokens = 0;  ///< --eval-tokens
   BalanceMode balance = BalanceMode::Speed;
   DataSource data = DataSource::OneRank;

@@ -412,8 +412,8 @@ std::string hex64(uint64_t v) {
 }
 
 std::string read_tokenizer_file(const std::filesystem::path& path, const std::string& dir) {
-  return read_file(path.string(), str_cat("no tokenizer in ", dir,
-                                          "? train one with 'nanochat tok-train' or set NANOCHAT_BASE_DIR"));
+  return read_file(path.string(),
+                   str_cat("no tokenizer in ", dir, "? train one with 'nanochat tok-train' or set NANOCHAT_BASE_DIR"));
 }
 }  // namespace
 

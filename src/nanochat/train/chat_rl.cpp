@@ -176,8 +176,8 @@ void run_chat_rl(GPT& model, const Tokenizer& tok, const tasks::Task& train, con
       const RlRollout r = sample_rollout(engine, train, example, step, ro);
       for (int p = 0; p < num_passes; ++p) {
         const size_t b0 = static_cast<size_t>(p) * ro.device_batch_size;
-        s.loss += policy_gradient_backward(model, r, b0, b0 + ro.device_batch_size,
-                                           static_cast<int64_t>(num_passes) * E);
+        s.loss +=
+            policy_gradient_backward(model, r, b0, b0 + ro.device_batch_size, static_cast<int64_t>(num_passes) * E);
       }
       double mean = 0;
       for (double x : r.rewards) mean += x;
@@ -191,8 +191,8 @@ void run_chat_rl(GPT& model, const Tokenizer& tok, const tasks::Task& train, con
     s.lrm = 1.0 - static_cast<double>(step) / static_cast<double>(num_steps);
     // every problem's loss is already divided by the step's passes x problems: the ranks' sum is the mean
     std::vector<RlRankStep> ranks;
-    const RlRankStep sum = sync.finish(
-        mine, StepSchedule{static_cast<float>(opt.init_lr_frac * s.lrm), 0.95f, opt.weight_decay}, &ranks);
+    const RlRankStep sum =
+        sync.finish(mine, StepSchedule{static_cast<float>(opt.init_lr_frac * s.lrm), 0.95f, opt.weight_decay}, &ranks);
     for (const RlRankStep& x : ranks) s.rank_seconds.push_back(x.seconds);
     s.mean_reward = sum.reward_sum / E;
     s.mean_sequence_length = sum.samples > 0 ? sum.length_sum / sum.samples : 0.0;

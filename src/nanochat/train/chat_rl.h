@@ -29,10 +29,10 @@
 // Each example's passes are accumulated with the loss above, then train/rl_sync.h sums the ranks'
 // gradients (the mean over the step's examples whatever the split) and runs MuonAdamW (nanochat's setup_optimizer
 // groups with chat_rl's learning rates; Muon momentum 0.95 and weight decay --weight-decay, both
-// fixed) at lr = initial_lr * init_lr_frac * (1 - step / num_steps). num_steps = (train size / examples_per_step) * num_epochs (nanochat's), or opt.num_steps
-// when set (ours, for short runs; the learning rate ramps down over it likewise). Every eval_every steps (step 0
-// included) pass@k for k = 1..device_batch_size on the first eval_examples of the validation task
-// (device_batch_size samples per problem at temperature 1.0, top-k 50, 256 new tokens, seed 42;
+// fixed) at lr = initial_lr * init_lr_frac * (1 - step / num_steps). num_steps = (train size / examples_per_step) *
+// num_epochs (nanochat's), or opt.num_steps when set (ours, for short runs; the learning rate ramps down over it
+// likewise). Every eval_every steps (step 0 included) pass@k for k = 1..device_batch_size on the first eval_examples of
+// the validation task (device_batch_size samples per problem at temperature 1.0, top-k 50, 256 new tokens, seed 42;
 // nanochat's run_gsm8k_eval). Rank 0 saves the weights every save_every steps (not step 0) and at
 // the last step to checkpoint_dir (model_<step>.safetensors, meta_<step>.json and the completion
 // marker of checkpoint/checkpoint.h; no optimizer state, as nanochat saves none).
@@ -100,8 +100,8 @@ double policy_gradient_backward(GPT& model, const RlRollout& r, size_t row_begin
 struct ChatRlOptions {
   RolloutOptions rollout;
   int num_epochs = 1;
-  int64_t num_steps = -1;      ///< > 0: run this many steps instead of (train size / examples_per_step) * num_epochs
-  int examples_per_step = 16;  ///< over all ranks (any world size)
+  int64_t num_steps = -1;        ///< > 0: run this many steps instead of (train size / examples_per_step) * num_epochs
+  int examples_per_step = 16;    ///< over all ranks (any world size)
   bool balance_by_speed = true;  ///< --balance speed (else even: the same number per rank, give or take one)
   const FaultInjector* faults = nullptr;  ///< the tests' hooks (after each example); null = none
   float embedding_lr = 0.2f, unembedding_lr = 0.004f, matrix_lr = 0.02f, scalar_lr = 0.5f;
@@ -117,12 +117,12 @@ struct ChatRlOptions {
 /// What a step did, for the log line and the tests.
 struct ChatRlStep {
   int64_t step = 0, num_steps = 0;
-  double mean_reward = 0;           ///< mean over this step's examples (all ranks)
-  double mean_sequence_length = 0;  ///< tokens per sample, prompt included (all ranks' samples)
-  std::vector<int64_t> split;       ///< examples per rank in this step
-  std::vector<double> rank_seconds; ///< each rank's sampling + backward seconds in this step
-  double lrm = 0;                   ///< 1 - step / num_steps
-  double loss = 0;                  ///< sum of this rank's pass losses
+  double mean_reward = 0;            ///< mean over this step's examples (all ranks)
+  double mean_sequence_length = 0;   ///< tokens per sample, prompt included (all ranks' samples)
+  std::vector<int64_t> split;        ///< examples per rank in this step
+  std::vector<double> rank_seconds;  ///< each rank's sampling + backward seconds in this step
+  double lrm = 0;                    ///< 1 - step / num_steps
+  double loss = 0;                   ///< sum of this rank's pass losses
 };
 
 struct ChatRlCallbacks {

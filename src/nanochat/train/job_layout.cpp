@@ -4,14 +4,14 @@
 #include <cstdio>
 #include <map>
 
+#include "nanochat/cluster/agree.h"
+#include "nanochat/cluster/startup.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/format.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/data/manifest.h"
-#include "nanochat/cluster/agree.h"
-#include "nanochat/cluster/startup.h"
 #include "nanochat/tokenizer/tokenizer.h"
 
 using json = nlohmann::json;

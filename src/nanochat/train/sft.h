@@ -80,8 +80,8 @@ bool is_sft_meta(const RunMeta& meta);
 /// scaling; x init_lr_frac is applied to the optimizer by the caller), the schedules, the cadence
 /// and chatsft_checkpoints/<tag or d<depth>> under `base_dir`. Throws nanochat::Error naming the flag
 /// for a total batch not divisible by T, bad ratios or a --balance other than speed or even.
-TrainPlan derive_sft_plan(const SftArgs& a, const RunMeta& base_meta, const std::string& meta_path,
-                          int world_size, const std::string& base_dir);
+TrainPlan derive_sft_plan(const SftArgs& a, const RunMeta& base_meta, const std::string& meta_path, int world_size,
+                          const std::string& base_dir);
 
 /// The training and validation conversations: the --train-jsonl / --val-jsonl files when given,
 /// else nanochat's mixture (SmolTalk train, MMLU auxiliary_train x mmlu_epochs, GSM8K main train x

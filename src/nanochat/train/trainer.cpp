@@ -67,7 +67,7 @@ struct TrainContext {
   bool elastic = false;        // a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
   std::function<int()> pending_joins = {};  // TrainJob::pending_joins
   int64_t evaluated_step = -1;              // a regrouped job's first step: the generation before evaluated it
-  ExtraEval extra_eval = {};  // TrainJob::extra_eval
+  ExtraEval extra_eval = {};                // TrainJob::extra_eval
 };
 
 // One rank's run of base_train after the set-up: the loop and its parts.
@@ -502,8 +502,8 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
   run.world_size = plan.world_size;
   run.dtype = compute_dtype_name(plan.dtype);
   run.tokenizer_hash = std::to_string(tok.hash());
-  TrainJob job{plan, layout, tok, model, opt, token_row_stream(tok, plan), run, a.resume_from_step, peak_gflops,
-               a.profile};
+  TrainJob job{plan,        layout,   tok, model, opt, token_row_stream(tok, plan), run, a.resume_from_step,
+               peak_gflops, a.profile};
   job.adapt_threads = a.threads == 0 && num_threads() > 1;
   job.rejoined = rejoined;
   job.elastic = elastic;

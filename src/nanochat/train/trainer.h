@@ -51,7 +51,7 @@ struct TrainJob {
   GPT& model;               ///< its weights: initialised or loaded
   MuonAdamW& opt;           ///< over model's parameters (plan/plan.h optimizer_params)
   RowStreamFactory stream;  ///< the one data stream (read on rank 0 only when node 0 serves)
-  RunMeta run_meta;  ///< the meta fields that do not change during the run (checkpoint/run_meta.h)
+  RunMeta run_meta;         ///< the meta fields that do not change during the run (checkpoint/run_meta.h)
   int64_t resume_from_step = -1;
   double peak_gflops = 1;  ///< the MFU reference (measure_and_print_peak)
   bool profile = false;
