@@ -10,6 +10,8 @@
 //   d8:    depth 8, head_dim 128, T 512, B 8, window "SSSL"
 //   d12:   depth 12, head_dim 128, T 1024, B 4, window "SSSL"
 //   d4v8k, d8v8k: d4 and d8 with vocab 8192 (the quickstart's)
+//   d4t2k, d8t2k: d4 and d8 at nanochat's default context, T 2048, B 2, window "SSSL" (short
+//          windows of 512)
 //   (the others: vocab 32768; all: aspect ratio 64: n_embd = ceil(depth*64/head_dim)*head_dim)
 // --recompute-mlp turns on the model's MLP activation recompute (GPT::set_recompute_mlp).
 // --dtype float32,bfloat16 runs each (config, threads) in each compute dtype (model/gpt.h
@@ -246,7 +248,7 @@ void print_optimizer_bound(const MuonAdamW& opt, double model_flops, double opt_
 void usage(const char* argv0, FILE* to = stderr) {
   std::fprintf(to,
                "usage: %s [--steps N] [--warmup N] [--threads 1,2] "
-               "[--config d4,d6,d6b32,d8,d12|all] [--peak-seconds S] [--json] [--list-configs] "
+               "[--config d4,d6,d6b32,d8,d12,d8t2k,...|all] [--peak-seconds S] [--json] [--list-configs] "
                "[--peak-only] [--recompute-mlp] [--dtype float32,bfloat16] [--rounds R]\n",
                argv0);
 }
@@ -316,7 +318,9 @@ int main(int argc, char** argv) {
       }
     }
     if (!found) {
-      std::fprintf(stderr, "bench_train_step: unknown --config '%s' (known: d4, d6, d6b32, d8, d12, all)\n", w.c_str());
+      std::string known;
+      for (const auto& bc : kConfigs) known += std::string(bc.name) + ", ";
+      std::fprintf(stderr, "bench_train_step: unknown --config '%s' (known: %sall)\n", w.c_str(), known.c_str());
       return 2;
     }
   }
