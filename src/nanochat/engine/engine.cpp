@@ -34,6 +34,17 @@ void check_sampling(double temperature, double top_p) {
 
 }  // namespace
 
+void apply_penalties(float* logits, int64_t V, const std::vector<int32_t>& answer, double presence, double frequency) {
+  if (presence == 0.0 && frequency == 0.0) return;
+  std::vector<int32_t> seen;  // distinct ids, for the presence term
+  std::vector<uint32_t> count(static_cast<size_t>(V), 0);
+  for (const int32_t t : answer) {
+    if (t < 0 || t >= V) continue;
+    if (count[static_cast<size_t>(t)]++ == 0) seen.push_back(t);
+  }
+  for (const int32_t t : seen) logits[t] -= static_cast<float>(frequency * count[static_cast<size_t>(t)] + presence);
+}
+
 int32_t sample_token(const float* logits, int64_t V, double temperature, int top_k, double top_p, Rng& rng) {
   check_sampling(temperature, top_p);
   if (temperature == 0.0) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
@@ -205,7 +216,9 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
         tok = s.forced.front();
         s.forced.pop_front();
       } else {
-        tok = sample_token(logits.data() + static_cast<size_t>(b) * V, V, opt.temperature, opt.top_k, opt.top_p, rng);
+        float* row_logits = logits.data() + static_cast<size_t>(b) * V;
+        apply_penalties(row_logits, V, res.rows[b].tokens, opt.presence_penalty, opt.frequency_penalty);
+        tok = sample_token(row_logits, V, opt.temperature, opt.top_k, opt.top_p, rng);
       }
       column[b] = tok;
       GeneratedRow& row = res.rows[b];

@@ -6,7 +6,8 @@
 //  1. Prefill: the prompt runs once through the model with a batch-1 KV cache.
 //  2. The cache is copied into every row of a (num_samples)-row cache (KVCache::prefill_from) and
 //     every row starts from the prompt's last logits.
-//  3. Each step samples one token per row (temperature 0 = argmax, first index on ties; else
+//  3. Each step samples one token per row from its logits less the row's presence / frequency
+//     penalties (apply_penalties; off by default) (temperature 0 = argmax, first index on ties; else
 //     softmax(logits / temperature) restricted to the top_k largest and then to the smallest set
 //     whose probability reaches top_p, drawn from one Rng(seed) row by row), unless the row has
 //     forced tokens waiting, in which case the next forced token is taken instead.
@@ -42,7 +43,12 @@ struct GenerateOptions {
   int top_k = 0;             ///< sample among the k most likely tokens; <= 0 = all
   double top_p = 1.0;        ///< nucleus in (0, 1]; 1 = off (nanochat has none)
   uint64_t seed = 42;        ///< sampling seed (not used when greedy)
-  bool tools = true;         ///< run the calculator on python blocks and force its output
+  /// OpenAI's penalties (-2..2, 0 = off; nanochat has none): before each sampled token (greedy
+  /// included) a row's logits lose presence_penalty for every token id already in its answer and
+  /// frequency_penalty times the number of times it is there (apply_penalties).
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  bool tools = true;  ///< run the calculator on python blocks and force its output
 };
 
 /// One token appended to a row's answer, as the callback sees it.
@@ -113,6 +119,10 @@ class Engine {
   const Tokenizer& tok_;
   int32_t bos_, assistant_end_, python_start_, python_end_, output_start_, output_end_;
 };
+
+/// logits[t] -= frequency * count(t) + presence * (count(t) > 0), where count(t) is how often id t
+/// is in `answer` (ids outside [0, V) are skipped). Does nothing when both penalties are 0.
+void apply_penalties(float* logits, int64_t V, const std::vector<int32_t>& answer, double presence, double frequency);
 
 /// One draw from logits (V floats) with the rule of step 3 above; rng is used only when
 /// temperature > 0. Throws nanochat::Error for temperature < 0 or top_p outside (0, 1].
