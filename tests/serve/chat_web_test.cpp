@@ -51,7 +51,7 @@ class ChatWeb : public ::testing::Test {
 };
 
 json chat(const std::string& text, json extra = json::object()) {
-  json j = {{"model", "whatever"}, {"messages", json::array({{{"role", "user"}, {"content", text}}})}};
+  json j = {{"messages", json::array({{{"role", "user"}, {"content", text}}})}};
   for (auto& [k, v] : extra.items()) j[k] = v;
   return j;
 }
@@ -139,12 +139,19 @@ TEST_F(ChatWeb, LimitsDisconnectsAndParallelClientsOnTheRealModel) {
   auto many = c.Post("/v1/chat/completions", four.dump(), "application/json");
   ASSERT_TRUE(many);
   EXPECT_EQ(many->status, 400);
-  // Roles that do not alternate are refused by the conversation renderer, named.
-  json twice = chat("a");
+  // Two user messages in a row are one turn for the model (joined, as OpenAI reads them).
+  json twice = chat("a", {{"max_tokens", 4}});
   twice["messages"].push_back({{"role", "user"}, {"content", "b"}});
-  auto bad = c.Post("/v1/chat/completions", twice.dump(), "application/json");
+  auto joined = c.Post("/v1/chat/completions", twice.dump(), "application/json");
+  ASSERT_TRUE(joined);
+  EXPECT_EQ(joined->status, 200) << joined->body;
+  // A conversation that starts with the assistant is refused by the conversation renderer, named.
+  json first = chat("b");
+  first["messages"].insert(first["messages"].begin(), json{{"role", "assistant"}, {"content", "a"}});
+  auto bad = c.Post("/v1/chat/completions", first.dump(), "application/json");
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400) << bad->body;
+  EXPECT_NE(bad->body.find("should be from user"), std::string::npos) << bad->body;
   // A client that hangs up mid-answer: both workers are free again soon after.
   {
     sctest::RawClient raw(port);

@@ -34,7 +34,17 @@ struct Script {
   std::condition_variable cv;
   bool gate_open = true;
   std::atomic<int> running{0}, started{0}, cancelled{0}, finished{0};
-  std::atomic<int> last_messages{0};  ///< messages in the last request rendered
+  std::atomic<int> last_messages{0};       ///< messages in the last request rendered
+  std::vector<ChatMessage> last_rendered;  ///< the last request's messages as rendered (under m)
+  SampleParams last_params;                ///< the last generation's settings (under m)
+  std::vector<ChatMessage> rendered() {
+    std::lock_guard<std::mutex> lk(m);
+    return last_rendered;
+  }
+  SampleParams params() {
+    std::lock_guard<std::mutex> lk(m);
+    return last_params;
+  }
   void open() {
     {
       std::lock_guard<std::mutex> lk(m);
@@ -59,6 +69,10 @@ class ScriptedBackend : public Backend {
   explicit ScriptedBackend(std::shared_ptr<Script> s) : s_(std::move(s)) {}
   std::vector<RowEnd> generate(const std::vector<int32_t>&, const SampleParams& params,
                                const std::function<Control(int, const std::string&)>& on_piece) override {
+    {
+      std::lock_guard<std::mutex> lk(s_->m);
+      s_->last_params = params;
+    }
     ++s_->started;
     ++s_->running;
     struct Down {
@@ -120,6 +134,10 @@ inline ServedModel scripted_model(std::shared_ptr<Script> s, int64_t context = 4
   m.context_len = context;
   m.render = [s](const std::vector<ChatMessage>& msgs) {
     s->last_messages = static_cast<int>(msgs.size());
+    {
+      std::lock_guard<std::mutex> lk(s->m);
+      s->last_rendered = msgs;
+    }
     std::vector<int32_t> ids;
     for (const auto& x : msgs) {
       ids.insert(ids.end(), 3, 1);

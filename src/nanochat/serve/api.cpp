@@ -51,6 +51,38 @@ std::string content_text(const json& c, const std::string& name) {
   return out;
 }
 
+bool neutral(const json& v) { return v.is_null() || (v.is_array() && v.empty()) || (v.is_object() && v.empty()); }
+
+// One message's role; "developer" (OpenAI's newer name for it) is the system message.
+std::string message_role(const json& m, const std::string& at) {
+  if (!m.contains("role") || !m["role"].is_string()) bad(at + ".role", "'" + at + ".role' must be a string");
+  const std::string role = m["role"].get<std::string>();
+  if (role == "developer") return "system";
+  if (role != "system" && role != "user" && role != "assistant")
+    bad(at + ".role", "'" + at + ".role' is '" + role +
+                          "'; this model knows the roles system (or developer), user and assistant (it calls no "
+                          "tools of the client's)");
+  return role;
+}
+
+ChatMessage parse_message(const json& m, const std::string& at, const RequestLimits& limits) {
+  if (!m.is_object()) bad(at, "'" + at + "' must be an object {\"role\", \"content\"}");
+  for (const auto& [key, val] : m.items()) {
+    if (key == "role" || key == "content" || key == "name") continue;
+    if ((key == "tool_calls" || key == "function_call" || key == "refusal" || key == "audio") && neutral(val)) continue;
+    bad(at + "." + key, "'" + at + "' has the field '" + key +
+                            "' with a value; this server takes role, content and name (tool_calls, function_call, "
+                            "refusal and audio only as null or empty)");
+  }
+  const std::string role = message_role(m, at);
+  if (!m.contains("content") || m["content"].is_null()) bad(at + ".content", "'" + at + ".content' is missing");
+  ChatMessage msg{role, content_text(m["content"], at + ".content")};
+  if (static_cast<int64_t>(msg.content.size()) > limits.max_message_chars)
+    bad(at + ".content", "'" + at + ".content' is " + std::to_string(msg.content.size()) +
+                             " bytes; this server takes at most " + std::to_string(limits.max_message_chars));
+  return msg;
+}
+
 std::vector<ChatMessage> parse_messages(const json& v, const RequestLimits& limits) {
   if (!v.is_array() || v.empty()) bad("messages", "'messages' must be a non-empty list of {\"role\", \"content\"}");
   if (static_cast<int64_t>(v.size()) > limits.max_messages)
@@ -59,21 +91,13 @@ std::vector<ChatMessage> parse_messages(const json& v, const RequestLimits& limi
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string at = "messages[" + std::to_string(i) + "]";
-    const json& m = v[i];
-    if (!m.is_object()) bad(at, "'" + at + "' must be an object {\"role\", \"content\"}");
-    for (const auto& [key, _] : m.items())
-      if (key != "role" && key != "content" && key != "name")
-        bad(at + "." + key, "'" + at + "' has the unknown field '" + key + "' (known: role, content, name)");
-    if (!m.contains("role") || !m["role"].is_string()) bad(at + ".role", "'" + at + ".role' must be a string");
-    const std::string role = m["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant")
-      bad(at + ".role", "'" + at + ".role' is '" + role + "'; this model knows the roles system, user and assistant");
-    if (role == "system" && i != 0) bad(at + ".role", "a system message may only come first ('" + at + "')");
-    if (!m.contains("content")) bad(at + ".content", "'" + at + ".content' is missing");
-    ChatMessage msg{role, content_text(m["content"], at + ".content")};
-    if (static_cast<int64_t>(msg.content.size()) > limits.max_message_chars)
-      bad(at + ".content", "'" + at + ".content' is " + std::to_string(msg.content.size()) +
-                               " bytes; this server takes at most " + std::to_string(limits.max_message_chars));
+    ChatMessage msg = parse_message(v[i], at, limits);
+    if (msg.role == "system" && i != 0) bad(at + ".role", "a system message may only come first ('" + at + "')");
+    // nanochat's turns alternate: messages of one role in a row become one, as OpenAI reads them.
+    if (!out.empty() && out.back().role == msg.role) {
+      out.back().content += "\n\n" + msg.content;
+      continue;
+    }
     out.push_back(std::move(msg));
   }
   if (out.back().role != "user")
@@ -101,11 +125,109 @@ std::vector<std::string> parse_stop(const json& v) {
 
 }  // namespace
 
-std::string error_json(const std::string& message, const std::string& type, const std::string& param) {
-  json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", type}};
+std::string error_json(const std::string& message, const std::string& type, const std::string& param,
+                       const std::string& code) {
+  json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code.empty() ? type : code}};
   if (!param.empty()) e["param"] = param;
   return dump_json(json{{"error", e}});
 }
+
+json limits_json(const RequestLimits& limits) {
+  return {{"max_messages", limits.max_messages},
+          {"max_message_chars", limits.max_message_chars},
+          {"max_tokens", limits.max_tokens},
+          {"max_n", limits.max_n}};
+}
+
+namespace {
+
+// Fields OpenAI's clients send that have no effect on this server's answer.
+const std::set<std::string> kIgnored = {
+    "user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier"};
+
+// Fields accepted only with a value that asks for nothing this server lacks; refuses others.
+void check_neutral(const json& j) {
+  auto refuse = [](const std::string& k, const std::string& why) {
+    bad(k, "'" + k + "' " + why + "; this server (a nanochat model) cannot, and would answer something else");
+  };
+  auto set = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
+  if (set("logprobs") && j["logprobs"] != false) refuse("logprobs", "asks for token log-probabilities");
+  if (set("top_logprobs") && j["top_logprobs"] != 0) refuse("top_logprobs", "asks for token log-probabilities");
+  if (set("response_format") && j["response_format"] != json{{"type", "text"}})
+    refuse("response_format", "asks for a format other than {\"type\": \"text\"} (JSON mode or a schema)");
+  for (const char* k : {"tools", "functions"})
+    if (set(k) && !(j[k].is_array() && j[k].empty())) refuse(k, "offers tools for the model to call");
+  for (const char* k : {"tool_choice", "function_call"})
+    if (set(k) && j[k] != "none" && j[k] != "auto") refuse(k, "requires a tool call");
+  if (set("logit_bias")) {
+    if (!j["logit_bias"].is_object()) bad("logit_bias", "'logit_bias' must be an object {token id: bias}");
+    for (const auto& [id, b] : j["logit_bias"].items())
+      if (b != 0) refuse("logit_bias", "biases token " + id);
+  }
+  if (set("modalities") && j["modalities"] != json::array({"text"}))
+    refuse("modalities", "asks for output other than [\"text\"]");
+  for (const char* k : {"audio", "prediction", "web_search_options", "reasoning_effort"})
+    if (set(k)) refuse(k, "is set (only null is accepted)");
+}
+
+// Every field of the body is known: honoured, ignored or checked by check_neutral.
+void check_known(const json& j) {
+  static const std::set<std::string> known = {"model",
+                                              "messages",
+                                              "temperature",
+                                              "top_k",
+                                              "top_p",
+                                              "max_tokens",
+                                              "max_completion_tokens",
+                                              "stream",
+                                              "stream_options",
+                                              "stop",
+                                              "n",
+                                              "seed",
+                                              "presence_penalty",
+                                              "frequency_penalty",
+                                              "logprobs",
+                                              "top_logprobs",
+                                              "response_format",
+                                              "tools",
+                                              "functions",
+                                              "tool_choice",
+                                              "function_call",
+                                              "logit_bias",
+                                              "modalities",
+                                              "audio",
+                                              "prediction",
+                                              "web_search_options",
+                                              "reasoning_effort"};
+  for (const auto& [key, _] : j.items())
+    if (!known.count(key) && !kIgnored.count(key))
+      bad(key, "unknown field '" + key +
+                   "'; this server takes OpenAI's chat completion fields and top_k (README.md, chat-web)");
+  check_neutral(j);
+}
+
+void parse_sampling(const json& j, const RequestLimits& limits, ChatRequest& r) {
+  auto given = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
+  if (given("temperature")) r.temperature = number(j["temperature"], "temperature", 0.0, 2.0);
+  if (given("top_k")) r.top_k = integer(j["top_k"], "top_k", 0, 1000);
+  if (given("top_p")) {
+    r.top_p = number(j["top_p"], "top_p", 0.0, 1.0);
+    if (r.top_p <= 0.0) bad("top_p", "'top_p' must be above 0 (1 = off)");
+  }
+  if (given("presence_penalty")) r.presence_penalty = number(j["presence_penalty"], "presence_penalty", -2.0, 2.0);
+  if (given("frequency_penalty")) r.frequency_penalty = number(j["frequency_penalty"], "frequency_penalty", -2.0, 2.0);
+  if (given("max_tokens")) r.max_tokens = integer(j["max_tokens"], "max_tokens", 1, limits.max_tokens);
+  if (given("max_completion_tokens"))
+    r.max_tokens = integer(j["max_completion_tokens"], "max_completion_tokens", 1, limits.max_tokens);
+  if (given("n")) r.n = integer(j["n"], "n", 1, limits.max_n);
+  if (given("seed")) {
+    if (!j["seed"].is_number_integer()) bad("seed", "'seed' must be an integer");
+    r.seed = static_cast<uint64_t>(j["seed"].get<int64_t>());
+  }
+  if (j.contains("stop")) r.stop = parse_stop(j["stop"]);
+}
+
+}  // namespace
 
 ChatRequest parse_chat_request(const std::string& body, const RequestLimits& limits) {
   json j;
@@ -115,32 +237,17 @@ ChatRequest parse_chat_request(const std::string& body, const RequestLimits& lim
     bad("", std::string("the request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) bad("", "the request body must be a JSON object");
-  static const std::set<std::string> known = {
-      "model",  "messages",       "temperature", "top_k", "top_p", "max_tokens", "max_completion_tokens",
-      "stream", "stream_options", "stop",        "n",     "seed",  "user"};
-  for (const auto& [key, _] : j.items())
-    if (!known.count(key))
-      bad(key, "unknown field '" + key +
-                   "'; this server accepts model, messages, temperature, top_k, top_p, max_tokens, "
-                   "max_completion_tokens, stream, stream_options, stop, n, seed, user");
+  check_known(j);
   ChatRequest r;
   r.max_tokens = std::min(r.max_tokens, limits.max_tokens);
-  if (j.contains("model")) {
+  if (j.contains("model") && !j["model"].is_null()) {
     if (!j["model"].is_string()) bad("model", "'model' must be a string");
     r.model = j["model"].get<std::string>();
   }
   if (!j.contains("messages")) bad("messages", "'messages' is missing");
   r.messages = parse_messages(j["messages"], limits);
+  parse_sampling(j, limits, r);
   auto given = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
-  if (given("temperature")) r.temperature = number(j["temperature"], "temperature", 0.0, 2.0);
-  if (given("top_k")) r.top_k = integer(j["top_k"], "top_k", 0, 1000);
-  if (given("top_p")) {
-    r.top_p = number(j["top_p"], "top_p", 0.0, 1.0);
-    if (r.top_p <= 0.0) bad("top_p", "'top_p' must be above 0 (1 = off)");
-  }
-  if (given("max_tokens")) r.max_tokens = integer(j["max_tokens"], "max_tokens", 1, limits.max_tokens);
-  if (given("max_completion_tokens"))
-    r.max_tokens = integer(j["max_completion_tokens"], "max_completion_tokens", 1, limits.max_tokens);
   if (given("stream")) {
     if (!j["stream"].is_boolean()) bad("stream", "'stream' must be true or false");
     r.stream = j["stream"].get<bool>();
@@ -149,16 +256,10 @@ ChatRequest parse_chat_request(const std::string& body, const RequestLimits& lim
     const json& so = j["stream_options"];
     if (!so.is_object()) bad("stream_options", "'stream_options' must be an object");
     for (const auto& [key, val] : so.items()) {
-      if (key != "include_usage" || !val.is_boolean())
-        bad("stream_options." + key, "'stream_options' takes only include_usage: true or false");
-      r.include_usage = val.get<bool>();
+      if ((key != "include_usage" && key != "include_obfuscation") || !val.is_boolean())
+        bad("stream_options." + key, "'stream_options' takes include_usage and include_obfuscation: true or false");
+      if (key == "include_usage") r.include_usage = val.get<bool>();
     }
-  }
-  if (j.contains("stop")) r.stop = parse_stop(j["stop"]);
-  if (given("n")) r.n = integer(j["n"], "n", 1, limits.max_n);
-  if (given("seed")) {
-    if (!j["seed"].is_number_integer()) bad("seed", "'seed' must be an integer");
-    r.seed = static_cast<uint64_t>(j["seed"].get<int64_t>());
   }
   if (given("user") && !j["user"].is_string()) bad("user", "'user' must be a string");
   return r;

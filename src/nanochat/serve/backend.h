@@ -14,11 +14,13 @@ namespace nanochat::serve {
 
 /// Sampling settings of one request (engine/engine.h GenerateOptions).
 struct SampleParams {
-  int n = 1;                 ///< answers sampled from the same prompt
-  double temperature = 0.8;  ///< 0 = greedy
-  int top_k = 50;            ///< 0 = the whole vocabulary
-  double top_p = 1.0;        ///< nucleus in (0, 1]; 1 = off
-  int max_tokens = 512;      ///< new tokens per answer at most
+  int n = 1;                      ///< answers sampled from the same prompt
+  double temperature = 0.8;       ///< 0 = greedy
+  int top_k = 50;                 ///< 0 = the whole vocabulary
+  double top_p = 1.0;             ///< nucleus in (0, 1]; 1 = off
+  double presence_penalty = 0.0;  ///< OpenAI's penalties (engine/engine.h apply_penalties)
+  double frequency_penalty = 0.0;
+  int max_tokens = 512;  ///< new tokens per answer at most
   uint64_t seed = 42;
 };
 

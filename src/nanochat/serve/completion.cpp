@@ -10,6 +10,12 @@ using json = nlohmann::json;
 Prepared prepare(const std::string& body, const RequestLimits& limits, const ServedModel& model) {
   Prepared p;
   p.req = parse_chat_request(body, limits);
+  // Absent (or "") means the served model; another name is refused as OpenAI refuses it.
+  if (!p.req.model.empty() && p.req.model != model.id)
+    throw ApiError(
+        404, "invalid_request_error", "model",
+        "the model '" + p.req.model + "' does not exist; this server serves '" + model.id + "' (GET /v1/models)",
+        "model_not_found");
   p.prompt = model.render(p.req.messages);
   const int64_t room = model.context_len - static_cast<int64_t>(p.prompt.size());
   if (room < 1)
@@ -21,6 +27,8 @@ Prepared prepare(const std::string& body, const RequestLimits& limits, const Ser
   p.params.temperature = p.req.temperature;
   p.params.top_k = p.req.top_k;
   p.params.top_p = p.req.top_p;
+  p.params.presence_penalty = p.req.presence_penalty;
+  p.params.frequency_penalty = p.req.frequency_penalty;
   p.params.max_tokens = static_cast<int>(std::min<int64_t>(p.req.max_tokens, room));
   p.params.seed =
       p.req.seed ? *p.req.seed : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());

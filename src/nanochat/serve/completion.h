@@ -23,8 +23,9 @@ struct Prepared {
   int64_t created = 0;
 };
 
-/// Parses the body (parse_chat_request), renders the prompt and fits max_tokens into the context.
-/// Throws ApiError 400 ("context_length_exceeded") when the prompt leaves no room for one token,
+/// Parses the body (parse_chat_request), checks its model (absent, "" or the served id; another is
+/// ApiError 404 with code "model_not_found"), renders the prompt and fits max_tokens into the
+/// context. Throws ApiError 400 ("context_length_exceeded") when the prompt leaves no room for one token,
 /// naming both lengths.
 Prepared prepare(const std::string& body, const RequestLimits& limits, const ServedModel& model);
 

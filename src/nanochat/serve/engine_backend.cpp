@@ -24,6 +24,8 @@ class EngineBackend : public Backend {
     o.top_k = params.top_k;
     o.top_p = params.top_p;
     o.seed = params.seed;
+    o.presence_penalty = params.presence_penalty;
+    o.frequency_penalty = params.frequency_penalty;
     o.tools = true;
     const Tokenizer& tok = m_.tokenizer;
     const auto r = engine_.generate(prompt, o, [&](const TokenEvent& ev) {

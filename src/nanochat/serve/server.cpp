@@ -147,6 +147,7 @@ void ChatServer::Impl::routes() {
     json j = {{"status", "ok"},     {"model", model.id},      {"workers", s.workers},
               {"busy", s.busy},     {"queued", s.queued},     {"queue_capacity", s.queue_capacity},
               {"served", s.served}, {"rejected", s.rejected}, {"context_len", model.context_len}};
+    j["limits"] = limits_json(opt.limits);  // the page's max-tokens box takes its bound from here
     res.set_content(dump_json(j), "application/json");
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -190,7 +191,8 @@ void ChatServer::Impl::chat(const httplib::Request& req, httplib::Response& res)
   try {
     p = prepare(req.body, opt.limits, model);
   } catch (const ApiError& e) {
-    return send_error(res, e.status, e.type, e.what(), e.param);
+    res.status = e.status;
+    return res.set_content(error_json(e.what(), e.type, e.param, e.code), "application/json");
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_s * 1000.0));
   auto job = pool.submit([p](Backend& b, Job& j) { run_completion(b, j, p); }, deadline);
