@@ -39,8 +39,8 @@ class Backend {
   virtual ~Backend() = default;
   /// Generates params.n answers after `prompt`, calling on_piece(row, bytes) with each new token's
   /// bytes (a token may end inside a UTF-8 character; tool calls and the tool's output come as
-  /// their text too) until each row ends. Returns one RowEnd per row. Throws nanochat::Error on an
-  /// engine failure.
+  /// the Markdown blocks of serve/tool_text.h, never as special-token names) until each row
+  /// ends. Returns one RowEnd per row. Throws nanochat::Error on an engine failure.
   virtual std::vector<RowEnd> generate(const std::vector<int32_t>& prompt, const SampleParams& params,
                                        const std::function<Control(int row, const std::string& bytes)>& on_piece) = 0;
 };

@@ -5,6 +5,7 @@
 #include "nanochat/core/error.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
+#include "nanochat/serve/tool_text.h"
 #include "nanochat/tokenizer/conversation.h"
 
 namespace nanochat::serve {
@@ -29,7 +30,7 @@ class EngineBackend : public Backend {
     o.tools = true;
     const Tokenizer& tok = m_.tokenizer;
     const auto r = engine_.generate(prompt, o, [&](const TokenEvent& ev) {
-      switch (on_piece(ev.row, tok.decode({ev.token}))) {
+      switch (on_piece(ev.row, api_token_text(tok, ev.token))) {
         case Control::Continue:
           return StreamControl::Continue;
         case Control::StopRow:
@@ -65,7 +66,12 @@ ServedModel engine_model(CheckpointSource source, const std::string& tag, int64_
   auto tok = std::make_shared<const Tokenizer>(first->tokenizer);
   m.render = [tok](const std::vector<ChatMessage>& messages) {
     Conversation conv;
-    for (const auto& msg : messages) conv.messages.push_back(Message::plain(parse_role(msg.role), msg.content));
+    for (const auto& msg : messages) {
+      Message m = Message::plain(parse_role(msg.role), msg.content);
+      // An answer sent back holds its calculator blocks as text: the model reads them as its tokens.
+      if (m.role == Message::Role::Assistant) m.parts = assistant_parts_from_text(msg.content);
+      conv.messages.push_back(std::move(m));
+    }
     try {
       return render_for_reply(*tok, conv);
     } catch (const Error& e) {
