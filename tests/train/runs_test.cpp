@@ -128,8 +128,19 @@ TEST(Runs, ListsEachKindsFoldersNewestFirstWithLastStepAndLiveness) {
   EXPECT_EQ(runs[2].last_step, -1);
   EXPECT_EQ(runs[2].last_update_unix, now - 7200);
   EXPECT_FALSE(runs[2].live);
+  EXPECT_FALSE(runs[0].finished);
   // a window shorter than the age: not live
   EXPECT_FALSE(list_runs(b, 5)[0].live);
+  // report.svg written at the end of the run: finished, not live, however recent
+  write(b + "/base_checkpoints/d4/report.svg", "<svg/>");
+  set_mtime(b + "/base_checkpoints/d4/report.svg", now - 5);
+  EXPECT_TRUE(list_runs(b, 120)[0].finished);
+  EXPECT_FALSE(list_runs(b, 120)[0].live);
+  // resumed: metrics.jsonl newer than report.svg again, live and not finished
+  set_mtime(b + "/base_checkpoints/d4/metrics.jsonl", now - 1);
+  EXPECT_FALSE(list_runs(b, 120)[0].finished);
+  EXPECT_TRUE(list_runs(b, 120)[0].live);
+  set_mtime(b + "/base_checkpoints/d4/metrics.jsonl", now - 10);
   // ties in time: by kind, then tag
   write(b + "/chatsft_checkpoints/a/metrics.jsonl", "");
   write(b + "/base_checkpoints/z/metrics.jsonl", "");

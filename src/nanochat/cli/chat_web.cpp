@@ -42,7 +42,8 @@ serve::RunsProvider runs_under(const std::string& base) {
                       {"has_metrics", r.has_metrics},
                       {"last_step", r.last_step},
                       {"last_update_unix", r.last_update_unix},
-                      {"live", r.live}});
+                      {"live", r.live},
+                      {"finished", r.finished}});
     return serve::dump_json({{"runs", runs}});
   };
   p.chart_svg = [base](const std::string& name) -> std::optional<std::string> {

@@ -70,7 +70,9 @@ bool describe(const std::string& kind, const std::string& tag, const std::string
     r.has_metrics = true;
     r.last_update_unix = t;
     r.last_step = last_step_of(m);
-    r.live = static_cast<double>(now - t) <= live_window_s;
+    int64_t report = 0;
+    r.finished = mtime_of(dir + "/report.svg", report) && report >= t;
+    r.live = !r.finished && static_cast<double>(now - t) <= live_window_s;
   } else if (mtime_of(dir, t)) {
     r.last_update_unix = t;
   } else {

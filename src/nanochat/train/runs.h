@@ -30,10 +30,14 @@ struct RunInfo {
   /// Modification time of metrics.jsonl (of the folder when there is none), in whole seconds
   /// since the Unix epoch.
   int64_t last_update_unix = 0;
-  /// metrics.jsonl was modified at most `live_window_s` seconds ago (its training is probably
-  /// still writing it; a run that stopped, finished or was killed turns false after the window).
-  /// The file changes once per step and evaluation: a window shorter than the longest of those
-  /// shows a training run as not live between two records.
+  /// The run ended: its training wrote report.svg (train/metrics_log.h write_chart, the last thing
+  /// a run does) no earlier than the last change of metrics.jsonl. A resumed run appends to
+  /// metrics.jsonl and is not finished again until it writes report.svg anew.
+  bool finished = false;
+  /// Not finished and metrics.jsonl was modified at most `live_window_s` seconds ago (its training
+  /// is probably still writing it; a run that stopped or was killed turns false after the window,
+  /// one that finished at once). The file changes once per step and evaluation: a window shorter
+  /// than the longest of those shows a training run as not live between two records.
   bool live = false;
 };
 
