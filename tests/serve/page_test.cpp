@@ -7,12 +7,10 @@
 // screenshot is saved as chat_page.png in the working directory.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <fstream>
 #include <set>
 
-#include "serve/cdp.h"
-#include "serve/serve_util.h"
+#include "serve/page_util.h"
 
 using namespace sctest;
 using json = nlohmann::json;
@@ -30,26 +28,6 @@ new MutationObserver((records) => {
 }).observe(document.getElementById('messages'), {childList: true, subtree: true});
 true
 )JS";
-
-struct Browser {
-  std::filesystem::path profile;
-  std::unique_ptr<Chromium> c;
-  explicit Browser(int port) {
-    profile = std::filesystem::temp_directory_path() / ("nc_page_test_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(profile);
-    const std::string bin = find_chromium();
-    if (bin.empty())
-      throw std::runtime_error("chromium not found: install it (scripts/deps.sh) or set NANOCHAT_CHROMIUM");
-    c = std::make_unique<Chromium>(bin, profile.string());
-    c->open("http://127.0.0.1:" + std::to_string(port) + "/");
-    if (!c->wait_for("document.readyState === 'complete' && document.getElementById('input')"))
-      throw std::runtime_error("the page did not load: " + c->log());
-  }
-  ~Browser() {
-    c.reset();
-    std::filesystem::remove_all(profile);
-  }
-};
 
 }  // namespace
 

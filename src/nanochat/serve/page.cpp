@@ -1,10 +1,12 @@
 #include "nanochat/serve/page.h"
 
+#include "nanochat/serve/page_parts.h"
+
 namespace nanochat::serve {
 
 namespace {
 // The page is plain HTML/CSS/JS so that it works offline and from a bare binary.
-const char* const kPage = R"NCPAGE(<!doctype html>
+const char* const kHead = R"NCPAGE(<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -36,6 +38,12 @@ body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; 
 .msg.assistant { align-self: flex-start; background: var(--panel); border: 1px solid var(--line); min-width: 40px; }
 .msg.error { border-color: var(--err); color: var(--err); }
 .msg .note { display: block; color: var(--muted); font-size: 12px; margin-top: 4px; }
+.msg .retry { margin-top: 6px; padding: 3px 10px; font-size: 13px; }
+.tool { display: block; margin: 6px 0; padding: 6px 10px; border: 1px solid var(--line); border-left: 3px solid var(--accent); border-radius: 8px; background: var(--bg); font: 13px/1.4 ui-monospace, SFMono-Regular, Menlo, monospace; white-space: pre-wrap; }
+.tool .label { display: block; color: var(--muted); font: 12px system-ui, sans-serif; }
+.tool .result { font-weight: 600; }
+#hint { margin: auto; max-width: 420px; text-align: center; color: var(--muted); }
+#hint b { display: block; color: var(--text); font-size: 18px; margin-bottom: 6px; }
 #status { min-height: 22px; padding: 0 14px; color: var(--muted); font-size: 13px; }
 #composer { display: flex; gap: 8px; padding: 10px 14px 14px; border-top: 1px solid var(--line); background: var(--panel); }
 #input { flex: 1; resize: none; min-height: 44px; max-height: 180px; padding: 10px; border: 1px solid var(--line); border-radius: 10px; font: inherit; }
@@ -50,13 +58,22 @@ body.busy #send { display: none; }
 #runs.open { display: block; }
 #runs ul { list-style: none; padding: 0; margin: 0 0 10px; display: flex; flex-wrap: wrap; gap: 6px; }
 #runs li button.live::after { content: " \25CF"; color: #12b76a; }
-#runs img { width: 100%; background: #fff; }
+#runs li button.chosen { border-color: var(--accent); }
+#runs li button.finished::after { content: " \2713"; color: var(--muted); }
+#chart { overflow-x: auto; }
+#runs img { display: block; width: 100%; background: #fff; }
 @media (max-width: 700px) {
   #side { position: fixed; inset: 0 30% 0 0; z-index: 5; transform: translateX(-105%); transition: transform .2s; }
   body.menu #side { transform: none; box-shadow: 0 0 30px rgba(0,0,0,.2); }
   #menu { display: inline-block; }
   .msg { max-width: 92%; }
+  #top { padding: 6px 10px; gap: 6px; }
+  #settings { gap: 6px; font-size: 12px; }
   #settings input { width: 52px; }
+  #composer { padding: 8px 10px 10px; }
+  #input { min-width: 0; font-size: 16px; }
+  #runs { inset: 8px 8px auto 8px; max-height: calc(100vh - 16px); }
+  #runs img { width: auto; min-width: 720px; max-width: none; }
 }
 </style>
 </head>
@@ -73,193 +90,25 @@ body.busy #send { display: none; }
     <div id="settings">
       <label>temperature <input id="temperature" type="number" min="0" max="2" step="0.1" value="0.8"></label>
       <label>top-k <input id="topk" type="number" min="0" max="1000" step="1" value="50"></label>
-      <label>max tokens <input id="maxtokens" type="number" min="1" step="1" value="512"></label>
+      <label>max tokens <input id="maxtokens" type="number" min="1" max="2048" step="1" value="512"></label>
     </div>
   </div>
   <div id="messages" aria-live="polite"></div>
   <div id="status"></div>
   <form id="composer">
-    <textarea id="input" rows="1" placeholder="Message nanochat (Enter sends, Shift+Enter new line)"></textarea>
+    <textarea id="input" rows="1" placeholder="Message nanochat"></textarea>
     <button id="send" class="primary" type="submit">Send</button>
     <button id="stop" type="button">Stop</button>
   </form>
 </div>
 <div id="runs"><div style="display:flex;justify-content:space-between;align-items:center"><b>Training runs</b><button id="runsclose" type="button">Close</button></div><ul id="runlist"></ul><div id="chart"></div></div>
 <script>
-"use strict";
-const $ = (id) => document.getElementById(id);
-const KEY = "nanochat.conversations";
-let convs = [];
-let current = null;
-let controller = null;
-
-function load() {
-  try { convs = JSON.parse(localStorage.getItem(KEY) || "[]"); } catch (e) { convs = []; }
-  if (!Array.isArray(convs)) convs = [];
-  current = localStorage.getItem(KEY + ".current");
-  if (!convs.find(c => c.id === current)) current = convs.length ? convs[0].id : null;
-}
-function save() {
-  try { localStorage.setItem(KEY, JSON.stringify(convs)); localStorage.setItem(KEY + ".current", current || ""); } catch (e) {}
-}
-function conv() { return convs.find(c => c.id === current) || null; }
-function newConv() {
-  const c = { id: Date.now().toString(36) + Math.random().toString(36).slice(2, 7), title: "New chat", messages: [] };
-  convs.unshift(c); current = c.id; save(); return c;
-}
-function renderList() {
-  const ul = $("convlist"); ul.textContent = "";
-  for (const c of convs) {
-    const li = document.createElement("li");
-    li.className = c.id === current ? "active" : "";
-    const t = document.createElement("span"); t.textContent = c.title; li.appendChild(t);
-    const d = document.createElement("button"); d.className = "del"; d.textContent = "\u00d7"; d.title = "delete";
-    d.onclick = (ev) => { ev.stopPropagation(); if (controller) return; convs = convs.filter(x => x.id !== c.id); if (current === c.id) current = convs.length ? convs[0].id : null; save(); renderAll(); };
-    li.appendChild(d);
-    li.onclick = () => { if (controller) return; current = c.id; save(); document.body.classList.remove("menu"); renderAll(); };
-    ul.appendChild(li);
-  }
-}
-function bubble(role, text) {
-  const div = document.createElement("div");
-  div.className = "msg " + role;
-  const span = document.createElement("span"); span.className = "text";
-  if (text) span.appendChild(document.createTextNode(text));
-  div.appendChild(span);
-  $("messages").appendChild(div);
-  return div;
-}
-function renderMessages() {
-  const box = $("messages"); box.textContent = "";
-  const c = conv();
-  if (!c) return;
-  for (const m of c.messages) {
-    const b = bubble(m.role, m.content);
-    if (m.error) b.classList.add("error");
-    if (m.note) { const n = document.createElement("span"); n.className = "note"; n.textContent = m.note; b.appendChild(n); }
-  }
-  box.scrollTop = box.scrollHeight;
-}
-function renderAll() { renderList(); renderMessages(); }
-function setStatus(s) { $("status").textContent = s; }
-function num(id, lo, hi, def) { const v = Number($(id).value); return Number.isFinite(v) ? Math.min(hi, Math.max(lo, v)) : def; }
-
-async function send(text) {
-  if (controller || !text.trim()) return;
-  const c = conv() || newConv();
-  if (!c.messages.length) c.title = text.slice(0, 40);
-  c.messages.push({ role: "user", content: text });
-  const answer = { role: "assistant", content: "" };
-  save(); renderAll();
-  const b = bubble("assistant", "");
-  const span = b.querySelector(".text");
-  const box = $("messages");
-  document.body.classList.add("busy");
-  setStatus("Sending\u2026");
-  controller = new AbortController();
-  const body = {
-    messages: c.messages.filter(m => !m.error).map(m => ({ role: m.role, content: m.content })),
-    temperature: num("temperature", 0, 2, 0.8), top_k: Math.round(num("topk", 0, 1000, 50)),
-    max_tokens: Math.round(num("maxtokens", 1, 100000, 512)), stream: true,
-  };
-  let failed = null;
-  try {
-    const res = await fetch("/v1/chat/completions", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body), signal: controller.signal });
-    if (!res.ok) {
-      let msg = "HTTP " + res.status;
-      try { msg = (await res.json()).error.message; } catch (e) {}
-      throw new Error(msg);
-    }
-    const reader = res.body.getReader();
-    const dec = new TextDecoder();
-    let buf = "", finished = false;
-    while (!finished) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buf += dec.decode(value, { stream: true });
-      let cut;
-      while ((cut = buf.indexOf("\n\n")) >= 0) {
-        const block = buf.slice(0, cut); buf = buf.slice(cut + 2);
-        for (const line of block.split("\n")) {
-          if (line.startsWith(": waiting")) { setStatus("Waiting for a free worker (" + line.slice(10) + " in line)\u2026"); continue; }
-          if (line.startsWith(":")) { setStatus("Generating\u2026"); continue; }
-          if (!line.startsWith("data: ")) continue;
-          const data = line.slice(6);
-          if (data === "[DONE]") { finished = true; break; }
-          const j = JSON.parse(data);
-          if (j.error) throw new Error(j.error.message);
-          setStatus("Generating\u2026");
-          const ch = j.choices && j.choices[0];
-          if (ch && ch.delta && ch.delta.content) {
-            answer.content += ch.delta.content;
-            span.appendChild(document.createTextNode(ch.delta.content));
-            box.scrollTop = box.scrollHeight;
-          }
-          if (ch && ch.finish_reason === "length") answer.note = "(cut at the token limit)";
-        }
-      }
-    }
-  } catch (e) {
-    if (e.name === "AbortError") answer.note = "(stopped)";
-    else failed = e.message || String(e);
-  }
-  controller = null;
-  document.body.classList.remove("busy");
-  setStatus("");
-  if (failed) {
-    answer.content = answer.content ? answer.content + "\n" : "";
-    answer.content += "Error: " + failed;
-    answer.error = true;
-    b.classList.add("error");
-    span.textContent = answer.content;
-  }
-  if (answer.note) { const n = document.createElement("span"); n.className = "note"; n.textContent = answer.note; b.appendChild(n); }
-  c.messages.push(answer);
-  save(); renderList();
-  $("input").focus();
-}
-
-$("composer").addEventListener("submit", (ev) => { ev.preventDefault(); const t = $("input").value; $("input").value = ""; send(t); });
-$("input").addEventListener("keydown", (ev) => { if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); $("composer").requestSubmit(); } });
-$("stop").onclick = () => { if (controller) controller.abort(); };
-$("newchat").onclick = () => { if (controller) return; const c = conv(); if (!c || c.messages.length) newConv(); document.body.classList.remove("menu"); renderAll(); $("input").focus(); };
-$("menu").onclick = () => document.body.classList.toggle("menu");
-
-let chartTimer = null;
-function showChart(run) {
-  const box = $("chart");
-  const url = "/runs/" + encodeURIComponent(run.kind) + "/" + encodeURIComponent(run.tag) + "/chart.svg";
-  const draw = () => { box.innerHTML = ""; const img = new Image(); img.alt = run.kind + " " + run.tag; img.src = url + "?t=" + Date.now(); box.appendChild(img); };
-  clearInterval(chartTimer); draw(); chartTimer = setInterval(draw, 5000);
-}
-$("runsbtn").onclick = async () => {
-  $("runs").classList.add("open");
-  const ul = $("runlist"); ul.textContent = "Loading\u2026";
-  try {
-    const j = await (await fetch("/runs")).json();
-    if (j.error) throw new Error(j.error.message);
-    ul.textContent = "";
-    if (!j.runs.length) ul.textContent = "No training runs under the base folder.";
-    for (const r of j.runs) {
-      const li = document.createElement("li"); const btn = document.createElement("button");
-      btn.textContent = r.kind + " " + r.tag + (r.last_step >= 0 ? " (step " + r.last_step + ")" : "");
-      if (r.live) btn.className = "live";
-      btn.onclick = () => showChart(r); li.appendChild(btn); ul.appendChild(li);
-    }
-  } catch (e) { ul.textContent = "Runs unavailable: " + (e.message || e); }
-};
-$("runsclose").onclick = () => { $("runs").classList.remove("open"); clearInterval(chartTimer); };
-
-fetch("/v1/models").then(r => r.json()).then(j => { $("model").textContent = j.data[0].id; }).catch(() => {});
-load(); renderAll(); $("input").focus();
-</script>
-</body>
-</html>
 )NCPAGE";
+const char* const kTail = "</script>\n</body>\n</html>\n";
 }  // namespace
 
 const std::string& chat_page_html() {
-  static const std::string page(kPage);
+  static const std::string page = std::string(kHead) + page_chat_script() + page_runs_script() + kTail;
   return page;
 }
 
