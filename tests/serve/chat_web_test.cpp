@@ -12,6 +12,7 @@
 #include "nanochat/checkpoint/model_io.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/model/gpt.h"
+#include "nanochat/serve/tool_text.h"
 #include "nanochat/tokenizer/conversation.h"
 #include "serve/serve_util.h"
 #include "support/cli_util.h"
@@ -89,10 +90,12 @@ TEST_F(ChatWeb, GreedyAnswerEqualsTheEngineOnTheSameCheckpointWholeAndStreamed) 
   go.max_tokens = 24;
   const auto truth = engine.generate(nanochat::render_for_reply(im.tokenizer, conv), go);
   // A tiny model emits bytes that are not UTF-8; the server sends each such byte as U+FFFD (JSON
-  // text is UTF-8), the replacement nlohmann::json's dump makes.
+  // text is UTF-8), the replacement nlohmann::json's dump makes. Special tokens are the API's text
+  // for them (serve/tool_text.h), not their names.
+  std::string decoded;
+  for (const int32_t id : truth.rows[0].tokens) decoded += nanochat::serve::api_token_text(im.tokenizer, id);
   const std::string expected =
-      json::parse(json(im.tokenizer.decode(truth.rows[0].tokens)).dump(-1, ' ', false, json::error_handler_t::replace))
-          .get<std::string>();
+      json::parse(json(decoded).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>();
   ASSERT_FALSE(expected.empty());
 
   httplib::Client c("127.0.0.1", port);

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Development-time check: the `openai` Python client (PyPI) talks to a running `nanochat chat-web`
 unchanged. Lists the models, asks for an answer whole and streamed, samples n=2, uses a stop
-string, and checks that a bad request comes back as the client's BadRequestError.
+string, sends the fields frameworks fill in at neutral values (logprobs, response_format, tools,
+tool_choice, penalties, metadata, ...) and two user messages in a row, reads the usage chunk of
+stream_options, and checks that a bad request comes back as the client's BadRequestError and an
+unknown model as its NotFoundError (code model_not_found).
 
     pip install openai
     nanochat chat-web -i base &          # or -i sft
@@ -51,6 +54,25 @@ def main():
                                              stop=[text[2:5]])
         print("stop", repr(text[2:5]), "->", repr(cut.choices[0].message.content), cut.choices[0].finish_reason)
         assert cut.choices[0].message.content == text[: text.index(text[2:5])]
+
+    neutral = client.chat.completions.create(
+        model=model, messages=msgs + [{"role": "user", "content": "And again?"}], max_completion_tokens=8,
+        logprobs=False, response_format={"type": "text"}, tools=[], tool_choice="none", parallel_tool_calls=False,
+        presence_penalty=0.5, frequency_penalty=0.5, seed=1, user="u", metadata={"k": "v"}, store=False,
+        logit_bias={}, n=1)
+    print("neutral fields, two user turns:", repr(neutral.choices[0].message.content))
+    usage = [c.usage for c in client.chat.completions.create(model=model, messages=msgs, max_tokens=8, stream=True,
+                                                              stream_options={"include_usage": True}) if c.usage]
+    print("include_usage:", usage)
+    assert len(usage) == 1 and usage[0].completion_tokens > 0
+
+    try:
+        client.chat.completions.create(model="no-such-model", messages=msgs)
+        print("FAIL: an unknown model was answered")
+        return 1
+    except openai.NotFoundError as e:
+        print("unknown model ->", e.status_code, e.code)
+        assert e.code == "model_not_found"
 
     try:
         client.chat.completions.create(model=model, messages=msgs, extra_body={"mystery": 1})
