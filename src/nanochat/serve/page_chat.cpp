@@ -4,8 +4,8 @@
 
 namespace nanochat::serve {
 
-const char* page_chat_script() {
-  return R"NCJS("use strict";
+namespace {
+const char* const kScript = R"NCJS("use strict";
 const $ = (id) => document.getElementById(id);
 const KEY = "nanochat.conversations";
 let convs = [];
@@ -125,7 +125,7 @@ function sendable(msgs) {
              .map(m => ({ role: m.role, content: m.content }));
 }
 )NCJS"
-         R"NCJS(
+                            R"NCJS(
 // Reads the SSE stream into the answer; the bubble's text is redrawn when a calculator block
 // appears, else each piece is its own text node as it arrives.
 async function readStream(res, answer, span) {
@@ -222,6 +222,8 @@ fetch("/health").then(r => r.json()).then(j => {
 }).catch(() => {});
 load(); renderAll(); $("input").focus();
 )NCJS";
-}
+}  // namespace
+
+const char* page_chat_script() { return kScript; }
 
 }  // namespace nanochat::serve

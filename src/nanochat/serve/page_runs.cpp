@@ -5,8 +5,8 @@
 
 namespace nanochat::serve {
 
-const char* page_runs_script() {
-  return R"NCJS(
+namespace {
+const char* const kScript = R"NCJS(
 const RUNS_EVERY_MS = 5000;
 let runsTimer = null;
 let chosenRun = null;
@@ -59,6 +59,8 @@ $("runsbtn").onclick = () => {
 };
 $("runsclose").onclick = () => { $("runs").classList.remove("open"); clearInterval(runsTimer); runsTimer = null; };
 )NCJS";
-}
+}  // namespace
+
+const char* page_runs_script() { return kScript; }
 
 }  // namespace nanochat::serve
