@@ -124,7 +124,7 @@ std::string GlooCommunicator::Impl::diagnose(const std::string& what, const std:
   } else if (!dead.empty()) {
     *lost_peer = dead_ranks[0];
     for (size_t i = 0; i < dead.size(); ++i) msg += (i ? "; " : "") + dead[i];
-    msg += dead.size() == 1 ? " has died (killed or crashed: its connection to the store dropped)"
+    msg += dead.size() == 1 ? str_cat(" ", kDiedWhy)  // the heartbeat's words, when it finds it first
                             : " have died (killed or crashed: their connections to the store dropped)";
   } else if (!errors.empty()) {
     msg += "another rank failed first: " + errors[0];

@@ -81,9 +81,9 @@ bool Heartbeat::beat_and_watch() {
     for (int j = 0; j < world_; ++j) {
       const size_t i = static_cast<size_t>(j);
       if (done_[i]) continue;
-      if (auto will = client_->try_get(str_cat(prefix_, "dead/", j))) {
+      if (client_->try_get(str_cat(prefix_, "dead/", j))) {  // its will: the caller names the rank
         done_[i] = true;
-        on_lost_(j, str_cat("died (killed or crashed: its connection to the store dropped; ", *will, ")"));
+        on_lost_(j, kDiedWhy);
         continue;
       }
       const std::optional<std::string> v = client_->try_get(str_cat(prefix_, "hb/", j));

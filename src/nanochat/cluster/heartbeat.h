@@ -29,6 +29,11 @@
 
 namespace nanochat::cluster {
 
+/// Why a rank whose last will fired (`dead/<rank>`) is lost, after its description: the same words
+/// whichever thread finds it first, the heartbeat or the failure diagnosis of the operation it broke
+/// (gloo_failure.cpp), so that a rank's error does not depend on which one ran first.
+inline constexpr const char* kDiedWhy = "has died (killed or crashed: its connection to the store dropped)";
+
 /// The heartbeat's timeout: NANOCHAT_HEARTBEAT_TIMEOUT seconds (default 10 s); 0 s = no heartbeat.
 /// Throws nanochat::Error naming the variable when it is not a number >= 0.
 Ms heartbeat_timeout();
@@ -36,7 +41,7 @@ Ms heartbeat_timeout();
 class Heartbeat {
  public:
   /// Called once per lost rank: `rank` (job rank), `why` ("stopped answering its heartbeat for
-  /// 10.4 s (NANOCHAT_HEARTBEAT_TIMEOUT 10 s): ...", "died (...)"). Runs on the heartbeat thread;
+  /// 10.4 s (NANOCHAT_HEARTBEAT_TIMEOUT 10 s): ...", kDiedWhy). Runs on the heartbeat thread;
   /// must not block for long.
   using OnLost = std::function<void(int rank, const std::string& why)>;
 
