@@ -275,3 +275,20 @@ TEST(Store, LostServerIsAClearErrorForTheClient) {
   // Later requests fail at once with the same explanation.
   EXPECT_THAT(error_of([&] { c.set("a", "b"); }), HasSubstr("was lost earlier"));
 }
+
+// A connection to a port of this host where nothing listens yet never comes back connected to
+// itself. Linux gives connect() even ephemeral ports (bind(0) odd ones): attempts on a free even
+// port of that range reach the port itself within the range's size, and TCP's simultaneous open
+// then connects the socket to itself (15,971 attempts here), which would also hold the port that a
+// store was about to bind. Such a connection reads as refused.
+TEST(Net, AConnectionToAPortNobodyListensOnIsNeverToItself) {
+  int port = pick_free_port();
+  port += port % 2;  // connect()'s parity
+  if (!tcp_port_free(port)) GTEST_SKIP() << "port " << port << " is busy";
+  int connected = 0, attempts = 0;
+  for (; attempts < 40000 && !connected; ++attempts) {
+    std::string err;
+    if (tcp_connect_once("127.0.0.1", port, Ms(1000), &err)) ++connected;
+  }
+  EXPECT_EQ(connected, 0) << "attempt " << attempts << " came back connected to port " << port;
+}

@@ -115,6 +115,22 @@ bool is_loopback_sockaddr(const sockaddr* sa) {
 
 }  // namespace
 
+namespace {
+
+// True when `fd` is connected to itself: a connection to a port of this host where nothing listens
+// yet can get that very port as its own (ephemeral) port, and TCP's simultaneous open then connects
+// the socket to itself. It also holds the port, so the server that was about to bind it fails.
+bool connected_to_itself(int fd) {
+  sockaddr_storage mine{}, peer{};
+  socklen_t ml = sizeof mine, pl = sizeof peer;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &ml) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0)
+    return false;
+  return ml == pl && std::memcmp(&mine, &peer, ml) == 0;
+}
+
+}  // namespace
+
 Fd tcp_connect_once(const std::string& host, int port, Ms attempt_timeout, std::string* err) {
   AddrInfoList ai;
   int rc = resolve(host, port, SOCK_STREAM, &ai);
@@ -151,6 +167,10 @@ Fd tcp_connect_once(const std::string& host, int port, Ms attempt_timeout, std::
         *err = errno_str(pr < 0 ? errno : soerr);
         continue;
       }
+    }
+    if (connected_to_itself(fd.get())) {  // nothing listens there yet: as refused (closing frees the port)
+      *err = errno_str(ECONNREFUSED);
+      continue;
     }
     int flags = fcntl(fd.get(), F_GETFL, 0);
     fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
