@@ -1,8 +1,9 @@
 // Launcher and rendezvous faults that multi-node users run into, each reproduced through the
 // binary with every node on 127.0.0.1 (`nanochat run` with the hidden `dist-selftest`): a
 // relaunch next to a launch left waiting, a master name that is this host's loopback name, two
-// nodes given one --node-rank, a worker's own start-up error. Each must end in a message that says
-// what happened and what to do, on the node where the user looks, within the deadlines set here.
+// nodes given one --node-rank, a worker's own start-up error, two failures one after the other.
+// Each must end in a message that says what happened and what to do, on the node where the user
+// looks, within the deadlines set here.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -258,6 +259,33 @@ TEST(WorkerError, NodeZeroShowsTheWorkersOwnMessage) {
   EXPECT_THAT(n0.output(), HasSubstr(") wrote to stderr on its node:\n    nanochat: error: " + own));
   EXPECT_THAT(n0.output(), HasSubstr("the last lines rank 1 (host "));
   EXPECT_THAT(n0.output(), Not(HasSubstr("[rank 1]")));
+}
+
+// Rank 0 on node 0 fails with an error of its own; rank 1 on node 1 fails as soon as node 0's
+// launcher has reported it (a rank that fails a moment later, before its own launcher looked at the
+// other nodes). Both nodes lead with rank 0's failure, the first in the job; before, node 1 led
+// with its own rank, the first it noticed.
+TEST(WorkerError, BothNodesLeadWithTheFirstFailureInTheJob) {
+  const int port = nctest::test_port();
+  const std::vector<std::string> fail = {"--iterations", "100000", "--size", "1000", "--fail-at", "2", "--fail-rank"};
+  std::vector<std::string> f0 = fail, f1 = fail;
+  f0.push_back("0");
+  f1.insert(f1.end(), {"1", "--fail-after-key", "nc/launch/failure/0"});
+  Proc n0 = node(port, 0, f0);
+  Proc n1 = node(port, 1, f1);
+  ASSERT_TRUE(n0.wait(Ms(60000))) << n0.output();
+  ASSERT_TRUE(n1.wait(Ms(60000))) << n1.output();
+  for (Proc* n : {&n0, &n1}) {
+    EXPECT_EQ(n->exit_code(), 1) << n->output();
+    EXPECT_THAT(n->output(), HasSubstr("nanochat: error: rank 0 (host ")) << n->output();
+    EXPECT_THAT(n->output(), Not(HasSubstr("nanochat: error: rank 1 (host "))) << n->output();
+  }
+  // node 1 read node 0's report before its own rank failed: it names both
+  EXPECT_THAT(n1.output(),
+              ::testing::ContainsRegex("nanochat: error: rank 0 \\(host [^)]+\\) exited with status 1[^\n]*"
+                                       "\\(also: rank 1 \\(host [^)]+\\) exited with status 1\\)"))
+      << n1.output();
+  EXPECT_THAT(n1.output(), HasSubstr("rank 0 fails on purpose at iteration 2 (--fail-rank)"));  // rank 0's own words
 }
 
 // SIGTERM to node 0's launcher while the job runs: node 1 names the signal and node 0's launcher

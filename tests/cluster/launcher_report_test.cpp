@@ -191,3 +191,35 @@ TEST(LauncherReport, FinalMessageNamesTheCrashFirst) {
             "rank 0 (host a, pid 1) exited with status 1; the launcher stopped the other ranks (also: rank 1 (host b, "
             "pid 4) was killed by signal 15 (SIGTERM))");
 }
+
+// The report leads with the failure the launchers saw first in the job, from whichever node (each
+// report carries its order): node 1's own rank failed after rank 0 on node 0, so node 1 names
+// rank 0 first, even when it noticed its own rank before it read node 0's report.
+TEST(LauncherReport, TheFailureTheLaunchersSawFirstLeads) {
+  MapStore s;
+  Failure theirs{"rank 0 (host a, pid 1) exited with status 1", false};
+  Failure mine{"rank 1 (host b, pid 2) exited with status 1", false};
+  report_failure(s, 0, theirs);
+  report_failure(s, 1, mine);
+  EXPECT_EQ(theirs.order, 1);
+  EXPECT_EQ(mine.order, 2);
+  std::optional<Failure> remote = read_remote_failure(s, 0, "vanished");
+  ASSERT_TRUE(remote);
+  EXPECT_EQ(remote->order, 1);
+  const std::string rank0_first =
+      "rank 0 (host a, pid 1) exited with status 1 (also: rank 1 (host b, pid 2) exited with status 1)";
+  const std::string rank1_first =
+      "rank 1 (host b, pid 2) exited with status 1 (also: rank 0 (host a, pid 1) exited with status 1)";
+  EXPECT_EQ(describe_failures({mine}, remote, false), rank0_first);
+  // this node's came first: it leads, before a later crash elsewhere too
+  mine.order = 1;
+  remote->order = 2;
+  EXPECT_EQ(describe_failures({mine}, remote, false), rank1_first);
+  remote->crash = true;
+  EXPECT_EQ(describe_failures({mine}, remote, false), rank1_first);
+  // an order not known (the store was gone): the crash leads, else the first noticed, as before
+  remote->order = -1;
+  EXPECT_EQ(describe_failures({mine}, remote, false), rank0_first);
+  remote->crash = false;
+  EXPECT_EQ(describe_failures({mine}, remote, false), rank1_first);
+}

@@ -74,6 +74,9 @@ void register_selftest(CLI::App& app) {
   sub->add_option("--size", args->st.size, "base element count of the buffers")->capture_default_str();
   sub->add_option("--die-rank", args->st.die_rank, "this rank SIGKILLs itself (failure tests)");
   sub->add_option("--die-at", args->st.die_at, "... at the start of this iteration");
+  sub->add_option("--fail-rank", args->st.fail_rank, "this rank fails with an error of its own (failure tests)");
+  sub->add_option("--fail-at", args->st.fail_at, "... at the start of this iteration");
+  sub->add_option("--fail-after-key", args->st.fail_after_key, "... once this key of the job's store is set");
   sub->add_option("--fact", args->facts, "KEY=VALUE agreed between ranks before the checks");
   sub->add_option("--fact-on-rank", args->facts_on_rank, "R:KEY=VALUE overriding a fact on rank R");
   sub->add_option("--iface", args->iface, "network interface for Gloo");

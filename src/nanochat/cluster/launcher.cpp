@@ -455,10 +455,10 @@ void Supervisor::on_signal(int sig) {
   kill_deadline_ = Clock::now() + o_.grace;
   // The other nodes name this node's launcher as the cause, not the ranks that broke after it.
   if (c_.N > 1 && failures.empty()) try {
-      store_.set(str_cat("failure/", c_.k),
-                 failure_report({str_cat("node ", c_.k, "'s launcher (host ", c_.host, ", pid ", getpid(), ") got ",
-                                         signal_name(sig), " and stopped its ranks"),
-                                 true}));
+      Failure f{str_cat("node ", c_.k, "'s launcher (host ", c_.host, ", pid ", getpid(), ") got ", signal_name(sig),
+                        " and stopped its ranks"),
+                true};
+      report_failure(store_, c_.k, f);
     } catch (const Error&) {
     }
 }
@@ -491,7 +491,7 @@ void Supervisor::reap() {
     }
     if (failures.empty()) {
       try {
-        store_.set(str_cat("failure/", c_.k), failure_report(f));
+        report_failure(store_, c_.k, f);  // its order among the job's failures, for every node's report
       } catch (const Error&) {
       }
     }
@@ -500,12 +500,15 @@ void Supervisor::reap() {
   }
 }
 
+// The other nodes' failure that came first: the report with the lowest order, else (a vanished
+// launcher has none) the first node's.
 void Supervisor::check_remote() {
   try {
     remote = read_superseded(store_, c_);
-    for (int j = 0; j < c_.N && !remote; ++j) {
+    for (int j = 0; j < c_.N && !(remote && remote->order < 0); ++j) {
       if (j == c_.k || (o_.min_nnodes > 0 && j != 0)) continue;  // elastic: only node 0 ends the job
-      remote = read_remote_failure(store_, j, "disappeared (its connection to the store dropped)");
+      auto f = read_remote_failure(store_, j, "disappeared (its connection to the store dropped)");
+      if (f && (!remote || (f->order >= 0 && f->order < remote->order))) remote = f;
     }
   } catch (const Error& e) {
     remote = Failure{str_cat("node 0's launcher is unreachable (", e.what(), ")"), true};

@@ -4,11 +4,12 @@
 //
 // Store keys of the launchers (under "nc/launch/"): "claim/<node>", "node/<node>" (its shape, host,
 // pid and start time), "go" (the wall-clock second the job started), "error", "failure/<node>"
-// (failure_report() of its first failed rank), "present" (an elastic job that started with fewer
-// than N nodes: the nodes it started with, set before "go"), "gone/<node>" (its will: set by the store when its
-// connection drops), "done/<node>" (its ranks all succeeded) and "superseded" (node 0 was launched
-// again: the new launch's host, pid and start time; every launcher of the earlier one stops) and,
-// in an elastic job, "nodes_at_end" (set by rank 0: the nodes whose ranks trained to the end).
+// (failure_report() of its first failed rank), "failures" (the count of those reports: each
+// report's order), "present" (an elastic job that started with fewer than N nodes: the nodes it
+// started with, set before "go"), "gone/<node>" (its will: set by the store when its connection
+// drops), "done/<node>" (its ranks all succeeded) and "superseded" (node 0 was launched again: the
+// new launch's host, pid and start time; every launcher of the earlier one stops) and, in an
+// elastic job, "nodes_at_end" (set by rank 0: the nodes whose ranks trained to the end).
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -26,17 +27,22 @@ struct Failure {
   bool crash = false;     ///< killed by a signal no launcher sent: the likely root cause
   bool induced = false;   ///< stopped by its launcher after a failure elsewhere: never the lead
   std::string tail = {};  ///< the failed rank's last lines on stderr ("\n"-separated), when it exited
+  /// Where its launcher's report came among the job's ("failures" in the store: 1 = the failure
+  /// the launchers saw first, on whichever node); -1: unknown (not reported, or no store).
+  int64_t order = -1;
 };
 
 /// How many of a rank's last stderr lines its launcher keeps for the failure report.
 constexpr size_t kTailLines = 6;
 
-/// The report a launcher stores under "failure/<node>": JSON {"desc": ..., "crash": ..., "stderr": ...}.
+/// The report a launcher stores under "failure/<node>": JSON {"desc": ..., "crash": ..., "stderr": ...,
+/// "order": ...} ("stderr" and "order" when known).
 std::string failure_report(const Failure& f);
 
 /// Reads the report of node `node` (failure_report()). A missing "desc" reads as "a rank on node
-/// <node> failed", a missing "crash" as false, a missing "stderr" as ""; a report that is not such JSON reads as a
-/// failure of that node that quotes the parse error. Never throws.
+/// <node> failed", a missing "crash" as false, a missing "stderr" as "", a missing "order" as -1;
+/// a report that is not such JSON reads as a failure of that node that quotes the parse error.
+/// Never throws.
 Failure parse_failure_report(const std::string& report, int node);
 
 /// What another node's launcher left in the store: its failure report, else its will (it vanished;
@@ -44,10 +50,17 @@ Failure parse_failure_report(const std::string& report, int node);
 /// store cannot be reached.
 std::optional<Failure> read_remote_failure(Store& store, int node, const std::string& gone_what);
 
-/// The launcher's final error message: the most likely root cause first (the first crash, else
-/// the first failure), then "; the launcher stopped the other ranks" when `stopped_others`, then
-/// " (also: a; b)" for the others, then the remote failure's stderr tail (its lines were not shown
-/// on this node), each line indented. `local` in the order noticed; at least one failure in all.
+/// Reports `f` as node `node`'s failure: takes its order (adds 1 to "failures") and stores
+/// failure_report(f) under "failure/<node>". Throws nanochat::Error when the store cannot be reached
+/// (f.order is then -1 unless the count was taken).
+void report_failure(Store& store, int node, Failure& f);
+
+/// The launcher's final error message: the failure the launchers saw first leads (the remote
+/// one, when its order is before this node's first failure's), else the most likely root cause
+/// (the first crash, else the first failure that was not a rank this launcher stopped); then
+/// "; the launcher stopped the other ranks" when `stopped_others`, then " (also: a; b)" for the
+/// others, then the remote failure's stderr tail (its lines were not shown on this node), each
+/// line indented. `local` in the order noticed; at least one failure in all.
 std::string describe_failures(const std::vector<Failure>& local, const std::optional<Failure>& remote,
                               bool stopped_others);
 

@@ -421,7 +421,13 @@ std::optional<Failure> read_superseded(Store& store, const NodeCtx& c) {
 std::string failure_report(const Failure& f) {
   nlohmann::json j = {{"desc", f.desc}, {"crash", f.crash}};
   if (!f.tail.empty()) j["stderr"] = f.tail;
+  if (f.order >= 0) j["order"] = f.order;
   return j.dump();
+}
+
+void report_failure(Store& store, int node, Failure& f) {
+  f.order = store.add("failures", 1);
+  store.set(str_cat("failure/", node), failure_report(f));
 }
 
 Failure parse_failure_report(const std::string& report, int node) {
@@ -429,6 +435,7 @@ Failure parse_failure_report(const std::string& report, int node) {
     auto js = nlohmann::json::parse(report);
     Failure f{js.value("desc", "a rank on node " + std::to_string(node) + " failed"), js.value("crash", false)};
     f.tail = js.value("stderr", std::string());
+    f.order = js.value("order", int64_t{-1});
     return f;
   } catch (const nlohmann::json::exception& e) {
     return Failure{str_cat("a rank on node ", node, " failed (its launcher's report is unreadable: ", e.what(), ")"),
@@ -447,10 +454,19 @@ std::string describe_failures(const std::vector<Failure>& local, const std::opti
   std::vector<Failure> all = local;
   if (remote) all.push_back(*remote);
   if (all.empty()) return "";
-  // The lead: a crash, else the first failure that was not a rank this launcher stopped.
-  auto primary = std::find_if(all.begin(), all.end(), [](const Failure& f) { return f.crash; });
-  if (primary == all.end()) primary = std::find_if(all.begin(), all.end(), [](const Failure& f) { return !f.induced; });
-  if (primary == all.end()) primary = all.begin();
+  // The lead: the failure the launchers saw first (Failure::order), when both nodes' orders are
+  // known: the other node's, or one of this node's. Among the candidates, a crash, else the first
+  // failure that was not a rank this launcher stopped: within one node the order noticed is not
+  // the order of the failures (one reap finds every rank that exited since the last).
+  const bool ordered = remote && !local.empty() && remote->order >= 0 && local[0].order >= 0;
+  const bool remote_first = remote && (local.empty() || (ordered && remote->order < local[0].order));
+  const auto end = ordered ? all.begin() + static_cast<std::ptrdiff_t>(local.size()) : all.end();
+  auto primary = all.end() - 1;
+  if (!remote_first) {
+    primary = std::find_if(all.begin(), end, [](const Failure& f) { return f.crash; });
+    if (primary == end) primary = std::find_if(all.begin(), end, [](const Failure& f) { return !f.induced; });
+    if (primary == end) primary = all.begin();
+  }
   std::string msg = primary->desc;
   std::string others;
   for (auto it = all.begin(); it != all.end(); ++it)

@@ -10,6 +10,11 @@
 
 #include "nanochat/cluster/agree.h"
 #include "nanochat/core/error.h"
+#include "nanochat/core/format.h"
+#ifdef NANOCHAT_HAVE_GLOO
+#include "nanochat/cluster/gloo_communicator.h"
+#include "nanochat/cluster/store.h"
+#endif
 
 namespace nanochat::cluster {
 
@@ -170,6 +175,32 @@ void check_in_flight(Communicator& comm, const Round& rd) {
     expect_equal("pipelined all_gather", i, ag_out[i], static_cast<float>(i / counts[0]), r);
 }
 
+// --fail-rank: this rank fails at iteration `iter` with an error of its own, once the key
+// --fail-after-key (if given) is set in the job's store: e.g. another node's launcher's failure
+// report, so that a test knows which failure came first.
+[[noreturn]] void fail_on_purpose(Communicator& comm, const SelftestOptions& o, int iter, const std::string& tag,
+                                  std::ostream& out) {
+  if (!o.fail_after_key.empty()) {
+#ifdef NANOCHAT_HAVE_GLOO
+    auto* g = dynamic_cast<GlooCommunicator*>(&comm);
+    if (!g) fail("dist-selftest: --fail-after-key needs the job's store");
+    const Ms limit(30000);
+    out << tag << "waiting (at most 30 s) for " << o.fail_after_key << " in the job's store before failing"
+        << std::endl;
+    StoreClientOptions co;
+    co.host = g->env().master_addr;
+    co.port = g->env().master_port;
+    co.job_token = g->options().job_token.value_or("");
+    co.connect_timeout = limit;
+    co.identity = tag + "--fail-after-key";
+    StoreClient(co).get(o.fail_after_key, limit);
+#else
+    fail("dist-selftest: --fail-after-key needs the job's store (a build with Gloo)");
+#endif
+  }
+  fail("dist-selftest: rank ", comm.rank(), " fails on purpose at iteration ", iter, " (--fail-rank)");
+}
+
 }  // namespace
 
 size_t run_selftest(Communicator& comm, const SelftestOptions& opts, std::ostream& out) {
@@ -196,6 +227,7 @@ size_t run_selftest(Communicator& comm, const SelftestOptions& opts, std::ostrea
       out << tag << "dying now (--die-rank)" << std::endl;
       ::raise(SIGKILL);
     }
+    if (r == opts.fail_rank && iter == opts.fail_at) fail_on_purpose(comm, opts, iter, tag, out);
     const Round rd{W, r, iter, W * (W + 1) / 2.0, std::max<size_t>(opts.size, 8)};
     for (auto* check : {check_all_reduce, check_all_reduce_f64, check_reduce_scatter, check_all_gather,
                         check_all_gather_varying, check_broadcast}) {

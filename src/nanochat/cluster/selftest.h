@@ -15,6 +15,9 @@ struct SelftestOptions {
   size_t size = 4096;                        ///< base element count of the buffers
   int die_rank = -1;                         ///< this rank SIGKILLs itself ...
   int die_at = 0;                            ///< ... at the start of this iteration (testing failure handling)
+  int fail_rank = -1;                        ///< this rank fails with an error of its own (exit status 1) ...
+  int fail_at = 0;                           ///< ... at the start of this iteration ...
+  std::string fail_after_key;                ///< ... once this key of the job's store is set, if given
   std::map<std::string, std::string> facts;  ///< agreed with cluster::agree before the checks
   std::map<int, std::map<std::string, std::string>> facts_on_rank;  ///< per-rank overrides
 };
