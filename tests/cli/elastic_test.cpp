@@ -10,10 +10,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -423,7 +426,9 @@ TEST(Elastic, BelowItsMinimumUntilTheTimeoutTheJobStopsWithItsCheckpoint) {
 
 // An elastic job starts with the nodes that are there (node 0 alone, after the last call) and a
 // node started later joins at a step boundary and gets rows; the run ends where the one-process
-// run ends (the same rows, summed in another grouping).
+// run ends (the same rows, summed in another grouping). With --eval-every 1 every step is
+// evaluated, the boundary where the node joined included (the job's next generation evaluates it:
+// the one before ended without doing so).
 TEST(Elastic, TheJobStartsWithTheNodesThereAndANodeStartedLaterJoins) {
   BaseDir n0("nc_elj_node0");
   EmptyDir n1("nc_elj_node1");
@@ -433,7 +438,8 @@ TEST(Elastic, TheJobStartsWithTheNodesThereAndANodeStartedLaterJoins) {
       std::to_string(test_port());
   // 20 steps (the tolerance below holds over a few tens of steps); node 0's steps are made 8x
   // slower so that node 1 starts while it trains (the math does not change)
-  const std::string flags = with_iterations(20);
+  std::string flags = with_iterations(20);
+  flags.replace(flags.find("--eval-every -1"), std::strlen("--eval-every -1"), "--eval-every 1 --eval-tokens 128");
   BackgroundNode first(n0.dir, common + " --node-rank 0" + flags,
                        "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_ELASTIC_LAST_CALL=1 NANOCHAT_TEST_FAULT=slow:0:8",
                        n0.dir + "/node0.log");
@@ -454,6 +460,21 @@ TEST(Elastic, TheJobStartsWithTheNodesThereAndANodeStartedLaterJoins) {
   ASSERT_NE(last, std::string::npos) << out0;
   EXPECT_NE(out0.substr(last, out0.find('\n', last) - last).find(" r1 "), std::string::npos) << out0.substr(last, 600);
   const nanochat::StFile elastic = nanochat::load_safetensors(n0.ckpt() + "/model_000020.safetensors");
+  // the step where the node joined has its val bpb, in the log and in metrics.jsonl, as every step
+  const size_t joined = out0.find("A rank joined the job at step ");
+  ASSERT_NE(joined, std::string::npos) << out0;
+  const int join_step = std::stoi(out0.substr(joined + std::strlen("A rank joined the job at step ")));
+  char val_line[64];
+  std::snprintf(val_line, sizeof val_line, "Step %05d | Validation bpb: ", join_step);
+  EXPECT_NE(out0.find(val_line), std::string::npos) << out0;
+  std::set<int64_t> evaluated;
+  {
+    std::ifstream in(n0.ckpt() + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);)
+      if (const json j = json::parse(line); j.contains("val_bpb")) evaluated.insert(j["step"].get<int64_t>());
+  }
+  for (int64_t step = 0; step <= 20; ++step)
+    EXPECT_EQ(evaluated.count(step), 1u) << "step " << step << ", joined at " << join_step;
 
   fs::remove_all(n0.ckpt());
   const Result one = run_at(n0.dir, flags, "");

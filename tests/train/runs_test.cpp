@@ -266,3 +266,25 @@ TEST(RunChart, ReportSvgIsTheChartOfTheMetricsFile) {
   svg << std::ifstream(t.dir + "/report.svg").rdbuf();
   EXPECT_EQ(svg.str(), metrics_chart_svg(m, "base-train t"));
 }
+
+// A step done again (a resumed job, or a regrouped one after a rank left: train/metrics_log.h) has
+// two train records and two val records in the file; the chart keeps the later ones, rank fields
+// included: the same picture as a file that holds only them. Two changes at one step both show.
+TEST(RunChart, AStepDoneAgainKeepsItsLaterRecords) {
+  TempDir t("nc_runs_again");
+  const std::string again = t.dir + "/again.jsonl", later = t.dir + "/later.jsonl";
+  json first_try = json::parse(records(5, 6, {2, 1}));
+  first_try["loss"] = first_try["smooth_loss"] = 9.0;
+  const std::string before = records(0, 5, {2, 1}) + "{\"step\":0,\"val_bpb\":3.0}\n";
+  const std::string after = "{\"step\":5,\"membership\":\"rank 1 left\"}\n{\"step\":5,\"val_bpb\":2.0}\n" +
+                            records(5, 10, {1}) + "{\"step\":10,\"val_bpb\":1.5}\n";
+  // step 5 evaluated and trained by two ranks, rank 1 lost later: the job goes on from node 0's copy
+  // of step 5 (the records after it were dropped, MetricsLog) and does it again
+  write(again, before + "{\"step\":5,\"val_bpb\":2.9}\n" + first_try.dump() + "\n" + after);
+  write(later, before + after);
+  EXPECT_EQ(metrics_chart_svg(again, "x"), metrics_chart_svg(later, "x"));
+
+  write(later, records(0, 5, {1}) + "{\"step\":5,\"membership\":\"rank 1 left\"}\n" +
+                   "{\"step\":5,\"membership\":\"1 rank joined\"}\n" + records(5, 10, {1}));
+  EXPECT_EQ(texts_of(metrics_chart_svg(later, "x")).count("rank 1 left; 1 rank joined"), 1u);
+}

@@ -7,9 +7,14 @@
 //                  "rank_wait_ms" (blocked on the others), "rank_data_ms" (getting its rows) and
 //                  "rank_tok_per_sec" (its rows x T over its step time)
 //   val record    {"step", "val_bpb"} (an infinity as in checkpoint/loop_state.h)
-// The chart (train/runs.h metrics_chart_svg) also reads "membership": a text a record may carry at
-// the step the job's nodes changed (e.g. "node 2 left"), drawn as a marker; nothing writes it yet,
-// and a change in the length of the rank arrays is marked without it.
+//   membership record {"step", "membership", ...} where the job's nodes changed (e.g. "rank 2
+//                  left", train/elastic.h), drawn as a marker; a change in the length of the rank
+//                  arrays is marked without it
+// The file is a log of what the run did: a resumed or regrouped job keeps the records up to the
+// step it continues from and appends from there, so that step can hold two train records and two
+// val records (the work done before, and done again). The chart (train/runs.h metrics_chart_svg,
+// also what chat-web shows) keeps a step's later record: the one of the weights the run went on
+// with.
 // Only the writing rank (rank 0) touches the file; on the others every method does nothing.
 #include <cstdint>
 #include <fstream>

@@ -188,6 +188,16 @@ void add_ranks(const json& j, int64_t step, MetricsSeries& m) {
   m.wait[step] = wait;
 }
 
+// A later train record of `step` without ranks (the step done again by one rank) replaces what an
+// earlier one of several ranks put in the per-rank series.
+void drop_ranks(int64_t step, MetricsSeries& m) {
+  m.share.erase(step);
+  m.tok.erase(step);
+  m.wait.erase(step);
+}
+
+// The series of the file; a step's later record replaces what an earlier record of that step said
+// (the steps a resumed or regrouped job does again, train/metrics_log.h).
 MetricsSeries read_metrics(const std::string& path) {
   std::ifstream in(path);
   if (!in) fail("cannot open ", path, " (", std::error_code(errno, std::generic_category()).message(), ")");
@@ -201,13 +211,20 @@ MetricsSeries read_metrics(const std::string& path) {
       const int64_t step = j["step"].get<int64_t>();
       if (j.contains("smooth_loss") && j["smooth_loss"].is_number()) m.loss[step] = j["smooth_loss"].get<double>();
       if (j.contains("loss") && j["loss"].is_number()) raw[step] = j["loss"].get<double>();
-      if (j.contains("val_bpb") && j["val_bpb"].is_number()) m.bpb[step] = j["val_bpb"].get<double>();
+      // a later evaluation of the step replaces the earlier one (an infinity: not drawn)
+      if (j.contains("val_bpb"))
+        m.bpb[step] = j["val_bpb"].is_number() ? j["val_bpb"].get<double>() : std::numeric_limits<double>::quiet_NaN();
       const bool ranks = j.contains("rank_rows") && j["rank_rows"].is_array() && j["rank_rows"].size() > 1;
+      const bool train = j.contains("loss") || j.contains("smooth_loss");
       if (ranks) add_ranks(j, step, m);
-      if (j.contains("loss") || j.contains("smooth_loss")) world[step] = ranks ? j["rank_rows"].size() : 1;
-      // A record may say that the job's membership changed at its step (a node left or joined).
-      if (j.contains("membership") && j["membership"].is_string())
-        m.membership[step] = j["membership"].get<std::string>();
+      if (train && !ranks) drop_ranks(step, m);  // the step done again by one rank
+      if (train) world[step] = ranks ? j["rank_rows"].size() : 1;
+      // A record may say that the job's membership changed at its step (a node left or joined);
+      // several changes at one step (a leave and a join) are all named.
+      if (j.contains("membership") && j["membership"].is_string()) {
+        std::string& what = m.membership[step];
+        what += (what.empty() ? "" : "; ") + j["membership"].get<std::string>();
+      }
     } catch (const std::exception&) {
       // a line that is not a record (e.g. the partial last line of a file being written) or holds
       // a field of another type: skipped

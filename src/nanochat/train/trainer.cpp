@@ -66,7 +66,6 @@ struct TrainContext {
   bool adapt_threads = false;  // --threads not given: the count follows the measured steps (core/thread_tuner.h)
   bool elastic = false;        // a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
   std::function<int()> pending_joins = {};  // TrainJob::pending_joins
-  int64_t evaluated_step = -1;              // a regrouped job's first step: the generation before evaluated it
   ExtraEval extra_eval = {};                // TrainJob::extra_eval
 };
 
@@ -122,9 +121,12 @@ class TrainLoop {
       phase_ = "comparing the replicas";
       if (in_sync && plan_.cadence.check_replicas_at(step, save_now)) sync_.check_replicas(step);
       if (last) return finish_last_step();
-      // 2. val bpb and samples, 3. checkpoint, 4. one optimizer step
+      // 2. val bpb and samples, 3. checkpoint, 4. one optimizer step. A regrouped job evaluates
+      // its first step too: after a join nobody evaluated that boundary (the generation before
+      // ended after the step that led to it, NodesJoin), after a leave it is evaluated again and
+      // the later record is the one the chart keeps (train/metrics_log.h).
       phase_ = "evaluating";
-      if (in_sync && step != c_.evaluated_step) evaluate_and_sample(false);
+      if (in_sync) evaluate_and_sample(false);
       phase_ = "saving the checkpoint";
       if (save_now) save();
       phase_ = "training the step";
@@ -580,7 +582,6 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
   ctx.adapt_threads = job.adapt_threads;
   ctx.elastic = job.elastic;
   ctx.pending_joins = job.pending_joins;
-  if (job.rejoined) ctx.evaluated_step = st.step;  // evaluated before the regroup (its copy's step)
   ctx.extra_eval = job.extra_eval;
   TrainLoop loop(ctx);
   const std::string eval_error = loop.run();
