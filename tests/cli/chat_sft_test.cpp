@@ -98,7 +98,18 @@ TEST(ChatSft, TrainsOneEpochOfABaseCheckpointAndChatLoadsIt) {
   EXPECT_EQ(l.begin()->first, 1);
   EXPECT_EQ(l.rbegin()->first, S);
   EXPECT_LT(l.rbegin()->second, l.begin()->second);
-  EXPECT_NE(r.out.find("Conversations packed: "), std::string::npos) << r.out;
+  // the packed conversations plus those left in the packing buffer are the rendered ones
+  const size_t packed_at = r.out.find("Conversations packed into rows: ");
+  ASSERT_NE(packed_at, std::string::npos) << r.out;
+  long long packed = -1, epoch = -1, rendered = -1, again = -1, buffered = -1;
+  EXPECT_EQ(std::sscanf(r.out.c_str() + packed_at,
+                        "Conversations packed into rows: %lld (epoch %lld); rendered: %lld (the %lld packed and %lld",
+                        &packed, &epoch, &rendered, &again, &buffered),
+            5)
+      << r.out.substr(packed_at, 300);
+  EXPECT_EQ(again, packed);
+  EXPECT_EQ(packed + buffered, rendered);
+  EXPECT_GT(packed, 0);
   // nanochat's meta fields
   const json meta = read_checkpoint_meta(CheckpointPaths{b.sft_ckpt(), S});
   EXPECT_EQ(meta.at("step"), S);

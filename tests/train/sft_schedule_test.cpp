@@ -1,9 +1,13 @@
 // chat-sft's schedules and log line against nanochat scripts/chat_sft.py's formulas, worked by hand:
-// get_lr_multiplier(progress), get_muon_momentum(it) and the step's print0 f-string.
+// get_lr_multiplier(progress), get_muon_momentum(it) and the step's print0 f-string; the end of
+// run's line on the packing.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include "nanochat/plan/schedules.h"
 #include "nanochat/train/report.h"
+#include "nanochat/train/sft_data.h"
 
 using namespace nanochat;
 
@@ -50,4 +54,17 @@ TEST(SftSchedule, LogLineIsNanochats) {
             "step 00006 (12.34%) | loss: 2.500000 | lrm: 0.80 | dt: 250.00ms | tok/sec: 12,345 | mfu: 1.50 | "
             "epoch: 2 | total time: 1.50m | comm wait: 20.0% | ranks: r0 50% 0.10s+0.05s 1,000 tok/s, r1 50% "
             "0.12s+0.03s 900 tok/s");
+}
+
+// The packed and the rendered conversations are told apart: the rendered ones still in the packing
+// buffer at the end were never trained, and the cut renders are counted among all renders.
+TEST(SftSchedule, PackingLineSaysWhatEachCountIs) {
+  const nlohmann::json packer = {
+      {"consumed", 3842}, {"epoch", 1}, {"rendered", 3942}, {"truncated", 0}, {"buffer", std::vector<int>(100, 0)}};
+  EXPECT_EQ(sft_packing_summary(packer, 2049),
+            "Conversations packed into rows: 3842 (epoch 1); rendered: 3942 (the 3842 packed and 100 still in the "
+            "packing buffer at the end); renders longer than a row of 2049 tokens and cut to it: 0 of the 3942");
+  EXPECT_EQ(sft_packing_summary(nlohmann::json::object(), 65),
+            "Conversations packed into rows: 0 (epoch 1); rendered: 0 (the 0 packed and 0 still in the packing "
+            "buffer at the end); renders longer than a row of 65 tokens and cut to it: 0 of the 0");
 }

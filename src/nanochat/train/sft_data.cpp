@@ -198,4 +198,12 @@ std::unique_ptr<RowStream> make_sft_stream(const Tokenizer& tok, tasks::TaskPtr 
   return std::make_unique<SftStream>(tok, std::move(train), std::move(val), cfg, state);
 }
 
+std::string sft_packing_summary(const json& packer, int row_tokens) {
+  const int64_t packed = packer.value("consumed", int64_t{0}), rendered = packer.value("rendered", int64_t{0});
+  return str_cat("Conversations packed into rows: ", packed, " (epoch ", packer.value("epoch", int64_t{1}),
+                 "); rendered: ", rendered, " (the ", packed, " packed and ", rendered - packed,
+                 " still in the packing buffer at the end); renders longer than a row of ", row_tokens,
+                 " tokens and cut to it: ", packer.value("truncated", int64_t{0}), " of the ", rendered);
+}
+
 }  // namespace nanochat

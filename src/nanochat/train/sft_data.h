@@ -99,4 +99,13 @@ struct SftStreamConfig {
 std::unique_ptr<RowStream> make_sft_stream(const Tokenizer& tok, tasks::TaskPtr train, tasks::TaskPtr val,
                                            const SftStreamConfig& cfg, const nlohmann::json* state);
 
+/// chat-sft's last word on its packing, from a SftPacker::state() (missing fields read as 0, the
+/// epoch as 1): the conversations packed into rows, the epoch, the conversations rendered (the
+/// packed ones plus those still in the packing buffer when the run ended, never trained) and how
+/// many renders were longer than a row of `row_tokens` tokens and cut to it, e.g.
+/// "Conversations packed into rows: 3842 (epoch 1); rendered: 3942 (the 3842 packed and 100 still
+/// in the packing buffer at the end); renders longer than a row of 2049 tokens and cut to it: 0 of
+/// the 3942".
+std::string sft_packing_summary(const nlohmann::json& packer, int row_tokens);
+
 }  // namespace nanochat

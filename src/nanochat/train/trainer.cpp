@@ -40,6 +40,7 @@
 #include "nanochat/train/job_layout.h"
 #include "nanochat/train/metrics_log.h"
 #include "nanochat/train/report.h"
+#include "nanochat/train/sft_data.h"
 #include "nanochat/train/zero2_sync.h"
 
 using json = nlohmann::json;
@@ -592,11 +593,7 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
     for (const auto& l : profile_report_lines(rank, loop.profiled_steps(), loop.profiled_seconds())) print0(l);
   if (std::isfinite(st.min_val_bpb)) print0(str_cat("Minimum validation bpb: ", st.min_val_bpb));
   if (plan.sft && master && loop.stream_state().is_object()) {
-    const json packer = loop.stream_state().value("packer", json::object());
-    print0(str_cat("Conversations packed: ", packer.value("consumed", int64_t{0}), " (epoch ",
-                   packer.value("epoch", int64_t{1}), "); renders longer than a row of ", plan.T + 1,
-                   " tokens and cut to it: ", packer.value("truncated", int64_t{0}), " of ",
-                   packer.value("rendered", int64_t{0})));
+    print0(sft_packing_summary(loop.stream_state().value("packer", json::object()), plan.T + 1));
   }
   metrics.write_chart(plan.checkpoint_dir + "/report.svg", plan.command + " " + plan.tag);
   print0("Wrote " + plan.checkpoint_dir + "/report.svg and " + metrics.path());
