@@ -16,6 +16,7 @@
 #include "nanochat/cluster/net.h"
 #include "nanochat/cluster/store.h"
 #include "support/proc_util.h"
+#include "support/test_port.h"  // below the ephemeral range: no other process binds there meanwhile
 
 using namespace nanochat;
 using namespace nanochat::cluster;
@@ -56,7 +57,7 @@ std::string port_str(int p) { return std::to_string(p); }
 }  // namespace
 
 TEST(Launcher, RunsTwoRanksAndPrefixesEveryOutputLine) {
-  int port = pick_free_port();
+  int port = nctest::test_port();
   Proc p =
       run_cli({"run", "--nproc-per-node", "2", "--master-port", port_str(port), "dist-selftest", "--iterations", "2"});
   ASSERT_TRUE(p.wait(Ms(60000)));
@@ -73,7 +74,7 @@ TEST(Launcher, RunsTwoRanksAndPrefixesEveryOutputLine) {
 // The ranks run under the program's own name (not "exe", as a copy started as /proc/self/exe is
 // called), so that `ps`, `pgrep -x nanochat` and `killall nanochat` find them.
 TEST(Launcher, RanksRunUnderTheProgramsName) {
-  int port = pick_free_port();
+  int port = nctest::test_port();
   Proc p = run_cli({"run", "--nproc-per-node", "2", "--master-port", port_str(port), "dist-selftest", "--iterations",
                     "100000", "--size", "1000"});
   ASSERT_TRUE(p.wait_for_output("rank 1 of 2: iteration 0 ok", Ms(60000))) << p.output();
@@ -92,7 +93,7 @@ TEST(Launcher, RanksRunUnderTheProgramsName) {
 }
 
 TEST(Launcher, ThreeRanksGetTorchrunVariablesAndTheirThreadCount) {
-  int port = pick_free_port();
+  int port = nctest::test_port();
   Proc p = run_cli({"run", "--nproc-per-node", "3", "--master-port", port_str(port), "--threads-per-rank", "3",
                     "dist-selftest", "--iterations", "3"});
   ASSERT_TRUE(p.wait(Ms(60000)));
@@ -108,7 +109,7 @@ TEST(Launcher, ThreeRanksGetTorchrunVariablesAndTheirThreadCount) {
 }
 
 TEST(Launcher, DefaultThreadsSplitThePhysicalCoresBetweenRanks) {
-  int port = pick_free_port();
+  int port = nctest::test_port();
   Proc p =
       run_cli({"run", "--nproc-per-node", "2", "--master-port", port_str(port), "dist-selftest", "--iterations", "1"},
               {"OMP_NUM_THREADS"});
@@ -119,7 +120,7 @@ TEST(Launcher, DefaultThreadsSplitThePhysicalCoresBetweenRanks) {
 }
 
 TEST(Launcher, AKilledRankStopsTheJobAndEveryoneNamesIt) {
-  int port = pick_free_port();
+  int port = nctest::test_port();
   Proc p = run_cli({"run", "--nproc-per-node", "3", "--master-port", port_str(port), "dist-selftest", "--iterations",
                     "1000", "--size", "300000", "--die-rank", "1", "--die-at", "2"});
   ASSERT_TRUE(p.wait(Ms(30000))) << p.output();
@@ -137,7 +138,7 @@ TEST(Launcher, AKilledRankStopsTheJobAndEveryoneNamesIt) {
 
 TEST(Launcher, RanksStartedByHandNameAPeerKilledMidCollective) {
   for (int victim : {2, 0}) {  // 0 also hosts the store
-    int port = pick_free_port();
+    int port = nctest::test_port();
     std::vector<Proc> ranks;
     for (int r = 0; r < 3; ++r)
       ranks.push_back(
@@ -175,7 +176,7 @@ TEST(Launcher, RanksStartedByHandNameAPeerKilledMidCollective) {
 }
 
 TEST(Launcher, MismatchedFactsAreAnErrorOnEveryRank) {
-  int port = pick_free_port();
+  int port = nctest::test_port();
   Proc p = run_cli({"run", "--nproc-per-node", "3", "--master-port", port_str(port), "dist-selftest", "--fact",
                     "tokenizer=abc", "--fact", "depth=4", "--fact-on-rank", "2:tokenizer=xyz"});
   ASSERT_TRUE(p.wait(Ms(30000)));
@@ -190,7 +191,7 @@ TEST(Launcher, MismatchedFactsAreAnErrorOnEveryRank) {
 }
 
 TEST(Launcher, TwoNodesOnOneHostFormOneJob) {
-  int port = pick_free_port();
+  int port = nctest::test_port();
   auto node = [&](int k) {
     return run_cli(
         {"run", "--nnodes", "2", "--node-rank", std::to_string(k), "--nproc-per-node", "2", "--master-addr",
@@ -210,7 +211,7 @@ TEST(Launcher, TwoNodesOnOneHostFormOneJob) {
 }
 
 TEST(Launcher, MismatchedNnodesIsAnErrorOnBothNodesNotAHang) {
-  int port = pick_free_port();
+  int port = nctest::test_port();
   Proc a = run_cli({"run", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1", "--allow-loopback-master",
                     "--master-port", port_str(port), "dist-selftest"},
                    {"NANOCHAT_JOB_TOKEN=t"});
@@ -242,7 +243,7 @@ TEST(Launcher, BusyPortIsAClearErrorNamingTheProcessHoldingIt) {
 }
 
 TEST(Launcher, UnreachableMasterIsAClearErrorAfterTheDeadline) {
-  int port = pick_free_port();
+  int port = nctest::test_port();
   Proc p = run_cli({"run", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
                     port_str(port), "--rendezvous-timeout", "2", "dist-selftest"},
                    {"NANOCHAT_ALLOW_LOOPBACK_MASTER=1"});
@@ -253,7 +254,7 @@ TEST(Launcher, UnreachableMasterIsAClearErrorAfterTheDeadline) {
 }
 
 TEST(Launcher, CtrlCIsForwardedAndStopsEveryRank) {
-  int port = pick_free_port();
+  int port = nctest::test_port();
   Proc p = run_cli({"run", "--nproc-per-node", "2", "--master-port", port_str(port), "dist-selftest", "--iterations",
                     "100000", "--size", "100000"});
   ASSERT_TRUE(p.wait_for_output("rank 0 of 2: iteration 0 ok", Ms(30000))) << p.output();
@@ -275,7 +276,7 @@ TEST(Launcher, NeedsASubcommand) {
 }
 
 TEST(Doctor, ReportsTheDeviceAndThePort) {
-  int port = pick_free_port();
+  int port = nctest::test_port();
   Proc p = run_cli({"doctor", "--master-addr", "127.0.0.1", "--master-port", port_str(port)});
   ASSERT_TRUE(p.wait(Ms(15000)));
   EXPECT_TRUE(p.exited_ok()) << p.output();
