@@ -124,8 +124,9 @@ class TrainLoop {
       if (last) return finish_last_step();
       // 2. val bpb and samples, 3. checkpoint, 4. one optimizer step. A regrouped job evaluates
       // its first step too: after a join nobody evaluated that boundary (the generation before
-      // ended after the step that led to it, NodesJoin), after a leave it is evaluated again and
-      // the later record is the one the chart keeps (train/metrics_log.h).
+      // ended after the step that led to it, NodesJoin); after a leave it is evaluated again (the
+      // loss may have cut that evaluation short), and the chart keeps the later record
+      // (train/metrics_log.h).
       phase_ = "evaluating";
       if (in_sync) evaluate_and_sample(false);
       phase_ = "saving the checkpoint";
