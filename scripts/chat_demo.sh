@@ -34,11 +34,12 @@ tasks='SpellingBee|Arithmetic'
 echo "== chat-eval of the base model ($tag)"
 "$nc" chat-eval -i base -g "$tag" -a "$tasks" -x "$problems" | tee "$work/before.txt"
 echo "== chat-sft: $steps steps"
+touch "$work/sft_started"
 "$nc" chat-sft --model-tag "$tag" --train-jsonl "$(IFS=,; echo "${files[*]}")" --eval-every -1 \
   --chatcore-every -1 --num-iterations "$((steps + 1))"
-# chat-sft's last checkpoint carries its count of steps done
+# chat-sft's last checkpoint carries its count of steps done (written by this run, not an earlier one)
 last="$NANOCHAT_BASE_DIR/chatsft_checkpoints/$tag/model_$(printf %06d "$steps").safetensors"
-[ -f "$last" ] || { echo "chat_demo.sh: chat-sft did not train $steps steps (no $last; did its one epoch of conversations end first?)" >&2; exit 1; }
+[ "$last" -nt "$work/sft_started" ] || { echo "chat_demo.sh: chat-sft did not train $steps steps (this run wrote no $last: did its one epoch of conversations end first?)" >&2; exit 1; }
 echo "== chat-eval of the chat model"
 "$nc" chat-eval -i sft -g "$tag" -a "$tasks" -x "$problems" | tee "$work/after.txt"
 echo "== before -> after"
