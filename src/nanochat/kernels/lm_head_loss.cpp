@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "nanochat/kernels/gemm.h"
@@ -223,6 +224,16 @@ float softcap_segment(float* seg, int64_t n, float cap, bool store_q) {
   return total;
 }
 
+// Whether the fp32 weight gradient dWt = xs^T q runs as a plain product of the transposed scaled
+// rows (xs^T stored (C, m)) instead of oneDNN's transposed-A product: measured faster with
+// oneDNN's AVX2 kernels (the fused kernel at d4: 2.33-2.45 s against 2.51-2.64 s, +8%), slower
+// with its AVX-512 ones (1.17-1.19 s against 1.09-1.16 s), bench/README.md "The lm_head's
+// weight gradient on AVX2". Decided once, by the ISA oneDNN runs.
+bool weight_grad_as_plain_product() {
+  static const bool plain = std::strncmp(gemm_isa(), "avx512", 6) != 0;
+  return plain;
+}
+
 }  // namespace
 
 int64_t lm_head_scratch_floats(int64_t chunk_rows, int64_t N, int64_t C, int64_t V) {
@@ -246,6 +257,7 @@ double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets
   float* xs = scale + cr;
   float* q = xs + cr * C;
   const float inv_cap = 1.f / cap;
+  const bool xs_transposed = dWt != nullptr && bf == nullptr && weight_grad_as_plain_product();
   bf16* xb = bf ? bf->scratch : nullptr;  // (cr, C): the chunk's x rows, then its scaled rows
   bf16* qb = bf ? xb + cr * C : nullptr;  // (cr, V): the chunk's dlogits
   double total = 0.0;
@@ -288,8 +300,15 @@ double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets
       if (per_token_loss) per_token_loss[r0 + i] = static_cast<float>(l);
       chunk_sum += l;
       scale[i] = f;
-      if (want_grad)
+      if (want_grad && !xs_transposed)
         for (int64_t c = 0; c < C; ++c) xs[i * C + c] = f * xr[i * C + c];
+    }
+    // the scaled rows transposed, xs^T (C, m), where dWt's product runs faster as a plain one
+    // (weight_grad_as_plain_product)
+    if (want_grad && xs_transposed) {
+#pragma omp parallel for schedule(static) if (m * C > 32768)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t i = 0; i < m; ++i) xs[c * m + i] = scale[i] * xr[i * C + c];
     }
     total += chunk_sum;
     if (!want_grad) continue;
@@ -309,6 +328,8 @@ double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets
       bgemm(true, false, C, V, m, xb, C, qb, V, r0 == 0 ? 0.f : 1.f, dWt, V);
     else if (bf)
       linear_bwd_w_bf16(qb, xb, dW, m, C, V);
+    else if (dWt && xs_transposed)  // dWt (C, V) (+)= xs^T (C, m) * q (m, V), xs^T stored
+      sgemm(false, false, C, V, m, 1.f, xs, m, q, V, r0 == 0 ? 0.f : 1.f, dWt, V);
     else if (dWt)
       sgemm(true, false, C, V, m, 1.f, xs, C, q, V, r0 == 0 ? 0.f : 1.f, dWt, V);
     else
