@@ -220,3 +220,32 @@ TEST_F(ChatWeb, StartUpErrorsNameWhatIsWrong) {
   EXPECT_EQ(second.code, 1) << second.out;
   EXPECT_NE(second.out.find("cannot listen on 127.0.0.1:" + std::to_string(port)), std::string::npos) << second.out;
 }
+
+// SIGTERM while an answer streams: the stream still ends with "data: [DONE]" (finished, or cut
+// with an error event after --drain-timeout) and the server exits 0. Each request leaves one log
+// line on stderr; --quiet leaves none.
+TEST_F(ChatWeb, SigtermDrainsAStreamAndEachRequestIsLogged) {
+  nctest::Proc p;
+  const int port = start(p, "--drain-timeout 0.5");
+  ASSERT_GT(port, 0) << p.output();
+  sctest::RawClient raw(port);
+  raw.post("/v1/chat/completions", chat("Elizabeth", {{"stream", true}, {"max_tokens", 600}}).dump());
+  ASSERT_TRUE(raw.read_until("\"delta\":{\"content\"")) << raw.received();
+  p.signal(SIGTERM);
+  EXPECT_TRUE(raw.read_until("data: [DONE]", std::chrono::seconds(20))) << raw.received();
+  ASSERT_TRUE(p.wait(nctest::Ms(20000)));
+  EXPECT_EQ(p.exit_code(), 0) << p.output();
+  EXPECT_TRUE(std::regex_search(p.output(), std::regex("POST /v1/chat/completions 200 in=\\d+ out=\\d+ wait=")))
+      << p.output();
+
+  nctest::Proc q;
+  const int qport = start(q, "--quiet");
+  ASSERT_GT(qport, 0) << q.output();
+  httplib::Client c("127.0.0.1", qport);
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  q.signal(SIGTERM);
+  ASSERT_TRUE(q.wait(nctest::Ms(20000)));
+  EXPECT_EQ(q.output().find("GET /health"), std::string::npos) << q.output();
+}

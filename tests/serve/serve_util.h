@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -187,6 +188,19 @@ class RawClient {
       if (n <= 0) return;
       off += static_cast<size_t>(n);
     }
+  }
+  /// Sends s, waiting at most 2 s each time the socket is full; false when the peer stopped reading
+  /// or closed.
+  bool send_some(const std::string& s) {
+    size_t off = 0;
+    while (off < s.size()) {
+      pollfd p{fd_, POLLOUT, 0};
+      if (::poll(&p, 1, 2000) <= 0 || (p.revents & (POLLERR | POLLHUP))) return false;
+      const ssize_t n = ::send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
+      if (n > 0) off += static_cast<size_t>(n);
+    }
+    return true;
   }
   /// POSTs a JSON body to path.
   void post(const std::string& path, const std::string& body) {

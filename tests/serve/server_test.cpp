@@ -479,8 +479,8 @@ TEST(TextStream, HoldsBackOnlyWhatCouldStartAStopString) {
   EXPECT_EQ(u.finish(), "");
 }
 
-// Stopping the server (chat-web's SIGTERM) ends answers still streaming or awaited, at once:
-// the workers are told to stop and the waiting handlers give up.
+// Stopping the server (chat-web's SIGTERM) ends answers still streaming or awaited once the drain
+// time has passed: the workers are told to stop and the waiting handlers give up.
 TEST(ServeBusy, StoppingTheServerEndsRunningAnswers) {
   auto s = std::make_shared<Script>();
   s->pieces = {"x"};
@@ -488,6 +488,7 @@ TEST(ServeBusy, StoppingTheServerEndsRunningAnswers) {
   s->piece_delay_ms = 5;
   ServeOptions o;
   o.workers = 2;
+  o.drain_timeout_s = 0.2;
   auto ts = std::make_unique<TestServer>(o, scripted_model(s));
   RawClient streamed(ts->port), whole(ts->port);
   streamed.post("/v1/chat/completions", user_request("a", {{"stream", true}, {"max_tokens", 2048}}).dump());

@@ -26,6 +26,7 @@ struct ChatWebArgs {
   CheckpointChoice ckpt;
   serve::ServeOptions opt;
   int threads = 0;
+  bool quiet = false;
 };
 
 std::atomic<serve::ChatServer*> g_server{nullptr};
@@ -99,6 +100,24 @@ void register_chat_web(CLI::App& app) {
                 "seconds one request may take, waiting included (an answer is cut there)")
       ->check(CLI::Range(0.1, 86400.0))
       ->capture_default_str();
+  c->add_option("--read-timeout", o.read_timeout_s,
+                "seconds a client has to send a request's headers, and again its body (slower ones are cut)")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  c->add_option("--http-threads", o.http_threads,
+                "connections served at once (the page, /health and requests reading or waiting), apart from "
+                "--workers")
+      ->check(CLI::Range(4, 65536))
+      ->capture_default_str();
+  c->add_option("--allow-origin", o.allow_origins,
+                "a web origin (scheme://host:port) whose pages may call the API (CORS); repeat for more. "
+                "Other pages' requests get HTTP 403")
+      ->allow_extra_args(false);
+  c->add_option("--drain-timeout", o.drain_timeout_s,
+                "on SIGINT/SIGTERM, seconds running answers may go on before each is ended with an error")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  c->add_flag("--quiet", a->quiet, "no log line per request on stderr");
   c->add_option("--max-messages", o.limits.max_messages, "messages per request")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
@@ -129,6 +148,11 @@ void register_chat_web(CLI::App& app) {
                 static_cast<long long>(model.context_len), a->opt.workers, threads, a->opt.queue);
     std::fflush(stdout);
     a->opt.runs = runs_under(base_dir());
+    if (!a->quiet)
+      a->opt.log = [](const std::string& line) {
+        std::fprintf(stderr, "chat-web: %s\n", line.c_str());
+        std::fflush(stderr);
+      };
     serve::ChatServer server(a->opt, std::move(model));
     const int port = server.bind();
     const std::string& h = a->opt.host;

@@ -9,16 +9,23 @@
 //   GET  /health                {"status": "ok", workers, busy, queued, ...}
 //   GET  /runs                  the training runs under the base folder (RunsProvider)
 //   GET  /runs/<run>/chart.svg  a run's chart from its metrics, as it trains
+//   OPTIONS *                   CORS preflight, answered for this server's own and --allow-origin
+//                               origins (serve/request_guard.h)
 // Every error is OpenAI's {"error": {...}} object with a 4xx/5xx status: 400 bad request (named
-// field), 404 unknown path, 405 wrong method, 413 body too large, 429 every worker busy and the
-// queue full (with Retry-After), 503 the time limit passed while waiting, 500 generation failed.
-// A handler never lets an exception reach the library: the server keeps serving.
+// field), 403 a foreign Origin, 404 unknown path, 405 wrong method, 411 a POST without length,
+// 413 body too large (any framing), 415 a body that is not application/json, 429 every worker busy
+// and the queue full (with Retry-After), 503 the time limit passed while waiting or the server is
+// stopping, 500 generation failed. A handler never lets an exception reach the library: the server
+// keeps serving. Connections have their own threads and read deadlines (serve/connection.h), a
+// whole answer whose client left is cancelled, and stop() lets answers finish for a while, then
+// ends each one with an error event and "data: [DONE]".
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "nanochat/serve/api.h"
 #include "nanochat/serve/backend.h"
@@ -39,7 +46,13 @@ struct ServeOptions {
   int workers = 1;
   int queue = 8;  ///< requests that may wait for a worker
   int64_t max_body_bytes = 1 << 20;
-  double request_timeout_s = 300;  ///< wall time of one request, waiting included
+  double request_timeout_s = 300;          ///< wall time of one request, waiting included
+  double read_timeout_s = 10;              ///< headers, then the body, must each arrive within this
+  int http_threads = 256;                  ///< connections served at once, apart from the workers
+  double drain_timeout_s = 10;             ///< stop(): how long running answers may go on
+  std::vector<std::string> allow_origins;  ///< other web origins that may call the API (CORS)
+  /// One line per request and per cut connection (request_guard.h); empty = no log.
+  std::function<void(const std::string&)> log;
   RequestLimits limits;
   RunsProvider runs;
 };
@@ -58,6 +71,9 @@ class ChatServer {
   int bind();
   /// Serves until stop() (from another thread or a signal-handling thread).
   void run();
+  /// Refuses new answers (503), lets running ones go on for drain_timeout_s, then ends each that
+  /// is left (a stream with an error event and "data: [DONE]", a whole answer with 503) and stops
+  /// serving. Returns when run() is about to return.
   void stop();
 
  private:
