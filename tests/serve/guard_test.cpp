@@ -264,6 +264,9 @@ TEST(ServeGuard, AStreamToAnHttp10ClientIsCloseDelimited) {
   EXPECT_EQ(got.find("chunked"), std::string::npos) << got;
   EXPECT_EQ(got.find("\r\n7\r\n"), std::string::npos) << got;  // no chunk sizes
   EXPECT_NE(got.find("data: {"), std::string::npos) << got;
+  const auto close = got.find("Connection: close");
+  ASSERT_NE(close, std::string::npos) << got;
+  EXPECT_EQ(got.find("Connection: close", close + 1), std::string::npos) << "said twice: " << got;
 }
 
 // stop() lets a running answer finish within the drain time, and ends one that would not with an

@@ -49,7 +49,6 @@ bool is_chunked(const httplib::Request& req) {
 // Refuses a request whose body is left unread: the connection closes after the answer.
 bool refuse(httplib::Response& res, int status, const std::string& message) {
   send_error(res, status, status_type(status), message);
-  res.set_header("Connection", "close");
   if (auto* c = Connection::current()) c->close_after_response();
   return true;
 }

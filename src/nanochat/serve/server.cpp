@@ -133,7 +133,6 @@ void ChatServer::Impl::configure() {
     if (c && c->body_over_limit()) {  // a body to another path passed the bound while read
       res.status = 413;
       res.body.clear();
-      res.set_header("Connection", "close");
       c->close_after_response();
     }
     if (!res.body.empty() || res.content_provider_) return;
@@ -170,7 +169,9 @@ void ChatServer::Impl::hooks() {
   http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     add_cors_headers(policy, req, res);
     auto* c = Connection::current();
-    if (c && c->closing()) res.set_header("Connection", "close");
+    // One "Connection: close" for every answer after which the connection closes (the library
+    // adds its own when it closes for its reasons).
+    if (c && c->closing() && !res.has_header("Connection")) res.set_header("Connection", "close");
   });
   if (!opt.log) return;
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
@@ -262,7 +263,6 @@ void ChatServer::Impl::chat_post(const httplib::Request& req, httplib::Response&
   });
   if (c) c->end_body();
   if (ok && !over) return chat(body, res, req.version == "HTTP/1.0");
-  res.set_header("Connection", "close");
   if (c) c->close_after_response();
   if (over || (c && c->body_over_limit()))
     return send_error(res, 413, "request_too_large",
@@ -409,7 +409,6 @@ void ChatServer::Impl::stream(const std::shared_ptr<Job>& job, const Prepared& p
     --active;
   };
   if (!close_delimited) return res.set_chunked_content_provider("text/event-stream", provider, release);
-  res.set_header("Connection", "close");
   if (c) c->close_after_response();
   res.set_content_provider("text/event-stream", provider, release);
 }
