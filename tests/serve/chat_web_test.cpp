@@ -219,14 +219,18 @@ TEST_F(ChatWeb, StartUpErrorsNameWhatIsWrong) {
   auto second = nctest::run(*g_base, " chat-web -i base -g t --threads 1 --port " + std::to_string(port));
   EXPECT_EQ(second.code, 1) << second.out;
   EXPECT_NE(second.out.find("cannot listen on 127.0.0.1:" + std::to_string(port)), std::string::npos) << second.out;
+  // An --allow-origin that is not scheme://host[:port] is named before anything loads.
+  auto origin = nctest::run(*g_base, " chat-web -i base -g t --allow-origin http://ok:1 --allow-origin localhost:3000");
+  EXPECT_NE(origin.code, 0) << origin.out;
+  EXPECT_NE(origin.out.find("'localhost:3000' is not a web origin"), std::string::npos) << origin.out;
 }
 
 // SIGTERM while an answer streams: the stream still ends with "data: [DONE]" (finished, or cut
-// with an error event after --drain-timeout) and the server exits 0. Each request leaves one log
+// with an error event at once under --drain-timeout 0) and the server exits 0. Each request leaves one log
 // line on stderr; --quiet leaves none.
 TEST_F(ChatWeb, SigtermDrainsAStreamAndEachRequestIsLogged) {
   nctest::Proc p;
-  const int port = start(p, "--drain-timeout 0.5");
+  const int port = start(p, "--drain-timeout 0");
   ASSERT_GT(port, 0) << p.output();
   sctest::RawClient raw(port);
   raw.post("/v1/chat/completions", chat("Elizabeth", {{"stream", true}, {"max_tokens", 600}}).dump());

@@ -112,7 +112,12 @@ void register_chat_web(CLI::App& app) {
   c->add_option("--allow-origin", o.allow_origins,
                 "a web origin (scheme://host:port) whose pages may call the API (CORS); repeat for more. "
                 "Other pages' requests get HTTP 403")
-      ->allow_extra_args(false);
+      ->allow_extra_args(false)
+      ->check([](const std::string& o) -> std::string {
+        const bool scheme = o.rfind("http://", 0) == 0 || o.rfind("https://", 0) == 0;
+        if (scheme && o.find('/', o.find("//") + 2) == std::string::npos) return "";
+        return "'" + o + "' is not a web origin: give scheme://host[:port] with no path, e.g. http://localhost:3000";
+      });
   c->add_option("--drain-timeout", o.drain_timeout_s,
                 "on SIGINT/SIGTERM, seconds running answers may go on before each is ended with an error")
       ->check(CLI::Range(0.0, 3600.0))
