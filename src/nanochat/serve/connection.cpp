@@ -70,12 +70,13 @@ Connection::Connection(int sock, const ConnectionLimits& limits, std::function<b
 Connection* Connection::current() { return t_current; }
 
 bool Connection::wait_io(short events, Clock::time_point deadline) const {
-  for (;;) {
-    if (stopping_ && stopping_()) return false;
+  // Ready at once counts even when the server stops: an answer written then still leaves.
+  for (bool first = true;; first = false) {
+    if (!first && stopping_ && stopping_()) return false;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return false;
+    if (left <= 0 && !first) return false;
     pollfd p{sock_, events, 0};
-    const int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, kSliceMs)));
+    const int rc = ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left, 0, kSliceMs)));
     if (rc > 0) return true;
     if (rc < 0 && errno != EINTR) return false;
   }
