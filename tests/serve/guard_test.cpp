@@ -13,6 +13,7 @@
 
 using json = nlohmann::json;
 using namespace sctest;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -320,8 +321,11 @@ TEST(ServeGuard, EachRequestLeavesOneLogLine) {
   ASSERT_TRUE(c.Post("/v1/chat/completions", chat_body("hi"), "application/json"));
   ASSERT_TRUE(c.Post("/v1/chat/completions", chat_body("hi"), "text/plain"));
   ASSERT_TRUE(c.Get("/health"));
-  for (auto end = Clock::now() + std::chrono::seconds(5); log.find("GET /health").empty() && Clock::now() < end;)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // A line is written once its answer is out: the client may see the answer first.
+  for (auto end = Clock::now() + std::chrono::seconds(5); Clock::now() < end; std::this_thread::sleep_for(10ms)) {
+    std::lock_guard<std::mutex> lk(log.m);
+    if (log.lines.size() >= 3) break;
+  }
   const std::string ok = log.find("POST /v1/chat/completions 200");
   EXPECT_NE(ok.find("127.0.0.1:"), std::string::npos) << log.all();
   EXPECT_NE(ok.find("in=5 out=3 wait="), std::string::npos) << log.all();
