@@ -6,19 +6,21 @@
 //                               streamed request waits for a worker the server sends SSE comment
 //                               lines ": waiting <place in queue>" (clients ignore comments)
 //   GET  /v1/models             the one model, OpenAI's list shape
-//   GET  /health                {"status": "ok", workers, busy, queued, ...}
+//   GET  /health                {"status": "ok" ("stopping" while draining), workers, busy, queued,
+//                               connections (open now), ...}
 //   GET  /runs                  the training runs under the base folder (RunsProvider)
 //   GET  /runs/<run>/chart.svg  a run's chart from its metrics, as it trains
 //   OPTIONS *                   CORS preflight, answered for this server's own and --allow-origin
 //                               origins (serve/request_guard.h)
 // Every error is OpenAI's {"error": {...}} object with a 4xx/5xx status: 400 bad request (named
-// field), 403 a foreign Origin, 404 unknown path, 405 wrong method, 411 a POST without length,
-// 413 body too large (any framing), 415 a body that is not application/json, 429 every worker busy
-// and the queue full (with Retry-After), 503 the time limit passed while waiting or the server is
-// stopping, 500 generation failed. A handler never lets an exception reach the library: the server
-// keeps serving. Connections have their own threads and read deadlines (serve/connection.h), a
-// whole answer whose client left is cancelled, and stop() lets answers finish for a while, then
-// ends each one with an error event and "data: [DONE]".
+// field), 403 a foreign Origin, 404 unknown path, 405 wrong method, 408 a body slower than
+// --read-timeout, 411 a POST without length, 413 body too large (any framing), 415 a body that is
+// not application/json, 429 every worker busy and the queue full (with Retry-After), 503 the time
+// limit passed while waiting or the server is stopping, 500 generation failed. A handler never
+// lets an exception reach the library: the server keeps serving. Connections have their own
+// threads and read deadlines (serve/connection.h), a whole answer whose client left is cancelled,
+// and stop() lets answers finish for a while, then ends each one with an error event and
+// "data: [DONE]".
 #include <atomic>
 #include <cstdint>
 #include <functional>
