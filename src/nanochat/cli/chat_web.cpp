@@ -105,8 +105,8 @@ void register_chat_web(CLI::App& app) {
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   c->add_option("--http-threads", o.http_threads,
-                "connections served at once (the page, /health and requests reading or waiting), apart from "
-                "--workers")
+                "connections served at once (the page, /health and requests reading or waiting), at least "
+                "--workers + --queue + 8")
       ->check(CLI::Range(4, 65536))
       ->capture_default_str();
   c->add_option("--allow-origin", o.allow_origins,

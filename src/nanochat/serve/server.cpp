@@ -25,7 +25,8 @@ namespace {
 
 ConnectionLimits connection_limits(const ServeOptions& o) {
   ConnectionLimits l;
-  l.threads = o.http_threads;
+  // Every admitted answer holds its connection's thread; a few more stay for the page and /health.
+  l.threads = std::max(o.http_threads, o.workers + o.queue + 8);
   l.read_timeout_s = o.read_timeout_s;
   // Chunk framing may add a few bytes per body byte; the chat route counts the body itself.
   l.max_body_raw = 8 * o.max_body_bytes + (64 << 10);

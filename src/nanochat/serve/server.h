@@ -50,7 +50,7 @@ struct ServeOptions {
   int64_t max_body_bytes = 1 << 20;
   double request_timeout_s = 300;          ///< wall time of one request, waiting included
   double read_timeout_s = 10;              ///< headers, then the body, must each arrive within this
-  int http_threads = 256;                  ///< connections served at once, apart from the workers
+  int http_threads = 256;                  ///< connections served at once (at least workers + queue + 8)
   double drain_timeout_s = 10;             ///< stop(): how long running answers may go on
   std::vector<std::string> allow_origins;  ///< other web origins that may call the API (CORS)
   /// One line per request and per cut connection (request_guard.h); empty = no log.
