@@ -106,9 +106,12 @@ TEST(ServeGuard, AChunkedBodyOverTheLimitIs413AsSoonAsItPassesIt) {
     const int64_t sent = send_chunked_until_answered(c, int64_t{20} << 20);
     ASSERT_TRUE(c.read_until("\r\n\r\n", std::chrono::seconds(5))) << path;
     EXPECT_EQ(c.received().rfind("HTTP/1.1 413", 0), 0u) << path << ": " << c.received();
+    std::printf("[ measured ] %s: 413 after %lld KiB of a 20 MB chunked body were sent\n", path,
+                static_cast<long long>(sent >> 10));
     EXPECT_LT(sent, int64_t{10} << 20) << path << ": the server read on past its limit";
     EXPECT_TRUE(c.read_until("--max-body-bytes", std::chrono::seconds(5))) << c.received();
   }
+  std::printf("[ measured ] resident memory grew by %lld KiB\n", static_cast<long long>((rss_bytes() - rss0) >> 10));
   EXPECT_LT(rss_bytes() - rss0, int64_t{12} << 20) << "the server kept the refused bodies";
   EXPECT_EQ(s->started.load(), 0);
   // A Content-Length over the limit is refused before a byte of the body is sent.
