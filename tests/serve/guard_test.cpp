@@ -136,8 +136,10 @@ TEST(ServeGuard, AChunkedBodyOverTheLimitIs413AsSoonAsItPassesIt) {
 // do not hold the threads that /health and the page need; a stalled one is cut at --read-timeout.
 TEST(ServeGuard, StalledClientsDoNotDelayHealthAndAreCutAtTheReadTimeout) {
   auto s = pieces({"a"});
+  LogLines log;
   ServeOptions o;
   o.read_timeout_s = 3;
+  o.log = log.sink();
   TestServer ts(o, scripted_model(s));
   std::vector<std::unique_ptr<RawClient>> stalled;
   const auto t_connect = Clock::now();
@@ -170,6 +172,15 @@ TEST(ServeGuard, StalledClientsDoNotDelayHealthAndAreCutAtTheReadTimeout) {
   const auto t0 = Clock::now();
   EXPECT_FALSE(stalled.front()->read_until("never", std::chrono::seconds(8)));
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(6)) << "a stalled connection was not cut";
+  // Each is answered 408 (headers or body too slow) and logged.
+  auto count_408 = [&] {
+    std::lock_guard<std::mutex> lk(log.m);
+    return std::count_if(log.lines.begin(), log.lines.end(),
+                         [](const std::string& l) { return l.find("POST /v1/chat/completions 408") != l.npos; });
+  };
+  for (auto end = Clock::now() + 5s; count_408() < 200 && Clock::now() < end;) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(count_408(), 200) << log.all().substr(0, 2000);
+  EXPECT_NE(stalled.front()->received().find("--read-timeout"), std::string::npos) << stalled.front()->received();
 }
 
 // text/plain and form POSTs (which any page may send) are 415, a foreign Origin is 403, and no

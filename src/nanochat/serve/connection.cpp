@@ -73,7 +73,7 @@ bool Connection::wait_io(short events, Clock::time_point deadline) const {
   // Ready at once counts even when the server stops: an answer written then still leaves.
   for (bool first = true;; first = false) {
     if (!first && stopping_ && stopping_()) return false;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0 && !first) return false;
     pollfd p{sock_, events, 0};
     const int rc = ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left, 0, kSliceMs)));

@@ -159,20 +159,25 @@ void add_cors_headers(const GuardPolicy& p, const httplib::Request& req, httplib
   res.set_header("Vary", "Origin");
 }
 
-std::string request_log_line(const httplib::Request& req, int status, int prompt_tokens, int completion_tokens,
-                             double queue_wait_s, double duration_s, const std::string& outcome) {
+std::string log_time() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm tm{};
   ::gmtime_r(&t, &tm);
-  char when[32];
-  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+  char when[40];
+  const size_t n = std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(when + n, sizeof when - n, ".%03dZ", static_cast<int>(ms));
+  return when;
+}
+
+std::string request_log_line(const httplib::Request& req, int status, int prompt_tokens, int completion_tokens,
+                             double queue_wait_s, double duration_s, const std::string& outcome) {
   char line[1024];
-  std::snprintf(line, sizeof line, "%s.%03dZ %s:%d %s %s %d in=%d out=%d wait=%.3fs time=%.3fs%s%s", when,
-                static_cast<int>(ms), req.remote_addr.c_str(), req.remote_port, req.method.c_str(),
-                printable(req.path).c_str(), status, std::max(prompt_tokens, 0), std::max(completion_tokens, 0),
-                std::max(queue_wait_s, 0.0), duration_s, outcome.empty() ? "" : " ", outcome.c_str());
+  std::snprintf(line, sizeof line, "%s %s:%d %s %s %d in=%d out=%d wait=%.3fs time=%.3fs%s%s", log_time().c_str(),
+                req.remote_addr.c_str(), req.remote_port, req.method.c_str(), printable(req.path).c_str(), status,
+                std::max(prompt_tokens, 0), std::max(completion_tokens, 0), std::max(queue_wait_s, 0.0), duration_s,
+                outcome.empty() ? "" : " ", outcome.c_str());
   return line;
 }
 

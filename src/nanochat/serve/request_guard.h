@@ -43,6 +43,9 @@ bool guard_request(const GuardPolicy& policy, const httplib::Request& req, httpl
 /// Adds Access-Control-Allow-Origin (and Vary: Origin) for a request from an allowed other origin.
 void add_cors_headers(const GuardPolicy& policy, const httplib::Request& req, httplib::Response& res);
 
+/// UTC now as the log writes it: 2026-01-02T03:04:05.678Z.
+std::string log_time();
+
 /// The log line of a finished request: UTC time, client address, method, path, status, prompt and
 /// answer tokens, time waited for a worker, total time and how it ended when not normally.
 std::string request_log_line(const httplib::Request& req, int status, int prompt_tokens, int completion_tokens,

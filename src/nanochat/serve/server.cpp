@@ -112,7 +112,7 @@ void ChatServer::stop() {
   m.draining = true;
   const auto drain_end = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(m.opt.drain_timeout_s * 1000));
   if (!m.wait_idle(drain_end) && m.opt.log)
-    m.log("stopping: " + std::to_string(m.active.load()) + " answer(s) still running after " +
+    m.log(log_time() + " stopping: " + std::to_string(m.active.load()) + " answer(s) still running after " +
           std::to_string(m.opt.drain_timeout_s) + " s (--drain-timeout); ending them");
   m.stopping = true;
   m.wait_idle(Clock::now() + std::chrono::seconds(2));  // each left answer writes its end
@@ -134,6 +134,13 @@ void ChatServer::Impl::configure() {
     if (c && c->body_over_limit()) {  // a body to another path passed the bound while read
       res.status = 413;
       res.body.clear();
+      c->close_after_response();
+    } else if (c && c->timed_out()) {  // the headers stalled (the library says 400)
+      res.status = 408;
+      res.set_content(error_json("the request's headers did not arrive within " + std::to_string(opt.read_timeout_s) +
+                                     " s (--read-timeout); send them at once",
+                                 "request_timeout"),
+                      "application/json");
       c->close_after_response();
     }
     if (!res.body.empty() || res.content_provider_) return;
@@ -186,7 +193,7 @@ void ChatServer::Impl::hooks() {
     std::string ip;
     int port = 0;
     c.get_remote_ip_and_port(ip, port);
-    log(ip + ":" + std::to_string(port) + " connection cut: the request did not arrive within " +
+    log(log_time() + " " + ip + ":" + std::to_string(port) + " connection cut: the request did not arrive within " +
         std::to_string(opt.read_timeout_s) + " s (--read-timeout)");
   };
 }
