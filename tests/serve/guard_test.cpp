@@ -18,7 +18,7 @@ using namespace std::chrono_literals;
 namespace {
 
 std::string chat_body(const std::string& text, json extra = json::object()) {
-  json j = {{"model", "any"}, {"messages", json::array({{{"role", "user"}, {"content", text}}})}};
+  json j = {{"model", "scripted"}, {"messages", json::array({{{"role", "user"}, {"content", text}}})}};
   for (auto& [k, v] : extra.items()) j[k] = v;
   return j.dump();
 }
