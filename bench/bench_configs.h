@@ -21,13 +21,17 @@ inline constexpr int kVocab = 32768;
 inline constexpr int kAspect = 64;
 
 inline constexpr BenchConfig kConfigs[] = {
-    {"d4", 4, 128, 512, 8, "SSSL"},          {"d6", 6, 64, 512, 8, "L"},  // nanochat's runcpu config
-    {"d6b32", 6, 64, 512, 32, "L"},          {"d8", 8, 128, 512, 8, "SSSL"},
-    {"d12", 12, 128, 1024, 4, "SSSL"},       {"d4v8k", 4, 128, 512, 8, "SSSL", 8192},
+    {"d4", 4, 128, 512, 8, "SSSL"},
+    {"d6", 6, 64, 512, 8, "L"},  // nanochat's runcpu config
+    {"d6b32", 6, 64, 512, 32, "L"},
+    {"d8", 8, 128, 512, 8, "SSSL"},
+    {"d12", 12, 128, 1024, 4, "SSSL"},
+    {"d4v8k", 4, 128, 512, 8, "SSSL", 8192},
     {"d8v8k", 8, 128, 512, 8, "SSSL", 8192},
     // nanochat's default context (base_train --max-seq-len 2048, SSSL: short windows of 512):
     // the same 4,096 tokens per step as the configs above
-    {"d4t2k", 4, 128, 2048, 2, "SSSL"},      {"d8t2k", 8, 128, 2048, 2, "SSSL"},
+    {"d4t2k", 4, 128, 2048, 2, "SSSL"},
+    {"d8t2k", 8, 128, 2048, 2, "SSSL"},
 };
 
 /// The model config of a benchmark config.

@@ -26,17 +26,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
+sys.path.insert(0, os.path.join(ROOT, "bench", "peer"))
+from run_peer import cpu_model  # noqa: E402
 
 
 def load_average():
