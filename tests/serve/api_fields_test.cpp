@@ -191,7 +191,7 @@ TEST(ServeApiFields, HealthReportsTheRequestLimits) {
   const json j = json::parse(r->body);
   EXPECT_EQ(j["limits"]["max_tokens"], 77);
   EXPECT_EQ(j["limits"]["max_messages"], 9);
-  EXPECT_EQ(j["limits"]["max_message_chars"], o.limits.max_message_chars);
+  EXPECT_EQ(j["limits"]["max_message_bytes"], o.limits.max_message_bytes);
   EXPECT_EQ(j["context_len"], 300);
 }
 

@@ -248,7 +248,36 @@ TEST(ServeGuard, AWholeAnswerWhoseClientLeftIsCancelled) {
   EXPECT_EQ(s->cancelled.load(), 1);
   for (auto end = Clock::now() + std::chrono::seconds(5); log.find("client gone").empty() && Clock::now() < end;)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_NE(log.find("client gone"), "") << log.all();
+  const std::string gone = log.find("client gone");
+  EXPECT_NE(gone, "") << log.all();
+  // the tokens it generated before the client left are counted
+  EXPECT_EQ(gone.find(" out=0 "), std::string::npos) << gone;
+}
+
+// A request line that cannot be read: one 400, one log line with the client's address, and the
+// connection ends (what follows is not read as more requests).
+TEST(ServeGuard, AnUnreadableRequestLineIsOne400AndEndsTheConnection) {
+  auto s = pieces({"a"});
+  LogLines log;
+  ServeOptions o;
+  o.log = log.sink();
+  TestServer ts(o, scripted_model(s));
+  RawClient c(ts.port);
+  c.send_all("BLAH\r\n\r\n\r\n\r\n");
+  ASSERT_TRUE(c.read_until("\r\n\r\n", std::chrono::seconds(3))) << c.received();
+  EXPECT_EQ(c.received().rfind("HTTP/1.1 400", 0), 0u) << c.received();
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(c.read_until("never sent", std::chrono::seconds(3)));
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2)) << "the server kept the connection open";
+  EXPECT_EQ(c.received().find("HTTP/1.1 400", 1), std::string::npos) << c.received();
+  for (auto end = Clock::now() + std::chrono::seconds(5); log.find(" 400 ").empty() && Clock::now() < end;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::string all = log.all();
+  std::lock_guard<std::mutex> lk(log.m);
+  ASSERT_EQ(log.lines.size(), 1u) << all;
+  EXPECT_NE(log.lines[0].find("127.0.0.1:"), std::string::npos) << log.lines[0];
+  EXPECT_EQ(log.lines[0].find(":-1 "), std::string::npos) << log.lines[0];
 }
 
 // A POST without Content-Length and not chunked: 411 at once, not after a read timeout.

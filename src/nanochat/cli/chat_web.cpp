@@ -126,7 +126,7 @@ void register_chat_web(CLI::App& app) {
   c->add_option("--max-messages", o.limits.max_messages, "messages per request")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
-  c->add_option("--max-message-bytes", o.limits.max_message_chars, "bytes of one message")
+  c->add_option("--max-message-bytes", o.limits.max_message_bytes, "bytes of one message")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();
   c->add_option("--max-tokens-limit", o.limits.max_tokens, "largest max_tokens a request may ask for")

@@ -77,9 +77,9 @@ ChatMessage parse_message(const json& m, const std::string& at, const RequestLim
   const std::string role = message_role(m, at);
   if (!m.contains("content") || m["content"].is_null()) bad(at + ".content", "'" + at + ".content' is missing");
   ChatMessage msg{role, content_text(m["content"], at + ".content")};
-  if (static_cast<int64_t>(msg.content.size()) > limits.max_message_chars)
+  if (static_cast<int64_t>(msg.content.size()) > limits.max_message_bytes)
     bad(at + ".content", "'" + at + ".content' is " + std::to_string(msg.content.size()) +
-                             " bytes; this server takes at most " + std::to_string(limits.max_message_chars));
+                             " bytes; this server takes at most " + std::to_string(limits.max_message_bytes));
   return msg;
 }
 
@@ -134,7 +134,7 @@ std::string error_json(const std::string& message, const std::string& type, cons
 
 json limits_json(const RequestLimits& limits) {
   return {{"max_messages", limits.max_messages},
-          {"max_message_chars", limits.max_message_chars},
+          {"max_message_bytes", limits.max_message_bytes},
           {"max_tokens", limits.max_tokens},
           {"max_n", limits.max_n}};
 }

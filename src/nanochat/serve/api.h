@@ -42,13 +42,13 @@ struct ChatMessage {
 /// Bounds on what one request may ask for (chat-web's flags).
 struct RequestLimits {
   int max_messages = 64;              ///< messages per request
-  int64_t max_message_chars = 16000;  ///< bytes of one message's text
+  int64_t max_message_bytes = 16000;  ///< bytes of one message's text
   int max_tokens = 2048;              ///< upper bound of max_tokens
   int max_n = 4;                      ///< upper bound of n
 };
 
 /// The limits as the page reads them from GET /health ("limits"): {"max_messages",
-/// "max_message_chars", "max_tokens", "max_n"}.
+/// "max_message_bytes", "max_tokens", "max_n"}.
 nlohmann::json limits_json(const RequestLimits& limits);
 
 /// A checked POST /v1/chat/completions body. Defaults when a field is absent: temperature 0.8,

@@ -44,11 +44,15 @@ void run_completion(Backend& backend, Job& job, const Prepared& p) {
   job.post(started);
   std::vector<TextStream> streams(static_cast<size_t>(p.params.n), TextStream(p.req.stop));
   bool timed_out = false;
+  int generated = 0;
   auto piece = [&](int row, std::string text) {
     if (text.empty()) return;
-    job.post(JobEvent::of(JobEvent::Kind::Piece, row, std::move(text)));
+    JobEvent e = JobEvent::of(JobEvent::Kind::Piece, row, std::move(text));
+    e.generated = generated;
+    job.post(std::move(e));
   };
   const auto ends = backend.generate(p.prompt, p.params, [&](int row, const std::string& bytes) {
+    ++generated;
     if (job.cancelled()) return Control::StopAll;
     if (Clock::now() >= job.deadline()) {
       timed_out = true;

@@ -37,6 +37,7 @@ struct RequestNote {
   std::chrono::steady_clock::time_point start;
   int prompt_tokens = -1;
   int completion_tokens = -1;
+  int generated_tokens = 0;  ///< tokens generated so far, an answer cut short included
   double queue_wait_s = -1;
   std::string outcome;  ///< why it ended early: "client gone", "shutdown", ... ("" = normally)
 };

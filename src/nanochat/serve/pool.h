@@ -30,6 +30,7 @@ struct JobEvent {
   std::string text;                   ///< Piece: answer text; Failed: the error message
   RowEnd end;                         ///< RowDone
   int prompt_tokens = 0;              ///< Started
+  int generated = 0;                  ///< Piece: tokens generated so far by the job, every row
   int status = 500;                   ///< Failed: the HTTP status it maps to
   std::string type = "server_error";  ///< Failed: the OpenAI error type
 

@@ -171,13 +171,20 @@ std::string log_time() {
   return when;
 }
 
-std::string request_log_line(const httplib::Request& req, int status, int prompt_tokens, int completion_tokens,
-                             double queue_wait_s, double duration_s, const std::string& outcome) {
+std::string format_seconds(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", s);
+  return b;
+}
+
+std::string request_log_line(const std::string& addr, int port, const httplib::Request& req, int status,
+                             int prompt_tokens, int completion_tokens, double queue_wait_s, double duration_s,
+                             const std::string& outcome) {
   char line[1024];
   std::snprintf(line, sizeof line, "%s %s:%d %s %s %d in=%d out=%d wait=%.3fs time=%.3fs%s%s", log_time().c_str(),
-                req.remote_addr.c_str(), req.remote_port, req.method.c_str(), printable(req.path).c_str(), status,
-                std::max(prompt_tokens, 0), std::max(completion_tokens, 0), std::max(queue_wait_s, 0.0), duration_s,
-                outcome.empty() ? "" : " ", outcome.c_str());
+                addr.c_str(), port, req.method.c_str(), printable(req.path).c_str(), status, std::max(prompt_tokens, 0),
+                std::max(completion_tokens, 0), std::max(queue_wait_s, 0.0), duration_s, outcome.empty() ? "" : " ",
+                outcome.c_str());
   return line;
 }
 

@@ -46,9 +46,14 @@ void add_cors_headers(const GuardPolicy& policy, const httplib::Request& req, ht
 /// UTC now as the log writes it: 2026-01-02T03:04:05.678Z.
 std::string log_time();
 
-/// The log line of a finished request: UTC time, client address, method, path, status, prompt and
-/// answer tokens, time waited for a worker, total time and how it ended when not normally.
-std::string request_log_line(const httplib::Request& req, int status, int prompt_tokens, int completion_tokens,
-                             double queue_wait_s, double duration_s, const std::string& outcome);
+/// Seconds as a person reads them: 10, 0.5, 2.25.
+std::string format_seconds(double s);
+
+/// The log line of a finished request: UTC time, client address (addr:port), method, path, status,
+/// prompt and answer tokens (generated so far, for an answer cut short), time waited for a
+/// worker, total time and how it ended when not normally.
+std::string request_log_line(const std::string& addr, int port, const httplib::Request& req, int status,
+                             int prompt_tokens, int completion_tokens, double queue_wait_s, double duration_s,
+                             const std::string& outcome);
 
 }  // namespace nanochat::serve

@@ -113,7 +113,7 @@ void ChatServer::stop() {
   const auto drain_end = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(m.opt.drain_timeout_s * 1000));
   if (!m.wait_idle(drain_end) && m.opt.log)
     m.log(log_time() + " stopping: " + std::to_string(m.active.load()) + " answer(s) still running after " +
-          std::to_string(m.opt.drain_timeout_s) + " s (--drain-timeout); ending them");
+          format_seconds(m.opt.drain_timeout_s) + " s (--drain-timeout); ending them");
   m.stopping = true;
   m.wait_idle(Clock::now() + std::chrono::seconds(2));  // each left answer writes its end
   if (m.http.is_running()) m.http.stop();
@@ -137,7 +137,7 @@ void ChatServer::Impl::configure() {
       c->close_after_response();
     } else if (c && c->timed_out()) {  // the headers stalled (the library says 400)
       res.status = 408;
-      res.set_content(error_json("the request's headers did not arrive within " + std::to_string(opt.read_timeout_s) +
+      res.set_content(error_json("the request's headers did not arrive within " + format_seconds(opt.read_timeout_s) +
                                      " s (--read-timeout); send them at once",
                                  "request_timeout"),
                       "application/json");
@@ -183,18 +183,24 @@ void ChatServer::Impl::hooks() {
   });
   if (!opt.log) return;
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    const auto* c = Connection::current();
+    auto* c = Connection::current();
     if (!c) return;
     const auto& n = c->note;
-    log(request_log_line(req, res.status, n.prompt_tokens, n.completion_tokens, n.queue_wait_s, seconds_since(n.start),
-                         n.outcome));
+    std::string ip = req.remote_addr;
+    int port = req.remote_port;
+    if (port < 0) {  // the request line could not be read: no more requests on this connection
+      c->get_remote_ip_and_port(ip, port);
+      c->close_after_response();
+    }
+    log(request_log_line(ip, port, req, res.status, n.prompt_tokens, std::max(n.completion_tokens, n.generated_tokens),
+                         n.queue_wait_s, seconds_since(n.start), n.outcome));
   });
   http.on_read_timeout = [this](const Connection& c) {
     std::string ip;
     int port = 0;
     c.get_remote_ip_and_port(ip, port);
     log(log_time() + " " + ip + ":" + std::to_string(port) + " connection cut: the request did not arrive within " +
-        std::to_string(opt.read_timeout_s) + " s (--read-timeout)");
+        format_seconds(opt.read_timeout_s) + " s (--read-timeout)");
   };
 }
 
@@ -278,7 +284,7 @@ void ChatServer::Impl::chat_post(const httplib::Request& req, httplib::Response&
                           " bytes (--max-body-bytes)");
   if (c && c->timed_out())
     return send_error(res, 408, "request_timeout",
-                      "the request body did not arrive within " + std::to_string(opt.read_timeout_s) +
+                      "the request body did not arrive within " + format_seconds(opt.read_timeout_s) +
                           " s (--read-timeout); send it at once after the headers");
   send_error(res, 400, "invalid_request_error",
              "the request body could not be read: it ended before its length or its chunked framing is broken");
@@ -323,6 +329,8 @@ void note_event(Connection* c, const JobEvent& e, Clock::time_point submitted) {
     n.queue_wait_s = seconds_since(submitted);
   } else if (e.kind == JobEvent::Kind::RowDone) {
     n.completion_tokens = std::max(n.completion_tokens, 0) + e.end.tokens;
+  } else if (e.kind == JobEvent::Kind::Piece) {
+    n.generated_tokens = std::max(n.generated_tokens, e.generated);
   }
 }
 
@@ -356,7 +364,7 @@ void ChatServer::Impl::finish_whole(const std::shared_ptr<Job>& job, const Prepa
         pool.cancel(job);
         return send_error(res, 503, "timeout",
                           "the request waited for a free worker until its time limit (" +
-                              std::to_string(opt.request_timeout_s) + " s); try again later");
+                              format_seconds(opt.request_timeout_s) + " s); try again later");
       }
       continue;
     }
