@@ -56,6 +56,8 @@ int64_t lm_head_bf16_scratch(int64_t chunk_rows, int64_t N, int64_t C, int64_t V
 /// dWt (optional, C * V floats of scratch): if given, the weight gradient is first summed over all
 /// chunks in transposed (C, V) layout, dWt = x^T * dlogits, and added to dW once at the end. BLAS
 /// runs that product ~25% faster than dlogits^T * x (whose reduction runs over the short chunk).
+/// With oneDNN's AVX2 kernels (not its AVX-512 ones) the fp32 dWt product reads the chunk's scaled
+/// rows stored transposed, (C, rows), as a plain product: 8% faster at d4 (bench/README.md).
 /// bf (optional): the three products run with bf16 operands and fp32 accumulation, reading bf->W
 /// instead of W; requires native bf16 (gemm_bf16.h: throws nanochat::Error without it).
 double lm_head_softcap_ce(const float* x, const float* W, const int32_t* targets, int64_t N, int64_t C, int64_t V,
