@@ -203,7 +203,8 @@ def do_stall(a, st):
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
         try:
             d = s.recv(4096)
-            outcome = "dropped" if not d else "answered"
+            m = re.match(rb"HTTP/1\.[01] (\d+)", d)
+            outcome = "closed" if not d else (m.group(1).decode() if m else "answered")
         except socket.timeout:
             outcome = "still open"
         s.close()
@@ -300,6 +301,14 @@ def report(a, st, rss, t_start, t_end):
             slope = sum((t - mt) * (v - mv) for t, v in zip(ts, vs)) / sum((t - mt) ** 2 for t in ts) * 3600
         print(f"server RSS: first {vs[0]:.0f} MB, last {vs[-1]:.0f} MB, lowest {min(vs):.0f}, highest {max(vs):.0f}; "
               f"slope {slope:+.1f} MB/hour over {len(vs)} samples")
+        late = [(t, v) for t, v in zip(ts, vs) if t >= a.settle_minutes * 60]
+        if len(late) > 2:
+            lt, lv = [t for t, _ in late], [v for _, v in late]
+            mt, mv = statistics.fmean(lt), statistics.fmean(lv)
+            den = sum((t - mt) ** 2 for t in lt)
+            s2 = sum((t - mt) * (v - mv) for t, v in late) / den * 3600 if den > 0 else 0.0
+            print(f"  after the first {a.settle_minutes:g} min (workers, caches and threads warmed up): "
+                  f"{lv[0]:.0f} -> {lv[-1]:.0f} MB, slope {s2:+.1f} MB/hour")
         step = max(1, len(rss) // 12)
         print("  over time: " + ", ".join(f"{t / 60:.0f} min {v:.0f} MB" for t, v in list(zip(ts, vs))[::step]))
     return valid_fail
@@ -320,6 +329,8 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=120.0, help="client deadline per request, s")
     ap.add_argument("--stall-wait", type=float, default=60.0, help="how long a stalled client waits to be dropped")
     ap.add_argument("--rss-every", type=float, default=10.0)
+    ap.add_argument("--settle-minutes", type=float, default=5.0,
+                    help="the RSS slope is also given from this minute on (default: %(default)s)")
     ap.add_argument("--mix", default=MIX)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--server-log", default="/tmp/soak_chat_web_server.log")
