@@ -211,14 +211,18 @@ TEST(LauncherReport, TheFailureTheLaunchersSawFirstLeads) {
   const std::string rank1_first =
       "rank 1 (host b, pid 2) exited with status 1 (also: rank 0 (host a, pid 1) exited with status 1)";
   EXPECT_EQ(describe_failures({mine}, remote, false), rank0_first);
-  // this node's came first: it leads, before a later crash elsewhere too
+  // this node's came first: it leads
   mine.order = 1;
   remote->order = 2;
   EXPECT_EQ(describe_failures({mine}, remote, false), rank1_first);
+  // but a crash elsewhere, reported later, leads: a rank killed is the likely cause of the exits
+  // its peers saw first (TwoHosts.ARankKilledOnOneHostStopsTheOtherHostNamingIt)
   remote->crash = true;
-  EXPECT_EQ(describe_failures({mine}, remote, false), rank1_first);
+  EXPECT_EQ(describe_failures({mine}, remote, false), rank0_first);
+  remote->crash = false;
   // an order not known (the store was gone): the crash leads, else the first noticed, as before
   remote->order = -1;
+  remote->crash = true;
   EXPECT_EQ(describe_failures({mine}, remote, false), rank0_first);
   remote->crash = false;
   EXPECT_EQ(describe_failures({mine}, remote, false), rank1_first);

@@ -454,17 +454,19 @@ std::string describe_failures(const std::vector<Failure>& local, const std::opti
   std::vector<Failure> all = local;
   if (remote) all.push_back(*remote);
   if (all.empty()) return "";
-  // The lead: the failure the launchers saw first (Failure::order), when both nodes' orders are
-  // known: the other node's, or one of this node's. Among the candidates, a crash, else the first
-  // failure that was not a rank this launcher stopped: within one node the order noticed is not
-  // the order of the failures (one reap finds every rank that exited since the last).
+  // The lead: a crash (a rank killed by a signal no launcher sent) on any node, the likely root
+  // cause however late its launcher reported it; else the failure the launchers saw first
+  // (Failure::order), when both nodes' orders are known: the other node's, or one of this node's.
+  // Among this node's, the first failure that was not a rank this launcher stopped: within one
+  // node the order noticed is not the order of the failures (one reap finds every rank that
+  // exited since the last).
   const bool ordered = remote && !local.empty() && remote->order >= 0 && local[0].order >= 0;
   const bool remote_first = remote && (local.empty() || (ordered && remote->order < local[0].order));
   const auto end = ordered ? all.begin() + static_cast<std::ptrdiff_t>(local.size()) : all.end();
-  auto primary = all.end() - 1;
-  if (!remote_first) {
-    primary = std::find_if(all.begin(), end, [](const Failure& f) { return f.crash; });
-    if (primary == end) primary = std::find_if(all.begin(), end, [](const Failure& f) { return !f.induced; });
+  auto primary = std::find_if(all.begin(), all.end(), [](const Failure& f) { return f.crash; });
+  if (primary == all.end() && remote_first) primary = all.end() - 1;
+  if (primary == all.end()) {
+    primary = std::find_if(all.begin(), end, [](const Failure& f) { return !f.induced; });
     if (primary == end) primary = all.begin();
   }
   std::string msg = primary->desc;
