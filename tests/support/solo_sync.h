@@ -21,6 +21,8 @@ class SoloSync final : public nanochat::StepSync {
 
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
+  nanochat::MuonAdamW& optimizer() override { return opt_; }
+  std::string describe() const override { return "one process, no communicator"; }
   nanochat::StepShare begin_step(int64_t) override {
     loss_sum_ = 0;
     tokens_ = 0;

@@ -113,8 +113,7 @@ SyncRun zero2(const std::vector<int>& B, StepBalancer::Mode mode) {
       ThreadCommunicator comm(hub, r);
       GPT m(tiny());
       init(m);
-      MuonAdamW opt(params_of(m), optim(), &comm);
-      Zero2Sync sync(m, opt, comm, B, R, mode);
+      Zero2Sync sync(m, optim(), comm, B, R, mode);
       runs[static_cast<size_t>(r)] = drive(sync, m, data);
     });
   for (auto& t : th) t.join();

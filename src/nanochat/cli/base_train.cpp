@@ -94,6 +94,26 @@ void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
                 "--save-every checkpoint (1 = none; 0 = no copy)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  c->add_option("--sync", a.sync,
+                "how the nodes keep one model: zero2 = every step (the gradients' reduce-scatter and the weights' "
+                "all-gather, about the model's size in fp32 over each node's link per step: the LAN's mode); "
+                "diloco = each node trains alone for --sync-every steps, then the nodes average their change and "
+                "take an outer Nesterov step (DiLoCo): about the model's size per round, for slow links")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"zero2", "diloco"}));
+  c->add_option("--sync-every", a.sync_every, "--sync diloco: inner steps per round (H)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c->add_option("--outer-lr", a.outer_lr,
+                "--sync diloco: the outer step's learning rate (1 with --outer-momentum 0 = plain averaging)")
+      ->capture_default_str();
+  c->add_option("--outer-momentum", a.outer_momentum, "--sync diloco: the outer step's Nesterov momentum")
+      ->capture_default_str();
+  c->add_option("--sync-dtype", a.sync_dtype,
+                "--sync diloco: the numbers each node sends its change in: float32, bfloat16 (half the bytes) or "
+                "int8 (a quarter, one scale per 256 numbers)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "bfloat16", "int8"}));
 }
 
 /// The hidden test-only flags (train/test_fault.h TrainTestHooks).

@@ -45,6 +45,30 @@ int64_t TrainPlan::eval_steps_for(int eval_B) const {
 }
 
 namespace {
+// --sync and DiLoCo's flags (train/diloco_sync.h).
+void derive_sync(const BaseTrainArgs& a, TrainPlan& p) {
+  if (a.sync != "zero2" && a.sync != "diloco") fail("--sync must be zero2 or diloco (got ", a.sync, ")");
+  p.sync = a.sync == "diloco" ? SyncMode::Diloco : SyncMode::Zero2;
+  if (p.sync == SyncMode::Zero2) return;
+  if (a.sync_every < 1) fail("--sync-every must be at least 1 (got ", a.sync_every, ")");
+  if (!(a.outer_lr > 0) || !std::isfinite(a.outer_lr))
+    fail("--outer-lr must be a positive number (got ", a.outer_lr, "); the DiLoCo paper uses 0.7");
+  if (!(a.outer_momentum >= 0 && a.outer_momentum < 1))
+    fail("--outer-momentum must be in [0, 1) (got ", a.outer_momentum, "); the DiLoCo paper uses 0.9");
+  if (a.sync_dtype != "float32" && a.sync_dtype != "bfloat16" && a.sync_dtype != "int8")
+    fail("--sync-dtype must be float32, bfloat16 or int8 (got ", a.sync_dtype, ")");
+  p.outer.every = a.sync_every;
+  p.outer.lr = a.outer_lr;
+  p.outer.momentum = a.outer_momentum;
+  p.outer.wire = a.sync_dtype == "int8"       ? WireDtype::Int8
+                 : a.sync_dtype == "bfloat16" ? WireDtype::BFloat16
+                                              : WireDtype::Float32;
+  p.log.push_back(str_cat("Sync: DiLoCo, every ", p.outer.every, " steps each node trains alone, then the nodes ",
+                          "average their change (token-weighted, sent in ", a.sync_dtype,
+                          ") and take an outer Nesterov step (lr ", p.outer.lr, ", momentum ", p.outer.momentum,
+                          "); evaluation, samples and checkpoints happen at those boundaries"));
+}
+
 // The settings derived after the batch and horizon: optimizer, schedule, eval steps, folders.
 void derive_run_settings(const BaseTrainArgs& a, const std::string& base_dir, TrainPlan& p) {
   p.B = a.device_batch_size;
@@ -52,6 +76,7 @@ void derive_run_settings(const BaseTrainArgs& a, const std::string& base_dir, Tr
   p.eval_tokens = a.eval_tokens;
   if (a.balance != "speed" && a.balance != "even") fail("--balance must be speed or even (got ", a.balance, ")");
   p.balance = a.balance == "even" ? BalanceMode::Even : BalanceMode::Speed;
+  derive_sync(a, p);
   p.dtype = parse_compute_dtype(a.dtype, "--dtype");
   p.data = p.world_size == 1 ? DataSource::OneRank : a.local_data ? DataSource::LocalCopies : DataSource::Served;
   p.cadence = Cadence{a.eval_every,           a.sample_every,     a.save_every,

@@ -63,6 +63,13 @@ struct BaseTrainArgs {
   /// node 0 keeps a copy of the whole job state (weights, every rank's optimizer shard) every N
   /// steps, written as a checkpoint when a node leaves the job; 0 = no copy
   int64_t copy_state_every = 0;
+  /// how the ranks keep one model: "zero2" (every step) or "diloco" (every sync_every steps, an
+  /// outer Nesterov step with outer_lr and outer_momentum on the change sent in sync_dtype)
+  std::string sync = "zero2";
+  int64_t sync_every = 50;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  std::string sync_dtype = "float32";
 };
 
 /// Parameter counts of nanochat's GPT.num_scaling_params plus matmul params (docs/nanochat.md 1.9).
@@ -84,6 +91,23 @@ std::vector<OptParam> optimizer_params(GPT& model);
 
 /// How each step's rows are dealt to the ranks (--balance; train/balance.h).
 enum class BalanceMode { Speed, Even };
+
+/// How the ranks keep one model (--sync; train/sync_factory.h): ZeRO-2 every step (the weights
+/// are one after every step), or DiLoCo (each node trains alone for H steps, then the nodes
+/// average their change and take an outer step; the weights are one at those boundaries).
+enum class SyncMode { Zero2, Diloco };
+
+/// The numbers DiLoCo's nodes send their change in (--sync-dtype): float32, bfloat16 (round to
+/// nearest even), or int8 with one float32 scale per block of 256 (train/outer_wire.h).
+enum class WireDtype { Float32, BFloat16, Int8 };
+
+/// DiLoCo's outer loop (Douillard et al. 2023; train/diloco_sync.h).
+struct OuterConfig {
+  int64_t every = 50;     ///< --sync-every H: inner steps between two outer steps
+  double lr = 0.7;        ///< --outer-lr
+  double momentum = 0.9;  ///< --outer-momentum (Nesterov)
+  WireDtype wire = WireDtype::Float32;
+};
 
 /// Where the ranks' rows come from (feed/step_source.h): the only rank reads the shards; node 0
 /// reads them and serves every rank its rows; every node reads its own copy (--local-data).
@@ -131,6 +155,8 @@ struct TrainPlan {
   int T = 2048;             ///< --max-seq-len: tokens per row
   int64_t eval_tokens = 0;  ///< --eval-tokens
   BalanceMode balance = BalanceMode::Speed;
+  SyncMode sync = SyncMode::Zero2;  ///< --sync
+  OuterConfig outer;                ///< --sync diloco's settings
   DataSource data = DataSource::OneRank;
   ComputeDtype dtype = ComputeDtype::Float32;  ///< --dtype
   Cadence cadence;

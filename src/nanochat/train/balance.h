@@ -56,6 +56,10 @@ class StepBalancer {
   std::vector<int> micro_batch_counts() const;
   /// The most micro-batches one step can have, all ranks together (one row each).
   int64_t max_micro_batches() const { return step_rows_; }
+  /// Rows of one step, all ranks together (R).
+  int64_t step_rows() const { return step_rows_; }
+  /// Every rank's device batch, in rank order.
+  const std::vector<int>& device_batches() const { return B_; }
   /// Current speed estimates in rows/s per rank (0 = not measured yet).
   const std::vector<double>& speeds() const { return speed_; }
 

@@ -19,43 +19,51 @@ using json = nlohmann::json;
 namespace nanochat {
 
 json args_to_json(const BaseTrainArgs& a) {
-  return json{{"run", a.run},
-              {"device_type", a.device_type},
-              {"fp8", a.fp8},
-              {"fp8_recipe", a.fp8_recipe},
-              {"depth", a.depth},
-              {"aspect_ratio", a.aspect_ratio},
-              {"head_dim", a.head_dim},
-              {"max_seq_len", a.max_seq_len},
-              {"window_pattern", a.window_pattern},
-              {"num_iterations", a.num_iterations},
-              {"target_flops", a.target_flops},
-              {"target_param_data_ratio", a.target_param_data_ratio},
-              {"device_batch_size", a.device_batch_size},
-              {"total_batch_size", a.total_batch_size},
-              {"embedding_lr", a.embedding_lr},
-              {"unembedding_lr", a.unembedding_lr},
-              {"weight_decay", a.weight_decay},
-              {"matrix_lr", a.matrix_lr},
-              {"scalar_lr", a.scalar_lr},
-              {"warmup_steps", a.warmup_steps},
-              {"warmdown_ratio", a.warmdown_ratio},
-              {"final_lr_frac", a.final_lr_frac},
-              {"resume_from_step", a.resume_from_step},
-              {"eval_every", a.eval_every},
-              {"eval_tokens", a.eval_tokens},
-              {"core_metric_every", a.core_metric_every},
-              {"core_metric_max_per_task", a.core_metric_max_per_task},
-              {"sample_every", a.sample_every},
-              {"save_every", a.save_every},
-              {"model_tag", a.model_tag},
-              {"threads", a.threads},
-              {"seed", a.seed},
-              {"check_replicas_every", a.check_replicas_every},
-              {"balance", a.balance},
-              {"local_data", a.local_data},
-              {"dtype", a.dtype},
-              {"copy_state_every", a.copy_state_every}};
+  json j{{"run", a.run},
+         {"device_type", a.device_type},
+         {"fp8", a.fp8},
+         {"fp8_recipe", a.fp8_recipe},
+         {"depth", a.depth},
+         {"aspect_ratio", a.aspect_ratio},
+         {"head_dim", a.head_dim},
+         {"max_seq_len", a.max_seq_len},
+         {"window_pattern", a.window_pattern},
+         {"num_iterations", a.num_iterations},
+         {"target_flops", a.target_flops},
+         {"target_param_data_ratio", a.target_param_data_ratio},
+         {"device_batch_size", a.device_batch_size},
+         {"total_batch_size", a.total_batch_size},
+         {"embedding_lr", a.embedding_lr},
+         {"unembedding_lr", a.unembedding_lr},
+         {"weight_decay", a.weight_decay},
+         {"matrix_lr", a.matrix_lr},
+         {"scalar_lr", a.scalar_lr},
+         {"warmup_steps", a.warmup_steps},
+         {"warmdown_ratio", a.warmdown_ratio},
+         {"final_lr_frac", a.final_lr_frac},
+         {"resume_from_step", a.resume_from_step},
+         {"eval_every", a.eval_every},
+         {"eval_tokens", a.eval_tokens},
+         {"core_metric_every", a.core_metric_every},
+         {"core_metric_max_per_task", a.core_metric_max_per_task},
+         {"sample_every", a.sample_every},
+         {"save_every", a.save_every},
+         {"model_tag", a.model_tag},
+         {"threads", a.threads},
+         {"seed", a.seed},
+         {"check_replicas_every", a.check_replicas_every},
+         {"balance", a.balance},
+         {"local_data", a.local_data},
+         {"dtype", a.dtype},
+         {"copy_state_every", a.copy_state_every}};
+  if (a.sync != "zero2") {  // a ZeRO-2 run's meta stays as it was
+    j["sync"] = a.sync;
+    j["sync_every"] = a.sync_every;
+    j["outer_lr"] = a.outer_lr;
+    j["outer_momentum"] = a.outer_momentum;
+    j["sync_dtype"] = a.sync_dtype;
+  }
+  return j;
 }
 
 namespace {

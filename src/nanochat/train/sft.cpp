@@ -29,6 +29,7 @@
 #include "nanochat/train/job_layout.h"
 #include "nanochat/train/metrics_log.h"
 #include "nanochat/train/sft_data.h"
+#include "nanochat/train/sync_factory.h"
 #include "nanochat/train/trainer.h"
 
 using json = nlohmann::json;
@@ -357,10 +358,11 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
     print0(str_cat("Data: node 0 packs the conversations and sends every rank its rows (port ", feed.port(), ")"));
 
   GPT model(plan.model);
-  MuonAdamW opt(optimizer_params(model), plan.optim, &comm);
   print0(plan.dmodel_lr_scale_line());
   prof::reset();
   const JobLayout layout = agree_on_job_layout(comm, sft_args_to_json(a), plan, tok);
+  const std::unique_ptr<StepSync> sync = make_step_sync(plan, layout, model, comm);
+  MuonAdamW& opt = sync->optimizer();
 
   // The starting weights (and optimizer moments) come from the base checkpoint, unless this run
   // continues its own checkpoint (the resume in run_train_job reads it instead).
@@ -394,7 +396,7 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
     return make_sft_stream(tok, d.train, d.val, sc, state);
   };
   const RunMeta run = sft_run_meta(a, plan, tok, base_cp);
-  TrainJob job{plan, layout, tok, model, opt, stream, run, a.resume_from_step, peak, a.profile};
+  TrainJob job{plan, layout, tok, model, *sync, stream, run, a.resume_from_step, peak, a.profile};
   job.adapt_threads = a.threads == 0 && num_threads() > 1;
   const bool chatcore = a.chatcore_every > 0 && chatcore_tasks_on_every_rank(comm);
   if (chatcore)

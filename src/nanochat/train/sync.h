@@ -15,8 +15,12 @@
 // steps); in_sync(step) says when they are one model, and only then does the loop evaluate,
 // save or check the replicas.
 //
-// Implementations: train/zero2_sync.h (ZeRO-2 every step, rows dealt by measured speed; the
-// product's). A new mode (every H steps, a job whose ranks come and go) is one new implementation.
+// Implementations, built by make_step_sync (train/sync_factory.h) from TrainPlan::sync, each with
+// the optimizer it owns: train/zero2_sync.h (ZeRO-2 every step, rows dealt by measured speed; the
+// LAN's mode) and train/diloco_sync.h (each node trains alone for H steps, then an outer step on
+// the nodes' averaged change; for slow links). A new mode is one new implementation and a value
+// of SyncMode. Membership (a rank that leaves or joins an elastic job) is not a sync's concern:
+// train/elastic.h handles it above the loop.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -28,6 +32,7 @@
 
 namespace nanochat {
 
+class MuonAdamW;
 struct TrainPlan;
 
 /// This rank's part of a step: a contiguous range of the step's rows, in micro-batches.
@@ -72,6 +77,11 @@ class StepSync {
   virtual ~StepSync() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
+  /// The optimizer whose state the steps update (a mode with an outer step: the inner one), for a
+  /// command's set-up before the first step (chat-sft's warm start and initial lrs).
+  virtual MuonAdamW& optimizer() = 0;
+  /// The line rank 0 prints at the start: how the ranks share a step and keep one model.
+  virtual std::string describe() const = 0;
 
   /// Starts step `step` (weights' gradients zero): this rank's rows of it. Every rank calls it.
   virtual StepShare begin_step(int64_t step) = 0;

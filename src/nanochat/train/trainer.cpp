@@ -41,7 +41,7 @@
 #include "nanochat/train/metrics_log.h"
 #include "nanochat/train/report.h"
 #include "nanochat/train/sft_data.h"
-#include "nanochat/train/zero2_sync.h"
+#include "nanochat/train/sync_factory.h"
 
 using json = nlohmann::json;
 
@@ -407,7 +407,7 @@ class TrainLoop {
       const double compute = x.compute + x.opt_compute;
       const double wait = std::max(0.0, x.dt - compute - x.data);
       r.ranks.push_back({static_cast<double>(s.split[q]) / static_cast<double>(c_.layout.rows_per_step), compute, wait,
-                         static_cast<int64_t>(x.rows * plan_.T / x.dt)});
+                         x.dt > 0 ? static_cast<int64_t>(x.rows * plan_.T / x.dt) : 0});
       rank_rows.push_back(s.split[q]);
       rank_compute.push_back(compute * 1e3);
       rank_wait.push_back(wait * 1e3);
@@ -490,12 +490,13 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
   model.init_weights(a.seed);
   model.set_recompute_mlp(a.recompute_mlp);
   model.set_compute_dtype(plan.dtype);
-  MuonAdamW opt(optimizer_params(model), plan.optim, &comm);
   if (!rejoined) print0(plan.dmodel_lr_scale_line());
   prof::reset();
 
-  // The whole job, agreed by every rank before any collective on tensors (job_layout.h).
+  // The whole job, agreed by every rank before any collective on tensors (job_layout.h); then
+  // the mode of --sync with its optimizer (train/sync_factory.h).
   const JobLayout layout = agree_on_job_layout(comm, a, plan, tok);
+  const std::unique_ptr<StepSync> sync = make_step_sync(plan, layout, model, comm);
   RunMeta run;
   run.model_config = plan.model;
   run.data_stream = "one-rank";
@@ -506,7 +507,7 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
   run.world_size = plan.world_size;
   run.dtype = compute_dtype_name(plan.dtype);
   run.tokenizer_hash = std::to_string(tok.hash());
-  TrainJob job{plan,        layout,   tok, model, opt, token_row_stream(tok, plan), run, a.resume_from_step,
+  TrainJob job{plan,        layout,   tok, model, *sync, token_row_stream(tok, plan), run, a.resume_from_step,
                peak_gflops, a.profile};
   job.adapt_threads = a.threads == 0 && num_threads() > 1;
   job.rejoined = rejoined;
@@ -548,15 +549,14 @@ double measure_and_print_peak(bool master, ComputeDtype dtype) {
 }
 
 void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector& faults, DataFeed& feed) {
-  const int rank = comm.rank(), W = comm.world_size();
+  const int rank = comm.rank();
   const bool master = rank == 0;
   auto print0 = [master](const std::string& s) { print_line_if(master, s); };
   const TrainPlan& plan = job.plan;
   const JobLayout& layout = job.layout;
-  // Each step's rows are dealt to the ranks by speed (or evenly) from the one data stream;
-  // ZeRO-2 synchronises every step (zero2_sync.h).
-  Zero2Sync sync(job.model, job.opt, comm, layout.device_batches, layout.rows_per_step,
-                 plan.balance == BalanceMode::Even ? StepBalancer::Mode::Even : StepBalancer::Mode::Speed);
+  // Each step's rows are dealt to the ranks from the one data stream; the job's sync keeps them
+  // one model (train/sync.h).
+  StepSync& sync = job.sync;
   LoopState st;  // docs/nanochat.md 3.9 loop_state
   if (job.resume_from_step >= 0) st = sync.resume(plan, job.resume_from_step);
 
@@ -565,10 +565,7 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
   // Node 0 can write its checkpoint folder (it writes whole checkpoints), else all stop now.
   prepare_checkpoint_dirs(comm, plan.checkpoint_dir);
   MetricsLog metrics(plan.checkpoint_dir + "/metrics.jsonl", master, job.resume_from_step >= 0 ? st.step : -1);
-  if (W > 1)
-    print0(str_cat("Rows per step: ", layout.rows_per_step, ", dealt ",
-                   plan.balance == BalanceMode::Even ? "evenly" : "by measured speed", "; device batch per rank: ",
-                   json(layout.device_batches).dump(), "; first split ", split_percentages(sync.next_split())));
+  if (const std::string line = sync.describe(); !line.empty()) print0(line);
   if (job.rejoined) {  // a regrouped elastic job: who left, and how long it took to go on
     const double seconds = job.rejoined->before + job.rejoined->since.seconds();
     print0(str_cat(job.rejoined->line, "; training again ", fixed(seconds, 1), " s ", job.rejoined->since_what));
@@ -661,6 +658,10 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
   const long min_world = cluster::env_int("NANOCHAT_MIN_WORLD_SIZE").value_or(0);  // nanochat run --nnodes MIN:MAX
   // an elastic job (node 0 may start alone: its launcher hosts the store others join through)
   const bool launched = cluster::env_int("NANOCHAT_STORE_HOSTED").value_or(0) == 1;
+  if (min_world > 0 && a.sync == "diloco")
+    fail(
+        "--sync diloco takes a fixed set of nodes: start it with --nnodes N (not MIN:MAX); nodes that come and go "
+        "train with --sync zero2");
   if (min_world > 0 && (comm.world_size() > 1 || launched))
     run_elastic(a, comm, *faults, static_cast<int>(min_world));
   else

@@ -49,7 +49,7 @@ struct TrainJob {
   const JobLayout& layout;  ///< agreed by every rank (agree_on_job_layout)
   const Tokenizer& tok;
   GPT& model;               ///< its weights: initialised or loaded
-  MuonAdamW& opt;           ///< over model's parameters (plan/plan.h optimizer_params)
+  StepSync& sync;           ///< make_step_sync (train/sync_factory.h): the mode, with the optimizer it owns
   RowStreamFactory stream;  ///< the one data stream (read on rank 0 only when node 0 serves)
   RunMeta run_meta;         ///< the meta fields that do not change during the run (checkpoint/run_meta.h)
   int64_t resume_from_step = -1;
@@ -67,7 +67,7 @@ struct TrainJob {
   ExtraEval extra_eval = {};
 };
 
-/// Collective: the steps of `job` on this rank, from the ZeRO-2 sync's set-up to the last step's save,
+/// Collective: the steps of `job` on this rank, from the sync's set-up to the last step's save,
 /// evaluation and the end-of-run summary and chart (docs/architecture.md 4.1), resuming first when
 /// job.resume_from_step >= 0. Throws nanochat::Error like run_base_train; a failure of the final
 /// evaluation after the last save is thrown at the end.

@@ -55,6 +55,8 @@ class GradAccumulator {
   const std::vector<bool>& summed_here() const { return ordered_; }
   /// Valid targets of this rank in the current step so far.
   int64_t local_tokens() const { return local_tokens_; }
+  /// After finish(): the step's valid targets over all ranks.
+  double step_tokens() const { return step_tokens_; }
 
  private:
   GPT& model_;

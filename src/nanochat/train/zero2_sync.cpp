@@ -13,19 +13,34 @@
 #include "nanochat/core/timer.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
+#include "nanochat/plan/plan.h"
 #include "nanochat/train/zero2_replicas.h"
 
 namespace nanochat {
 
-Zero2Sync::Zero2Sync(GPT& model, MuonAdamW& opt, Communicator& comm, const std::vector<int>& device_batches,
+Zero2Sync::Zero2Sync(GPT& model, const OptimConfig& optim, Communicator& comm, const std::vector<int>& device_batches,
                      int64_t rows_per_step, StepBalancer::Mode mode)
-    : model_(model), opt_(opt), comm_(comm), mode_(mode), balancer_(device_batches, rows_per_step, {mode}) {
+    : model_(model),
+      comm_(comm),
+      opt_(std::make_unique<MuonAdamW>(optimizer_params(model), optim, &comm)),
+      mode_(mode),
+      balancer_(device_batches, rows_per_step, {mode}) {
   // On the last micro-batch each finished gradient starts its reduction (zero2_grad_accum.h).
   std::function<void(size_t)> ready;
-  if (comm.world_size() > 1) ready = [this](size_t k) { opt_.grad_ready(k); };
+  if (comm.world_size() > 1) ready = [this](size_t k) { opt_->grad_ready(k); };
   accum_ =
       std::make_unique<GradAccumulator>(model, static_cast<int>(balancer_.max_micro_batches()), comm, std::move(ready));
-  opt_.set_summed_by_caller(accum_->summed_here());  // the small tensors: summed in stream order, sent once
+  opt_->set_summed_by_caller(accum_->summed_here());  // the small tensors: summed in stream order, sent once
+}
+
+Zero2Sync::~Zero2Sync() = default;
+
+std::string Zero2Sync::describe() const {
+  if (world_size() < 2) return {};
+  return str_cat("Rows per step: ", balancer_.step_rows(), ", dealt ",
+                 mode_ == StepBalancer::Mode::Even ? "evenly" : "by measured speed",
+                 "; device batch per rank: ", nlohmann::json(balancer_.device_batches()).dump(), "; first split ",
+                 split_percentages(balancer_.rows()));
 }
 
 int Zero2Sync::rank() const { return comm_.rank(); }
@@ -50,10 +65,10 @@ float Zero2Sync::micro_batch(int micro, const int32_t* idx, const int32_t* targe
 
 double Zero2Sync::update(const StepSchedule& s) {
   grad_scale_ = accum_->finish();  // 1 / valid tokens of the step over all ranks
-  const double wait0 = opt_.comm_wait_seconds();
+  const double wait0 = opt_->comm_wait_seconds();
   Timer t;
-  opt_.step(s.lr_multiplier, s.muon_momentum, s.muon_weight_decay, grad_scale_);
-  const double opt_compute = t.seconds() - (opt_.comm_wait_seconds() - wait0);
+  opt_->step(s.lr_multiplier, s.muon_momentum, s.muon_weight_decay, grad_scale_);
+  const double opt_compute = t.seconds() - (opt_->comm_wait_seconds() - wait0);
   model_.zero_grad();
   return opt_compute;
 }
@@ -99,16 +114,16 @@ std::string Zero2Sync::rebalance_optimizer(int64_t step, const std::vector<RankS
   for (const RankStep& x : ranks) costs.opt_seconds.push_back(x.opt_compute);
   costs.seconds_per_float = move_rate_;
   Timer t;
-  if (!opt_.rebalance(balancer_.speeds(), 0.1, &costs)) return {};
+  if (!opt_->rebalance(balancer_.speeds(), 0.1, &costs)) return {};
   const double seconds = t.seconds();  // outside every step's time: said here
   move_seconds_ = seconds;
-  move_floats_ = opt_.last_floats_leaving();
-  const std::vector<double> work = opt_.work_per_rank(opt_.layout());
+  move_floats_ = opt_->last_floats_leaving();
+  const std::vector<double> work = opt_->work_per_rank(opt_->layout());
   std::vector<int64_t> parts;
   for (double w : work) parts.push_back(static_cast<int64_t>(w));
   return str_cat("Optimizer work per rank from step ", step + 1, " on: ", split_percentages(parts), " (moved ",
-                 fixed(static_cast<double>(opt_.last_moved_floats()) * 4e-6, 1), " MB of optimizer state on rank 0 in ",
-                 fixed(seconds, 2), " s)");
+                 fixed(static_cast<double>(opt_->last_moved_floats()) * 4e-6, 1),
+                 " MB of optimizer state on rank 0 in ", fixed(seconds, 2), " s)");
 }
 
 void Zero2Sync::check_replicas(int64_t step) { nanochat::check_replicas(model_, comm_, step); }
@@ -119,11 +134,11 @@ void Zero2Sync::sum_over_ranks(double* v, size_t n) {
 
 void Zero2Sync::save(const std::string& dir, const RunMeta& run_meta, const LoopState& state,
                      const FaultInjector& faults) {
-  save_checkpoint(comm_, dir, model_, opt_, run_meta, state, faults);
+  save_checkpoint(comm_, dir, model_, *opt_, run_meta, state, faults);
 }
 
 void Zero2Sync::keep_copy(const RunMeta& run_meta, const LoopState& state) {
-  if (world_size() > 1) copy_checkpoint_state(comm_, model_, opt_, run_meta, state, &copy_);
+  if (world_size() > 1) copy_checkpoint_state(comm_, model_, *opt_, run_meta, state, &copy_);
 }
 
 namespace {
@@ -167,7 +182,7 @@ int64_t Zero2Sync::save_copy(const std::string& dir) {
 }
 
 LoopState Zero2Sync::resume(const TrainPlan& plan, int64_t step) {
-  return nanochat::resume(comm_, plan, step, model_, opt_);
+  return nanochat::resume(comm_, plan, step, model_, *opt_);
 }
 
 }  // namespace nanochat

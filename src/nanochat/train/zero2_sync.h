@@ -25,17 +25,22 @@ namespace nanochat {
 class Communicator;
 class GPT;
 class MuonAdamW;
+struct OptimConfig;
 
 class Zero2Sync final : public StepSync {
  public:
-  /// model, opt (built on `comm`), comm: this rank's; device_batches: every rank's device batch
+  /// model, comm: this rank's; optim: the settings of the MuonAdamW it builds over the model's
+  /// parameters on `comm` (plan/plan.h optimizer_params); device_batches: every rank's device batch
   /// (train/job_layout.h); rows_per_step: R; mode: how rows are dealt. Throws nanochat::Error like
   /// StepBalancer's constructor.
-  Zero2Sync(GPT& model, MuonAdamW& opt, Communicator& comm, const std::vector<int>& device_batches,
+  Zero2Sync(GPT& model, const OptimConfig& optim, Communicator& comm, const std::vector<int>& device_batches,
             int64_t rows_per_step, StepBalancer::Mode mode);
+  ~Zero2Sync() override;
 
   int rank() const override;
   int world_size() const override;
+  MuonAdamW& optimizer() override { return *opt_; }
+  std::string describe() const override;
   StepShare begin_step(int64_t step) override;
   float micro_batch(int micro, const int32_t* idx, const int32_t* targets, int B, int T) override;
   double update(const StepSchedule& schedule) override;
@@ -58,8 +63,8 @@ class Zero2Sync final : public StepSync {
   std::string rebalance_optimizer(int64_t step, const std::vector<RankStep>& ranks);
 
   GPT& model_;
-  MuonAdamW& opt_;
   Communicator& comm_;
+  std::unique_ptr<MuonAdamW> opt_;
   const StepBalancer::Mode mode_;
   StepBalancer balancer_;
   std::unique_ptr<GradAccumulator> accum_;

@@ -1,0 +1,334 @@
+#include "nanochat/train/diloco_sync.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+
+#include "nanochat/checkpoint/checkpoint.h"
+#include "nanochat/checkpoint/loop_checkpoint.h"
+#include "nanochat/comm/communicator.h"
+#include "nanochat/comm/typed.h"
+#include "nanochat/core/error.h"
+#include "nanochat/core/format.h"
+#include "nanochat/core/timer.h"
+#include "nanochat/model/gpt.h"
+#include "nanochat/optim/muon_adamw.h"
+#include "nanochat/train/outer_wire.h"
+#include "nanochat/train/zero2_replicas.h"
+
+namespace nanochat {
+
+namespace {
+
+// What a rank sends at a boundary: its step, and its rows and compute seconds over the round.
+struct BoundaryStep {
+  RankStep step;
+  double round_rows = 0;
+  double round_compute = 0;
+};
+
+std::string outer_file(const std::string& dir, int64_t step) {
+  char b[32];
+  std::snprintf(b, sizeof b, "/outer_%06lld.safetensors", static_cast<long long>(step));
+  return dir + b;
+}
+
+}  // namespace
+
+std::vector<int> DiLoCoSync::nodes_of_ranks(Communicator& comm, int local_rank) {
+  const int64_t first = comm.rank() - local_rank;  // the node's first rank
+  const std::vector<int64_t> firsts =
+      comm.world_size() > 1 ? all_gather_value<int64_t>(comm, first) : std::vector<int64_t>{first};
+  std::vector<int> node(firsts.size());
+  int index = -1;
+  for (size_t r = 0; r < firsts.size(); ++r) {
+    if (r == 0 || firsts[r] != firsts[r - 1]) ++index;
+    node[r] = index;
+  }
+  return node;
+}
+
+DiLoCoSync::DiLoCoSync(GPT& model, const TrainPlan& plan, Communicator& comm, const std::vector<int>& device_batches,
+                       int64_t rows_per_step, const std::vector<int>& node_of_rank)
+    : model_(model),
+      comm_(comm),
+      outer_cfg_(plan.outer),
+      num_iterations_(plan.num_iterations),
+      cadence_(plan.cadence),
+      node_of_rank_(node_of_rank),
+      balancer_(device_batches, rows_per_step,
+                {plan.balance == BalanceMode::Even ? StepBalancer::Mode::Even : StepBalancer::Mode::Speed}),
+      mode_(plan.balance == BalanceMode::Even ? StepBalancer::Mode::Even : StepBalancer::Mode::Speed) {
+  const int W = comm.world_size(), me = comm.rank();
+  if (static_cast<int>(node_of_rank_.size()) != W)
+    fail("DiLoCo: ", node_of_rank_.size(), " node indices for ", W, " ranks");
+  for (int r = 0; r < W; ++r) {
+    const int n = node_of_rank_[static_cast<size_t>(r)];
+    if (n != (r == 0 ? 0 : node_of_rank_[static_cast<size_t>(r - 1)]) &&
+        n != node_of_rank_[static_cast<size_t>(r - 1)] + 1)
+      fail("DiLoCo: the ranks of a node must be contiguous (rank ", r, " is on node ", n, ")");
+  }
+  node_ = node_of_rank_[static_cast<size_t>(me)];
+  nodes_ = node_of_rank_.back() + 1;
+  node_first_ = static_cast<int>(std::find(node_of_rank_.begin(), node_of_rank_.end(), node_) - node_of_rank_.begin());
+  node_size_ = static_cast<int>(std::count(node_of_rank_.begin(), node_of_rank_.end(), node_));
+  // a group of one rank works without a transport (a one-rank Gloo group has no peer to ring with)
+  auto alone_or = [](std::unique_ptr<Communicator> c) -> std::unique_ptr<Communicator> {
+    if (c->world_size() == 1) return std::make_unique<LocalCommunicator>();
+    return c;
+  };
+  node_comm_ = alone_or(comm.split(node_));
+  leaders_comm_ = alone_or(comm.split(me == node_first_ ? 0 : 1));
+  inner_ = std::make_unique<MuonAdamW>(optimizer_params(model), plan.optim, node_comm_.get());
+  std::function<void(size_t)> ready;
+  if (node_size_ > 1) ready = [this](size_t k) { inner_->grad_ready(k); };
+  accum_ = std::make_unique<GradAccumulator>(model, static_cast<int>(balancer_.max_micro_batches()), *node_comm_,
+                                             std::move(ready));
+  inner_->set_summed_by_caller(accum_->summed_here());
+  if (me == node_first_) {
+    const size_t n = static_cast<size_t>(model.num_params());
+    outer_.assign(model.param_data(), model.param_data() + n);
+    momentum_.assign(n, 0.f);
+    delta_.resize(n);
+  }
+  last_.assign(static_cast<size_t>(W), RankStep{});
+}
+
+DiLoCoSync::~DiLoCoSync() = default;
+
+int DiLoCoSync::rank() const { return comm_.rank(); }
+int DiLoCoSync::world_size() const { return comm_.world_size(); }
+
+std::string DiLoCoSync::describe() const {
+  const double n = static_cast<double>(model_.num_params());
+  const double W = world_size();
+  // ZeRO-2's reduce-scatter and all-gather: each (W-1)/W of the model in fp32 out of every rank
+  const std::string zero2 =
+      W > 1 ? str_cat(" instead of about ", fixed(2 * (W - 1) / W * 4 * n / 1e6, 1), " MB per step with --sync zero2")
+            : std::string();
+  return str_cat("DiLoCo: ", nodes_, nodes_ == 1 ? " node" : " nodes", " (", world_size(),
+                 world_size() == 1 ? " rank" : " ranks", "); rows per step ", balancer_.step_rows(), ", dealt ",
+                 mode_ == StepBalancer::Mode::Even ? "evenly" : "by the speed measured over each round",
+                 "; each node sends ",
+                 fixed(static_cast<double>(wire_bytes(outer_cfg_.wire, static_cast<size_t>(n))) / 1e6, 1),
+                 " MB per round (", wire_dtype_name(outer_cfg_.wire), ")", zero2);
+}
+
+bool DiLoCoSync::boundary(int64_t step) const {
+  return step % outer_cfg_.every == 0 || step >= num_iterations_ || cadence_.eval_at(step, false) ||
+         cadence_.sample_at(step, false) || cadence_.save_at(step, false);
+}
+
+bool DiLoCoSync::in_sync(int64_t step) const { return boundary(step); }
+
+StepShare DiLoCoSync::begin_step(int64_t step) {
+  step_ = step;
+  synced_ = false;
+  split_ = balancer_.rows();
+  rows_ = 0;
+  loss_sum_ = 0;
+  node_tokens_ = 0;
+  node_rows_ = 0;
+  std::vector<int> counts;
+  const std::vector<int> all = balancer_.micro_batch_counts();
+  for (int q = node_first_; q < node_first_ + node_size_; ++q) {
+    counts.push_back(all[static_cast<size_t>(q)]);
+    node_rows_ += split_[static_cast<size_t>(q)];
+  }
+  if (node_rows_ > 0) accum_->begin_step(counts);
+  return StepShare{balancer_.first_row(rank()), balancer_.micro_batches(rank())};
+}
+
+float DiLoCoSync::micro_batch(int micro, const int32_t* idx, const int32_t* targets, int B, int T) {
+  const int64_t before = accum_->local_tokens();
+  const float loss = accum_->micro_batch(micro, idx, targets, B, T);
+  loss_sum_ += static_cast<double>(loss) * static_cast<double>(accum_->local_tokens() - before);
+  rows_ += B;
+  return loss;
+}
+
+double DiLoCoSync::update(const StepSchedule& s) {
+  double opt_compute = 0;
+  if (node_rows_ > 0) {  // the node's inner step: ZeRO-2 over its own ranks
+    const float scale = accum_->finish();
+    node_tokens_ = static_cast<int64_t>(accum_->step_tokens());
+    const double wait0 = inner_->comm_wait_seconds();
+    Timer t;
+    inner_->step(s.lr_multiplier, s.muon_momentum, s.muon_weight_decay, scale);
+    opt_compute = t.seconds() - (inner_->comm_wait_seconds() - wait0);
+    model_.zero_grad();
+  }
+  round_tokens_ += static_cast<double>(node_tokens_);
+  if (boundary(step_ + 1)) {
+    outer_step();
+    synced_ = true;
+  }
+  return opt_compute;
+}
+
+void DiLoCoSync::exchange(float* delta, size_t n, double weight) {
+  double total = weight;
+  leaders_comm_->all_reduce_sum_f64(&total, 1)->wait();
+  const float f = total > 0 ? static_cast<float>(weight / total) : 0.f;
+  for (size_t i = 0; i < n; ++i) delta[i] *= f;
+  if (outer_cfg_.wire == WireDtype::Float32) {
+    for (size_t i = 0; i < n; ++i)
+      if (!std::isfinite(delta[i]))
+        fail("DiLoCo: node ", node_, "'s change over the round is not finite (the training diverged on it)");
+    leaders_comm_->all_reduce_sum(delta, n)->wait();
+    return;
+  }
+  if (!encode_wire(outer_cfg_.wire, delta, n, wire_))
+    fail("DiLoCo: node ", node_, "'s change over the round is not finite (the training diverged on it)");
+  const size_t bytes = wire_.size();
+  std::vector<uint8_t> all(bytes * static_cast<size_t>(nodes_));
+  leaders_comm_->all_gather_bytes(wire_.data(), all.data(), std::vector<size_t>(static_cast<size_t>(nodes_), bytes))
+      ->wait();
+  std::fill(delta, delta + n, 0.f);
+  for (int q = 0; q < nodes_; ++q)
+    add_decoded_wire(outer_cfg_.wire, all.data() + bytes * static_cast<size_t>(q), n, delta);
+}
+
+void DiLoCoSync::outer_step() {
+  const size_t n = static_cast<size_t>(model_.num_params());
+  float* theta = model_.param_data();
+  Timer t;
+  if (rank() == node_first_) {
+    const double lr = outer_cfg_.lr, mu = outer_cfg_.momentum;
+    // theta_bar (the nodes' mean weights) and D (their mean change); one node: its own weights
+    const bool alone = nodes_ == 1;
+    if (!alone) {
+      for (size_t i = 0; i < n; ++i) delta_[i] = outer_[i] - theta[i];
+      exchange(delta_.data(), n, round_tokens_);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const double d = alone ? static_cast<double>(outer_[i]) - theta[i] : static_cast<double>(delta_[i]);
+      const double bar = alone ? static_cast<double>(theta[i]) : outer_[i] - d;
+      const double m = mu * momentum_[i] + d;
+      momentum_[i] = static_cast<float>(m);
+      const float next = static_cast<float>(bar + (1.0 - lr) * d - lr * mu * m);
+      outer_[i] = next;
+      theta[i] = next;
+    }
+  }
+  if (node_size_ > 1) node_comm_->broadcast(theta, n * sizeof(float), 0)->wait();
+  if (rank() == 0)
+    pending_notes_.push_back(
+        str_cat("Outer step after step ", step_ + 1, ": ", nodes_, nodes_ == 1 ? " node, " : " nodes, ",
+                static_cast<int64_t>(round_tokens_), " tokens on node 0 this round, ",
+                fixed(static_cast<double>(nodes_ > 1 ? wire_bytes(outer_cfg_.wire, n) : 0) / 1e6, 1), " MB sent, ",
+                fixed(t.seconds(), 2), " s"));
+  round_tokens_ = 0;
+}
+
+StepStats DiLoCoSync::finish(RankStep mine) {
+  mine.rows = static_cast<double>(rows_);
+  mine.loss_sum = loss_sum_;
+  mine.tokens = static_cast<double>(accum_->local_tokens());
+  if (node_rows_ == 0) mine.tokens = 0;
+  round_rows_ += mine.rows;
+  round_compute_ += mine.compute;
+  StepStats st;
+  st.split = split_;
+  if (synced_) {  // a boundary: every rank's step and round, over the job
+    const BoundaryStep b{mine, round_rows_, round_compute_};
+    const std::vector<BoundaryStep> all =
+        world_size() > 1 ? all_gather_value<BoundaryStep>(comm_, b) : std::vector<BoundaryStep>{b};
+    std::vector<RankStepTimes> times;
+    for (size_t q = 0; q < all.size(); ++q) {
+      last_[q] = all[q].step;
+      times.push_back({all[q].round_rows, all[q].round_compute});
+    }
+    st.ranks = last_;
+    round_rows_ = round_compute_ = 0;
+    if (balancer_.observe(times)) {
+      std::string speeds;
+      for (size_t r = 0; r < balancer_.speeds().size(); ++r)
+        speeds += str_cat(r ? " / " : "", fixed(balancer_.speeds()[r], 1));
+      st.notes.push_back(str_cat("Rows per rank from step ", step_ + 1, " on: ", split_percentages(balancer_.rows()),
+                                 " (speeds measured over the round, rows/s: ", speeds, ")"));
+    }
+  } else {  // inside a round: the node's ranks only
+    const std::vector<RankStep> mine_node =
+        node_size_ > 1 ? all_gather_value<RankStep>(*node_comm_, mine) : std::vector<RankStep>{mine};
+    for (int q = 0; q < node_size_; ++q)
+      last_[static_cast<size_t>(node_first_ + q)] = mine_node[static_cast<size_t>(q)];
+    st.ranks = last_;
+    for (RankStep& x : st.ranks) x.joiners = 0;
+    // the loss of this node's step (the loop reads it from every rank's sums)
+    for (size_t q = 0; q < st.ranks.size(); ++q)
+      if (node_of_rank_[q] != node_) st.ranks[q].loss_sum = st.ranks[q].tokens = 0;
+  }
+  double loss_sum = 0, tokens = 0;
+  for (const RankStep& x : st.ranks) {
+    loss_sum += x.loss_sum;
+    tokens += x.tokens;
+  }
+  if (tokens <= 0 && synced_) fail("no rank had a valid target (every target was -1) in step ", step_);
+  st.loss = tokens > 0 ? loss_sum / tokens : 0.0;
+  st.speeds = balancer_.speeds();
+  for (std::string& note : pending_notes_) st.notes.push_back(std::move(note));
+  pending_notes_.clear();
+  return st;
+}
+
+void DiLoCoSync::check_replicas(int64_t step) { nanochat::check_replicas(model_, comm_, step); }
+
+void DiLoCoSync::sum_over_ranks(double* v, size_t n) {
+  if (world_size() > 1) comm_.all_reduce_sum_f64(v, n)->wait();
+}
+
+void DiLoCoSync::save(const std::string& dir, const RunMeta& run_meta, const LoopState& state,
+                      const FaultInjector& faults) {
+  // every node: its inner optimizer into its own folder (node 0's is the job's checkpoint)
+  // the folder holds one node's optimizer: a checkpoint of node_size_ ranks (resumable by --sync zero2 too)
+  RunMeta meta = run_meta;
+  meta.world_size = node_size_;
+  save_checkpoint(*node_comm_, dir, model_, *inner_, meta, state, node_ == 0 ? faults : no_faults());
+  if (rank() == 0) {
+    const size_t n = momentum_.size();
+    write_safetensors_atomic(outer_file(dir, state.step),
+                             {{"outer_momentum", "F32", {static_cast<int64_t>(n)}, momentum_.data()}},
+                             {{"format", "nanochat.cpp DiLoCo outer state"}});
+  }
+  comm_.barrier()->wait();
+}
+
+LoopState DiLoCoSync::resume(const TrainPlan& plan, int64_t step) {
+  // does this node hold its own inner state of that step? (node 0 always must)
+  int has = 0;
+  if (node_comm_->rank() == 0)
+    has = std::filesystem::exists(CheckpointPaths{plan.checkpoint_dir, step}.marker()) ? 1 : 0;
+  if (node_size_ > 1) node_comm_->broadcast(&has, sizeof has, 0)->wait();
+  if (node_ == 0 && !has)
+    fail("--resume-from-step ", step, ": node 0 has no checkpoint ",
+         CheckpointPaths{plan.checkpoint_dir, step}.marker());
+  LoopState st;
+  if (has) st = nanochat::resume(*node_comm_, plan, step, model_, *inner_);
+  // the weights, the loop state and the outer momentum: node 0's
+  const size_t n = static_cast<size_t>(model_.num_params());
+  comm_.broadcast(model_.param_data(), n * sizeof(float), 0)->wait();
+  std::string state = rank() == 0 ? st.to_json().dump() : std::string();
+  const std::vector<std::string> states = all_gather_strings(comm_, state);
+  st = LoopState::from_json(nlohmann::json::parse(states[0]));
+  if (rank() == node_first_) {
+    if (rank() == 0) {
+      const StFile f = load_safetensors(outer_file(plan.checkpoint_dir, step));
+      momentum_ = f.at("outer_momentum").to_f32();
+      if (momentum_.size() != n) fail(f.path, ": outer_momentum has ", momentum_.size(), " values, the model ", n);
+    }
+    if (nodes_ > 1) leaders_comm_->broadcast(momentum_.data(), n * sizeof(float), 0)->wait();
+    outer_.assign(model_.param_data(), model_.param_data() + n);
+  }
+  const int fresh = has ? 0 : 1;
+  const std::vector<int> fresh_nodes = world_size() > 1 ? all_gather_value<int>(comm_, fresh) : std::vector<int>{fresh};
+  for (size_t q = 0; q < fresh_nodes.size(); ++q)
+    if (fresh_nodes[q] && (q == 0 || node_of_rank_[q] != node_of_rank_[q - 1]))
+      print_line_if(rank() == 0,
+                    str_cat("Node ", node_of_rank_[q], " (rank ", q, ") has no inner optimizer state of step ", step,
+                            " in its own checkpoint folder: it starts that state afresh"));
+  return st;
+}
+
+}  // namespace nanochat

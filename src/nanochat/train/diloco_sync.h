@@ -1,0 +1,119 @@
+#pragma once
+// The StepSync of --sync diloco (train/sync.h): DiLoCo (Douillard et al. 2023, "DiLoCo:
+// Distributed Low-Communication Training of Language Models"), for nodes joined by slow links.
+//
+// A node is the ranks of one machine (ranks with the same rank - LOCAL_RANK); inside it every
+// step is the ZeRO-2 step of zero2_sync.h on the node's own communicator (a GradAccumulator and
+// the inner MuonAdamW over the node's ranks only). Between nodes nothing travels during a round
+// but the rows node 0 serves. A round is the steps between two boundaries: every H
+// (--sync-every) steps, the last step, and the steps at which the loop evaluates, samples or
+// saves (the weights must be one model there: in_sync). At a boundary, in update() of the step
+// that ends the round, the first rank of each node (its leader) computes
+//
+//   D_i   = theta_outer - theta_i          node i's change over the round (theta_outer: the
+//                                          weights at the round's start, the same on every node)
+//   D     = sum_i w_i D_i / sum_i w_i      w_i: the valid tokens node i trained in the round
+//   m     = mu m + D                       the outer momentum (the same on every leader)
+//   theta_outer = theta_bar + (1 - lr) D - lr mu m,   theta_bar = theta_outer - D
+//
+// which is theta_outer - lr (D + mu m), PyTorch's SGD(nesterov=True) step on the "outer
+// gradient" D; then the node's other ranks receive theta_outer. theta_bar is the nodes' mean
+// weights; with one node it is that node's weights exactly (no exchange), so --outer-lr 1
+// --outer-momentum 0 trains bit for bit as --sync zero2 does. The leaders exchange w_i / sum w *
+// D_i in --sync-dtype (train/outer_wire.h): an all-reduce for float32, an all-gather summed in
+// node order for the others; every leader then holds the same D bit for bit.
+//
+// Rows: each step's rows are dealt to every rank by a StepBalancer as in ZeRO-2, but it is
+// re-planned only at boundaries, from the rows and compute seconds of the whole round: a slower
+// node runs fewer rows per step (smaller inner steps, the same count of them), and its change
+// weighs by the tokens it ran. A node dealt no rows in a step skips that inner step.
+// Statistics: at a boundary every rank's step is gathered over the job (the loss is the job's);
+// between boundaries only over the node: rank 0's line then shows node 0's loss, and the other
+// nodes' rows and times as of the last boundary.
+// Checkpoints (only at boundaries): node 0 writes the job's checkpoint with its own inner
+// optimizer state (checkpoint/loop_checkpoint.h over the node's ranks) and the outer momentum
+// (outer_<step>.safetensors); every other node writes its inner optimizer state into its own
+// checkpoint folder. Resume: the weights and the outer momentum from node 0, each node's inner
+// state from its own folder, or, where it has none (another machine), a fresh one (said in a
+// line). Under an unchanged split and the same machines, resuming is exact.
+// Not here: nodes that come and go (an elastic job refuses --sync diloco), node 0's in-memory
+// copy (keep_copy).
+#include <memory>
+#include <vector>
+
+#include "nanochat/plan/plan.h"
+#include "nanochat/train/balance.h"
+#include "nanochat/train/sync.h"
+#include "nanochat/train/zero2_grad_accum.h"
+
+namespace nanochat {
+
+class Communicator;
+class GPT;
+
+class DiLoCoSync final : public StepSync {
+ public:
+  /// model, comm: this rank's; plan: optim (the inner optimizer), outer (H, lr, momentum, wire),
+  /// num_iterations and cadence (the boundaries), balance; device_batches, rows_per_step: the
+  /// job's (train/job_layout.h); node_of_rank: every rank's node index (0-based, nodes in the
+  /// order of their first rank, each node's ranks contiguous). Collective (splits `comm`).
+  /// Throws nanochat::Error like StepBalancer's constructor, or for a node_of_rank that is not
+  /// one entry per rank in contiguous blocks.
+  DiLoCoSync(GPT& model, const TrainPlan& plan, Communicator& comm, const std::vector<int>& device_batches,
+             int64_t rows_per_step, const std::vector<int>& node_of_rank);
+  ~DiLoCoSync() override;
+
+  int rank() const override;
+  int world_size() const override;
+  MuonAdamW& optimizer() override { return *inner_; }
+  std::string describe() const override;
+  StepShare begin_step(int64_t step) override;
+  float micro_batch(int micro, const int32_t* idx, const int32_t* targets, int B, int T) override;
+  double update(const StepSchedule& schedule) override;
+  StepStats finish(RankStep mine) override;
+  bool in_sync(int64_t step) const override;
+  void check_replicas(int64_t step) override;
+  void sum_over_ranks(double* v, size_t n) override;
+  void save(const std::string& dir, const RunMeta& run_meta, const LoopState& state,
+            const FaultInjector& faults) override;
+  LoopState resume(const TrainPlan& plan, int64_t step) override;
+
+  /// Every rank's node index (from `comm`'s ranks' LOCAL_RANK, gathered). Collective.
+  static std::vector<int> nodes_of_ranks(Communicator& comm, int local_rank);
+
+ private:
+  bool boundary(int64_t step) const;  // the weights are one model after `step` steps
+  void outer_step();                  // the leaders' exchange and step; the node's ranks get the result
+  void exchange(float* delta, size_t n, double weight);  // delta <- the nodes' weighted mean (leaders)
+
+  GPT& model_;
+  Communicator& comm_;
+  const OuterConfig outer_cfg_;
+  const int64_t num_iterations_;
+  const Cadence cadence_;
+  std::vector<int> node_of_rank_;
+  int node_ = 0, nodes_ = 1, node_first_ = 0, node_size_ = 1;
+  std::unique_ptr<Communicator> node_comm_;     // this node's ranks
+  std::unique_ptr<Communicator> leaders_comm_;  // every node's first rank (the others: a group of their own)
+  std::unique_ptr<MuonAdamW> inner_;
+  std::unique_ptr<GradAccumulator> accum_;
+  StepBalancer balancer_;
+  const StepBalancer::Mode mode_;
+  std::vector<float> outer_;     // leader: theta_outer
+  std::vector<float> momentum_;  // leader: m
+  std::vector<float> delta_;     // leader: scratch
+  std::vector<uint8_t> wire_;    // leader: scratch
+  int64_t step_ = 0;
+  std::vector<int64_t> split_;  // of the current step
+  int64_t node_rows_ = 0;       // the node's rows in the current step
+  int64_t rows_ = 0;            // this rank's rows in the current step
+  double loss_sum_ = 0;
+  int64_t node_tokens_ = 0;                    // the node's valid tokens in the current step
+  double round_tokens_ = 0;                    // the node's valid tokens since the round began
+  double round_rows_ = 0, round_compute_ = 0;  // this rank's, since the round began
+  std::vector<RankStep> last_;                 // every rank's step as of the last boundary
+  std::vector<std::string> pending_notes_;     // the outer step's line, for finish()
+  bool synced_ = false;                        // the current step ended a round (outer step done)
+};
+
+}  // namespace nanochat
