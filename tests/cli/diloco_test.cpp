@@ -1,8 +1,9 @@
 // base-train --sync diloco through the binary (train/diloco_sync.h): two nodes of one rank on this
 // host (their own base folders, node 0 serving the data). Independent truth: the synchronous
 // (--sync zero2) run of the same flags: the DiLoCo run with H = 5 ends near its val bpb; a
-// resumed DiLoCo run ends bit for bit where the uninterrupted one ends; an elastic job refuses
-// the mode with one clear error.
+// resumed DiLoCo run ends bit for bit where the uninterrupted one ends; a node killed inside a
+// round stops the job with node 0's last boundary checkpoint, from which both nodes go on; an
+// elastic job refuses the mode with one clear error.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,4 +86,33 @@ TEST(DiLoCoRun, AnElasticJobRefusesTheModeNamingWhatToDo) {
           "NANOCHAT_RENDEZVOUS_TIMEOUT=20");
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("--sync diloco takes a fixed set of nodes"), std::string::npos) << r.out;
+}
+
+// Node 1 dies inside the round after step 3's boundary: no collective crosses nodes then, so node 0
+// learns it from the heartbeat or the data feed, or at the latest at the next boundary; it stops
+// naming the step and the checkpoint of step 3, which both nodes (node 1 with its own inner state)
+// resume to the end, bit for bit as the uninterrupted run.
+TEST(DiLoCoRun, ANodeKilledInsideARoundStopsTheJobWithTheLastBoundaryCheckpoint) {
+  const std::string flags = std::string(kRun) + " --num-iterations 9 --eval-every -1 --sync diloco --sync-every 3";
+  BaseDir a0("nc_dl_k_a0"), b0("nc_dl_k_b0");
+  EmptyDir a1("nc_dl_k_a1"), b1("nc_dl_k_b1");
+  const auto [k0, k1] = two_nodes(b0.dir, b1.dir, flags + " --save-every 3", "NANOCHAT_TEST_FAULT=die:1:4");
+  ASSERT_NE(k0.code, 0) << k0.out;
+  EXPECT_NE(k0.out.find("because a node left"), std::string::npos) << k0.out;
+  EXPECT_NE(k0.out.find("The last checkpoint is step 3 in node 0's"), std::string::npos) << k0.out;
+  const auto [r0, r1] = two_nodes(b0.dir, b1.dir, flags + " --resume-from-step 3", "");
+  ASSERT_EQ(r0.code, 0) << r0.out << "\n--- node 1:\n" << r1.out;
+  EXPECT_EQ(r0.out.find("starts that state afresh"), std::string::npos) << r0.out;
+  const auto [u0, u1] = two_nodes(a0.dir, a1.dir, flags, "");
+  ASSERT_EQ(u0.code, 0) << u0.out << "\n--- node 1:\n" << u1.out;
+  EXPECT_EQ(max_rel_diff(load_safetensors(a0.ckpt() + "/model_000009.safetensors"),
+                         load_safetensors(b0.ckpt() + "/model_000009.safetensors")),
+            0.0);
+  // a node that comes without its own state (another machine) starts it afresh and says so
+  EmptyDir c1("nc_dl_k_c1");
+  const auto [f0, f1] = two_nodes(b0.dir, c1.dir, flags + " --resume-from-step 3", "");
+  ASSERT_EQ(f0.code, 0) << f0.out << "\n--- node 1:\n" << f1.out;
+  EXPECT_NE(f0.out.find("Node 1 (rank 1) has no inner optimizer state of step 3 in its own checkpoint folder"),
+            std::string::npos)
+      << f0.out;
 }
