@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Simulated hybrid CPU benchmark (a benchmark, not a test): `nanochat run`'s default placement on a
-# CPU with fast and slow cores (one rank per core type, cluster/placement.h) against all cores in
+# CPU with fast and slow cores (one rank per core type, launch/placement.h) against all cores in
 # one rank. This machine's allowed CPUs are split in two: the first half plays the performance
 # cores, the second half the efficiency cores, which a cgroup CPU quota slows to --slow of a core
 # each. A fake sysfs tree (NANOCHAT_SYSFS_ROOT, a test/diagnostic variable) tells nanochat which

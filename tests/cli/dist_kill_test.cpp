@@ -1,6 +1,6 @@
 // A rank killed in the middle of data-parallel base-train: `nanochat run` must stop the surviving
 // rank within 10 s (the launcher's contract: a few seconds' settle, then SIGTERM), exit non-zero,
-// and name the failed rank and the signal that killed it (src/nanochat/cluster/launcher.cpp).
+// and name the failed rank and the signal that killed it (src/nanochat/launch/launcher.cpp).
 // Every wait has a deadline and every process the test started is killed on every path.
 #include <gtest/gtest.h>
 #include <signal.h>

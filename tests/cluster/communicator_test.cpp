@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "nanochat/cluster/agree.h"
-#include "nanochat/cluster/selftest.h"
+#include "nanochat/launch/selftest.h"
 #include "support/error_of.h"
 #include "support/gloo_ranks.h"
 #include "support/proc_util.h"

@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "nanochat/cluster/net.h"
-#include "nanochat/cluster/placement.h"
+#include "nanochat/launch/placement.h"
 #include "support/proc_util.h"
 
 using namespace nanochat;

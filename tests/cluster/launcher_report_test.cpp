@@ -1,7 +1,7 @@
-// The launchers' failure reports (cluster/launcher_internal.h): what one node's launcher stores when
+// The launchers' failure reports (launch/launcher_internal.h): what one node's launcher stores when
 // its rank fails, how every other launcher reads it back (while its ranks run, and on node 0 while
 // it waits for the others to finish), and the final message that names the likely root cause.
-#include "nanochat/cluster/launcher_internal.h"
+#include "nanochat/launch/launcher_internal.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
-// `nanochat run` (cluster/launcher.h) and hand-started ranks, as real processes of the CLI on
+// `nanochat run` (launch/launcher.h) and hand-started ranks, as real processes of the CLI on
 // 127.0.0.1: the hidden `dist-selftest` subcommand checks every collective against closed forms.
 // Failures must end the job with an error naming the rank and host, never hang.
-#include "nanochat/cluster/launcher.h"
+#include "nanochat/launch/launcher.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,9 +1,9 @@
-// Core-type detection and rank placement (cluster/placement.h) on fake sysfs trees written the
+// Core-type detection and rank placement (launch/placement.h) on fake sysfs trees written the
 // way Linux lays them out: an Intel hybrid desktop (i9-13900KF: 8 performance cores with two
 // threads each, 16 efficiency cores), an Arm big.LITTLE phone (capacity only), a laptop whose
 // types show only in their maximum frequency, a uniform machine, and trees with missing or
 // malformed files. The expected types are written out by hand from each layout.
-#include "nanochat/cluster/placement.h"
+#include "nanochat/launch/placement.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -12,13 +12,13 @@
 
 #include "nanochat/cli/commands.h"
 #include "nanochat/cluster/env.h"
-#include "nanochat/cluster/launcher.h"
 #include "nanochat/cluster/net.h"
-#include "nanochat/cluster/placement.h"
 #include "nanochat/cluster/store.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/core/version.h"
+#include "nanochat/launch/launcher.h"
+#include "nanochat/launch/placement.h"
 
 #ifdef NANOCHAT_HAVE_GLOO
 #include <gloo/config.h>
@@ -42,7 +42,7 @@ struct DoctorArgs {
 
 void line(const char* status, const std::string& what) { std::printf("[%s] %s\n", status, what.c_str()); }
 
-// The core types found and where `nanochat run` would put its ranks (cluster/placement.h).
+// The core types found and where `nanochat run` would put its ranks (launch/placement.h).
 void report_placement(const DoctorArgs& a) {
   using namespace cluster;
   const CpuTopology topo = detect_core_types(sysfs_root(), allowed_cpus());

@@ -8,13 +8,13 @@
 #include "nanochat/cli/commands.h"
 #include "nanochat/cluster/env.h"
 #include "nanochat/cluster/gloo_communicator.h"
-#include "nanochat/cluster/launcher.h"
 #include "nanochat/cluster/mesh.h"
-#include "nanochat/cluster/placement.h"
-#include "nanochat/cluster/selftest.h"
 #include "nanochat/cluster/startup.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/threads.h"
+#include "nanochat/launch/launcher.h"
+#include "nanochat/launch/placement.h"
+#include "nanochat/launch/selftest.h"
 
 namespace nanochat::cli {
 
@@ -45,7 +45,7 @@ std::pair<std::string, std::string> split_fact(const std::string& s, const char*
   return {s.substr(0, eq), s.substr(eq + 1)};
 }
 
-// One rank per core type on a hybrid CPU (cluster/placement.h): sets L.placement and, when the
+// One rank per core type on a hybrid CPU (launch/placement.h): sets L.placement and, when the
 // ranks are pinned, L.nproc_per_node.
 void place_ranks(cluster::LaunchOptions& L, const RunArgs& a, bool nproc_given) {
   cluster::PlacementRequest req;
@@ -97,7 +97,7 @@ void register_selftest(CLI::App& app) {
                 << (d.iface.empty() ? "" : " on " + d.iface) << " (" << d.reason << ")" << std::endl;
     }
 #endif
-    // Where the launcher put this rank (cluster/placement.h), for the placement tests.
+    // Where the launcher put this rank (launch/placement.h), for the placement tests.
     std::cout << "dist-selftest: rank " << comm->rank() << " of " << comm->world_size() << " runs on CPUs "
               << cpu_affinity_list() << " with " << num_threads() << " OpenMP threads" << std::endl;
     cluster::startup_barrier(*comm, "selftest");

@@ -72,7 +72,7 @@ class JoinDesk {
   void answer(int64_t ticket, const std::string& json);
   /// No more joins: refuses every waiting request with `why` and every later one. `nodes`: the
   /// launchers' nodes whose ranks trained to the end (node 0's launcher waits only for those;
-  /// launcher_internal.h "nodes_at_end").
+  /// launch/launcher_internal.h "nodes_at_end").
   void close(const std::string& why, const std::vector<long>& nodes);
 
  private:

@@ -1,4 +1,4 @@
-#include "nanochat/cluster/selftest.h"
+#include "nanochat/launch/selftest.h"
 
 #include <signal.h>
 #include <unistd.h>

@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "nanochat/cluster/env.h"
-#include "nanochat/cluster/launcher_internal.h"
 #include "nanochat/core/error.h"
+#include "nanochat/launch/launcher_internal.h"
 
 namespace nanochat::cluster::launcher_detail {
 

@@ -1,4 +1,4 @@
-#include "nanochat/cluster/launcher.h"
+#include "nanochat/launch/launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -21,9 +21,9 @@
 #include <thread>
 
 #include "nanochat/cluster/env.h"
-#include "nanochat/cluster/launcher_internal.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
+#include "nanochat/launch/launcher_internal.h"
 
 extern char** environ;
 

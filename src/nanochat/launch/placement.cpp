@@ -1,4 +1,4 @@
-#include "nanochat/cluster/placement.h"
+#include "nanochat/launch/placement.h"
 
 #include <sched.h>
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "nanochat/cluster/net.h"
-#include "nanochat/cluster/placement.h"
+#include "nanochat/launch/placement.h"
 
 namespace nanochat::cluster {
 
@@ -40,7 +40,7 @@ struct LaunchOptions {
   Ms grace{10000};                ///< time between SIGTERM and SIGKILL
   std::string program;            ///< what each rank runs; empty: this program (self_executable())
   std::vector<std::string> args;  ///< its arguments (the subcommand and its flags)
-  /// Where the ranks run (cluster/placement.h plan_placement; its nproc must equal
+  /// Where the ranks run (launch/placement.h plan_placement; its nproc must equal
   /// nproc_per_node). Empty ranks: not pinned, threads as threads_per_rank says. Otherwise local
   /// rank l is pinned to ranks[l].cpus (sched_setaffinity before exec) with ranks[l].threads.
   Placement placement;

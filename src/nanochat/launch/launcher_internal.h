@@ -1,5 +1,5 @@
 #pragma once
-// The phases of `nanochat run` (cluster/launcher.h) that launcher.cpp and launcher_rendezvous.cpp
+// The phases of `nanochat run` (launch/launcher.h) that launcher.cpp and launcher_rendezvous.cpp
 // share, and the pure pieces its tests check. Not an API for other code: use launch().
 //
 // Store keys of the launchers (under "nc/launch/"): "claim/<node>", "node/<node>" (its shape, host,
