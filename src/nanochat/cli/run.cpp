@@ -1,5 +1,5 @@
 // `nanochat run`: torchrun-style launcher (docs/architecture.md 1). Also registers the hidden
-// `nanochat dist-selftest` that tests/cluster/ runs under it.
+// `nanochat dist-selftest` that tests/launch/ and tests/cluster/ run under it.
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>

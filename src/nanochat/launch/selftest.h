@@ -1,7 +1,7 @@
 #pragma once
 // dist-selftest: a hidden subcommand (`nanochat dist-selftest`, usually under `nanochat run`) that
 // exercises every collective of a Communicator against closed-form sums, so the launcher, the
-// store and the Gloo communicator can be tested end to end with real processes (tests/cluster/).
+// store and the Gloo communicator can be tested end to end with real processes (tests/launch/, tests/cluster/).
 #include <iosfwd>
 #include <map>
 #include <string>

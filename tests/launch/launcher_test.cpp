@@ -237,7 +237,7 @@ TEST(Launcher, BusyPortIsAClearErrorNamingTheProcessHoldingIt) {
   EXPECT_EQ(p.exit_code(), 1);
   EXPECT_THAT(p.output(), HasSubstr(str_cat("nanochat: error: port ", holder.port(), " on ")));
   EXPECT_THAT(p.output(), HasSubstr(str_cat("is already in use by pid ", getpid(), " (")));
-  EXPECT_THAT(p.output(), HasSubstr("test_cluster"));
+  EXPECT_THAT(p.output(), HasSubstr("test_launch"));
   EXPECT_THAT(p.output(), HasSubstr(str_cat("stop it (`kill ", getpid(), "`)")));
   EXPECT_THAT(p.output(), HasSubstr("otherwise pick another --master-port"));
 }
