@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Slow links (a benchmark, not a test): `base-train --sync zero2` against `--sync diloco` on two
+# nodes in two network namespaces joined by a veth pair shaped by tc netem (rate and delay on both
+# ends: RTT = 2 x delay). Each node is one process with one thread pinned to its own core; node 1
+# may be slowed to 1/--ratio of a core by a CPU quota (cgroup v2 cpu.max).
+# For every link rate it prints, per run, the job's tok/s over the steps after --skip (all the
+# job's tokens over the sum of rank 0's step times, outer exchanges included), that as a fraction
+# of the sum of the two nodes' speeds alone (each node training by itself, same flags), and the
+# final val bpb with its difference from the synchronous run's (the same tokens: same steps and
+# total batch). The synchronous run's bpb does not depend on the link: it is run in full once,
+# over the namespaces' link unshaped (its line "none"); on each rate only --sync-steps steps of it
+# are timed.
+#
+# usage: sudo bench/dist/diloco.sh [--bin PATH] [--dir DIR] [--depth 4] [--seq-len 256] [--device-batch 4]
+#            [--batch TOKENS] [--steps N] [--sync-steps N] [--skip K] [--rates "1gbit 20mbit"]
+#            [--rtt-ms 40] [--every "10 50"] [--dtypes "float32 int8"] [--outer "0.7 0.9"] [--ratio 1]
+#   --dir DIR     NANOCHAT_BASE_DIR with the demo corpus and a tokenizer (default ~/.cache/nanochat,
+#                 the quickstart's); node 1 gets an empty folder of its own
+#   --outer "LR MU"  the outer learning rate and momentum (default the DiLoCo paper's 0.7 0.9)
+# Needs: root, ip and tc (iproute2), taskset, and tc netem or /dev/net/tun (then the user-space
+# bench/dist/delay_line.py shapes the link); cgroup v2 for --ratio > 1. Quiet host.
+set -euo pipefail
+PATH="$PATH:/usr/sbin:/sbin"
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+me=diloco.sh
+bin="$repo/build/nanochat" dir="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
+depth=4 seq_len=256 dev_batch=4 batch=8192 steps=60 sync_steps=6 skip=2
+rates="1gbit 100mbit 20mbit" rtt_ms=40 every="10 50" dtypes="float32 bfloat16 int8" outer="0.7 0.9" ratio=1
+die() { echo "$me: $*" >&2; exit 1; }
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || die "$1 needs a value"
+  case "$1" in
+    --bin) bin="$2" ;; --dir) dir="$2" ;; --depth) depth="$2" ;; --seq-len) seq_len="$2" ;;
+    --device-batch) dev_batch="$2" ;; --batch) batch="$2" ;; --steps) steps="$2" ;; --sync-steps) sync_steps="$2" ;;
+    --skip) skip="$2" ;; --rates) rates="$2" ;; --rtt-ms) rtt_ms="$2" ;; --every) every="$2" ;;
+    --dtypes) dtypes="$2" ;; --outer) outer="$2" ;; --ratio) ratio="$2" ;;
+    *) die "unknown argument '$1' (see the usage at the top of $0)" ;;
+  esac
+  shift 2
+done
+[ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc, cgroup)"
+[ -x "$bin" ] || die "no nanochat binary at $bin (bash scripts/build.sh, or --bin)"
+[ -f "$dir/tokenizer/tokenizer.json" ] || die "no tokenizer in $dir: run the quickstart (bash scripts/setup.sh) or pass --dir"
+read -r outer_lr outer_mu <<< "$outer"
+logs=$(mktemp -d /tmp/nanochat-diloco-XXXXXX)
+n1_dir="$logs/node1-empty"
+mkdir -p "$n1_dir"
+id="ncd$$" ns0="" ns1="" cg=""
+cleanup() {
+  [ -n "${line_pid:-}" ] && kill "$line_pid" 2> /dev/null || true
+  for ns in "$ns0" "$ns1"; do
+    [ -n "$ns" ] || continue
+    for p in $(ip netns pids "$ns" 2> /dev/null); do kill -KILL "$p" 2> /dev/null || true; done
+    ip netns del "$ns" 2> /dev/null || true
+  done
+  [ -n "$cg" ] && rmdir "$cg" 2> /dev/null || true
+}
+trap cleanup EXIT
+ip netns add "${id}a" && ns0="${id}a"
+ip netns add "${id}b" && ns1="${id}b"
+ip link add "${id}x" type veth peer name "${id}y"
+ip link set "${id}x" netns "$ns0" && ip link set "${id}y" netns "$ns1"
+ip -n "$ns0" addr add 10.82.0.1/24 dev "${id}x" && ip -n "$ns1" addr add 10.82.0.2/24 dev "${id}y"
+for ns in "$ns0" "$ns1"; do ip -n "$ns" link set lo up; done
+ip -n "$ns0" link set "${id}x" up && ip -n "$ns1" link set "${id}y" up
+# The shaped link: tc netem on the veth pair where the kernel has it (rate and half the RTT each
+# way), else bench/dist/delay_line.py, a user-space link over a TUN pair (10.83.0.x) with the same
+# rate and delay. master_addr follows.
+master_addr=10.82.0.1 line_pid=""
+has_netem=0
+ip netns exec "$ns0" tc qdisc add dev lo root netem delay 1ms 2> /dev/null && has_netem=1 &&
+  ip netns exec "$ns0" tc qdisc del dev lo root
+shape() {  # $1 = rate ("none": the veth as it is)
+  local half bits
+  half=$(awk -v r="$rtt_ms" 'BEGIN { printf "%g", r / 2 }')
+  [ -n "$line_pid" ] && { kill "$line_pid" 2> /dev/null || true; wait "$line_pid" 2> /dev/null || true; line_pid=""; }
+  master_addr=10.82.0.1
+  [ "$1" = none ] && return 0
+  if [ "$has_netem" = 1 ]; then
+    ip netns exec "$ns0" tc qdisc replace dev "${id}x" root netem rate "$1" delay "${half}ms" limit 100000
+    ip netns exec "$ns1" tc qdisc replace dev "${id}y" root netem rate "$1" delay "${half}ms" limit 100000
+    echo "   link: tc netem, $1, RTT $rtt_ms ms"
+    return 0
+  fi
+  bits=$(awk -v r="$1" 'BEGIN { n = r + 0; u = tolower(substr(r, length(n "") + 1));
+    m = u ~ /^g/ ? 1e9 : u ~ /^m/ ? 1e6 : u ~ /^k/ ? 1e3 : 1; printf "%g", n * m }')
+  python3 "$repo/bench/dist/delay_line.py" "$ns0" "$ns1" --rate "$bits" --delay-ms "$half" --tag "${id}t" \
+    > "$logs/line-$1.log" 2>&1 &
+  line_pid=$!
+  for _ in $(seq 50); do grep -q "link up" "$logs/line-$1.log" && break; sleep 0.1; done
+  grep -q "link up" "$logs/line-$1.log" || die "the delay line did not come up ($logs/line-$1.log)"
+  master_addr=10.83.0.1
+  echo "   link: no tc netem in this kernel; user-space delay line (bench/dist/delay_line.py), $1, RTT $rtt_ms ms"
+}
+slow=()
+if [ "$ratio" != 1 ]; then
+  cg=/sys/fs/cgroup/nanochat-diloco-$$
+  mkdir "$cg" && echo "$(awk -v r="$ratio" 'BEGIN { printf "%d", 10000 / r }') 10000" > "$cg/cpu.max"
+  slow=(bash -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' in_cgroup "$cg")
+fi
+train() {  # $1 = tag, $2 = steps, then extra flags
+  local tag="$1" n="$2"
+  shift 2
+  echo base-train --depth "$depth" --max-seq-len "$seq_len" --device-batch-size "$dev_batch" \
+    --total-batch-size "$batch" --num-iterations "$n" --eval-every "$n" --eval-tokens 262144 --sample-every -1 \
+    --core-metric-every -1 --threads 1 --model-tag "$tag" "$@"
+}
+# all the job's tokens over rank 0's step seconds, steps >= skip (metrics.jsonl of node 0)
+rate_of() {
+  python3 - "$dir/base_checkpoints/$1/metrics.jsonl" "$skip" "$batch" << 'EOF'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+dts = [r["dt_ms"] for r in recs if "dt_ms" in r and r["step"] >= int(sys.argv[2])]
+print(f"{int(sys.argv[3]) * len(dts) / (sum(dts) / 1e3):.0f}")
+EOF
+}
+bpb_of() { grep -a "Validation bpb" "$1" | tail -1 | sed -E 's/.*bpb: ([0-9.]+).*/\1/'; }
+alone() {  # $1 = tag, $2 = core, then the wrapper: tok/s of one node by itself
+  local tag="$1" core="$2"
+  shift 2
+  rm -rf "$dir/base_checkpoints/$tag"
+  "$@" taskset -c "$core" "$bin" $(train "$tag" "$((skip + 6))") > "$logs/$tag.log" 2>&1 || die "$tag failed ($logs/$tag.log)"
+  rate_of "$tag"
+}
+pair() {  # $1 = tag, $2 = steps, then extra flags; leaves node 0's log in $logs/$1.log
+  local tag="$1" n="$2" port=$((29700 + RANDOM % 200))
+  shift 2
+  rm -rf "$dir/base_checkpoints/$tag" "$n1_dir/base_checkpoints/$tag"
+  local cmd=(run --nnodes 2 --master-addr "$master_addr" --master-port "$port" --threads-per-rank 1)
+  NANOCHAT_BASE_DIR="$n1_dir" "${slow[@]}" ip netns exec "$ns1" taskset -c 1 "$bin" "${cmd[@]}" --node-rank 1 \
+    $(train "$tag" "$n" "$@") > "$logs/$tag.node1.log" 2>&1 &
+  local p1=$!
+  NANOCHAT_BASE_DIR="$dir" ip netns exec "$ns0" taskset -c 0 "$bin" "${cmd[@]}" --node-rank 0 \
+    $(train "$tag" "$n" "$@") > "$logs/$tag.log" 2>&1 || { tail -5 "$logs/$tag.log"; die "$tag failed"; }
+  wait "$p1" || die "$tag: node 1 failed ($logs/$tag.node1.log)"
+}
+export NANOCHAT_BASE_DIR="$dir"
+echo "== d$depth, T $seq_len, B $dev_batch, total batch $batch, $steps steps; RTT ${rtt_ms} ms; node 1 at 1/$ratio of a core"
+echo "   $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load $(cut -d' ' -f1-3 /proc/loadavg)"
+a0=$(alone dl-alone0 0)
+a1=$(alone dl-alone1 1 "${slow[@]}")
+sum=$((a0 + a1))
+echo "   node 0 alone $a0 tok/s, node 1 alone $a1 tok/s, sum $sum"
+pair dl-sync "$steps"
+ref_bpb=$(bpb_of "$logs/dl-sync.log")
+printf "%-9s %-22s %9s %9s %9s %8s\n" link run tok/s "of sum" "val bpb" "vs sync"
+t=$(rate_of dl-sync)
+printf "%-9s %-22s %9s %9.2f %9s %8s\n" none zero2 "$t" "$(awk -v a="$t" -v s="$sum" 'BEGIN { print a / s }')" "$ref_bpb" ""
+for r in $rates; do
+  shape "$r"
+  pair dl-sync "$sync_steps"
+  t=$(rate_of dl-sync)
+  printf "%-9s %-22s %9s %9.2f %9s %8s\n" "$r" "zero2 ($sync_steps steps)" "$t" "$(awk -v a="$t" -v s="$sum" 'BEGIN { print a / s }')" "" ""
+  for h in $every; do
+    for d in $dtypes; do
+      pair dl-h$h-$d "$steps" --sync diloco --sync-every "$h" --sync-dtype "$d" --outer-lr "$outer_lr" --outer-momentum "$outer_mu"
+      t=$(rate_of "dl-h$h-$d")
+      b=$(bpb_of "$logs/dl-h$h-$d.log")
+      printf "%-9s %-22s %9s %9.2f %9s %+7.2f%%\n" "$r" "diloco H=$h $d" "$t" \
+        "$(awk -v a="$t" -v s="$sum" 'BEGIN { print a / s }')" "$b" "$(awk -v a="$b" -v s="$ref_bpb" 'BEGIN { print 100 * (a / s - 1) }')"
+    done
+  done
+done
+echo "logs: $logs"
