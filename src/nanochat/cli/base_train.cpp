@@ -9,8 +9,8 @@
 #include "nanochat/cli/commands.h"
 #include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/comm/communicator.h"
+#include "nanochat/train/base_train.h"
 #include "nanochat/train/test_fault.h"
-#include "nanochat/train/trainer.h"
 
 namespace nanochat::cli {
 

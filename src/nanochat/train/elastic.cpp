@@ -13,8 +13,37 @@
 #include "nanochat/core/format.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/plan/plan.h"
+#include "nanochat/train/metrics_log.h"
+#include "nanochat/train/sync.h"
+#include "nanochat/train/trainer.h"
 
 namespace nanochat {
+
+void ElasticMembership::started(MetricsLog& metrics, bool master) {
+  if (!rejoined_) return;  // a regrouped job: who left, and how long it took to go on
+  const double seconds = rejoined_->before + rejoined_->since.seconds();
+  print_line_if(master, str_cat(rejoined_->line, "; training again ", fixed(seconds, 1), " s ", rejoined_->since_what));
+  const nlohmann::json& n = rejoined_->note;  // one record, or one per change (a leave and a join at once)
+  for (nlohmann::json note : n.is_array() ? n : nlohmann::json::array({n})) {
+    note["recovery_s"] = seconds;
+    metrics.record(note);
+  }
+}
+
+void ElasticMembership::go_on_without(const PeerLoss& loss) {
+  const PeerLost& e = loss.error;
+  if (loss.copy_failed || e.peer() == 0) return;  // rank 0 holds the store, the data and the checkpoints
+  throw RankLeft(str_cat("step ", loss.step, " (", loss.phase, ") was interrupted: ", e.what()), e.peer(), loss.step,
+                 loss.saved, loss.seconds);
+}
+
+bool ElasticMembership::join_due(const StepStats& stats) const {
+  return !stats.ranks.empty() && stats.ranks[0].joiners > 0;
+}
+
+void ElasticMembership::admit_joiners(int64_t step, int64_t saved) {
+  throw NodesJoin(str_cat("ranks join the job at step ", step), step, saved);
+}
 
 #ifdef NANOCHAT_HAVE_GLOO
 namespace {
@@ -157,7 +186,6 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
   // at 10 (bench/dist/elastic.sh).
   if (a.copy_state_every == 0) a.copy_state_every = kElasticCopyEvery;
   const cluster::Ms wait = std::max(cluster::heartbeat_timeout(), cluster::Ms(5000));
-  std::function<int()> pending;
   int64_t changed_at = -1;                                // rank 0: the step of the last membership change's checkpoint
   auto note_checkpoint = [&](bool rank0, int64_t step) {  // keep only the latest one
     if (!rank0 || step < 0) return;
@@ -167,7 +195,9 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
   for (;;) {
     const bool rank0 = s.rank0();
     if (rank0 && !s.desk) s.desk = std::make_unique<cluster::JoinDesk>(s.env, s.opts);
-    if (rank0) pending = [&s] { return static_cast<int>(s.desk->waiting().size()); };
+    std::function<int()> joiners;  // rank 0 counts the requests to join
+    if (rank0) joiners = [&s] { return static_cast<int>(s.desk->waiting().size()); };
+    ElasticMembership membership(rejoined ? &*rejoined : nullptr, joiners);
     cluster::RegroupPlan p;
     p.wait = wait;
     p.min_world = min_world;
@@ -179,10 +209,10 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
     std::optional<NodesJoin> join;
     try {
       if (s.cur) {
-        run_generation(a, *s.cur, faults, rejoined ? &*rejoined : nullptr, true, pending);
+        run_base_train_job(a, *s.cur, faults, membership);
       } else {
         LocalCommunicator alone;  // rank 0 alone: one process, no group to lose anyone from
-        run_generation(a, alone, faults, rejoined ? &*rejoined : nullptr, true, pending);
+        run_base_train_job(a, alone, faults, membership);
       }
       if (s.desk) {  // the nodes that trained to the end (node 0's launcher waits for them only)
         std::vector<long> nodes{0};

@@ -17,13 +17,19 @@
 // writes the state of that boundary, and the ranks with the admitted ones form the next
 // generation, which continues from it. A rank left out (it froze and woke after the others went
 // on) asks to join again.
+//
+// Each generation runs base-train's job (train/trainer.h run_base_train_job) with an
+// ElasticMembership (train/membership.h), through which the loop lets a rank go and admits those
+// that join; this file sits above the loop and the loop knows nothing of it.
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "nanochat/core/error.h"
 #include "nanochat/core/timer.h"
+#include "nanochat/train/membership.h"
 
 namespace nanochat {
 
@@ -34,10 +40,10 @@ struct BaseTrainArgs;
 /// Thrown by the loop of an elastic job when rank `peer` (not 0) left in step `step`; `saved`: the
 /// step node 0's checkpoint holds (its copy, or the last save; -1: none); `seconds`: spent since
 /// the loss was caught (node 0 writing its copy).
-class RankLeft : public Error {
+class RankLeft : public MembershipChange {
  public:
   RankLeft(const std::string& msg, int peer, int64_t step, int64_t saved, double seconds)
-      : Error(msg), peer(peer), step(step), saved(saved), seconds(seconds) {}
+      : MembershipChange(msg), peer(peer), step(step), saved(saved), seconds(seconds) {}
   int peer;
   int64_t step, saved;
   double seconds;
@@ -45,9 +51,9 @@ class RankLeft : public Error {
 
 /// Thrown by the loop of an elastic job at the end of a step after which nodes join: `step` is
 /// the next step (node 0 saved the state to continue from; `saved` = step there, -1 elsewhere).
-class NodesJoin : public Error {
+class NodesJoin : public MembershipChange {
  public:
-  NodesJoin(const std::string& msg, int64_t step, int64_t saved) : Error(msg), step(step), saved(saved) {}
+  NodesJoin(const std::string& msg, int64_t step, int64_t saved) : MembershipChange(msg), step(step), saved(saved) {}
   int64_t step, saved;
 };
 
@@ -60,12 +66,28 @@ struct Rejoined {
   std::string since_what = "after it was found gone";  ///< what the seconds in the line count from
 };
 
-/// One generation of a job: the data feed, the set-up and the loop (train/trainer.cpp).
-/// `rejoined`: set when the job regrouped; `elastic`: a lost rank throws RankLeft instead of
-/// stopping the job; `pending_joins` (rank 0 of an elastic job): how many ranks ask to join now
-/// (a positive count ends the step with NodesJoin).
-void run_generation(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, const Rejoined* rejoined,
-                    bool elastic, std::function<int()> pending_joins = {});
+/// The membership of one generation of an elastic job (train/membership.h). A lost rank other than
+/// rank 0 leaves once node 0 wrote its copy of the job's state: the loop throws RankLeft and the
+/// others go on (the change is recorded once they are known); ranks that ask to join (rank 0 counts
+/// them with `joiners_waiting`, empty elsewhere) are admitted at the end of the step whose
+/// statistics carry the count: the loop throws NodesJoin there. `rejoined`: set when the generation
+/// continues the job after a change (what it says at the start); it must outlive this object.
+class ElasticMembership final : public Membership {
+ public:
+  ElasticMembership(const Rejoined* rejoined, std::function<int()> joiners_waiting)
+      : rejoined_(rejoined), joiners_(std::move(joiners_waiting)) {}
+  bool regrouped() const override { return rejoined_ != nullptr; }
+  void started(MetricsLog& metrics, bool master) override;
+  void peer_lost(const PeerLost&, int64_t, int, MetricsLog&) override {}
+  void go_on_without(const PeerLoss& loss) override;
+  int joiners_waiting() override { return joiners_ ? joiners_() : 0; }
+  bool join_due(const StepStats& stats) const override;
+  [[noreturn]] void admit_joiners(int64_t step, int64_t saved) override;
+
+ private:
+  const Rejoined* rejoined_;
+  std::function<int()> joiners_;
+};
 
 /// The elastic job: generations until the run ends. `comm` (generation 0) must be the job's
 /// GlooCommunicator; `min_world_size`: the fewest ranks the job goes on with. Throws

@@ -20,7 +20,7 @@
 // LAN's mode) and train/diloco_sync.h (each node trains alone for H steps, then an outer step on
 // the nodes' averaged change; for slow links). A new mode is one new implementation and a value
 // of SyncMode. Membership (a rank that leaves or joins an elastic job) is not a sync's concern:
-// train/elastic.h handles it above the loop.
+// the loop asks its Membership (train/membership.h; elastic jobs: train/elastic.h).
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -57,7 +57,7 @@ struct RankStep {
   double dt = 0;            ///< the step's wall seconds on that rank
   double loss_sum = 0;      ///< sum over its micro-batches of (mean loss in nats x valid targets)
   double tokens = 0;        ///< its valid targets
-  double joiners = 0;       ///< rank 0 of an elastic job: ranks asking to join (train/elastic.h); 0 elsewhere
+  double joiners = 0;       ///< rank 0: ranks asking to join (Membership::joiners_waiting); 0 elsewhere
   double move_seconds = 0;  ///< seconds the optimizer state's last move took on it (0: none since the last step)
 };
 

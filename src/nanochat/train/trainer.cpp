@@ -12,7 +12,6 @@
 
 #include "nanochat/checkpoint/job_checkpoint.h"
 #include "nanochat/checkpoint/loop_checkpoint.h"
-#include "nanochat/cluster/env.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
@@ -30,14 +29,13 @@
 #include "nanochat/eval/core_bundle.h"
 #include "nanochat/eval/core_eval.h"
 #include "nanochat/feed/step_source.h"
-#include "nanochat/kernels/gemm_bf16.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/balance.h"
-#include "nanochat/train/elastic.h"
 #include "nanochat/train/eval_hooks.h"
 #include "nanochat/train/job_layout.h"
+#include "nanochat/train/membership.h"
 #include "nanochat/train/metrics_log.h"
 #include "nanochat/train/report.h"
 #include "nanochat/train/sft_data.h"
@@ -65,9 +63,8 @@ struct TrainContext {
   double peak_gflops = 0;
   bool profile = false;
   bool adapt_threads = false;  // --threads not given: the count follows the measured steps (core/thread_tuner.h)
-  bool elastic = false;        // a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
-  std::function<int()> pending_joins = {};  // TrainJob::pending_joins
-  ExtraEval extra_eval = {};                // TrainJob::extra_eval
+  Membership& membership;      // a lost peer, ranks that join (train/membership.h)
+  ExtraEval extra_eval = {};   // TrainJob::extra_eval
 };
 
 // One rank's run of base_train after the set-up: the loop and its parts.
@@ -86,27 +83,22 @@ class TrainLoop {
   // Steps until num_iterations (nanochat base_train.py's while loop); the last step is saved and
   // evaluated. Returns the final evaluation's error ("" = none). A peer that leaves the job (it
   // died, froze or was cut off: PeerLost) stops it with a message that names the step, what the
-  // step was doing and what is saved.
+  // step was doing and what is saved -- unless the job's membership goes on without it
+  // (train/membership.h).
   std::string run() {
     try {
       return run_steps();
     } catch (const PeerLost& e) {
       const Timer caught;  // an elastic job reports how long it took to go on from here
-      if (!c_.elastic)     // an elastic job records the change once the survivors are known
-        c_.metrics.record({{"step", st_.step},
-                           {"membership", str_cat("rank ", e.peer(), " left")},
-                           {"reason", e.what()},
-                           {"world_size", sync_.world_size()},
-                           {"world_size_after", 0}});
+      c_.membership.peer_lost(e, st_.step, sync_.world_size(), c_.metrics);
       std::string copy_error;
       if (copied_ > last_saved_) try {  // rank 0: node 0's copy is newer than the last checkpoint
           if (sync_.save_copy(plan_.checkpoint_dir) == copied_) last_saved_ = copied_;
         } catch (const std::exception& s) {
           copy_error = str_cat(" (node 0 could not save its copy of step ", copied_, ": ", s.what(), ")");
         }
-      if (c_.elastic && copy_error.empty() && e.peer() != 0)  // the others regroup and go on (train/elastic.h)
-        throw RankLeft(str_cat("step ", st_.step, " (", phase_, ") was interrupted: ", e.what()), e.peer(), st_.step,
-                       sync_.rank() == 0 ? last_saved_ : -1, caught.seconds());
+      c_.membership.go_on_without(
+          PeerLoss{e, st_.step, phase_, sync_.rank() == 0 ? last_saved_ : -1, caught.seconds(), !copy_error.empty()});
       fail(peer_lost_message(e), copy_error);
     }
   }
@@ -139,8 +131,8 @@ class TrainLoop {
     }
   }
 
-  // Ranks ask to join an elastic job (every rank saw it in the step's statistics): node 0 writes the
-  // state of this boundary and every rank ends the generation here (train/elastic.h).
+  // Ranks ask to join the job (every rank saw it in the step's statistics): node 0 writes the state
+  // of this boundary and the membership ends this run of the loop here (train/membership.h).
   [[noreturn]] void admit_joiners() {
     phase_ = "saving the state for the ranks that join";
     if (copied_ == st_.step && sync_.world_size() > 1) {  // node 0 holds the copy (one rank keeps none)
@@ -148,7 +140,8 @@ class TrainLoop {
     } else {
       save();
     }
-    throw NodesJoin(str_cat("ranks join the job at step ", st_.step), st_.step, sync_.rank() == 0 ? last_saved_ : -1);
+    c_.membership.admit_joiners(st_.step, sync_.rank() == 0 ? last_saved_ : -1);  // throws
+    fail("internal: the job's membership admitted no rank at step ", st_.step);
   }
 
   // Node 0 keeps the job's state at this step boundary (--copy-state-every): a node lost later
@@ -328,9 +321,9 @@ class TrainLoop {
     prof::enable(false);
     profiled_seconds_ += my.dt;
     ++profiled_steps_;
-    if (c_.pending_joins) my.joiners = c_.pending_joins();
+    my.joiners = c_.membership.joiners_waiting();
     const StepStats stats = sync_.finish(my);
-    if (c_.elastic && !stats.ranks.empty() && stats.ranks[0].joiners > 0) join_due_ = true;
+    if (c_.membership.join_due(stats)) join_due_ = true;
     log_step(stats, lrm);
     for (const std::string& note : stats.notes) print0(note);
     note_a_rank_that_slows_the_job(stats);
@@ -448,7 +441,7 @@ class TrainLoop {
   int64_t run_delay_at_start_ = -1;                   // process_run_delay_ns() when the step began
   int64_t last_saved_ = c_.plan.cadence.resume_step;  // the last step on disk (-1: none)
   int64_t copied_ = -1;                               // the step node 0 last copied (keep_copy)
-  bool join_due_ = false;                             // ranks join at the end of this step (elastic)
+  bool join_due_ = false;                             // ranks join at the end of this step (membership)
   const char* phase_ = "starting";                    // what the loop is doing, for a failure's message
   double dt_ema_ = 0;
   const int64_t flops_per_token_ = model_.num_flops_per_token();
@@ -471,17 +464,18 @@ double print_setup_and_measure_peak(const BaseTrainArgs& a, const Tokenizer& tok
 }
 
 void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed,
-           const Rejoined* rejoined, bool elastic, const std::function<int()>& pending_joins) {
+           Membership& membership) {
   const int rank = comm.rank(), W = comm.world_size();
   const bool master = rank == 0;
   auto print0 = [master](const std::string& s) { print_line_if(master, s); };
+  // A regrouped elastic job has said the start-up lines once already.
+  const bool regrouped = membership.regrouped();
 
   // Tokenizer, derived plan, start-up report.
   const Tokenizer tok = load_tokenizer(feed);
   const TrainPlan plan = derive_plan(a, tok.vocab_size(), W, base_dir());
-  // A regrouped elastic job (rejoined) has said all this once already.
-  const double peak_gflops = print_setup_and_measure_peak(a, tok, plan, master && !rejoined, !feed.client);
-  if (feed.server && !rejoined)
+  const double peak_gflops = print_setup_and_measure_peak(a, tok, plan, master && !regrouped, !feed.client);
+  if (feed.server && !regrouped)
     print0(str_cat("Data: node 0 reads ", data_dir(), " and sends every rank its rows (port ", feed.port(),
                    "); --local-data makes every node read its own copy"));
 
@@ -490,7 +484,7 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
   model.init_weights(a.seed);
   model.set_recompute_mlp(a.recompute_mlp);
   model.set_compute_dtype(plan.dtype);
-  if (!rejoined) print0(plan.dmodel_lr_scale_line());
+  if (!regrouped) print0(plan.dmodel_lr_scale_line());
   prof::reset();
 
   // The whole job, agreed by every rank before any collective on tensors (job_layout.h); then
@@ -510,11 +504,8 @@ void train(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faul
   TrainJob job{plan,        layout,   tok, model, *sync, token_row_stream(tok, plan), run, a.resume_from_step,
                peak_gflops, a.profile};
   job.adapt_threads = a.threads == 0 && num_threads() > 1;
-  job.rejoined = rejoined;
-  job.elastic = elastic;
-  job.pending_joins = pending_joins;
-  job.extra_eval =
-      core_metric_hook(a.core_metric_every, a.core_metric_max_per_task, model, tok, comm, rejoined != nullptr);
+  job.membership = &membership;
+  job.extra_eval = core_metric_hook(a.core_metric_every, a.core_metric_max_per_task, model, tok, comm, regrouped);
   run_train_job(job, comm, faults, feed);
 }
 
@@ -566,22 +557,13 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
   prepare_checkpoint_dirs(comm, plan.checkpoint_dir);
   MetricsLog metrics(plan.checkpoint_dir + "/metrics.jsonl", master, job.resume_from_step >= 0 ? st.step : -1);
   if (const std::string line = sync.describe(); !line.empty()) print0(line);
-  if (job.rejoined) {  // a regrouped elastic job: who left, and how long it took to go on
-    const double seconds = job.rejoined->before + job.rejoined->since.seconds();
-    print0(str_cat(job.rejoined->line, "; training again ", fixed(seconds, 1), " s ", job.rejoined->since_what));
-    const json& n = job.rejoined->note;  // one record, or one per change (a leave and a join at once)
-    for (json note : n.is_array() ? n : json::array({n})) {
-      note["recovery_s"] = seconds;
-      metrics.record(note);
-    }
-  }
+  FixedMembership fixed;
+  Membership& membership = job.membership ? *job.membership : fixed;
+  membership.started(metrics, master);  // a regrouped elastic job: who left, and how long it took to go on
 
-  TrainContext ctx{plan, layout, job.tok,      job.model,       sync,       *data, metrics,
-                   st,   faults, job.run_meta, job.peak_gflops, job.profile};
-  ctx.adapt_threads = job.adapt_threads;
-  ctx.elastic = job.elastic;
-  ctx.pending_joins = job.pending_joins;
-  ctx.extra_eval = job.extra_eval;
+  TrainContext ctx{
+      plan,         layout,          job.tok,     job.model,         sync,       *data,         metrics, st, faults,
+      job.run_meta, job.peak_gflops, job.profile, job.adapt_threads, membership, job.extra_eval};
   TrainLoop loop(ctx);
   const std::string eval_error = loop.run();
 
@@ -629,55 +611,14 @@ class FeedLossHook {
 
 }  // namespace
 
-namespace {
-
-// Refuses what base-train cannot run, applies --threads; the fault injector of the run.
-std::unique_ptr<FaultInjector> prepare_base_train(const BaseTrainArgs& a, bool master, TrainTestHooks& hooks) {
-  if (!a.device_type.empty() && a.device_type != "cpu")
-    fail("--device-type ", a.device_type,
-         ": nanochat.cpp trains on CPUs only; use --device-type cpu or leave it unset");
-  if (a.fp8) print_line_if(master, "WARNING: --fp8 is CUDA-only in nanochat; ignored on CPU (training runs in fp32)");
-  if (a.threads > 0) set_num_threads(a.threads);
-  if (parse_compute_dtype(a.dtype, "--dtype") == ComputeDtype::BFloat16) require_native_bf16("--dtype bfloat16");
-  hooks.fault = test_fault_from_env();
-  return make_fault_injector(hooks);
-}
-
-}  // namespace
-
-void run_base_train_joining(const BaseTrainArgs& a, TrainTestHooks hooks) {
-  const std::unique_ptr<FaultInjector> faults = prepare_base_train(a, false, hooks);
-  const long min_world = cluster::env_int("NANOCHAT_MIN_WORLD_SIZE").value_or(0);
-  if (min_world <= 0)
-    fail("NANOCHAT_JOIN=1 is for the ranks of a node that joins an elastic job (nanochat run --nnodes MIN:MAX)");
-  run_elastic_joining(a, *faults, static_cast<int>(min_world));
-}
-
-void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks hooks) {
-  const std::unique_ptr<FaultInjector> faults = prepare_base_train(a, comm.rank() == 0, hooks);
-  const long min_world = cluster::env_int("NANOCHAT_MIN_WORLD_SIZE").value_or(0);  // nanochat run --nnodes MIN:MAX
-  // an elastic job (node 0 may start alone: its launcher hosts the store others join through)
-  const bool launched = cluster::env_int("NANOCHAT_STORE_HOSTED").value_or(0) == 1;
-  if (min_world > 0 && a.sync == "diloco")
-    fail(
-        "--sync diloco takes a fixed set of nodes: start it with --nnodes N (not MIN:MAX); nodes that come and go "
-        "train with --sync zero2");
-  if (min_world > 0 && (comm.world_size() > 1 || launched))
-    run_elastic(a, comm, *faults, static_cast<int>(min_world));
-  else
-    run_generation(a, comm, *faults, nullptr, false);
-}
-
-void run_generation(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, const Rejoined* rejoined,
-                    bool elastic, std::function<int()> pending_joins) {
+void run_base_train_job(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults,
+                        Membership& membership) {
   DataFeed feed = open_data_feed(comm, a.local_data);
   const FeedLossHook feed_loss(comm, feed);
   try {
-    train(a, comm, faults, feed, rejoined, elastic, pending_joins);
-  } catch (const RankLeft&) {
-    throw;  // the workers that remain go on with node 0 (train/elastic.h)
-  } catch (const NodesJoin&) {
-    throw;  // the job goes on with the ranks that join
+    train(a, comm, faults, feed, membership);
+  } catch (const MembershipChange&) {
+    throw;  // the job goes on with another group of ranks (train/elastic.h)
   } catch (const std::exception& e) {
     feed.tell_workers(e.what());  // every node then shows node 0's error
     throw;

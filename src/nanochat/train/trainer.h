@@ -1,7 +1,8 @@
 #pragma once
 // base_train's main loop (nanochat scripts/base_train.py; docs/nanochat.md 3.3-3.10) for one rank of a
 // data-parallel job: derivations, init or resume, gradient accumulation, MuonAdamW steps, log
-// lines, val bpb, samples, atomic checkpoints, metrics JSONL and an SVG report.
+// lines, val bpb, samples, atomic checkpoints, metrics JSONL and an SVG report. The command's entry,
+// which chooses the job's membership, is train/base_train.h.
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,22 +19,19 @@ namespace nanochat {
 
 class Communicator;
 class GPT;
+class Membership;
 class MuonAdamW;
 class Tokenizer;
 struct OptParam;
-struct Rejoined;
 class MetricsLog;
 
-/// Runs base-train with `args` on this rank (comm->world_size() ranks in all). `hooks`: the
-/// end-to-end tests' faults and data-stream switch (test_fault.h); NANOCHAT_TEST_FAULT is read
-/// into hooks.fault here.
-/// Output files go to base_dir()/base_checkpoints/<model_tag or d<depth>>/.
-/// Throws nanochat::Error for user errors (missing tokenizer/data, bad flags, bad resume step).
-void run_base_train(const BaseTrainArgs& args, Communicator& comm, TrainTestHooks hooks = {});
-
-/// base-train on a node that joins a running elastic job (`nanochat run` started this rank with
-/// NANOCHAT_JOIN=1): no communicator yet; rank 0 admits it at a step boundary (train/elastic.h).
-void run_base_train_joining(const BaseTrainArgs& args, TrainTestHooks hooks = {});
+/// base-train's job on `comm`'s ranks with `membership` (train/membership.h; an elastic job runs
+/// one per generation of its ranks, train/elastic.h): the data feed, the set-up and the loop.
+/// Output files go to base_dir()/base_checkpoints/<model_tag or d<depth>>/. Throws nanochat::Error
+/// for user errors (missing tokenizer/data, bad flags, bad resume step), after passing it to the
+/// workers (node 0 of a served job); a MembershipChange is passed through as it is.
+void run_base_train_job(const BaseTrainArgs& args, Communicator& comm, const FaultInjector& faults,
+                        Membership& membership);
 
 /// A run its command has set up (base-train here, chat-sft in train/sft.h): what the loop trains,
 /// on what, and what its checkpoints' meta says. The references outlive run_train_job.
@@ -55,12 +53,10 @@ struct TrainJob {
   int64_t resume_from_step = -1;
   double peak_gflops = 1;  ///< the MFU reference (measure_and_print_peak)
   bool profile = false;
-  bool adapt_threads = false;          ///< the thread tuner may change this rank's thread count (no --threads)
-  const Rejoined* rejoined = nullptr;  ///< an elastic job regrouped: who left (printed and recorded at the start)
-  bool elastic = false;                ///< a lost rank throws RankLeft (train/elastic.h) instead of stopping the job
-  /// Rank 0 of an elastic job: how many ranks ask to join now (read once per step; a positive
-  /// count ends the step with NodesJoin on every rank). Empty: none.
-  std::function<int()> pending_joins = {};
+  bool adapt_threads = false;  ///< the thread tuner may change this rank's thread count (no --threads)
+  /// Who trains (train/membership.h): what a lost peer does, whether ranks join. Null: the job's
+  /// ranks are fixed (FixedMembership).
+  Membership* membership = nullptr;
   /// The command's own evaluation at the loop's evaluation points, after val bpb (every rank calls
   /// it together with the step and whether it is the run's last; base-train's CORE, chat-sft's
   /// ChatCORE). Empty: none.
