@@ -90,7 +90,7 @@ RunMeta RunMeta::from_json(const json& meta, const std::string& path) {
 
 void check_resume(const TrainPlan& plan, const RunMeta& meta, const std::string& meta_path) {
   ModelConfig saved = meta.model_config;
-  if (plan.sft) saved.sequence_len = plan.model.sequence_len;  // chat-sft's meta records its T there (nanochat's)
+  if (plan.meta_sequence_len_is_T) saved.sequence_len = plan.model.sequence_len;  // chat-sft's (nanochat's)
   if (!(saved == plan.model))
     fail("cannot resume from ", meta_path, ": its model_config ", saved.to_json().dump(),
          " differs from the one the flags give ", plan.model.to_json().dump());

@@ -40,6 +40,10 @@ std::string TrainPlan::dmodel_lr_scale_line() const {
                  "/768) = ", dmodel_lr_scale);
 }
 
+DataSource data_source_of(int world_size, bool local_data) {
+  return world_size == 1 ? DataSource::OneRank : local_data ? DataSource::LocalCopies : DataSource::Served;
+}
+
 int64_t TrainPlan::eval_steps_for(int eval_B) const {
   return std::max<int64_t>(1, eval_tokens / (static_cast<int64_t>(eval_B) * T));
 }
@@ -78,7 +82,7 @@ void derive_run_settings(const BaseTrainArgs& a, const std::string& base_dir, Tr
   p.balance = a.balance == "even" ? BalanceMode::Even : BalanceMode::Speed;
   derive_sync(a, p);
   p.dtype = parse_compute_dtype(a.dtype, "--dtype");
-  p.data = p.world_size == 1 ? DataSource::OneRank : a.local_data ? DataSource::LocalCopies : DataSource::Served;
+  p.data = data_source_of(p.world_size, a.local_data);
   p.cadence = Cadence{a.eval_every,           a.sample_every,     a.save_every,
                       a.check_replicas_every, a.resume_from_step, a.copy_state_every};
   p.optim.unembedding_lr = static_cast<float>(a.unembedding_lr * p.batch_lr_scale);
@@ -93,6 +97,7 @@ void derive_run_settings(const BaseTrainArgs& a, const std::string& base_dir, Tr
   p.schedule.warmup_steps = a.warmup_steps;
   p.schedule.warmdown_ratio = a.warmdown_ratio;
   p.schedule.final_lr_frac = a.final_lr_frac;
+  p.step_schedule = base_train_schedule(p.schedule, p.weight_decay_scaled);
   p.tag = a.model_tag.empty() ? str_cat("d", a.depth) : a.model_tag;
   p.checkpoint_dir = base_checkpoint_dir(a, base_dir);
 }

@@ -113,6 +113,14 @@ struct OuterConfig {
 /// reads them and serves every rank its rows; every node reads its own copy (--local-data).
 enum class DataSource { OneRank, Served, LocalCopies };
 
+/// The data source of a job of `world_size` ranks with (or without) --local-data.
+DataSource data_source_of(int world_size, bool local_data);
+
+/// What ends a run: its step count (base-train: num_iterations), or its data stream (chat-sft: the
+/// rows of the last step say so, StepRows::end; num_iterations is then the largest int64, and the
+/// loop reads each step's rows before the step's evaluation and save).
+enum class RunEnd { Steps, Stream };
+
 /// When the loop evaluates, samples, saves and compares the replicas (the flags; <= 0 = never,
 /// except where said). `last`: the step is num_iterations (always evaluated, sampled and saved).
 struct Cadence {
@@ -163,18 +171,19 @@ struct TrainPlan {
   /// The optimizer's settings: the flags' lrs x batch_lr_scale, the scaled Muon weight decay, the
   /// model width (docs/nanochat.md 2.1).
   OptimConfig optim;
-  double dmodel_lr_scale = 1.0;        ///< (model_dim / 768)^-0.5: the AdamW lrs' width scaling (MuonAdamW applies it)
-  LrSchedule schedule;                 ///< num_iterations and the flags' warmup/warmdown/final fraction
+  double dmodel_lr_scale = 1.0;  ///< (model_dim / 768)^-0.5: the AdamW lrs' width scaling (MuonAdamW applies it)
+  LrSchedule schedule;           ///< num_iterations and the flags' warmup/warmdown/final fraction
+  /// Each step's schedule, chosen with the plan: base-train's by step from `schedule`
+  /// (base_train_schedule), chat-sft's by the data's progress (plan/sft_plan.h).
+  StepScheduleFn step_schedule;
+  RunEnd run_end = RunEnd::Steps;      ///< what ends the run
   std::string tag;                     ///< --model-tag, default "d<depth>"
   std::string checkpoint_dir;          ///< <base dir>/base_checkpoints/<tag>
   std::vector<std::string> log;        ///< the lines nanochat prints while deriving, in order
   std::string command = "base-train";  ///< the subcommand that trains (logs, the chart's title)
-  /// chat-sft (train/sft.h): the data stream ends the run (StepRows::end; num_iterations is then
-  /// the largest int64), the LR follows the stream's progress by sft_schedule, the Muon momentum
-  /// SftSchedule::muon_momentum and the Muon weight decay stays sft_muon_weight_decay.
-  bool sft = false;
-  SftSchedule sft_schedule;
-  double sft_muon_weight_decay = 0;
+  /// The checkpoints' meta records T as model_config.sequence_len (nanochat's chat-sft meta), so a
+  /// resume compares the model without it (checkpoint/run_meta.h check_resume).
+  bool meta_sequence_len_is_T = false;
 
   /// Rows of T tokens in one optimizer step, all ranks together: total_batch_size / T.
   int64_t rows_per_step() const { return total_batch_size / T; }

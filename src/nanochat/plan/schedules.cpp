@@ -52,4 +52,22 @@ double SftSchedule::muon_momentum(int64_t it) {
   return (1 - frac) * 0.85 + frac * 0.95;
 }
 
+StepScheduleFn base_train_schedule(const LrSchedule& lr, double wd_scaled) {
+  return [lr, wd_scaled](int64_t it, double) {
+    const double lrm = lr.lr_multiplier(it);
+    return ScheduledStep{lrm,
+                         {static_cast<float>(lrm), static_cast<float>(lr.muon_momentum(it)),
+                          static_cast<float>(lr.muon_weight_decay(it, wd_scaled))}};
+  };
+}
+
+StepScheduleFn sft_schedule(const SftSchedule& lr, double muon_weight_decay) {
+  return [lr, muon_weight_decay](int64_t it, double progress) {
+    const double lrm = lr.lr_multiplier(progress);
+    return ScheduledStep{lrm,
+                         {static_cast<float>(lrm), static_cast<float>(SftSchedule::muon_momentum(it)),
+                          static_cast<float>(muon_weight_decay)}};
+  };
+}
+
 }  // namespace nanochat

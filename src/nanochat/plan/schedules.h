@@ -1,7 +1,9 @@
 #pragma once
-// Training schedules of nanochat's scripts/base_train.py (docs/nanochat.md 3.4).
+// Training schedules of nanochat's scripts/base_train.py (docs/nanochat.md 3.4) and chat_sft.py,
+// and the step's schedule a run's plan chooses from them (TrainPlan::step_schedule).
 // `it` is the 0-based index of the optimizer step being made, `N` the number of steps.
 #include <cstdint>
+#include <functional>
 
 namespace nanochat {
 
@@ -38,5 +40,32 @@ struct SftSchedule {
   /// Muon momentum 0.85 -> 0.95 over the first 300 steps, then 0.95.
   static double muon_momentum(int64_t it);
 };
+
+/// The optimizer's schedule at a step (what StepSync::update applies, train/sync.h).
+struct StepSchedule {
+  float lr_multiplier = 1.f;
+  float muon_momentum = 0.95f;
+  float muon_weight_decay = 0.f;
+};
+
+/// A step's schedule as a run's plan gives it: the optimizer's, and the LR multiplier as the log
+/// line and metrics.jsonl show it (not rounded to float).
+struct ScheduledStep {
+  double lrm = 0;
+  StepSchedule optim;
+};
+
+/// A run's schedule (TrainPlan::step_schedule), chosen once when its plan is derived: the schedule
+/// of step `it` (0-based) when the largest progress (0..1) the data stream has reported so far is
+/// `progress` (0 when it reports none).
+using StepScheduleFn = std::function<ScheduledStep(int64_t it, double progress)>;
+
+/// base-train's (nanochat base_train.py): the LR multiplier and Muon's momentum of `lr` at the
+/// step, Muon's weight decay `lr`.muon_weight_decay(it, wd_scaled); the progress is not used.
+StepScheduleFn base_train_schedule(const LrSchedule& lr, double wd_scaled);
+
+/// chat-sft's (nanochat chat_sft.py): the LR multiplier of `lr` at the progress, Muon's momentum
+/// SftSchedule::muon_momentum(it), Muon's weight decay fixed at `muon_weight_decay`.
+StepScheduleFn sft_schedule(const SftSchedule& lr, double muon_weight_decay);
 
 }  // namespace nanochat

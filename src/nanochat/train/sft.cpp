@@ -2,10 +2,8 @@
 #include "nanochat/train/sft.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <limits>
 
 #include "nanochat/checkpoint/checkpoint.h"
 #include "nanochat/checkpoint/interop_optim.h"
@@ -28,6 +26,7 @@
 #include "nanochat/tokenizer/tokenizer.h"
 #include "nanochat/train/job_layout.h"
 #include "nanochat/train/metrics_log.h"
+#include "nanochat/train/report.h"
 #include "nanochat/train/sft_data.h"
 #include "nanochat/train/sync_factory.h"
 #include "nanochat/train/trainer.h"
@@ -37,21 +36,6 @@ using json = nlohmann::json;
 namespace nanochat {
 
 namespace {
-
-// A number as Python's str() writes it (nanochat's "Inherited x=0.3" lines): ints plainly, floats
-// with the fewest digits that read back the same, and a ".0" when they look like ints.
-std::string py_str(const json& v) {
-  if (!v.is_number_float()) return v.dump();
-  const double d = v.get<double>();
-  char b[64];
-  for (int prec = 1; prec <= 17; ++prec) {
-    std::snprintf(b, sizeof b, "%.*g", prec, d);
-    if (std::strtod(b, nullptr) == d) break;
-  }
-  std::string s = b;
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s;
-}
 
 // Whether every rank can open ChatCORE's five tasks (each rank reads its own copy of the task files,
 // eval/chat_eval.h). Collective. When one cannot, rank 0 says which rank and what is missing, and
@@ -81,124 +65,14 @@ bool chatcore_tasks_on_every_rank(Communicator& comm) {
 
 }  // namespace
 
-json sft_args_to_json(const SftArgs& a) {
-  auto opt_int = [](int64_t v) { return v < 0 ? json() : json(v); };
-  auto opt_lr = [](double v) { return v < 0 ? json() : json(v); };
-  return json{{"run", a.run},
-              {"device_type", a.device_type},
-              {"model_tag", a.model_tag.empty() ? json() : json(a.model_tag)},
-              {"model_step", opt_int(a.model_step)},
-              {"load_optimizer", a.load_optimizer},
-              {"num_iterations", a.num_iterations},
-              {"max_seq_len", opt_int(a.max_seq_len)},
-              {"device_batch_size", opt_int(a.device_batch_size)},
-              {"total_batch_size", opt_int(a.total_batch_size)},
-              {"embedding_lr", opt_lr(a.embedding_lr)},
-              {"unembedding_lr", opt_lr(a.unembedding_lr)},
-              {"matrix_lr", opt_lr(a.matrix_lr)},
-              {"init_lr_frac", a.init_lr_frac},
-              {"warmup_ratio", a.warmup_ratio},
-              {"warmdown_ratio", a.warmdown_ratio},
-              {"final_lr_frac", a.final_lr_frac},
-              {"eval_every", a.eval_every},
-              {"eval_tokens", a.eval_tokens},
-              {"chatcore_every", a.chatcore_every},
-              {"chatcore_max_cat", a.chatcore_max_cat},
-              {"chatcore_max_sample", a.chatcore_max_sample},
-              {"mmlu_epochs", a.mmlu_epochs},
-              {"gsm8k_epochs", a.gsm8k_epochs},
-              {"train_jsonl", a.train_jsonl},
-              {"val_jsonl", a.val_jsonl},
-              {"threads", a.threads},
-              {"save_every", a.save_every},
-              {"resume_from_step", a.resume_from_step},
-              {"check_replicas_every", a.check_replicas_every},
-              {"balance", a.balance},
-              {"local_data", a.local_data}};
-}
-
 bool is_sft_meta(const RunMeta& meta) {
   const json& uc = meta.user_config;
   return uc.is_object() && (uc.contains("init_lr_frac") || uc.contains("mmlu_epochs") || uc.contains("load_optimizer"));
 }
 
-TrainPlan derive_sft_plan(const SftArgs& a, const RunMeta& base_meta, const std::string& meta_path, int world_size,
-                          const std::string& base_dir) {
-  TrainPlan p;
-  p.command = "chat-sft";
-  p.sft = true;
-  p.world_size = world_size;
-  p.model = base_meta.model_config;
-  p.counts = count_params(p.model);
-  // nanochat's inheritance: None -> the checkpoint's value (or the fallback), else the flag
-  const json& uc = base_meta.user_config;
-  // pre: the checkpoint's value (null when it has none)
-  auto resolve = [&](const char* name, json given, json fallback, const json& pre) {
-    if (given.is_null()) {
-      const json v = pre.is_null() ? fallback : pre;
-      p.log.push_back(str_cat("Inherited ", name, "=", py_str(v), " from pretrained checkpoint"));
-      return v;
-    }
-    if (!pre.is_null() && given != pre) {
-      std::string flag = name;
-      for (char& c : flag)
-        if (c == '_') c = '-';
-      p.log.push_back(str_cat("NOTE: --", flag, "=", py_str(given), " overrides pretrained value of ", py_str(pre)));
-    } else {
-      p.log.push_back(str_cat("Using ", name, "=", py_str(given)));
-    }
-    return given;
-  };
-  const json flags = sft_args_to_json(a);
-  try {
-    auto recorded = [](const std::optional<int64_t>& v) { return v ? json(*v) : json(); };
-    auto of_user_config = [&uc](const char* name) {
-      return uc.is_object() && uc.contains(name) && !uc.at(name).is_null() ? uc.at(name) : json();
-    };
-    p.T = resolve("max_seq_len", flags["max_seq_len"], 2048, recorded(base_meta.max_seq_len)).get<int>();
-    p.B =
-        resolve("device_batch_size", flags["device_batch_size"], 32, recorded(base_meta.device_batch_size)).get<int>();
-    p.total_batch_size =
-        resolve("total_batch_size", flags["total_batch_size"], 524288, recorded(base_meta.total_batch_size))
-            .get<int64_t>();
-    p.optim.embedding_lr =
-        resolve("embedding_lr", flags["embedding_lr"], 0.3, of_user_config("embedding_lr")).get<float>();
-    p.optim.unembedding_lr =
-        resolve("unembedding_lr", flags["unembedding_lr"], 0.004, of_user_config("unembedding_lr")).get<float>();
-    p.optim.matrix_lr = resolve("matrix_lr", flags["matrix_lr"], 0.02, of_user_config("matrix_lr")).get<float>();
-  } catch (const nlohmann::json::exception& e) {
-    fail(meta_path, ": a batch or lr value of the wrong type: ", e.what());
-  }
-  if (p.T < 1 || p.B < 1 || p.total_batch_size < 1)
-    fail("chat-sft: --max-seq-len, --device-batch-size and --total-batch-size must be positive (got ", p.T, ", ", p.B,
-         ", ", p.total_batch_size, ")");
-  if (p.total_batch_size % p.T != 0)
-    fail("chat-sft: --total-batch-size ", p.total_batch_size, " is not a multiple of --max-seq-len ", p.T,
-         " (a step is whole rows); pass e.g. --total-batch-size ", (p.total_batch_size / p.T + 1) * p.T);
-  if (p.T > 10 * p.model.sequence_len)
-    fail("chat-sft: --max-seq-len ", p.T, " is beyond the model's rotary table (10 x its sequence_len ",
-         p.model.sequence_len, ")");
-  p.optim.scalar_lr = 0.5f;
-  p.optim.weight_decay = 0.0f;  // nanochat: setup_optimizer(weight_decay=0.0)
-  p.optim.model_dim = p.model.n_embd;
-  p.dmodel_lr_scale = dmodel_lr_scale(p.model.n_embd);
-  const int64_t per_micro = static_cast<int64_t>(p.B) * p.T * world_size;
-  p.grad_accum_steps = std::max<int64_t>(1, (p.total_batch_size + per_micro - 1) / per_micro);
-  p.log.push_back(str_cat("Tokens / micro-batch / rank: ", p.B, " x ", p.T, " = ", with_commas(p.B * p.T)));
-  p.log.push_back(str_cat("Total batch size ", with_commas(p.total_batch_size), " => ", p.rows_per_step(), " rows of ",
-                          p.T + 1, " tokens per step"));
-  if (a.warmup_ratio < 0 || a.warmdown_ratio < 0 || a.warmup_ratio + a.warmdown_ratio > 1 || a.init_lr_frac <= 0)
-    fail("chat-sft: --warmup-ratio and --warmdown-ratio must be >= 0 with a sum <= 1, and --init-lr-frac > 0");
-  p.sft_schedule = SftSchedule{a.warmup_ratio, a.warmdown_ratio, a.final_lr_frac};
-  p.num_iterations = std::numeric_limits<int64_t>::max();  // the data stream ends the run
-  p.eval_tokens = a.eval_tokens;
-  if (a.balance != "speed" && a.balance != "even") fail("--balance must be speed or even (got ", a.balance, ")");
-  p.balance = a.balance == "even" ? BalanceMode::Even : BalanceMode::Speed;
-  p.data = world_size == 1 ? DataSource::OneRank : a.local_data ? DataSource::LocalCopies : DataSource::Served;
-  p.cadence = Cadence{a.eval_every, -1, a.save_every, a.check_replicas_every, a.resume_from_step};
-  p.tag = a.model_tag.empty() ? str_cat("d", p.model.n_layer) : a.model_tag;
-  p.checkpoint_dir = base_dir + "/chatsft_checkpoints/" + p.tag;
-  return p;
+SftBase sft_base(const RunMeta& meta, const std::string& meta_path) {
+  return SftBase{meta.model_config,     meta.max_seq_len, meta.device_batch_size,
+                 meta.total_batch_size, meta.user_config, meta_path};
 }
 
 SftData open_sft_data(const SftArgs& a) {
@@ -320,7 +194,8 @@ void check_conversation_files(const SftArgs& a, Communicator& comm) {
 // What an SFT checkpoint's meta records: as the meta nanochat's scripts/chat_sft.py hands to
 // save_checkpoint, the model with the SFT sequence length and the user's flags; besides, the base
 // checkpoint, the batch, the world size and the tokenizer's hash.
-RunMeta sft_run_meta(const SftArgs& a, const TrainPlan& plan, const Tokenizer& tok, const CheckpointPaths& base_cp) {
+RunMeta sft_run_meta(const SftArgs& a, const TrainPlan& plan, const Tokenizer& tok, const CheckpointPaths& base_cp,
+                     double muon_weight_decay) {
   ModelConfig saved_cfg = plan.model;
   saved_cfg.sequence_len = plan.T;  // nanochat's SFT meta records the SFT sequence length
   RunMeta run;
@@ -328,7 +203,7 @@ RunMeta sft_run_meta(const SftArgs& a, const TrainPlan& plan, const Tokenizer& t
   run.user_config = sft_args_to_json(a);
   run.data_stream = "one-rank";
   run.base_checkpoint = base_cp.model();
-  run.muon_weight_decay = plan.sft_muon_weight_decay;
+  run.muon_weight_decay = muon_weight_decay;
   run.device_batch_size = plan.B;
   run.max_seq_len = plan.T;
   run.total_batch_size = plan.total_batch_size;
@@ -337,13 +212,52 @@ RunMeta sft_run_meta(const SftArgs& a, const TrainPlan& plan, const Tokenizer& t
   return run;
 }
 
+// The starting weights (and optimizer moments) come from the base checkpoint, unless this run
+// continues its own checkpoint (the resume in run_train_job reads it instead); then the lrs x
+// --init-lr-frac. Returns the Muon weight decay the run keeps: the base run's last (nanochat's
+// load_state_dict keeps the checkpoint's) when its optimizer was loaded, 0 for a fresh one, the
+// interrupted run's when it resumes. Collective.
+double start_from_base(const SftArgs& a, Communicator& comm, const BaseCheckpoint& base, const TrainPlan& plan,
+                       GPT& model, MuonAdamW& opt) {
+  auto print0 = [master = comm.rank() == 0](const std::string& s) { print_line_if(master, s); };
+  const CheckpointPaths base_cp{base.dir, base.step};
+  bool loaded = false;
+  if (a.resume_from_step < 0) {
+    warm_start(comm, base_cp, model, opt, a.load_optimizer != 0, &loaded);
+    if (a.load_optimizer && loaded)
+      print0("Loaded optimizer state from pretrained checkpoint (momentum buffers only, LRs reset)");
+    else if (a.load_optimizer)
+      print0("WARNING: optimizer checkpoint not found, starting with fresh optimizer (slightly worse)");
+  }
+  double muon_weight_decay = 0;
+  if (a.load_optimizer && loaded) {
+    for (const OptGroup& g : scheduled_groups(opt, base.meta, base.step, base_cp.meta()))
+      if (g.kind == OptKind::Muon) muon_weight_decay = g.weight_decay;
+  }
+  if (a.resume_from_step >= 0) muon_weight_decay = resumed_weight_decay(comm, plan, a.resume_from_step);
+  opt.scale_initial_lrs(a.init_lr_frac);
+  print0(str_cat("Muon weight decay: ", muon_weight_decay, "; initial lrs x ", a.init_lr_frac));
+  return muon_weight_decay;
+}
+
+// How chat_sft.py shows its steps: its line, a step named by the steps done (it counts the step
+// before logging it), the packing summary at the end; chat-sft has no --copy-state-every.
+StepLog sft_step_log(int T) {
+  StepLog l;
+  l.line = sft_step_log_line;
+  l.name_offset = 1;
+  l.summary = [T](const json& state) { return sft_packing_summary(state.value("packer", json::object()), T + 1); };
+  l.suggests_copy_state = false;
+  return l;
+}
+
 void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed) {
   const bool master = comm.rank() == 0;
   auto print0 = [master](const std::string& s) { print_line_if(master, s); };
   const Tokenizer tok = load_tokenizer(feed);
   const BaseCheckpoint base = find_base_checkpoint(comm, a);
   const CheckpointPaths base_cp{base.dir, base.step};
-  TrainPlan plan = derive_sft_plan(a, base.meta, base_cp.meta(), comm.world_size(), base_dir());
+  TrainPlan plan = derive_sft_plan(a, sft_base(base.meta, base_cp.meta()), comm.world_size(), base_dir());
   if (plan.model.vocab_size != tok.vocab_size())
     fail("chat-sft: the base checkpoint ", base_cp.model(), " has vocab ", plan.model.vocab_size,
          " but the tokenizer has ", tok.vocab_size(), "; use the tokenizer the model was trained with");
@@ -362,27 +276,8 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
   prof::reset();
   const JobLayout layout = agree_on_job_layout(comm, sft_args_to_json(a), plan, tok);
   const std::unique_ptr<StepSync> sync = make_step_sync(plan, layout, model, comm);
-  MuonAdamW& opt = sync->optimizer();
-
-  // The starting weights (and optimizer moments) come from the base checkpoint, unless this run
-  // continues its own checkpoint (the resume in run_train_job reads it instead).
-  bool loaded = false;
-  if (a.resume_from_step < 0) {
-    warm_start(comm, base_cp, model, opt, a.load_optimizer != 0, &loaded);
-    if (a.load_optimizer && loaded)
-      print0("Loaded optimizer state from pretrained checkpoint (momentum buffers only, LRs reset)");
-    else if (a.load_optimizer)
-      print0("WARNING: optimizer checkpoint not found, starting with fresh optimizer (slightly worse)");
-  }
-  // nanochat: load_state_dict keeps the checkpoint's Muon weight decay (the value of base_train's
-  // last step); a fresh optimizer has 0.
-  if (a.load_optimizer && loaded) {
-    for (const OptGroup& g : scheduled_groups(opt, base.meta, base.step, base_cp.meta()))
-      if (g.kind == OptKind::Muon) plan.sft_muon_weight_decay = g.weight_decay;
-  }
-  if (a.resume_from_step >= 0) plan.sft_muon_weight_decay = resumed_weight_decay(comm, plan, a.resume_from_step);
-  opt.scale_initial_lrs(a.init_lr_frac);
-  print0(str_cat("Muon weight decay: ", plan.sft_muon_weight_decay, "; initial lrs x ", a.init_lr_frac));
+  const double muon_weight_decay = start_from_base(a, comm, base, plan, model, sync->optimizer());
+  plan.step_schedule = sft_step_schedule(a, muon_weight_decay);
 
   // Every rank opens the data where it reads it: node 0 (served) or each (local copies).
   SftStreamConfig sc{plan.T, plan.rows_per_step(), a.num_iterations};
@@ -395,9 +290,10 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
            "--eval-every -1");
     return make_sft_stream(tok, d.train, d.val, sc, state);
   };
-  const RunMeta run = sft_run_meta(a, plan, tok, base_cp);
+  const RunMeta run = sft_run_meta(a, plan, tok, base_cp, muon_weight_decay);
   TrainJob job{plan, layout, tok, model, *sync, stream, run, a.resume_from_step, peak, a.profile};
   job.adapt_threads = a.threads == 0 && num_threads() > 1;
+  job.step_log = sft_step_log(plan.T);
   const bool chatcore = a.chatcore_every > 0 && chatcore_tasks_on_every_rank(comm);
   if (chatcore)
     job.extra_eval = [&a, &model, &tok, &comm, master, B = plan.B](int64_t step, bool last, MetricsLog& metrics,

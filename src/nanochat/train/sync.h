@@ -29,6 +29,7 @@
 #include "nanochat/checkpoint/faults.h"
 #include "nanochat/checkpoint/loop_state.h"
 #include "nanochat/checkpoint/run_meta.h"
+#include "nanochat/plan/schedules.h"
 
 namespace nanochat {
 
@@ -39,13 +40,6 @@ struct TrainPlan;
 struct StepShare {
   int64_t first_row = 0;           ///< index of its first row among the step's rows
   std::vector<int> micro_batches;  ///< rows of each micro-batch, in order (possibly none)
-};
-
-/// The optimizer's schedule at a step (plan/schedules.h).
-struct StepSchedule {
-  float lr_multiplier = 1.f;
-  float muon_momentum = 0.95f;
-  float muon_weight_decay = 0.f;
 };
 
 /// One rank's part of a finished step.

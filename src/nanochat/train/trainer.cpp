@@ -38,7 +38,6 @@
 #include "nanochat/train/membership.h"
 #include "nanochat/train/metrics_log.h"
 #include "nanochat/train/report.h"
-#include "nanochat/train/sft_data.h"
 #include "nanochat/train/sync_factory.h"
 
 using json = nlohmann::json;
@@ -64,6 +63,7 @@ struct TrainContext {
   bool profile = false;
   bool adapt_threads = false;  // --threads not given: the count follows the measured steps (core/thread_tuner.h)
   Membership& membership;      // a lost peer, ranks that join (train/membership.h)
+  StepLog step_log;            // TrainJob::step_log
   ExtraEval extra_eval = {};   // TrainJob::extra_eval
 };
 
@@ -78,7 +78,9 @@ class TrainLoop {
         st_(c.st),
         token_bytes_(c.tok.token_bytes()),
         x_(static_cast<size_t>(plan_.B) * plan_.T),
-        y_(x_.size()) {}
+        y_(x_.size()) {
+    NC_CHECK(plan_.step_schedule, "the plan of ", plan_.command, " has no step schedule");
+  }
 
   // Steps until num_iterations (nanochat base_train.py's while loop); the last step is saved and
   // evaluated. Returns the final evaluation's error ("" = none). A peer that leaves the job (it
@@ -106,8 +108,7 @@ class TrainLoop {
   std::string run_steps() {
     for (;;) {
       const int64_t step = st_.step;
-      if (plan_.sft) prefetch(step);  // the stream says whether this step ends the run
-      const bool last = step == plan_.num_iterations || (pending_ && pending_->end);
+      const bool last = is_last(step);
       const bool in_sync = sync_.in_sync(step);
       const bool save_now = in_sync && plan_.cadence.save_at(step, last);
       // 1. the replicas are still identical (and a checkpoint never stores one rank's fault)
@@ -163,7 +164,20 @@ class TrainLoop {
  private:
   void print0(const std::string& s) const { print_line_if(sync_.rank() == 0, s); }
 
-  // chat-sft: the step's rows before its evaluation and save, since the stream ends the run.
+  // Whether `step` ends the run (it is not trained): its number, or, when the data stream ends the
+  // run, its rows, read here before its evaluation and save (TrainPlan::run_end).
+  bool is_last(int64_t step) {
+    switch (plan_.run_end) {
+      case RunEnd::Stream:
+        prefetch(step);
+        return pending_->end;
+      case RunEnd::Steps:
+        break;
+    }
+    return step == plan_.num_iterations;
+  }
+
+  // The step's rows before its evaluation and save (RunEnd::Stream).
   void prefetch(int64_t step) {
     if (pending_) return;
     Timer td;
@@ -196,11 +210,12 @@ class TrainLoop {
       saved = str_cat("No checkpoint of this run was saved yet (--save-every ",
                       plan_.cadence.save_every > 0 ? std::to_string(plan_.cadence.save_every) : std::string("-1"),
                       "): the ", step, " steps trained are lost; with --save-every N a lost node costs at most N steps",
-                      plan_.sft ? std::string()
-                                : ", with --copy-state-every N too but without writing files (node 0 keeps a copy in "
-                                  "memory)");
-    // chat-sft's data ends the run: its step count is not known in advance
-    const std::string of = plan_.sft ? std::string() : str_cat(" of ", plan_.num_iterations);
+                      !c_.step_log.suggests_copy_state
+                          ? std::string()
+                          : ", with --copy-state-every N too but without writing files (node 0 keeps a copy in "
+                            "memory)");
+    // when the data ends the run (chat-sft), its step count is not known in advance
+    const std::string of = plan_.run_end == RunEnd::Stream ? std::string() : str_cat(" of ", plan_.num_iterations);
     return str_cat("the job stopped in step ", step, of, " (", phase_, ") because a node left: ", e.what(), ". ",
                    saved);
   }
@@ -301,19 +316,9 @@ class TrainLoop {
     }
     loader_state_ = std::move(rows.loader_state);
     run_micro_batches(rows, share, my);
-    double lrm = 0;
-    StepSchedule sched;
-    if (plan_.sft) {  // nanochat chat_sft.py: the LR by progress (monotone), momentum by step, fixed decay
-      progress_ = std::max(progress_, rows.progress);
-      lrm = plan_.sft_schedule.lr_multiplier(progress_);
-      sched = {static_cast<float>(lrm), static_cast<float>(SftSchedule::muon_momentum(step)),
-               static_cast<float>(plan_.sft_muon_weight_decay)};
-    } else {
-      lrm = plan_.schedule.lr_multiplier(step);
-      sched = {static_cast<float>(lrm), static_cast<float>(plan_.schedule.muon_momentum(step)),
-               static_cast<float>(plan_.schedule.muon_weight_decay(step, plan_.weight_decay_scaled))};
-    }
-    my.opt_compute = sync_.update(sched);
+    progress_ = std::max(progress_, rows.progress);                    // a stream that reports no progress gives -1
+    const ScheduledStep sched = plan_.step_schedule(step, progress_);  // the plan's: base-train's or chat-sft's
+    my.opt_compute = sync_.update(sched.optim);
     model_.params_changed();  // the update wrote the weights through the optimizer's pointers
     if (c_.adapt_threads) adapt_threads(share, my, t);
     c_.faults.after_update(model_, sync_.rank(), step);
@@ -324,7 +329,7 @@ class TrainLoop {
     my.joiners = c_.membership.joiners_waiting();
     const StepStats stats = sync_.finish(my);
     if (c_.membership.join_due(stats)) join_due_ = true;
-    log_step(stats, lrm);
+    log_step(stats, sched.lrm);
     for (const std::string& note : stats.notes) print0(note);
     note_a_rank_that_slows_the_job(stats);
   }
@@ -372,9 +377,9 @@ class TrainLoop {
   void log_step(const StepStats& s, double lrm) {
     const double ema_beta = 0.9;
     const int64_t step = st_.step, total = plan_.total_batch_size;
-    // the step as the log and metrics name it: base_train.py its 0-based index, chat_sft.py the
+    // the step as the log and metrics name it (StepLog::name_offset): base_train.py its 0-based index, chat_sft.py the
     // steps done (it counts the step before logging it)
-    const int64_t named = plan_.sft ? step + 1 : step;
+    const int64_t named = step + c_.step_log.name_offset;
     const float train_loss = static_cast<float>(s.loss);
     const double dt = s.ranks[0].dt;
     st_.smooth_train_loss = ema_beta * st_.smooth_train_loss + (1 - ema_beta) * train_loss;
@@ -408,7 +413,7 @@ class TrainLoop {
       rank_tok.push_back(r.ranks.back().tok_per_sec);
     }
     r.comm_wait = r.ranks[0].wait;
-    print0(plan_.sft ? sft_step_log_line(r) : step_log_line(r));
+    print0(c_.step_log.line(r));
     json rec = {{"step", named},
                 {"loss", train_loss},
                 {"smooth_loss", r.smooth_loss},
@@ -433,9 +438,9 @@ class TrainLoop {
   StepSync& sync_;
   LoopState& st_;
   json loader_state_ = c_.data.initial_state();  // after the last step trained
-  std::unique_ptr<StepRows> pending_;            // chat-sft: the step's rows, fetched before its evaluation
+  std::unique_ptr<StepRows> pending_;            // RunEnd::Stream: the step's rows, fetched before its evaluation
   double pending_data_s_ = 0;
-  double progress_ = 0;  // chat-sft: the largest progress seen (nanochat's progress = max(...))
+  double progress_ = 0;  // the largest progress the stream reported (chat-sft; nanochat's progress = max(...))
   bool noted_slow_rank_ = false;
   ThreadTuner tuner_{num_threads(), 1, "row"};
   int64_t run_delay_at_start_ = -1;                   // process_run_delay_ns() when the step began
@@ -561,9 +566,22 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
   Membership& membership = job.membership ? *job.membership : fixed;
   membership.started(metrics, master);  // a regrouped elastic job: who left, and how long it took to go on
 
-  TrainContext ctx{
-      plan,         layout,          job.tok,     job.model,         sync,       *data,         metrics, st, faults,
-      job.run_meta, job.peak_gflops, job.profile, job.adapt_threads, membership, job.extra_eval};
+  TrainContext ctx{plan,
+                   layout,
+                   job.tok,
+                   job.model,
+                   sync,
+                   *data,
+                   metrics,
+                   st,
+                   faults,
+                   job.run_meta,
+                   job.peak_gflops,
+                   job.profile,
+                   job.adapt_threads,
+                   membership,
+                   job.step_log,
+                   job.extra_eval};
   TrainLoop loop(ctx);
   const std::string eval_error = loop.run();
 
@@ -572,9 +590,8 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
   if (job.profile && loop.profiled_steps() > 0)
     for (const auto& l : profile_report_lines(rank, loop.profiled_steps(), loop.profiled_seconds())) print0(l);
   if (std::isfinite(st.min_val_bpb)) print0(str_cat("Minimum validation bpb: ", st.min_val_bpb));
-  if (plan.sft && master && loop.stream_state().is_object()) {
-    print0(sft_packing_summary(loop.stream_state().value("packer", json::object()), plan.T + 1));
-  }
+  if (job.step_log.summary && master && loop.stream_state().is_object())
+    print0(job.step_log.summary(loop.stream_state()));
   metrics.write_chart(plan.checkpoint_dir + "/report.svg", plan.command + " " + plan.tag);
   print0("Wrote " + plan.checkpoint_dir + "/report.svg and " + metrics.path());
   if (!eval_error.empty()) fail("the final evaluation failed after the weights were saved: ", eval_error);

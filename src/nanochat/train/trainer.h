@@ -13,6 +13,7 @@
 #include "nanochat/feed/step_source.h"
 #include "nanochat/plan/plan.h"
 #include "nanochat/train/job_layout.h"
+#include "nanochat/train/report.h"
 #include "nanochat/train/test_fault.h"
 
 namespace nanochat {
@@ -42,6 +43,21 @@ class StepSync;
 /// the ranks' totals (only called when the ranks' weights are in sync).
 using ExtraEval = std::function<void(int64_t step, bool last, MetricsLog& metrics, StepSync& sync)>;
 
+/// How a command's loop names and shows its steps, chosen once by the command: base-train's (these
+/// defaults) or chat-sft's (train/sft.cpp).
+struct StepLog {
+  /// The step's log line (train/report.h): base_train.py's, or chat_sft.py's.
+  std::function<std::string(const StepReport&)> line = step_log_line;
+  /// Added to a step's 0-based index where the log line and metrics.jsonl name it: base_train.py
+  /// names the index (0), chat_sft.py the steps done (1: it counts the step before it logs it).
+  int64_t name_offset = 0;
+  /// Rank 0's line at the end of the run about the data stream's state after the last rows read
+  /// (chat-sft's packing summary); empty: none.
+  std::function<std::string(const nlohmann::json& stream_state)> summary = {};
+  /// The message of a lost node suggests --copy-state-every (base-train's flag; chat-sft has none).
+  bool suggests_copy_state = true;
+};
+
 struct TrainJob {
   const TrainPlan& plan;
   const JobLayout& layout;  ///< agreed by every rank (agree_on_job_layout)
@@ -57,6 +73,7 @@ struct TrainJob {
   /// Who trains (train/membership.h): what a lost peer does, whether ranks join. Null: the job's
   /// ranks are fixed (FixedMembership).
   Membership* membership = nullptr;
+  StepLog step_log = {};  ///< how the log names and shows the steps
   /// The command's own evaluation at the loop's evaluation points, after val bpb (every rank calls
   /// it together with the step and whether it is the run's last; base-train's CORE, chat-sft's
   /// ChatCORE). Empty: none.
