@@ -83,7 +83,7 @@ TEST(StepBalancer, DeviceBatchesMayDifferAndTheLastMicroBatchIsShorter) {
 }
 
 TEST(StepBalancer, EvenModeNeverChanges) {
-  StepBalancer b({2, 2}, 8, {StepBalancer::Mode::Even});
+  StepBalancer b({2, 2}, 8, {BalanceMode::Even});
   EXPECT_FALSE(b.observe(times(b.rows(), {300.0, 1.0})));
   EXPECT_EQ(b.rows(), (Rows{4, 4}));
 }

@@ -112,7 +112,7 @@ SyncRun alone(const std::vector<Rows>& data, int first, int rows) {
   LocalCommunicator comm;
   GPT m(tiny());
   nctest::init_tiny_gpt(m);
-  Zero2Sync sync(m, optim(), comm, {rows}, rows, StepBalancer::Mode::Even);
+  Zero2Sync sync(m, optim(), comm, {rows}, rows, BalanceMode::Even);
   return drive(sync, m, data, first);
 }
 
@@ -141,7 +141,7 @@ TEST(DiLoCo, OneNodeWithOuterLrOneAndNoMomentumIsTheZero2RunBitForBit) {
   GPT a(tiny()), b(tiny());
   nctest::init_tiny_gpt(a);
   nctest::init_tiny_gpt(b);
-  Zero2Sync zero2(a, optim(), c1, {2}, R, StepBalancer::Mode::Even);
+  Zero2Sync zero2(a, optim(), c1, {2}, R, BalanceMode::Even);
   DiLoCoSync diloco(b, diloco_plan(2, 1.0, 0.0, WireDtype::Float32, 5), c2, {2}, R, {0});
   const SyncRun ra = drive(zero2, a, data), rb = drive(diloco, b, data);
   EXPECT_EQ(ra.losses, rb.losses);

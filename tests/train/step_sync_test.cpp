@@ -103,7 +103,7 @@ SyncRun solo(int device_batch) {
 }
 
 // Two ranks with device batches `B`, rows dealt by `mode`; rank 0's run.
-SyncRun zero2(const std::vector<int>& B, StepBalancer::Mode mode) {
+SyncRun zero2(const std::vector<int>& B, BalanceMode mode) {
   ThreadHub hub(2);
   std::vector<SyncRun> runs(2);
   std::vector<std::thread> th;
@@ -138,9 +138,9 @@ TEST(StepSync, EverySplitReportsTheOneProcessLossAndReachesItsWeights) {
   ASSERT_EQ(ref.losses.size(), static_cast<size_t>(kSteps));
   // the one-process run with other micro-batches, and two ranks: even, uneven micro-batches, by speed
   const SyncRun solo2 = solo(2);
-  const SyncRun even = zero2({3, 3}, StepBalancer::Mode::Even);
-  const SyncRun uneven = zero2({1, 2}, StepBalancer::Mode::Even);
-  const SyncRun speed = zero2({2, 3}, StepBalancer::Mode::Speed);
+  const SyncRun even = zero2({3, 3}, BalanceMode::Even);
+  const SyncRun uneven = zero2({1, 2}, BalanceMode::Even);
+  const SyncRun speed = zero2({2, 3}, BalanceMode::Speed);
   int i = 0;
   for (const SyncRun* run : {&solo2, &even, &uneven, &speed}) {
     SCOPED_TRACE(i++);

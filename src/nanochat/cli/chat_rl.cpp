@@ -15,6 +15,7 @@
 #include "nanochat/core/paths.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/model/gpt.h"
+#include "nanochat/plan/balance_mode.h"
 #include "nanochat/tasks/registry.h"
 #include "nanochat/train/chat_rl.h"
 #include "nanochat/train/test_fault.h"
@@ -37,7 +38,7 @@ void run(ChatRlArgs a) {
   if (a.threads > 0) set_num_threads(a.threads);
   if (!a.device_type.empty() && a.device_type != "cpu")
     fail("--device-type ", a.device_type, ": this program runs on the CPU only (use cpu or leave it out)");
-  a.opt.balance_by_speed = a.balance == "speed";
+  a.opt.balance = parse_balance_mode(a.balance);
   std::unique_ptr<Communicator> comm = cluster::make_communicator_from_env();
   const bool main_rank = comm->rank() == 0;
   // the tests' slower machine (NANOCHAT_TEST_FAULT slow:<rank>:<factor>); none otherwise
@@ -69,7 +70,7 @@ void run(ChatRlArgs a) {
     std::printf("Total sequences per step: %d\n", a.opt.examples_per_step * a.opt.rollout.num_samples);
     if (comm->world_size() > 1)
       std::printf("Examples per rank: dealt by %s each step (the first evenly)\n",
-                  a.opt.balance_by_speed ? "measured speed" : "count");
+                  a.opt.balance == BalanceMode::Speed ? "measured speed" : "count");
     else
       std::printf("Calculated examples per rank: %d\n", a.opt.examples_per_step);
     std::fflush(stdout);

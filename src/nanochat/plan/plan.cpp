@@ -78,8 +78,7 @@ void derive_run_settings(const BaseTrainArgs& a, const std::string& base_dir, Tr
   p.B = a.device_batch_size;
   p.T = a.max_seq_len;
   p.eval_tokens = a.eval_tokens;
-  if (a.balance != "speed" && a.balance != "even") fail("--balance must be speed or even (got ", a.balance, ")");
-  p.balance = a.balance == "even" ? BalanceMode::Even : BalanceMode::Speed;
+  p.balance = parse_balance_mode(a.balance);
   derive_sync(a, p);
   p.dtype = parse_compute_dtype(a.dtype, "--dtype");
   p.data = data_source_of(p.world_size, a.local_data);

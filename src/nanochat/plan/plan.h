@@ -9,6 +9,7 @@
 #include "nanochat/model/config.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
+#include "nanochat/plan/balance_mode.h"
 #include "nanochat/plan/schedules.h"
 
 namespace nanochat {
@@ -89,9 +90,6 @@ ModelCounts count_params(const ModelConfig& cfg);
 /// (views into model's buffers, in the parameter table's order), what MuonAdamW is built over.
 std::vector<OptParam> optimizer_params(GPT& model);
 
-/// How each step's rows are dealt to the ranks (--balance; train/balance.h).
-enum class BalanceMode { Speed, Even };
-
 /// How the ranks keep one model (--sync; train/sync_factory.h): ZeRO-2 every step (the weights
 /// are one after every step), or DiLoCo (each node trains alone for H steps, then the nodes
 /// average their change and take an outer step; the weights are one at those boundaries).
@@ -159,12 +157,12 @@ struct TrainPlan {
   int64_t num_iterations = 0;
   int64_t grad_accum_steps = 1;  ///< micro-batches per rank with an even split (rounded up)
   int world_size = 1;
-  int B = 1;                ///< --device-batch-size: rows per micro-batch per rank
-  int T = 2048;             ///< --max-seq-len: tokens per row
-  int64_t eval_tokens = 0;  ///< --eval-tokens
-  BalanceMode balance = BalanceMode::Speed;
-  SyncMode sync = SyncMode::Zero2;  ///< --sync
-  OuterConfig outer;                ///< --sync diloco's settings
+  int B = 1;                                 ///< --device-batch-size: rows per micro-batch per rank
+  int T = 2048;                              ///< --max-seq-len: tokens per row
+  int64_t eval_tokens = 0;                   ///< --eval-tokens
+  BalanceMode balance = BalanceMode::Speed;  ///< --balance: how each step's rows are dealt (train/balance.h)
+  SyncMode sync = SyncMode::Zero2;           ///< --sync
+  OuterConfig outer;                         ///< --sync diloco's settings
   DataSource data = DataSource::OneRank;
   ComputeDtype dtype = ComputeDtype::Float32;  ///< --dtype
   Cadence cadence;

@@ -141,8 +141,7 @@ TrainPlan derive_sft_plan(const SftArgs& a, const SftBase& base, int world_size,
   p.num_iterations = std::numeric_limits<int64_t>::max();  // the data stream ends the run
   p.meta_sequence_len_is_T = true;
   p.eval_tokens = a.eval_tokens;
-  if (a.balance != "speed" && a.balance != "even") fail("--balance must be speed or even (got ", a.balance, ")");
-  p.balance = a.balance == "even" ? BalanceMode::Even : BalanceMode::Speed;
+  p.balance = parse_balance_mode(a.balance);
   p.data = data_source_of(world_size, a.local_data);
   p.cadence = Cadence{a.eval_every, -1, a.save_every, a.check_replicas_every, a.resume_from_step};
   p.tag = a.model_tag.empty() ? str_cat("d", p.model.n_layer) : a.model_tag;

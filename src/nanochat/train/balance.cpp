@@ -92,7 +92,7 @@ bool StepBalancer::observe(const std::vector<RankStepTimes>& times) {
       ++idle_steps_[r];
     }
   }
-  if (opt_.mode == Mode::Even) return false;
+  if (opt_.mode == BalanceMode::Even) return false;
   std::vector<int64_t> next = proportional_split();
   bool probed = false;
   for (size_t r = 0; r < next.size(); ++r)

@@ -12,7 +12,7 @@
 //
 // Every rank holds an identical StepBalancer and feeds it the same gathered per-rank timings after
 // each step, so all ranks derive the same split with no message of its own. Policy:
-//  * the first step splits evenly (nothing is measured yet); so does Mode::Even always;
+//  * the first step splits evenly (nothing is measured yet); so does BalanceMode::Even always;
 //  * speed of a rank = rows / forward-backward seconds, smoothed (EMA) over the steps it ran;
 //  * rows are dealt in proportion to speed (largest remainders, ties to the lower rank);
 //  * hysteresis: the split changes only when the new one's predicted compute time (the slowest
@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "nanochat/plan/balance_mode.h"
 
 namespace nanochat {
 
@@ -33,9 +35,8 @@ struct RankStepTimes {
 
 class StepBalancer {
  public:
-  enum class Mode { Speed, Even };
   struct Options {
-    Mode mode = Mode::Speed;
+    BalanceMode mode = BalanceMode::Speed;
     double replan_gain = 0.05;  ///< re-plan when the predicted step is this much shorter
     double ema = 0.5;           ///< weight of the newest speed measurement
     int probe_every = 10;       ///< steps with zero rows before a rank is measured again

@@ -153,7 +153,7 @@ void run_chat_rl(GPT& model, const Tokenizer& tok, const tasks::Task& train, con
   oc.scalar_lr = opt.scalar_lr;
   oc.weight_decay = opt.weight_decay;
   oc.model_dim = model.config().n_embd;
-  RlStepSync sync(model, oc, comm, E, opt.balance_by_speed);
+  RlStepSync sync(model, oc, comm, E, opt.balance);
   Engine engine(model, tok);
   model.zero_grad();
   const FaultInjector& faults = opt.faults != nullptr ? *opt.faults : no_faults();

@@ -50,6 +50,7 @@
 #include "nanochat/checkpoint/faults.h"
 #include "nanochat/engine/engine.h"
 #include "nanochat/eval/chat_eval.h"
+#include "nanochat/plan/balance_mode.h"
 #include "nanochat/tasks/task.h"
 
 namespace nanochat {
@@ -100,10 +101,10 @@ double policy_gradient_backward(GPT& model, const RlRollout& r, size_t row_begin
 struct ChatRlOptions {
   RolloutOptions rollout;
   int num_epochs = 1;
-  int64_t num_steps = -1;        ///< > 0: run this many steps instead of (train size / examples_per_step) * num_epochs
-  int examples_per_step = 16;    ///< over all ranks (any world size)
-  bool balance_by_speed = true;  ///< --balance speed (else even: the same number per rank, give or take one)
-  const FaultInjector* faults = nullptr;  ///< the tests' hooks (after each example); null = none
+  int64_t num_steps = -1;      ///< > 0: run this many steps instead of (train size / examples_per_step) * num_epochs
+  int examples_per_step = 16;  ///< over all ranks (any world size)
+  BalanceMode balance = BalanceMode::Speed;  ///< --balance (even: the same number per rank, give or take one)
+  const FaultInjector* faults = nullptr;     ///< the tests' hooks (after each example); null = none
   float embedding_lr = 0.2f, unembedding_lr = 0.004f, matrix_lr = 0.02f, scalar_lr = 0.5f;
   float weight_decay = 0.0f;  ///< Muon's
   float init_lr_frac = 0.05f;

@@ -57,9 +57,8 @@ DiLoCoSync::DiLoCoSync(GPT& model, const TrainPlan& plan, Communicator& comm, co
       num_iterations_(plan.num_iterations),
       cadence_(plan.cadence),
       node_of_rank_(node_of_rank),
-      balancer_(device_batches, rows_per_step,
-                {plan.balance == BalanceMode::Even ? StepBalancer::Mode::Even : StepBalancer::Mode::Speed}),
-      mode_(plan.balance == BalanceMode::Even ? StepBalancer::Mode::Even : StepBalancer::Mode::Speed) {
+      balancer_(device_batches, rows_per_step, {plan.balance}),
+      mode_(plan.balance) {
   const int W = comm.world_size(), me = comm.rank();
   if (static_cast<int>(node_of_rank_.size()) != W)
     fail("DiLoCo: ", node_of_rank_.size(), " node indices for ", W, " ranks");
@@ -109,8 +108,7 @@ std::string DiLoCoSync::describe() const {
             : std::string();
   return str_cat("DiLoCo: ", nodes_, nodes_ == 1 ? " node" : " nodes", " (", world_size(),
                  world_size() == 1 ? " rank" : " ranks", "); rows per step ", balancer_.step_rows(), ", dealt ",
-                 mode_ == StepBalancer::Mode::Even ? "evenly" : "by the speed measured over each round",
-                 "; each node sends ",
+                 mode_ == BalanceMode::Even ? "evenly" : "by the speed measured over each round", "; each node sends ",
                  fixed(static_cast<double>(wire_bytes(outer_cfg_.wire, static_cast<size_t>(n))) / 1e6, 1),
                  " MB per round (", wire_dtype_name(outer_cfg_.wire), ")", zero2);
 }

@@ -98,7 +98,7 @@ class DiLoCoSync final : public StepSync {
   std::unique_ptr<MuonAdamW> inner_;
   std::unique_ptr<GradAccumulator> accum_;
   StepBalancer balancer_;
-  const StepBalancer::Mode mode_;
+  const BalanceMode mode_;
   std::vector<float> outer_;     // leader: theta_outer
   std::vector<float> momentum_;  // leader: m
   std::vector<float> delta_;     // leader: scratch

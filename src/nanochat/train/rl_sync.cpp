@@ -11,21 +11,22 @@ namespace nanochat {
 
 namespace {
 
-StepBalancer make_balancer(int world_size, int examples_per_step, bool by_speed) {
+StepBalancer make_balancer(int world_size, int examples_per_step, BalanceMode balance) {
   if (examples_per_step < 1) fail("--examples-per-step (", examples_per_step, ") must be positive");
   StepBalancer::Options bo;
-  bo.mode = by_speed ? StepBalancer::Mode::Speed : StepBalancer::Mode::Even;
+  bo.mode = balance;
   // one problem per "micro-batch": a problem's samples are one unit of work
   return StepBalancer(std::vector<int>(static_cast<size_t>(world_size), 1), examples_per_step, bo);
 }
 
 }  // namespace
 
-RlStepSync::RlStepSync(GPT& model, const OptimConfig& oc, Communicator& comm, int examples_per_step, bool by_speed)
+RlStepSync::RlStepSync(GPT& model, const OptimConfig& oc, Communicator& comm, int examples_per_step,
+                       BalanceMode balance)
     : model_(model),
       comm_(comm),
       opt_(std::make_unique<MuonAdamW>(optimizer_params(model), oc, comm.world_size() > 1 ? &comm : nullptr)),
-      balancer_(make_balancer(comm.world_size(), examples_per_step, by_speed)) {}
+      balancer_(make_balancer(comm.world_size(), examples_per_step, balance)) {}
 
 RlStepSync::~RlStepSync() = default;
 

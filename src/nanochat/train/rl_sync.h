@@ -42,8 +42,8 @@ struct RlShare {
 class RlStepSync {
  public:
   /// `model`'s parameters are optimized with `oc` over the ranks of `comm` (which must outlive
-  /// this); `examples_per_step` E >= 1. Throws nanochat::Error for E < 1.
-  RlStepSync(GPT& model, const OptimConfig& oc, Communicator& comm, int examples_per_step, bool by_speed);
+  /// this); `examples_per_step` E >= 1, dealt by `balance`. Throws nanochat::Error for E < 1.
+  RlStepSync(GPT& model, const OptimConfig& oc, Communicator& comm, int examples_per_step, BalanceMode balance);
   ~RlStepSync();
   int rank() const;
   int world_size() const;

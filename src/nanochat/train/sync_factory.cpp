@@ -20,9 +20,8 @@ std::unique_ptr<StepSync> make_step_sync(const TrainPlan& plan, const JobLayout&
     case SyncMode::Zero2:
       break;
   }
-  const StepBalancer::Mode mode =
-      plan.balance == BalanceMode::Even ? StepBalancer::Mode::Even : StepBalancer::Mode::Speed;
-  return std::make_unique<Zero2Sync>(model, plan.optim, comm, layout.device_batches, layout.rows_per_step, mode);
+  return std::make_unique<Zero2Sync>(model, plan.optim, comm, layout.device_batches, layout.rows_per_step,
+                                     plan.balance);
 }
 
 }  // namespace nanochat

@@ -19,7 +19,7 @@
 namespace nanochat {
 
 Zero2Sync::Zero2Sync(GPT& model, const OptimConfig& optim, Communicator& comm, const std::vector<int>& device_batches,
-                     int64_t rows_per_step, StepBalancer::Mode mode)
+                     int64_t rows_per_step, BalanceMode mode)
     : model_(model),
       comm_(comm),
       opt_(std::make_unique<MuonAdamW>(optimizer_params(model), optim, &comm)),
@@ -38,7 +38,7 @@ Zero2Sync::~Zero2Sync() = default;
 std::string Zero2Sync::describe() const {
   if (world_size() < 2) return {};
   return str_cat("Rows per step: ", balancer_.step_rows(), ", dealt ",
-                 mode_ == StepBalancer::Mode::Even ? "evenly" : "by measured speed",
+                 mode_ == BalanceMode::Even ? "evenly" : "by measured speed",
                  "; device batch per rank: ", nlohmann::json(balancer_.device_batches()).dump(), "; first split ",
                  split_percentages(balancer_.rows()));
 }
@@ -105,7 +105,7 @@ StepStats Zero2Sync::finish(RankStep mine) {
 }
 
 std::string Zero2Sync::rebalance_optimizer(int64_t step, const std::vector<RankStep>& ranks) {
-  if (mode_ == StepBalancer::Mode::Even || world_size() < 2) return {};
+  if (mode_ == BalanceMode::Even || world_size() < 2) return {};
   // the last move's rate: its slowest rank's seconds over the floats it moved (the same on every rank)
   double slowest = 0;
   for (const RankStep& x : ranks) slowest = std::max(slowest, x.move_seconds);

@@ -34,7 +34,7 @@ class Zero2Sync final : public StepSync {
   /// (train/job_layout.h); rows_per_step: R; mode: how rows are dealt. Throws nanochat::Error like
   /// StepBalancer's constructor.
   Zero2Sync(GPT& model, const OptimConfig& optim, Communicator& comm, const std::vector<int>& device_batches,
-            int64_t rows_per_step, StepBalancer::Mode mode);
+            int64_t rows_per_step, BalanceMode mode);
   ~Zero2Sync() override;
 
   int rank() const override;
@@ -65,7 +65,7 @@ class Zero2Sync final : public StepSync {
   GPT& model_;
   Communicator& comm_;
   std::unique_ptr<MuonAdamW> opt_;
-  const StepBalancer::Mode mode_;
+  const BalanceMode mode_;
   StepBalancer balancer_;
   std::unique_ptr<GradAccumulator> accum_;
   int64_t step_ = 0;
