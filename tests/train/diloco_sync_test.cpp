@@ -75,7 +75,7 @@ struct SyncRun {
   std::vector<int64_t> tokens;              // this rank's valid targets, all steps
 };
 
-// The loop's use of a StepSync (train/trainer.cpp train_step); `first`, `rows`: the part of each
+// The loop's use of a StepSync (train/train_loop.cpp train_step); `first`, `rows`: the part of each
 // step's rows this sync sees (a node alone: its own rows only).
 SyncRun drive(StepSync& sync, GPT& model, const std::vector<Rows>& data, int first = 0) {
   SyncRun out;

@@ -67,7 +67,7 @@ struct SyncRun {
   std::vector<float> weights;  // after the last step
 };
 
-// The training loop's use of a StepSync (train/trainer.cpp train_step), without the I/O.
+// The training loop's use of a StepSync (train/train_loop.cpp train_step), without the I/O.
 SyncRun drive(StepSync& sync, GPT& model, const std::vector<Rows>& data) {
   SyncRun out;
   for (int64_t step = 0; step < kSteps; ++step) {

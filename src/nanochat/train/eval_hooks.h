@@ -1,10 +1,10 @@
 #pragma once
 // Evaluations the training loop runs on its cadence besides val bpb (TrainJob::extra_eval,
-// train/trainer.h): base-train's CORE metric (eval/core_eval.h).
+// train/train_loop.h ExtraEval): base-train's CORE metric (eval/core_eval.h).
 #include <cstdint>
 #include <functional>
 
-#include "nanochat/train/trainer.h"
+#include "nanochat/train/train_loop.h"
 
 namespace nanochat {
 

@@ -1,6 +1,6 @@
 #pragma once
 // Who trains in a job, as the training loop sees it (docs/architecture.md 4.1, 7.13). The loop
-// (TrainLoop, train/trainer.cpp) holds one Membership, chosen once by the command that runs it:
+// (TrainLoop, train/train_loop.h) holds one Membership, chosen once by the command that runs it:
 //  * FixedMembership (the default): the job's ranks are fixed; a lost peer stops the job, the loop
 //    saying why, in which step, and what node 0 saved;
 //  * elastic membership (train/elastic.h, `nanochat run --nnodes MIN:MAX`): a rank that leaves is

@@ -1,6 +1,6 @@
 #pragma once
 // StepSync: the one owner of how a data-parallel step synchronises the ranks. The training loop
-// (train/trainer.cpp) runs a step as
+// (train/train_loop.cpp) runs a step as
 //
 //   share = sync.begin_step(step)                  this rank's rows of the step's R rows
 //   for each micro-batch m of share:               (x, y from the step's rows)

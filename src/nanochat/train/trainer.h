@@ -1,8 +1,10 @@
 #pragma once
-// base_train's main loop (nanochat scripts/base_train.py; docs/nanochat.md 3.3-3.10) for one rank of a
-// data-parallel job: derivations, init or resume, gradient accumulation, MuonAdamW steps, log
-// lines, val bpb, samples, atomic checkpoints, metrics JSONL and an SVG report. The command's entry,
-// which chooses the job's membership, is train/base_train.h.
+// A training job of one rank of a data-parallel job around its loop (train/train_loop.h):
+// run_train_job takes a run its command has set up (TrainJob) through the resume, the data
+// source, the checkpoint folder, the metrics log, the loop and the end-of-run summary and chart.
+// base-train's set-up (nanochat scripts/base_train.py; docs/nanochat.md 3.3-3.10: derivations,
+// init, the sync with its optimizer) ends in it (run_base_train_job), as chat-sft's does
+// (train/sft.h). The command's entry, which chooses the job's membership, is train/base_train.h.
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,8 +15,8 @@
 #include "nanochat/feed/step_source.h"
 #include "nanochat/plan/plan.h"
 #include "nanochat/train/job_layout.h"
-#include "nanochat/train/report.h"
 #include "nanochat/train/test_fault.h"
+#include "nanochat/train/train_loop.h"
 
 namespace nanochat {
 
@@ -36,28 +38,6 @@ void run_base_train_job(const BaseTrainArgs& args, Communicator& comm, const Fau
 
 /// A run its command has set up (base-train here, chat-sft in train/sft.h): what the loop trains,
 /// on what, and what its checkpoints' meta says. The references outlive run_train_job.
-class StepSync;
-
-/// An evaluation the loop runs at its evaluation points (TrainJob::extra_eval): step, whether it is
-/// the run's last, the run's metrics log, and the step's synchronisation, whose sum_over_ranks adds
-/// the ranks' totals (only called when the ranks' weights are in sync).
-using ExtraEval = std::function<void(int64_t step, bool last, MetricsLog& metrics, StepSync& sync)>;
-
-/// How a command's loop names and shows its steps, chosen once by the command: base-train's (these
-/// defaults) or chat-sft's (train/sft.cpp).
-struct StepLog {
-  /// The step's log line (train/report.h): base_train.py's, or chat_sft.py's.
-  std::function<std::string(const StepReport&)> line = step_log_line;
-  /// Added to a step's 0-based index where the log line and metrics.jsonl name it: base_train.py
-  /// names the index (0), chat_sft.py the steps done (1: it counts the step before it logs it).
-  int64_t name_offset = 0;
-  /// Rank 0's line at the end of the run about the data stream's state after the last rows read
-  /// (chat-sft's packing summary); empty: none.
-  std::function<std::string(const nlohmann::json& stream_state)> summary = {};
-  /// The message of a lost node suggests --copy-state-every (base-train's flag; chat-sft has none).
-  bool suggests_copy_state = true;
-};
-
 struct TrainJob {
   const TrainPlan& plan;
   const JobLayout& layout;  ///< agreed by every rank (agree_on_job_layout)
