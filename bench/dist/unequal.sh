@@ -360,7 +360,7 @@ run_pair() {  # $1 = label, $2 = host|netns, $3 = even|speed
 }
 
 # Each rank's median data wait per step over the steps >= $skip, from metrics.jsonl, whose step
-# records hold "dt_ms" and "rank_data_ms": [rank 0, rank 1] (src/nanochat/train/trainer.cpp):
+# records hold "dt_ms" and "rank_data_ms": [rank 0, rank 1] (src/nanochat/train/train_loop.cpp):
 # prints "rank 0 X ms (Y%), rank 1 ...".
 data_wait() {  # $1 = metrics.jsonl
   local r ms pct out=""
