@@ -39,7 +39,7 @@ TrainPlan plan_for(int W, const std::string& tag, int64_t total_batch_size = 192
   a.aspect_ratio = 32;
   a.head_dim = 32;
   a.max_seq_len = 32;
-  a.window_pattern = "L";
+  a.window_pattern = std::string(1, 'L');  // not = "L": GCC 12 warns -Wrestrict on that (a false positive)
   a.device_batch_size = 1;
   a.total_batch_size = total_batch_size;
   a.num_iterations = 5;

@@ -107,7 +107,10 @@ void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
   c->add_option("--outer-lr", a.outer_lr,
                 "--sync diloco: the outer step's learning rate (1 with --outer-momentum 0 = plain averaging)")
       ->capture_default_str();
-  c->add_option("--outer-momentum", a.outer_momentum, "--sync diloco: the outer step's Nesterov momentum")
+  c->add_option("--outer-momentum", a.outer_momentum,
+                "--sync diloco: the outer step's Nesterov momentum (the DiLoCo paper's 0.9 and --outer-lr 0.7 are "
+                "made for hundreds of rounds; over tens of rounds --outer-lr 1 --outer-momentum 0.5 measured better, "
+                "docs/multi-machine.md)")
       ->capture_default_str();
   c->add_option("--sync-dtype", a.sync_dtype,
                 "--sync diloco: the numbers each node sends its change in: float32, bfloat16 (half the bytes) or "
