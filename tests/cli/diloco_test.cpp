@@ -116,3 +116,19 @@ TEST(DiLoCoRun, ANodeKilledInsideARoundStopsTheJobWithTheLastBoundaryCheckpoint)
             std::string::npos)
       << f0.out;
 }
+
+// ZeRO-2's advice about a rank that slows every step ("this job would be faster without rank 1")
+// does not apply to DiLoCo, whose nodes wait for each other once a round: a slowed node 1 gets it
+// under --sync zero2 (the control), not under --sync diloco.
+TEST(DiLoCoRun, ASlowNodeGetsNoAdviceMadeForEveryStepSyncs) {
+  const std::string flags = std::string(kRun) + " --num-iterations 14 --eval-every -1";
+  BaseDir a0("nc_dl_s_a0"), b0("nc_dl_s_b0");
+  EmptyDir a1("nc_dl_s_a1"), b1("nc_dl_s_b1");
+  const auto [z0, z1] = two_nodes(a0.dir, a1.dir, flags, "NANOCHAT_TEST_FAULT=slow:1:6");
+  ASSERT_EQ(z0.code, 0) << z0.out;
+  EXPECT_NE(z0.out.find("would be faster without rank 1"), std::string::npos) << z0.out;
+  const auto [d0, d1] =
+      two_nodes(b0.dir, b1.dir, flags + " --sync diloco --sync-every 3", "NANOCHAT_TEST_FAULT=slow:1:6");
+  ASSERT_EQ(d0.code, 0) << d0.out;
+  EXPECT_EQ(d0.out.find("would be faster without rank"), std::string::npos) << d0.out;
+}

@@ -229,7 +229,8 @@ StepStats DiLoCoSync::finish(RankStep mine) {
   round_compute_ += mine.compute;
   StepStats st;
   st.split = split_;
-  if (synced_) {  // a boundary: every rank's step and round, over the job
+  st.times_of_this_step = false;  // the other nodes' times are of the last boundary's step
+  if (synced_) {                  // a boundary: every rank's step and round, over the job
     const BoundaryStep b{mine, round_rows_, round_compute_};
     const std::vector<BoundaryStep> all =
         world_size() > 1 ? all_gather_value<BoundaryStep>(comm_, b) : std::vector<BoundaryStep>{b};

@@ -64,6 +64,9 @@ struct StepStats {
   /// process running the step's rows reports, whatever the split (up to rounding).
   double loss = 0;
   std::vector<std::string> notes;  ///< lines for rank 0 to print after the step's line
+  /// Every rank's times are of this step (false: a mode that gathers them only now and then,
+  /// DiLoCo between its boundaries; the loop then judges no rank slow from them).
+  bool times_of_this_step = true;
 };
 
 class StepSync {

@@ -304,7 +304,8 @@ void TrainLoop::adapt_threads(const StepShare& share, const RankStep& my, const 
 // Once, when the others alone would be faster than the whole job (measured, after warm-up).
 void TrainLoop::note_a_rank_that_slows_the_job(const StepStats& s) {
   const std::vector<RankStep>& all = s.ranks;
-  if (all.size() < 2 || noted_slow_rank_ || st_.step < 5) return;
+  // (a mode with an outer step: a slow rank costs its round, not each step; its advice would mislead)
+  if (all.size() < 2 || noted_slow_rank_ || st_.step < 5 || !s.times_of_this_step) return;
   dt_ema_ = dt_ema_ > 0 ? 0.7 * dt_ema_ + 0.3 * all[0].dt : all[0].dt;
   if (st_.step < 8) return;
   std::vector<double> opt;
