@@ -18,6 +18,7 @@
 
 #include "nanochat/core/error.h"
 #include "nanochat/train/metrics_log.h"
+#include "support/temp_dir.h"
 #include "support/xml_lite.h"
 
 namespace fs = std::filesystem;
@@ -26,15 +27,7 @@ using namespace nanochat;
 
 namespace {
 
-struct TempDir {
-  std::string dir;
-  explicit TempDir(const std::string& name) {
-    dir = (fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))).string();
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~TempDir() { fs::remove_all(dir); }
-};
+using nctest::TempDir;
 
 void write(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());

@@ -10,6 +10,7 @@
 //    names the steps as its StepLog says and takes the LR from the stream's progress;
 //  * a membership that admits ranks: the loop saves the boundary and ends with its exception.
 #include "nanochat/train/train_loop.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -41,15 +42,7 @@ namespace {
 constexpr int T = 8, B = 2, R = 4, kSteps = 5, kEvalSteps = 2;
 
 // A fresh folder for the run's checkpoints and metrics, removed at the end.
-struct TempDir {
-  std::string dir;
-  explicit TempDir(const std::string& name) {
-    dir = (fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()))).string();
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~TempDir() { fs::remove_all(dir); }
-};
+using nctest::TempDir;
 
 ModelConfig tiny() { return nctest::tiny_gpt_config(); }  // T 8, vocab 40
 
