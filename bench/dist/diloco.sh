@@ -2,7 +2,7 @@
 # Slow links (a benchmark, not a test): `base-train --sync zero2` against `--sync diloco` on two
 # nodes in two network namespaces joined by a veth pair shaped by tc netem (rate and delay on both
 # ends: RTT = 2 x delay). Each node is one process with one thread pinned to its own core; node 1
-# may be slowed to 1/--ratio of a core by a CPU quota (cgroup v2 cpu.max).
+# may be slowed to 1/--ratio of a core by a CPU quota (cgroup v1 cpu.cfs_quota_us or v2 cpu.max).
 # For every link rate it prints, per run, the job's tok/s over the steps after --skip (all the
 # job's tokens over the sum of rank 0's step times, outer exchanges included), that as a fraction
 # of the sum of the two nodes' speeds alone (each node training by itself, same flags), and the
@@ -18,7 +18,7 @@
 #                 the quickstart's); node 1 gets an empty folder of its own
 #   --outer "LR MU"  the outer learning rate and momentum (default the DiLoCo paper's 0.7 0.9)
 # Needs: root, ip and tc (iproute2), taskset, and tc netem or /dev/net/tun (then the user-space
-# bench/dist/delay_line.py shapes the link); cgroup v2 for --ratio > 1. Quiet host.
+# bench/dist/delay_line.py shapes the link); a cgroup cpu controller (v1 or v2) for --ratio > 1. Quiet host.
 set -euo pipefail
 PATH="$PATH:/usr/sbin:/sbin"
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -53,7 +53,11 @@ cleanup() {
     for p in $(ip netns pids "$ns" 2> /dev/null); do kill -KILL "$p" 2> /dev/null || true; done
     ip netns del "$ns" 2> /dev/null || true
   done
-  [ -n "$cg" ] && rmdir "$cg" 2> /dev/null || true
+  if [ -n "$cg" ]; then
+    for p in $(cat "$cg/cgroup.procs" 2> /dev/null); do kill -KILL "$p" 2> /dev/null || true; done
+    sleep 0.5
+    rmdir "$cg" 2> /dev/null || true
+  fi
 }
 trap cleanup EXIT
 ip netns add "${id}a" && ns0="${id}a"
@@ -94,8 +98,20 @@ shape() {  # $1 = rate ("none": the veth as it is)
 }
 slow=()
 if [ "$ratio" != 1 ]; then
-  cg=/sys/fs/cgroup/nanochat-diloco-$$
-  mkdir "$cg" && echo "$(awk -v r="$ratio" 'BEGIN { printf "%d", 10000 / r }') 10000" > "$cg/cpu.max"
+  quota=$(awk -v r="$ratio" 'BEGIN { printf "%d", 10000 / r }')
+  if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then  # cgroup v1's cpu hierarchy
+    cg=/sys/fs/cgroup/cpu/nanochat-diloco-$$
+    mkdir "$cg" || die "cannot create the cgroup $cg"
+    echo 10000 > "$cg/cpu.cfs_period_us" && echo "$quota" > "$cg/cpu.cfs_quota_us" || die "cannot set $cg's quota"
+  else  # cgroup v2
+    root=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+    [ -n "$root" ] && grep -qw cpu "$root/cgroup.controllers" || die "no cgroup cpu controller (v1 or v2) for --ratio"
+    grep -qw cpu "$root/cgroup.subtree_control" || echo +cpu > "$root/cgroup.subtree_control" ||
+      die "cannot enable the cpu controller (echo +cpu > $root/cgroup.subtree_control)"
+    cg=$root/nanochat-diloco-$$
+    mkdir "$cg" || die "cannot create the cgroup $cg"
+    echo "$quota 10000" > "$cg/cpu.max" || die "cannot set $cg/cpu.max"
+  fi
   slow=(bash -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' in_cgroup "$cg")
 fi
 train() {  # $1 = tag, $2 = steps, then extra flags
