@@ -64,8 +64,8 @@ DiLoCoSync::DiLoCoSync(GPT& model, const TrainPlan& plan, Communicator& comm, co
     fail("DiLoCo: ", node_of_rank_.size(), " node indices for ", W, " ranks");
   for (int r = 0; r < W; ++r) {
     const int n = node_of_rank_[static_cast<size_t>(r)];
-    if (n != (r == 0 ? 0 : node_of_rank_[static_cast<size_t>(r - 1)]) &&
-        n != node_of_rank_[static_cast<size_t>(r - 1)] + 1)
+    const int before = r == 0 ? 0 : node_of_rank_[static_cast<size_t>(r - 1)];  // rank 0 is on node 0
+    if (n != before && (r == 0 || n != before + 1))
       fail("DiLoCo: the ranks of a node must be contiguous (rank ", r, " is on node ", n, ")");
   }
   node_ = node_of_rank_[static_cast<size_t>(me)];
