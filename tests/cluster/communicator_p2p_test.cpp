@@ -177,6 +177,15 @@ TEST(GlooCommunicatorSplit, GroupsRunTheirOwnCollectives) {
     float y = 2.5f;
     alone->all_reduce_sum(&y, 1)->wait();
     check_eq("single group all_reduce", 0, y, 2.5f);
+    // the gathers too (a one-rank Gloo group has no peer for its ring: the group is local)
+    const float z[2] = {1.f, 2.f};
+    float zo[2] = {0.f, 0.f};
+    alone->all_gather(z, zo, {2})->wait();
+    check_eq("single group all_gather", 0, zo[1], 2.f);
+    const unsigned char bytes[3] = {7, 8, 9};
+    unsigned char bo[3] = {0, 0, 0};
+    alone->all_gather_bytes(bytes, bo, {3})->wait();
+    check_eq("single group all_gather_bytes", 0, static_cast<int>(bo[2]), 9);
     alone.reset();
     double s = r;
     c.all_reduce_sum_f64(&s, 1)->wait();

@@ -129,7 +129,8 @@ json reshard(Communicator& comm, const CheckpointPaths& cp, const json& marker, 
   deal_whole_state(comm, whole, opt);
   cluster::broadcast_string(comm, states_text, 0);
   if (W0 == W && one_rank_stream)
-    print0(comm, str_cat("Read the optimizer state of all ", W0, " ranks from ", cp.dir, " on rank 0"));
+    print0(comm, W0 == 1 ? str_cat("Read the optimizer state of its one rank from ", cp.dir)
+                         : str_cat("Read the optimizer state of all ", W0, " ranks from ", cp.dir, " on rank 0"));
   else
     print0(comm, str_cat("Re-sharded the optimizer state of ", W0, " ranks for ", W, " ranks; ",
                          one_rank_stream ? "the data stream resumes exactly"
@@ -154,12 +155,15 @@ json checkpoint_meta(const RunMeta& run_meta, const LoopState& state) {
 }
 
 CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, const GPT& model, const MuonAdamW& opt,
-                                const RunMeta& run_meta, const LoopState& state, const FaultInjector& faults) {
+                                const RunMeta& run_meta, const LoopState& state, const FaultInjector& faults,
+                                const std::string& what) {
   CheckpointPaths cp{dir, state.step};
   auto optim_meta = opt.state_metadata();
   optim_meta["loader_state"] = state.loader_state.dump();
   save_job_checkpoint(comm, cp, model, opt, optim_meta, checkpoint_meta(run_meta, state), faults);
-  print0(comm, "Saved checkpoint " + cp.model());
+  std::string line = "Saved " + what;
+  line.append(" ").append(cp.model());
+  print0(comm, line);
   return cp;
 }
 

@@ -28,13 +28,13 @@ nlohmann::json checkpoint_meta(const RunMeta& run_meta, const LoopState& state);
 
 /// Saves step state.step into rank 0's `dir` (CheckpointPaths{dir, state.step}): the weights, the
 /// meta and every rank's optimizer shard carrying state.loader_state, then the marker, all written
-/// by rank 0 (save_job_checkpoint); rank 0 prints "Saved checkpoint <model file>".
+/// by rank 0 (save_job_checkpoint); rank 0 prints "Saved <what> <model file>".
 /// `faults`: the tests' hooks around rank 0's writes (save_job_checkpoint). Throws on every rank
 /// the same nanochat::Error when any rank cannot write (save_job_checkpoint). All ranks call it together. Returns the
 /// paths of the step.
 CheckpointPaths save_checkpoint(Communicator& comm, const std::string& dir, const GPT& model, const MuonAdamW& opt,
                                 const RunMeta& run_meta, const LoopState& state,
-                                const FaultInjector& faults = no_faults());
+                                const FaultInjector& faults = no_faults(), const std::string& what = "checkpoint");
 
 /// Node 0 keeps in `copy` what save_checkpoint would write for `state` (copy_job_state; every rank
 /// sends rank 0 its shard). All ranks call it together.

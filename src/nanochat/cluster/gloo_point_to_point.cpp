@@ -213,6 +213,8 @@ std::unique_ptr<Communicator> GlooCommunicator::split(int color) {
   std::vector<int> members;
   for (int j = 0; j < world_size(); ++j)
     if (colors[static_cast<size_t>(j)] == color) members.push_back(j);
+  // a group of one has no peer: its collectives are identities (Gloo's ring needs a peer)
+  if (members.size() == 1) return std::make_unique<LocalCommunicator>();
   SigpipeBlock no_sigpipe;  // a pinned port's new device starts Gloo threads
   return std::unique_ptr<Communicator>(new GlooCommunicator(impl_->child(n, color, members)));
 }

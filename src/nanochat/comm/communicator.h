@@ -117,7 +117,8 @@ class Communicator {
   /// ranked by their rank here (lower first). Every rank of this communicator must call it (in the
   /// same place of its sequence of operations, with no operation of its own pending). The new
   /// communicator is independent of this one (its own operations, order and deadline) and must
-  /// be destroyed before this one. Throws nanochat::Error for a negative color, or naming the
+  /// be destroyed before this one. A group of one rank is a LocalCommunicator (nothing to send).
+  /// Throws nanochat::Error for a negative color, or naming the
   /// rank at fault when the group cannot be formed within the deadline.
   virtual std::unique_ptr<Communicator> split(int color) = 0;
   /// Registers `fn`, called from another thread at most once per peer, as soon as the
