@@ -14,9 +14,12 @@
 # usage: sudo bench/dist/diloco.sh [--bin PATH] [--dir DIR] [--depth 4] [--seq-len 256] [--device-batch 4]
 #            [--batch TOKENS] [--steps N] [--sync-steps N] [--skip K] [--rates "1gbit 20mbit"]
 #            [--rtt-ms 40] [--every "10 50"] [--dtypes "float32 int8"] [--outer "0.7 0.9"] [--ratio 1]
+#            [--overlap "0 2"]
 #   --dir DIR     NANOCHAT_BASE_DIR with the demo corpus and a tokenizer (default ~/.cache/nanochat,
 #                 the quickstart's); node 1 gets an empty folder of its own
 #   --outer "LR MU"  the outer learning rate and momentum (default the DiLoCo paper's 0.7 0.9)
+#   --overlap     --outer-overlap values to run: steps the nodes train on while the exchange travels
+#                 (default 0: they wait for it at each boundary)
 # Needs: root, ip and tc (iproute2), taskset, and tc netem or /dev/net/tun (then the user-space
 # bench/dist/delay_line.py shapes the link); a cgroup cpu controller (v1 or v2) for --ratio > 1. Quiet host.
 set -euo pipefail
@@ -25,7 +28,7 @@ repo="$(cd "$(dirname "$0")/../.." && pwd)"
 me=diloco.sh
 bin="$repo/build/nanochat" dir="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
 depth=4 seq_len=256 dev_batch=4 batch=8192 steps=60 sync_steps=6 skip=2
-rates="1gbit 100mbit 20mbit" rtt_ms=40 every="10 50" dtypes="float32 bfloat16 int8" outer="0.7 0.9" ratio=1
+rates="1gbit 100mbit 20mbit" rtt_ms=40 every="10 50" dtypes="float32 bfloat16 int8" outer="0.7 0.9" ratio=1 overlap=0
 die() { echo "$me: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || die "$1 needs a value"
@@ -33,7 +36,7 @@ while [ $# -gt 0 ]; do
     --bin) bin="$2" ;; --dir) dir="$2" ;; --depth) depth="$2" ;; --seq-len) seq_len="$2" ;;
     --device-batch) dev_batch="$2" ;; --batch) batch="$2" ;; --steps) steps="$2" ;; --sync-steps) sync_steps="$2" ;;
     --skip) skip="$2" ;; --rates) rates="$2" ;; --rtt-ms) rtt_ms="$2" ;; --every) every="$2" ;;
-    --dtypes) dtypes="$2" ;; --outer) outer="$2" ;; --ratio) ratio="$2" ;;
+    --dtypes) dtypes="$2" ;; --outer) outer="$2" ;; --ratio) ratio="$2" ;; --overlap) overlap="$2" ;;
     *) die "unknown argument '$1' (see the usage at the top of $0)" ;;
   esac
   shift 2
@@ -169,11 +172,16 @@ for r in $rates; do
   printf "%-9s %-22s %9s %9.2f %9s %8s\n" "$r" "zero2 ($sync_steps steps)" "$t" "$(awk -v a="$t" -v s="$sum" 'BEGIN { print a / s }')" "" ""
   for h in $every; do
     for d in $dtypes; do
-      pair dl-h$h-$d "$steps" --sync diloco --sync-every "$h" --sync-dtype "$d" --outer-lr "$outer_lr" --outer-momentum "$outer_mu"
-      t=$(rate_of "dl-h$h-$d")
-      b=$(bpb_of "$logs/dl-h$h-$d.log")
-      printf "%-9s %-22s %9s %9.2f %9s %+7.2f%%\n" "$r" "diloco H=$h $d" "$t" \
-        "$(awk -v a="$t" -v s="$sum" 'BEGIN { print a / s }')" "$b" "$(awk -v a="$b" -v s="$ref_bpb" 'BEGIN { print 100 * (a / s - 1) }')"
+      for o in $overlap; do
+        tag=dl-h$h-$d-$o label="diloco H=$h $d"
+        [ "$o" = 0 ] || label="$label K=$o"
+        pair "$tag" "$steps" --sync diloco --sync-every "$h" --sync-dtype "$d" --outer-lr "$outer_lr" \
+          --outer-momentum "$outer_mu" --outer-overlap "$o"
+        t=$(rate_of "$tag")
+        b=$(bpb_of "$logs/$tag.log")
+        printf "%-9s %-22s %9s %9.2f %9s %+7.2f%%\n" "$r" "$label" "$t" \
+          "$(awk -v a="$t" -v s="$sum" 'BEGIN { print a / s }')" "$b" "$(awk -v a="$b" -v s="$ref_bpb" 'BEGIN { print 100 * (a / s - 1) }')"
+      done
     done
   done
 done

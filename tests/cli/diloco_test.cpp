@@ -1,7 +1,8 @@
 // base-train --sync diloco through the binary (train/diloco_sync.h): two nodes of one rank on this
 // host (their own base folders, node 0 serving the data). Independent truth: the synchronous
-// (--sync zero2) run of the same flags: the DiLoCo run with H = 5 ends near its val bpb; a
-// resumed DiLoCo run ends bit for bit where the uninterrupted one ends; a node killed inside a
+// (--sync zero2) run of the same flags: the DiLoCo run with H = 5 ends near its val bpb, also with
+// the exchange overlapped (--outer-overlap 2); a resumed DiLoCo run ends bit for bit where the
+// uninterrupted one ends, also an overlapped one resumed from a save; a node killed inside a
 // round stops the job with node 0's last boundary checkpoint, from which both nodes go on; an
 // elastic job refuses the mode with one clear error.
 #include <gtest/gtest.h>
@@ -55,6 +56,24 @@ TEST(DiLoCoRun, TwoNodesSyncingEveryFiveStepsEndNearTheSynchronousRun) {
   std::printf("val bpb after 40 steps: zero2 %.4f, diloco H=5 %.4f (%+.2f%%)\n", a, b, 100 * (b / a - 1));
   ASSERT_TRUE(std::isfinite(a) && std::isfinite(b));
   EXPECT_LT(std::fabs(b / a - 1), 0.05);
+  // the exchange overlapped with 2 steps, in int8: each node trains on and applies it after them
+  BaseDir e0("nc_dl_late0");
+  EmptyDir e1("nc_dl_late1");
+  const auto [g0, g1] = two_nodes(e0.dir, e1.dir,
+                                  flags +
+                                      " --sync diloco --sync-every 5 --outer-lr 1 --outer-momentum 0"
+                                      " --outer-overlap 2 --sync-dtype int8",
+                                  "");
+  ASSERT_EQ(g0.code, 0) << g0.out << "\n--- node 1:\n" << g1.out;
+  // step 5: sent, applied after 7; 20: an evaluation, which waits; 40: the last step
+  EXPECT_NE(g0.out.find("Outer step after step 5: 2 nodes"), std::string::npos) << g0.out;
+  EXPECT_NE(g0.out.find("MB sent, applied after step 7 (the nodes train on meanwhile)"), std::string::npos) << g0.out;
+  EXPECT_NE(g0.out.find("Applied the outer step of step 5 after step 7 (waited "), std::string::npos) << g0.out;
+  EXPECT_EQ(g0.out.find("applied after step 22"), std::string::npos) << g0.out;
+  const double c = final_val_bpb(g0.out);
+  std::printf("val bpb after 40 steps: diloco H=5 overlapped 2 steps, int8 %.4f (%+.2f%%)\n", c, 100 * (c / a - 1));
+  ASSERT_TRUE(std::isfinite(c));
+  EXPECT_LT(std::fabs(c / a - 1), 0.05);
 }
 
 TEST(DiLoCoRun, AResumedRunEndsBitForBitWhereTheUninterruptedOneEnds) {
@@ -76,6 +95,34 @@ TEST(DiLoCoRun, AResumedRunEndsBitForBitWhereTheUninterruptedOneEnds) {
   EXPECT_EQ(max_rel_diff(u, r), 0.0);
 }
 
+// With the exchange overlapped, a save waits for it (landing first one still in flight), so a run
+// resumed from that save takes the same steps as the run that went on.
+TEST(DiLoCoRun, AnOverlappedRunResumedFromASaveEndsBitForBitWhereTheUninterruptedOneEnds) {
+  // boundaries: 4 (sent, lands after 6), 8 (sent; 9 is a save inside its 2 steps: lands, then waits), 13
+  // (sent, lands after 15), 17, the last (waits)
+  const std::string flags = std::string(kRun) +
+                            " --num-iterations 17 --eval-every -1 --sync diloco --sync-every 4 --outer-overlap 2"
+                            " --save-every 9";
+  BaseDir a0("nc_dl_e_a0"), b0("nc_dl_e_b0");
+  EmptyDir a1("nc_dl_e_a1"), b1("nc_dl_e_b1");
+  const auto [u0, u1] = two_nodes(a0.dir, a1.dir, flags, "");
+  ASSERT_EQ(u0.code, 0) << u0.out << "\n--- node 1:\n" << u1.out;
+  EXPECT_NE(u0.out.find("Applied the outer step of step 8 after step 9 (before this boundary"), std::string::npos)
+      << u0.out;
+  const auto [s0, s1] = two_nodes(b0.dir, b1.dir, flags, "");
+  ASSERT_EQ(s0.code, 0) << s0.out << "\n--- node 1:\n" << s1.out;
+  EXPECT_EQ(max_rel_diff(load_safetensors(a0.ckpt() + "/model_000017.safetensors"),
+                         load_safetensors(b0.ckpt() + "/model_000017.safetensors")),
+            0.0)
+      << "two runs of the same flags";
+  const auto [r0, r1] = two_nodes(b0.dir, b1.dir, flags + " --resume-from-step 9", "");
+  ASSERT_EQ(r0.code, 0) << r0.out << "\n--- node 1:\n" << r1.out;
+  EXPECT_NE(r0.out.find("Resumed from step 9"), std::string::npos) << r0.out;
+  EXPECT_EQ(max_rel_diff(load_safetensors(a0.ckpt() + "/model_000017.safetensors"),
+                         load_safetensors(b0.ckpt() + "/model_000017.safetensors")),
+            0.0);
+}
+
 TEST(DiLoCoRun, AnElasticJobRefusesTheModeNamingWhatToDo) {
   BaseDir b("nc_dl_el");
   const Result r =
@@ -85,7 +132,11 @@ TEST(DiLoCoRun, AnElasticJobRefusesTheModeNamingWhatToDo) {
               std::to_string(test_port()) + std::string(kRun) + " --num-iterations 4 --eval-every -1 --sync diloco",
           "NANOCHAT_RENDEZVOUS_TIMEOUT=20");
   EXPECT_NE(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("--sync diloco takes a fixed set of nodes"), std::string::npos) << r.out;
+  // the launcher says it before it waits for any node
+  EXPECT_NE(r.out.find("--nnodes 1:1 (an elastic job: nodes may leave and join) with --sync diloco: DiLoCo takes a "
+                       "fixed set of nodes; pass --nnodes 1"),
+            std::string::npos)
+      << r.out;
 }
 
 // Node 1 dies inside the round after step 3's boundary: no collective crosses nodes then, so node 0

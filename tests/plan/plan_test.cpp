@@ -167,3 +167,28 @@ TEST(Plan, OwnsTheOptimizerScheduleEvalAndFolders) {
   EXPECT_EQ(q.checkpoint_dir, "/base/base_checkpoints/mine");
   EXPECT_EQ(q.eval_steps_for(q.B), 1);
 }
+
+// --sync diloco's settings: an overlap of K steps must end before the next boundary (K < H).
+TEST(Plan, DilocoOverlapMustBeShorterThanARound) {
+  BaseTrainArgs a;
+  a.depth = 2;
+  a.num_iterations = 20;
+  a.total_batch_size = 2048;
+  a.max_seq_len = 64;
+  a.device_batch_size = 32;
+  a.sync = "diloco";
+  a.sync_every = 5;
+  a.outer_overlap = 4;
+  EXPECT_EQ(derive_plan(a, 256, 1).outer.overlap_steps, 4);
+  for (int64_t k : {5, -1}) {
+    a.outer_overlap = k;
+    try {
+      derive_plan(a, 256, 1);
+      ADD_FAILURE() << "--outer-overlap " << k << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--outer-overlap must be at least 0 and less than --sync-every (5)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}

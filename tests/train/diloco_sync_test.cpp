@@ -7,6 +7,7 @@
 //  * inside a round the nodes' weights differ (nothing is exchanged), at its end they are one.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <memory>
 #include <thread>
@@ -75,26 +76,38 @@ struct SyncRun {
   std::vector<int64_t> tokens;              // this rank's valid targets, all steps
 };
 
-// The loop's use of a StepSync (train/train_loop.cpp train_step); `first`, `rows`: the part of each
-// step's rows this sync sees (a node alone: its own rows only).
+// The loop's use of a StepSync (train/train_loop.cpp train_step) for one step; `first`: the first
+// row of each step's rows this sync sees (a node alone: its own rows only). Returns that step's
+// loss, weights after it and this rank's valid targets in it.
+SyncRun drive_step(StepSync& sync, const std::vector<Rows>& data, int64_t step, int first = 0) {
+  SyncRun out;
+  int64_t tokens = 0;
+  const StepShare share = sync.begin_step(step);
+  int64_t row = first + share.first_row;
+  for (size_t m = 0; m < share.micro_batches.size(); ++m) {
+    const int n = share.micro_batches[m];
+    const int32_t* y = data[static_cast<size_t>(step)].y.data() + row * T;
+    for (int i = 0; i < n * T; ++i) tokens += y[i] >= 0;
+    sync.micro_batch(static_cast<int>(m), data[static_cast<size_t>(step)].x.data() + row * T, y, n, T);
+    row += n;
+  }
+  RankStep mine;
+  mine.compute = 1.0;
+  mine.dt = 1.0;
+  mine.opt_compute = sync.update({1.f, 0.95f, 0.f});
+  out.losses.push_back(sync.finish(mine).loss);
+  out.tokens.push_back(tokens);
+  return out;
+}
+
+// Every step of `data` (drive_step).
 SyncRun drive(StepSync& sync, GPT& model, const std::vector<Rows>& data, int first = 0) {
   SyncRun out;
   int64_t tokens = 0;
   for (int64_t step = 0; step < static_cast<int64_t>(data.size()); ++step) {
-    const StepShare share = sync.begin_step(step);
-    int64_t row = first + share.first_row;
-    for (size_t m = 0; m < share.micro_batches.size(); ++m) {
-      const int n = share.micro_batches[m];
-      const int32_t* y = data[static_cast<size_t>(step)].y.data() + row * T;
-      for (int i = 0; i < n * T; ++i) tokens += y[i] >= 0;
-      sync.micro_batch(static_cast<int>(m), data[static_cast<size_t>(step)].x.data() + row * T, y, n, T);
-      row += n;
-    }
-    RankStep mine;
-    mine.compute = 1.0;
-    mine.dt = 1.0;
-    mine.opt_compute = sync.update({1.f, 0.95f, 0.f});
-    out.losses.push_back(sync.finish(mine).loss);
+    const SyncRun one = drive_step(sync, data, step, first);
+    out.losses.push_back(one.losses[0]);
+    tokens += one.tokens[0];
     out.weights.emplace_back(model.param_data(), model.param_data() + model.num_params());
   }
   out.tokens.push_back(tokens);
@@ -189,5 +202,119 @@ TEST(DiLoCo, TwoNodesTakeTheOuterStepOnTheTokenWeightedMeanOfTheirOwnChanges) {
     EXPECT_LE(worst, tol * lr * (1 + mu) * max_d);
     std::printf("%s: largest difference from the closed form %.3g (largest change %.3g)\n", wire_dtype_name(wire),
                 worst, max_d);
+  }
+}
+
+namespace {
+
+// --outer-overlap K in plain terms, in double, on each node's own inner steps (a one-process ZeRO-2
+// run per node whose weights are set where the exchange lands): at a boundary every node's change
+// from theta_outer goes out and the nodes train on; K steps later theta_outer, m take the outer
+// step on the token-weighted mean and each node's weights become theta_outer minus what it trained
+// since; a boundary at the last step waits (applying first what is still in flight).
+std::vector<std::vector<std::vector<float>>> late_reference(const std::vector<Rows>& data, int64_t every, int64_t k,
+                                                            double lr, double mu) {
+  const std::vector<float> theta0 = initial_weights();
+  const size_t n = theta0.size();
+  std::vector<std::unique_ptr<LocalCommunicator>> comms;
+  std::vector<std::unique_ptr<GPT>> models;
+  std::vector<std::unique_ptr<Zero2Sync>> syncs;
+  for (int q = 0; q < 2; ++q) {
+    comms.push_back(std::make_unique<LocalCommunicator>());
+    models.push_back(std::make_unique<GPT>(tiny()));
+    nctest::init_tiny_gpt(*models.back());
+    syncs.push_back(
+        std::make_unique<Zero2Sync>(*models.back(), optim(), *comms.back(), std::vector<int>{3}, 3, BalanceMode::Even));
+  }
+  std::vector<double> G(theta0.begin(), theta0.end()), M(n, 0.0), mean(n), tokens(2, 0.0);
+  std::vector<std::vector<float>> sent(2);
+  int64_t apply_at = -1;
+  auto outer = [&] {  // theta_outer, m <- the outer step on `mean`
+    for (size_t i = 0; i < n; ++i) {
+      M[i] = mu * M[i] + mean[i];
+      G[i] = static_cast<float>(G[i] - lr * (mean[i] + mu * M[i]));
+    }
+  };
+  auto land = [&] {  // the mean arrives: each node keeps what it trained since it sent
+    outer();
+    for (size_t q = 0; q < 2; ++q) {
+      float* w = models[q]->param_data();
+      for (size_t i = 0; i < n; ++i) w[i] = static_cast<float>(G[i] - (sent[q][i] - w[i]));
+    }
+    apply_at = -1;
+  };
+  const int64_t steps = static_cast<int64_t>(data.size());
+  std::vector<std::vector<std::vector<float>>> out(2);
+  for (int64_t step = 0; step < steps; ++step) {
+    for (int q = 0; q < 2; ++q)  // node q's inner step on its rows 3q..3q+2
+      tokens[static_cast<size_t>(q)] +=
+          static_cast<double>(drive_step(*syncs[static_cast<size_t>(q)], data, step, 3 * q).tokens[0]);
+    const int64_t done = step + 1;
+    if (done % every == 0 || done == steps) {
+      if (apply_at >= 0) land();  // the last step inside K steps of a send
+      for (size_t i = 0; i < n; ++i) {
+        mean[i] = 0;
+        for (size_t q = 0; q < 2; ++q)
+          mean[i] += tokens[q] / (tokens[0] + tokens[1]) * (G[i] - static_cast<double>(models[q]->param_data()[i]));
+      }
+      tokens.assign(2, 0.0);
+      if (k > 0 && done < steps) {
+        for (size_t q = 0; q < 2; ++q) sent[q].assign(models[q]->param_data(), models[q]->param_data() + n);
+        apply_at = done + k;
+      } else {
+        outer();
+        for (size_t q = 0; q < 2; ++q) std::copy(G.begin(), G.end(), models[q]->param_data());
+      }
+    } else if (done == apply_at) {
+      land();
+    }
+    for (size_t q = 0; q < 2; ++q) out[q].emplace_back(models[q]->param_data(), models[q]->param_data() + n);
+  }
+  return out;
+}
+
+// Largest |a - b| over every node's weights after every step from `from` on.
+double largest_difference(const std::vector<std::vector<std::vector<float>>>& a, const std::vector<SyncRun>& b,
+                          size_t from = 0) {
+  double worst = 0;
+  for (size_t q = 0; q < 2; ++q)
+    for (size_t s = from; s < a[q].size(); ++s)
+      for (size_t i = 0; i < a[q][s].size(); ++i)
+        worst = std::max(worst, std::fabs(static_cast<double>(a[q][s][i]) - b[q].weights[s][i]));
+  return worst;
+}
+
+}  // namespace
+
+TEST(DiLoCo, AnOverlappedExchangeLandsKStepsLaterKeepingWhatEachNodeTrainedMeanwhile) {
+  const double lr = 0.7, mu = 0.9;
+  // (H, K, steps): boundaries 3 and 6 land after 4 and 7, 8 waits; and 3 lands after 5, 6 is sent
+  // and the last step 7 lands it before its own exchange
+  for (const auto& [every, k, steps] : std::vector<std::array<int64_t, 3>>{{3, 1, 8}, {3, 2, 7}}) {
+    SCOPED_TRACE(::testing::Message() << "H " << every << ", K " << k << ", " << steps << " steps");
+    const std::vector<Rows> data = make_data(static_cast<int>(steps));
+    const auto want = late_reference(data, every, k, lr, mu);
+    TrainPlan plan = diloco_plan(every, lr, mu, WireDtype::Float32, steps);
+    plan.outer.overlap_steps = k;
+    const std::vector<SyncRun> got = two_nodes(plan, data);
+    const std::vector<SyncRun> waiting = two_nodes(diloco_plan(every, lr, mu, WireDtype::Float32, steps), data);
+    double scale = 0;
+    for (const auto& w : want[0])
+      for (float v : w) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+    const double worst = largest_difference(want, got), apart = largest_difference(want, waiting, 3);
+    std::printf(
+        "H %lld K %lld: largest difference from the reference %.3g, from the waiting run %.3g (weights up to "
+        "%.3g)\n",
+        static_cast<long long>(every), static_cast<long long>(k), worst, apart, scale);
+    EXPECT_LE(worst, 1e-5 * scale);
+    EXPECT_GT(apart, 100 * worst) << "the overlapped run must differ from the waiting one after the first boundary";
+    // before the first boundary nothing differs; after it the nodes differ; at the last step they
+    // are one model
+    for (size_t q = 0; q < 2; ++q)
+      for (int s = 0; s < 2; ++s)
+        EXPECT_EQ(got[q].weights[static_cast<size_t>(s)], waiting[q].weights[static_cast<size_t>(s)]);
+    EXPECT_NE(got[0].weights[2], got[1].weights[2]);
+    EXPECT_NE(got[0].weights[3], got[1].weights[3]);
+    EXPECT_EQ(got[0].weights.back(), got[1].weights.back());
   }
 }

@@ -117,6 +117,12 @@ void add_base_train_flags(CLI::App* c, BaseTrainArgs& a) {
                 "int8 (a quarter, one scale per 256 numbers)")
       ->capture_default_str()
       ->check(CLI::IsMember({"float32", "bfloat16", "int8"}));
+  c->add_option("--outer-overlap", a.outer_overlap,
+                "--sync diloco: K steps the nodes train on while the exchange travels, then apply it keeping those "
+                "steps' progress (0 = wait for it at each boundary; K < --sync-every): hides a slow link behind K "
+                "steps; rounds that end in an evaluation, sample or save still wait")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
 }
 
 /// The hidden test-only flags (train/test_fault.h TrainTestHooks).

@@ -61,16 +61,23 @@ void derive_sync(const BaseTrainArgs& a, TrainPlan& p) {
     fail("--outer-momentum must be in [0, 1) (got ", a.outer_momentum, "); the DiLoCo paper uses 0.9");
   if (a.sync_dtype != "float32" && a.sync_dtype != "bfloat16" && a.sync_dtype != "int8")
     fail("--sync-dtype must be float32, bfloat16 or int8 (got ", a.sync_dtype, ")");
+  if (a.outer_overlap < 0 || a.outer_overlap >= a.sync_every)
+    fail("--outer-overlap must be at least 0 and less than --sync-every (", a.sync_every, "); got ", a.outer_overlap);
   p.outer.every = a.sync_every;
   p.outer.lr = a.outer_lr;
   p.outer.momentum = a.outer_momentum;
   p.outer.wire = a.sync_dtype == "int8"       ? WireDtype::Int8
                  : a.sync_dtype == "bfloat16" ? WireDtype::BFloat16
                                               : WireDtype::Float32;
+  p.outer.overlap_steps = a.outer_overlap;
   p.log.push_back(str_cat("Sync: DiLoCo, every ", p.outer.every, " steps each node trains alone, then the nodes ",
                           "average their change (token-weighted, sent in ", a.sync_dtype,
-                          ") and take an outer Nesterov step (lr ", p.outer.lr, ", momentum ", p.outer.momentum,
-                          "); evaluation, samples and checkpoints happen at those boundaries"));
+                          ") and take an outer Nesterov step (lr ", p.outer.lr, ", momentum ", p.outer.momentum, ")",
+                          p.outer.overlap_steps > 0
+                              ? str_cat(", applied ", p.outer.overlap_steps,
+                                        " steps later while the nodes train on; evaluation, samples and checkpoints "
+                                        "happen at boundaries where the nodes wait for it")
+                              : "; evaluation, samples and checkpoints happen at those boundaries"));
 }
 
 // The settings derived after the batch and horizon: optimizer, schedule, eval steps, folders.

@@ -71,6 +71,8 @@ struct BaseTrainArgs {
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
   std::string sync_dtype = "float32";
+  /// diloco: steps trained on while the exchange travels (0: wait for it at each boundary)
+  int64_t outer_overlap = 0;
 };
 
 /// Parameter counts of nanochat's GPT.num_scaling_params plus matmul params (docs/nanochat.md 1.9).
@@ -105,6 +107,9 @@ struct OuterConfig {
   double lr = 0.7;        ///< --outer-lr
   double momentum = 0.9;  ///< --outer-momentum (Nesterov)
   WireDtype wire = WireDtype::Float32;
+  /// --outer-overlap K: the steps the nodes train on while the exchange travels, after which it
+  /// is applied (train/diloco_sync.h); 0 = they wait for it at the boundary
+  int64_t overlap_steps = 0;
 };
 
 /// Where the ranks' rows come from (feed/step_source.h): the only rank reads the shards; node 0

@@ -72,13 +72,8 @@ DiLoCoSync::DiLoCoSync(GPT& model, const TrainPlan& plan, Communicator& comm, co
   nodes_ = node_of_rank_.back() + 1;
   node_first_ = static_cast<int>(std::find(node_of_rank_.begin(), node_of_rank_.end(), node_) - node_of_rank_.begin());
   node_size_ = static_cast<int>(std::count(node_of_rank_.begin(), node_of_rank_.end(), node_));
-  // a group of one rank works without a transport (a one-rank Gloo group has no peer to ring with)
-  auto alone_or = [](std::unique_ptr<Communicator> c) -> std::unique_ptr<Communicator> {
-    if (c->world_size() == 1) return std::make_unique<LocalCommunicator>();
-    return c;
-  };
-  node_comm_ = alone_or(comm.split(node_));
-  leaders_comm_ = alone_or(comm.split(me == node_first_ ? 0 : 1));
+  node_comm_ = comm.split(node_);
+  leaders_comm_ = comm.split(me == node_first_ ? 0 : 1);
   inner_ = std::make_unique<MuonAdamW>(optimizer_params(model), plan.optim, node_comm_.get());
   std::function<void(size_t)> ready;
   if (node_size_ > 1) ready = [this](size_t k) { inner_->grad_ready(k); };
@@ -90,11 +85,14 @@ DiLoCoSync::DiLoCoSync(GPT& model, const TrainPlan& plan, Communicator& comm, co
     outer_.assign(model.param_data(), model.param_data() + n);
     momentum_.assign(n, 0.f);
     delta_.resize(n);
+    if (late() > 0) sent_at_.resize(n);
   }
   last_.assign(static_cast<size_t>(W), RankStep{});
 }
 
-DiLoCoSync::~DiLoCoSync() = default;
+DiLoCoSync::~DiLoCoSync() {
+  if (in_flight_.valid()) in_flight_.wait();  // the exchange's thread uses leaders_comm_ and the buffers
+}
 
 int DiLoCoSync::rank() const { return comm_.rank(); }
 int DiLoCoSync::world_size() const { return comm_.world_size(); }
@@ -110,15 +108,19 @@ std::string DiLoCoSync::describe() const {
                  world_size() == 1 ? " rank" : " ranks", "); rows per step ", balancer_.step_rows(), ", dealt ",
                  mode_ == BalanceMode::Even ? "evenly" : "by the speed measured over each round", "; each node sends ",
                  fixed(static_cast<double>(wire_bytes(outer_cfg_.wire, static_cast<size_t>(n))) / 1e6, 1),
-                 " MB per round (", wire_dtype_name(outer_cfg_.wire), ")", zero2);
+                 " MB per round (", wire_dtype_name(outer_cfg_.wire), ")",
+                 late() > 0 ? str_cat(", applied ", late(), " steps later while the nodes train on") : std::string(),
+                 zero2);
 }
 
-bool DiLoCoSync::boundary(int64_t step) const {
-  return step % outer_cfg_.every == 0 || step >= num_iterations_ || cadence_.eval_at(step, false) ||
-         cadence_.sample_at(step, false) || cadence_.save_at(step, false);
+bool DiLoCoSync::drain(int64_t step) const {
+  return step >= num_iterations_ || cadence_.eval_at(step, false) || cadence_.sample_at(step, false) ||
+         cadence_.save_at(step, false);
 }
 
-bool DiLoCoSync::in_sync(int64_t step) const { return boundary(step); }
+bool DiLoCoSync::boundary(int64_t step) const { return step % outer_cfg_.every == 0 || drain(step); }
+
+bool DiLoCoSync::in_sync(int64_t step) const { return late() > 0 ? drain(step) : boundary(step); }
 
 StepShare DiLoCoSync::begin_step(int64_t step) {
   step_ = step;
@@ -161,6 +163,8 @@ double DiLoCoSync::update(const StepSchedule& s) {
   if (boundary(step_ + 1)) {
     outer_step();
     synced_ = true;
+  } else if (apply_at_ == step_ + 1) {
+    apply_late_step();
   }
   return opt_compute;
 }
@@ -188,35 +192,84 @@ void DiLoCoSync::exchange(float* delta, size_t n, double weight) {
     add_decoded_wire(outer_cfg_.wire, all.data() + bytes * static_cast<size_t>(q), n, delta);
 }
 
+void DiLoCoSync::outer_update(const float* d) {
+  const double lr = outer_cfg_.lr, mu = outer_cfg_.momentum;
+  for (size_t i = 0; i < outer_.size(); ++i) {
+    const double di = d[i];
+    const double bar = outer_[i] - di;  // the nodes' mean weights
+    const double m = mu * momentum_[i] + di;
+    momentum_[i] = static_cast<float>(m);
+    outer_[i] = static_cast<float>(bar + (1.0 - lr) * di - lr * mu * m);
+  }
+}
+
+double DiLoCoSync::apply_late() {
+  Timer t;
+  in_flight_.get();  // rethrows the exchange's failure
+  const double waited = t.seconds();
+  outer_update(delta_.data());
+  float* theta = model_.param_data();
+  for (size_t i = 0; i < outer_.size(); ++i) theta[i] = outer_[i] - (sent_at_[i] - theta[i]);
+  return waited;
+}
+
+void DiLoCoSync::apply_late_step() {
+  double waited = 0;
+  if (rank() == node_first_) waited = apply_late();
+  apply_at_ = -1;
+  const size_t n = static_cast<size_t>(model_.num_params());
+  if (node_size_ > 1) node_comm_->broadcast(model_.param_data(), n * sizeof(float), 0)->wait();
+  if (rank() == 0)
+    pending_notes_.push_back(str_cat("Applied the outer step of step ", sent_after_, " after step ", step_ + 1,
+                                     " (waited ", fixed(waited, 2), " s for the exchange",
+                                     waited > 1.0 ? "; a larger --outer-overlap would hide it" : "", ")"));
+}
+
 void DiLoCoSync::outer_step() {
   const size_t n = static_cast<size_t>(model_.num_params());
+  const int64_t done = step_ + 1;
   float* theta = model_.param_data();
   Timer t;
-  if (rank() == node_first_) {
+  double waited = -1;  // seconds waited for an exchange still in flight (-1: none was)
+  const bool send_late = late() > 0 && !drain(done);
+  if (rank() == node_first_ && nodes_ == 1) {  // theta_bar and D are the node's own
     const double lr = outer_cfg_.lr, mu = outer_cfg_.momentum;
-    // theta_bar (the nodes' mean weights) and D (their mean change); one node: its own weights
-    const bool alone = nodes_ == 1;
-    if (!alone) {
-      for (size_t i = 0; i < n; ++i) delta_[i] = outer_[i] - theta[i];
-      exchange(delta_.data(), n, round_tokens_);
-    }
     for (size_t i = 0; i < n; ++i) {
-      const double d = alone ? static_cast<double>(outer_[i]) - theta[i] : static_cast<double>(delta_[i]);
-      const double bar = alone ? static_cast<double>(theta[i]) : outer_[i] - d;
+      const double d = static_cast<double>(outer_[i]) - theta[i];
       const double m = mu * momentum_[i] + d;
       momentum_[i] = static_cast<float>(m);
-      const float next = static_cast<float>(bar + (1.0 - lr) * d - lr * mu * m);
+      const float next = static_cast<float>(theta[i] + (1.0 - lr) * d - lr * mu * m);
       outer_[i] = next;
       theta[i] = next;
     }
+  } else if (rank() == node_first_) {
+    if (apply_at_ >= 0) waited = apply_late();  // a drain inside the last exchange's K steps: apply it first
+    for (size_t i = 0; i < n; ++i) delta_[i] = outer_[i] - theta[i];
+    if (send_late) {  // train on from here; apply_late_step() applies the mean K steps later
+      std::copy(theta, theta + n, sent_at_.begin());
+      const double weight = round_tokens_;
+      in_flight_ = std::async(std::launch::async, [this, n, weight] { exchange(delta_.data(), n, weight); });
+    } else {
+      exchange(delta_.data(), n, round_tokens_);
+      outer_update(delta_.data());
+      std::copy(outer_.begin(), outer_.end(), theta);
+    }
   }
+  if (apply_at_ >= 0 && rank() == 0)
+    pending_notes_.push_back(str_cat("Applied the outer step of step ", sent_after_, " after step ", done,
+                                     " (before this boundary; waited ", fixed(std::max(waited, 0.0), 2), " s)"));
+  apply_at_ = send_late ? done + late() : -1;
+  sent_after_ = done;
   if (node_size_ > 1) node_comm_->broadcast(theta, n * sizeof(float), 0)->wait();
-  if (rank() == 0)
+  if (rank() == 0) {
+    const std::string mb = fixed(static_cast<double>(nodes_ > 1 ? wire_bytes(outer_cfg_.wire, n) : 0) / 1e6, 1);
     pending_notes_.push_back(
-        str_cat("Outer step after step ", step_ + 1, ": ", nodes_, nodes_ == 1 ? " node, " : " nodes, ",
-                static_cast<int64_t>(round_tokens_), " tokens on node 0 this round, ",
-                fixed(static_cast<double>(nodes_ > 1 ? wire_bytes(outer_cfg_.wire, n) : 0) / 1e6, 1), " MB sent, ",
-                fixed(t.seconds(), 2), " s"));
+        str_cat("Outer step after step ", done, ": ", nodes_, nodes_ == 1 ? " node, " : " nodes, ",
+                static_cast<int64_t>(round_tokens_), " tokens on node 0 this round, ", mb,
+                send_late ? str_cat(" MB sent, applied after step ", done + late(), " (the nodes train on meanwhile)")
+                          : str_cat(" MB sent"),
+                ", ", fixed(t.seconds(), 2), " s"));
+  }
   round_tokens_ = 0;
 }
 
@@ -284,7 +337,13 @@ void DiLoCoSync::save(const std::string& dir, const RunMeta& run_meta, const Loo
   // the folder holds one node's optimizer: a checkpoint of node_size_ ranks (resumable by --sync zero2 too)
   RunMeta meta = run_meta;
   meta.world_size = node_size_;
-  save_checkpoint(*node_comm_, dir, model_, *inner_, meta, state, node_ == 0 ? faults : no_faults());
+  if (node_ == 0)
+    save_checkpoint(*node_comm_, dir, model_, *inner_, meta, state, faults);
+  else
+    save_checkpoint(*node_comm_, dir, model_, *inner_, meta, state, no_faults(),
+                    str_cat("node ", node_,
+                            "'s own checkpoint (its optimizer state, to resume on this machine; node 0 "
+                            "holds the job's),"));
   if (rank() == 0) {
     const size_t n = momentum_.size();
     write_safetensors_atomic(outer_file(dir, state.step),

@@ -23,6 +23,19 @@
 // D_i in --sync-dtype (train/outer_wire.h): an all-reduce for float32, an all-gather summed in
 // node order for the others; every leader then holds the same D bit for bit.
 //
+// --outer-overlap K (0 < K < H): the leaders do not wait for the exchange at a boundary inside a
+// run. Each node sends D_i and trains on from its own weights theta_b; after K more steps
+// (step b + K) the mean D has arrived and every node applies it, keeping the progress of those K
+// steps on top:
+//
+//   theta_outer, m <- the outer step on D (as above)      theta <- theta_outer - (theta_b - theta)
+//
+// The next round's change is measured from theta_outer, so each node's K steps are counted once,
+// in the next round's mean. The nodes wait only when the exchange takes longer than K steps (said
+// in a line). Boundaries that end in an evaluation, a sample, a save or the last step wait as
+// with K = 0 (the weights are one model there: in_sync), applying first an exchange still in
+// flight; a checkpoint therefore holds nothing in flight, and a resumed run takes the same steps
+// as one that was not stopped. The leaders keep one more copy of the weights (theta_b).
 // Rows: each step's rows are dealt to every rank by a StepBalancer as in ZeRO-2, but it is
 // re-planned only at boundaries, from the rows and compute seconds of the whole round: a slower
 // node runs fewer rows per step (smaller inner steps, the same count of them), and its change
@@ -38,6 +51,7 @@
 // line). Under an unchanged split and the same machines, resuming is exact.
 // Not here: nodes that come and go (an elastic job refuses --sync diloco), node 0's in-memory
 // copy (keep_copy).
+#include <future>
 #include <memory>
 #include <vector>
 
@@ -82,9 +96,14 @@ class DiLoCoSync final : public StepSync {
   static std::vector<int> nodes_of_ranks(Communicator& comm, int local_rank);
 
  private:
-  bool boundary(int64_t step) const;  // the weights are one model after `step` steps
-  void outer_step();                  // the leaders' exchange and step; the node's ranks get the result
+  int64_t late() const { return nodes_ > 1 ? outer_cfg_.overlap_steps : 0; }  // --outer-overlap, 0 alone
+  bool boundary(int64_t step) const;                                          // a round ends after `step` steps
+  bool drain(int64_t step) const;  // ... and the weights must be one model there
+  void outer_step();               // the leaders' exchange and step; the node's ranks get the result
   void exchange(float* delta, size_t n, double weight);  // delta <- the nodes' weighted mean (leaders)
+  void outer_update(const float* d);                     // leaders: theta_outer, m <- the outer step on d
+  double apply_late();     // leaders: waits for the exchange in flight and applies it; seconds waited
+  void apply_late_step();  // the step's end where the exchange in flight is applied (every rank)
 
   GPT& model_;
   Communicator& comm_;
@@ -101,7 +120,11 @@ class DiLoCoSync final : public StepSync {
   const BalanceMode mode_;
   std::vector<float> outer_;     // leader: theta_outer
   std::vector<float> momentum_;  // leader: m
-  std::vector<float> delta_;     // leader: scratch
+  std::vector<float> delta_;     // leader: the change sent (then the mean; with K > 0 in flight K steps)
+  std::vector<float> sent_at_;   // leader, K > 0: theta_b, the weights when the change was sent
+  std::future<void> in_flight_;  // leader, K > 0: the exchange
+  int64_t apply_at_ = -1;        // K > 0: the step count after which it is applied (-1: none in flight)
+  int64_t sent_after_ = 0;       // ... the step count after which it was sent
   std::vector<uint8_t> wire_;    // leader: scratch
   int64_t step_ = 0;
   std::vector<int64_t> split_;  // of the current step

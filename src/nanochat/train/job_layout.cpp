@@ -62,6 +62,7 @@ json args_to_json(const BaseTrainArgs& a) {
     j["outer_lr"] = a.outer_lr;
     j["outer_momentum"] = a.outer_momentum;
     j["sync_dtype"] = a.sync_dtype;
+    if (a.outer_overlap != 0) j["outer_overlap"] = a.outer_overlap;
   }
   return j;
 }
