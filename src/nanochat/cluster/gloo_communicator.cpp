@@ -573,6 +573,10 @@ void GlooCommunicator::start_lane(int lane) {
 }
 
 GlooCommunicator::~GlooCommunicator() {
+  if (impl_->parent_link) {  // a group: its parent no longer reports losses to it
+    std::lock_guard<std::mutex> lk(impl_->parent_link->mu);
+    impl_->parent_link->impl = nullptr;
+  }
   impl_->heartbeat.reset();  // says goodbye: the other ranks do not report this one as lost
   {
     std::lock_guard<std::mutex> lk(impl_->qmu);

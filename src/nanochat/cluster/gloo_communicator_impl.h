@@ -133,8 +133,15 @@ struct GlooCommunicator::Impl {
   int lost_rank = -1;
   std::vector<gloo::transport::UnboundBuffer*> live_buffers;             // (qmu) their waits end when a peer is lost
   std::vector<std::function<void(int, const std::string&)>> lost_hooks;  // guarded by qmu
-  std::unique_ptr<Heartbeat> heartbeat;                                  // the job's communicator only
-  uint64_t seq = 0;                                                      // collectives submitted (for messages)
+  // A group from split(): the parent's heartbeat reports its losses here (the group has none of
+  // its own); `impl` is cleared when the group ends, before the parent may call again.
+  struct ParentLink {
+    std::mutex mu;
+    Impl* impl = nullptr;
+  };
+  std::shared_ptr<ParentLink> parent_link;
+  std::unique_ptr<Heartbeat> heartbeat;  // the job's communicator only
+  uint64_t seq = 0;                      // collectives submitted (for messages)
   std::vector<float> scratch;
 
   ~Impl() {

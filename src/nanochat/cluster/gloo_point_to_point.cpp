@@ -216,7 +216,19 @@ std::unique_ptr<Communicator> GlooCommunicator::split(int color) {
   // a group of one has no peer: its collectives are identities (Gloo's ring needs a peer)
   if (members.size() == 1) return std::make_unique<LocalCommunicator>();
   SigpipeBlock no_sigpipe;  // a pinned port's new device starts Gloo threads
-  return std::unique_ptr<Communicator>(new GlooCommunicator(impl_->child(n, color, members)));
+  std::unique_ptr<Impl> c = impl_->child(n, color, members);
+  // a member the job's heartbeat finds lost fails the group's waits on it too (a frozen peer
+  // would otherwise hold them until the collective timeout)
+  auto link = std::make_shared<Impl::ParentLink>();
+  link->impl = c.get();
+  c->parent_link = link;
+  on_peer_lost([link, members](int r, const std::string& why) {
+    const auto at = std::find(members.begin(), members.end(), r);
+    if (at == members.end()) return;
+    std::lock_guard<std::mutex> lk(link->mu);
+    if (link->impl) link->impl->peer_lost(static_cast<int>(at - members.begin()), why);
+  });
+  return std::unique_ptr<Communicator>(new GlooCommunicator(std::move(c)));
 }
 
 #endif  // NANOCHAT_HAVE_GLOO
