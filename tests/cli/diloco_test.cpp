@@ -3,8 +3,8 @@
 // (--sync zero2) run of the same flags: the DiLoCo run with H = 5 ends near its val bpb, also with
 // the exchange overlapped (--outer-overlap 2); a resumed DiLoCo run ends bit for bit where the
 // uninterrupted one ends, also an overlapped one resumed from a save; a node killed inside a
-// round stops the job with node 0's last boundary checkpoint, from which both nodes go on; an
-// elastic job refuses the mode with one clear error.
+// round stops the job with node 0's last boundary checkpoint, from which both nodes go on (an
+// elastic job goes on without it: tests/cli/elastic_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -121,22 +121,6 @@ TEST(DiLoCoRun, AnOverlappedRunResumedFromASaveEndsBitForBitWhereTheUninterrupte
   EXPECT_EQ(max_rel_diff(load_safetensors(a0.ckpt() + "/model_000017.safetensors"),
                          load_safetensors(b0.ckpt() + "/model_000017.safetensors")),
             0.0);
-}
-
-TEST(DiLoCoRun, AnElasticJobRefusesTheModeNamingWhatToDo) {
-  BaseDir b("nc_dl_el");
-  const Result r =
-      run(b,
-          " run --nnodes 1:1 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1"
-          " --allow-loopback-master --master-port " +
-              std::to_string(test_port()) + std::string(kRun) + " --num-iterations 4 --eval-every -1 --sync diloco",
-          "NANOCHAT_RENDEZVOUS_TIMEOUT=20");
-  EXPECT_NE(r.code, 0) << r.out;
-  // the launcher says it before it waits for any node
-  EXPECT_NE(r.out.find("--nnodes 1:1 (an elastic job: nodes may leave and join) with --sync diloco: DiLoCo takes a "
-                       "fixed set of nodes; pass --nnodes 1"),
-            std::string::npos)
-      << r.out;
 }
 
 // Node 1 dies inside the round after step 3's boundary: no collective crosses nodes then, so node 0

@@ -3,7 +3,9 @@
 // leaves mid-run. The others must regroup and end where an uninterrupted run ends (within the
 // drift of rounding: the survivors sum the gradients in another grouping), bit for bit where the
 // uninterrupted run's checkpoint resumed by the survivors ends, and say who left, why and how long
-// the job took to go on. Bounds, not exact times.
+// the job took to go on. Bounds, not exact times. Under --sync diloco a node that leaves costs the
+// round in progress (the others end bit for bit where node 0's boundary copy resumed ends) and a
+// node joins at a round's boundary.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -236,7 +238,8 @@ std::string with_iterations(int n) {
 // Three nodes of one rank each (node 0 in dirs[0], ...) of `nnodes` ("2:3"), heartbeat 3 s, each
 // running kElastic with `iterations` steps in the background.
 std::vector<std::unique_ptr<BackgroundNode>> three_nodes(const std::vector<std::string>& dirs,
-                                                         const std::string& nnodes, int iterations) {
+                                                         const std::string& nnodes, int iterations,
+                                                         const std::string& extra_flags = "") {
   const std::string common = " run --nnodes " + nnodes +
                              " --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 "
                              "--allow-loopback-master --heartbeat-timeout 3 --master-port " +
@@ -244,7 +247,7 @@ std::vector<std::unique_ptr<BackgroundNode>> three_nodes(const std::vector<std::
   std::vector<std::unique_ptr<BackgroundNode>> nodes;
   for (int k = 0; k < 3; ++k)
     nodes.push_back(std::make_unique<BackgroundNode>(
-        dirs[k], common + " --node-rank " + std::to_string(k) + with_iterations(iterations),
+        dirs[k], common + " --node-rank " + std::to_string(k) + with_iterations(iterations) + extra_flags,
         "NANOCHAT_RENDEZVOUS_TIMEOUT=60", dirs[0] + "/node" + std::to_string(k) + ".log"));
   return nodes;
 }
@@ -539,4 +542,97 @@ TEST(Elastic, ANodeCutOffByItsLinkIsLeftBehindAndTheOthersFinish) {
   EXPECT_NE(out2.find("cannot be reached: the job's store at 10.78.0.1:29500 (node 0)"), std::string::npos) << out2;
   std::printf("the cut-off node ended %.1f s after the cut\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count());
+}
+
+// --sync diloco in an elastic job: node 2 dies inside the round after step 3's boundary. Node 0
+// writes its copy of that boundary, the other two go on from it as a new generation (the round in
+// progress is trained again; node 1 starts its inner optimizer state afresh, as on a resume
+// without its own folder) and end bit for bit where two nodes resuming that copy end.
+TEST(Elastic, ADiLoCoNodeThatLeavesCostsTheRoundInProgressOnly) {
+  BaseDir n0("nc_eld_node0");
+  EmptyDir n1("nc_eld_node1"), n2("nc_eld_node2"), fresh("nc_eld_fresh");
+  const std::vector<std::string> dirs{n0.dir, n1.dir, n2.dir};
+  const std::string diloco = " --sync diloco --sync-every 3";
+  const auto e = three_nodes(dirs, "2:3", "NANOCHAT_TEST_FAULT=die:2:4", diloco);
+  ASSERT_EQ(e[0].code, 0) << e[0].out << "\n--- node 1:\n" << e[1].out << "\n--- node 2:\n" << e[2].out;
+  ASSERT_EQ(e[1].code, 0) << e[1].out;
+  EXPECT_NE(e[2].code, 0) << e[2].out;
+  const std::string& out = e[0].out;
+  EXPECT_NE(out.find("Saved checkpoint " + n0.ckpt() +
+                     "/model_000003.safetensors (node 0's copy of its state at step 3, the last boundary)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("); 2 ranks go on (old ranks [0,1]) from step 3: steps 3 to "), std::string::npos) << out;
+  EXPECT_NE(out.find("DiLoCo: 2 nodes (2 ranks)"), std::string::npos) << out;
+  EXPECT_NE(out.find("Node 1 (rank 1) has no inner optimizer state of step 3"), std::string::npos) << out;
+  EXPECT_NE(out.find("step 00009/00010"), std::string::npos) << out;
+  const nanochat::StFile elastic = nanochat::load_safetensors(n0.ckpt() + "/model_000010.safetensors");
+  // the truth: node 0's copy of step 3 resumed by two nodes, node 1 without a folder of its own
+  const auto r = some_nodes(2, {n0.dir, fresh.dir}, "2", "", diloco + " --resume-from-step 3");
+  ASSERT_EQ(r[0].code, 0) << r[0].out << "\n--- node 1:\n" << r[1].out;
+  ASSERT_NE(r[0].out.find("Resumed from step 3"), std::string::npos) << r[0].out;
+  EXPECT_EQ(max_rel_diff(nanochat::load_safetensors(n0.ckpt() + "/model_000010.safetensors"), elastic), 0.0);
+}
+
+// A node started later joins a --sync diloco job at a round's boundary, takes the outer weights
+// and trains its share of the rows to the end.
+TEST(Elastic, ANodeJoinsADiLoCoJobAtARoundsBoundary) {
+  BaseDir n0("nc_eldj_node0");
+  EmptyDir n1("nc_eldj_node1");
+  const std::string common =
+      " run --nnodes 1:2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
+      " --master-port " +
+      std::to_string(test_port());
+  const std::string flags = with_iterations(24) + " --sync diloco --sync-every 4";
+  BackgroundNode first(n0.dir, common + " --node-rank 0" + flags,
+                       "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_ELASTIC_LAST_CALL=1 NANOCHAT_TEST_FAULT=slow:0:8",
+                       n0.dir + "/node0.log");
+  ASSERT_TRUE(logged_steps(first, 3));
+  BackgroundNode later(n1.dir, common + " --node-rank 1" + flags, "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
+                       n0.dir + "/node1.log");
+  for (auto* n : {&first, &later})
+    ASSERT_TRUE(n->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(180))) << slurp(n->log);
+  const std::string out0 = slurp(first.log), out1 = slurp(later.log);
+  EXPECT_TRUE(WIFEXITED(first.status) && WEXITSTATUS(first.status) == 0) << out0;
+  EXPECT_TRUE(WIFEXITED(later.status) && WEXITSTATUS(later.status) == 0) << out1;
+  const size_t joined = out0.find("A rank joined the job at step ");
+  ASSERT_NE(joined, std::string::npos) << out0;
+  const int join_step = std::stoi(out0.substr(joined + std::strlen("A rank joined the job at step ")));
+  EXPECT_EQ(join_step % 4, 0) << out0;
+  EXPECT_NE(out0.find("DiLoCo: 2 nodes (2 ranks)"), std::string::npos) << out0;
+  EXPECT_NE(out0.find("Outer step after step " + std::to_string(join_step + 4) + ": 2 nodes"), std::string::npos)
+      << out0;
+  const size_t last = out0.find("step 00023/00024");
+  ASSERT_NE(last, std::string::npos) << out0;
+  EXPECT_NE(out0.substr(last, out0.find('\n', last) - last).find(" r1 "), std::string::npos) << out0.substr(last, 600);
+}
+
+// A frozen --sync diloco node (SIGSTOP inside a round) is found by the heartbeat although no
+// collective crosses nodes then; the others go on from node 0's copy of the last boundary, and the
+// node, woken, joins again at a boundary and trains to the end.
+TEST(Elastic, AFrozenDiLoCoNodeIsLeftBehindAndRejoinsAtABoundary) {
+  BaseDir n0("nc_eldf_node0");
+  EmptyDir n1("nc_eldf_node1"), n2("nc_eldf_node2");
+  std::vector<std::unique_ptr<BackgroundNode>> nodes =
+      three_nodes({n0.dir, n1.dir, n2.dir}, "2:3", 200, " --sync diloco --sync-every 5");
+  ASSERT_TRUE(logged_steps(*nodes[0], 7));
+  nodes[2]->signal_node(SIGSTOP);
+  const auto frozen = std::chrono::steady_clock::now();
+  ASSERT_TRUE(logged_line(*nodes[0], "Rank 2 left the job"));
+  const double went_on = std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen).count();
+  std::printf("the DiLoCo job went on %.1f s after node 2 froze\n", went_on);
+  EXPECT_LT(went_on, 60.0);
+  nodes[2]->signal_node(SIGCONT);
+  for (auto& n : nodes)
+    ASSERT_TRUE(n->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(240))) << slurp(n->log);
+  for (auto& n : nodes) EXPECT_TRUE(WIFEXITED(n->status) && WEXITSTATUS(n->status) == 0) << slurp(n->log);
+  const std::string out0 = slurp(nodes[0]->log);
+  EXPECT_NE(out0.find("(node 0's copy of its state at step "), std::string::npos) << out0;
+  EXPECT_NE(out0.find("2 ranks go on (old ranks [0,1])"), std::string::npos) << out0;
+  const size_t joined = out0.find("A rank joined the job at step ");
+  ASSERT_NE(joined, std::string::npos) << out0;
+  EXPECT_EQ(std::stoi(out0.substr(joined + std::strlen("A rank joined the job at step "))) % 5, 0) << out0;
+  const size_t last = out0.find("step 00199/00200");
+  ASSERT_NE(last, std::string::npos) << out0;
+  EXPECT_NE(out0.substr(last, out0.find('\n', last) - last).find(" r2 "), std::string::npos) << out0.substr(last, 600);
 }

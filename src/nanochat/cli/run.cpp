@@ -192,14 +192,6 @@ void register_run(CLI::App& app) {
            " runs on a fixed set of nodes: pass --nnodes ", L.nnodes,
            " (if a node leaves, the job stops and names node 0's last checkpoint to resume from; --save-every N "
            "bounds what is lost)");
-    if (L.min_nnodes > 0)  // said here, before the wait for the nodes (the ranks would say it once started)
-      for (size_t i = 1; i < L.args.size(); ++i)
-        if (L.args[i] == "--sync=diloco" ||
-            (L.args[i] == "--sync" && i + 1 < L.args.size() && L.args[i + 1] == "diloco"))
-          fail("--nnodes ", args->nnodes,
-               " (an elastic job: nodes may leave and join) with --sync diloco: DiLoCo takes a fixed set of nodes; "
-               "pass --nnodes ",
-               L.nnodes, ", or train with --sync zero2 where nodes come and go");
     if (args->standalone && L.nnodes != 1)
       fail("--standalone is a one-node job; drop it, or --nnodes ", L.nnodes, ", and pass --master-addr");
     if (args->rendezvous_timeout_s > 0) {

@@ -43,10 +43,6 @@ void run_base_train(const BaseTrainArgs& a, Communicator& comm, TrainTestHooks h
   const long min_world = cluster::env_int("NANOCHAT_MIN_WORLD_SIZE").value_or(0);  // nanochat run --nnodes MIN:MAX
   // an elastic job (node 0 may start alone: its launcher hosts the store others join through)
   const bool launched = cluster::env_int("NANOCHAT_STORE_HOSTED").value_or(0) == 1;
-  if (min_world > 0 && a.sync == "diloco")
-    fail(
-        "--sync diloco takes a fixed set of nodes: start it with --nnodes N (not MIN:MAX); nodes that come and go "
-        "train with --sync zero2");
   if (min_world > 0 && (comm.world_size() > 1 || launched)) {
     run_elastic(a, comm, *faults, static_cast<int>(min_world));
   } else {

@@ -28,13 +28,13 @@ struct BoundaryStep {
   double round_compute = 0;
 };
 
-std::string outer_file(const std::string& dir, int64_t step) {
+}  // namespace
+
+std::string DiLoCoSync::outer_state_file(const std::string& dir, int64_t step) {
   char b[32];
   std::snprintf(b, sizeof b, "/outer_%06lld.safetensors", static_cast<long long>(step));
   return dir + b;
 }
-
-}  // namespace
 
 std::vector<int> DiLoCoSync::nodes_of_ranks(Communicator& comm, int local_rank) {
   const int64_t first = comm.rank() - local_rank;  // the node's first rank
@@ -169,7 +169,7 @@ double DiLoCoSync::update(const StepSchedule& s) {
   return opt_compute;
 }
 
-void DiLoCoSync::exchange(float* delta, size_t n, double weight) {
+void DiLoCoSync::exchange(float* delta, size_t n, double weight) try {
   double total = weight;
   leaders_comm_->all_reduce_sum_f64(&total, 1)->wait();
   const float f = total > 0 ? static_cast<float>(weight / total) : 0.f;
@@ -190,6 +190,13 @@ void DiLoCoSync::exchange(float* delta, size_t n, double weight) {
   std::fill(delta, delta + n, 0.f);
   for (int q = 0; q < nodes_; ++q)
     add_decoded_wire(outer_cfg_.wire, all.data() + bytes * static_cast<size_t>(q), n, delta);
+} catch (const PeerLost& e) {  // the leaders' communicator numbers nodes: name the job's rank
+  const int q = e.peer();
+  const int rank =
+      q >= 0 && q < nodes_
+          ? static_cast<int>(std::find(node_of_rank_.begin(), node_of_rank_.end(), q) - node_of_rank_.begin())
+          : q;
+  throw PeerLost(str_cat(e.what(), " (node ", q, ", job rank ", rank, ")"), rank);
 }
 
 void DiLoCoSync::outer_update(const float* d) {
@@ -293,6 +300,8 @@ StepStats DiLoCoSync::finish(RankStep mine) {
       times.push_back({all[q].round_rows, all[q].round_compute});
     }
     st.ranks = last_;
+    if (!in_sync(step_ + 1))  // ranks join only where the weights are one model
+      for (RankStep& x : st.ranks) x.joiners = 0;
     round_rows_ = round_compute_ = 0;
     if (balancer_.observe(times)) {
       std::string speeds;
@@ -346,7 +355,7 @@ void DiLoCoSync::save(const std::string& dir, const RunMeta& run_meta, const Loo
                             "holds the job's),"));
   if (rank() == 0) {
     const size_t n = momentum_.size();
-    write_safetensors_atomic(outer_file(dir, state.step),
+    write_safetensors_atomic(outer_state_file(dir, state.step),
                              {{"outer_momentum", "F32", {static_cast<int64_t>(n)}, momentum_.data()}},
                              {{"format", "nanochat.cpp DiLoCo outer state"}});
   }
@@ -372,7 +381,7 @@ LoopState DiLoCoSync::resume(const TrainPlan& plan, int64_t step) {
   st = LoopState::from_json(nlohmann::json::parse(states[0]));
   if (rank() == node_first_) {
     if (rank() == 0) {
-      const StFile f = load_safetensors(outer_file(plan.checkpoint_dir, step));
+      const StFile f = load_safetensors(outer_state_file(plan.checkpoint_dir, step));
       momentum_ = f.at("outer_momentum").to_f32();
       if (momentum_.size() != n) fail(f.path, ": outer_momentum has ", momentum_.size(), " values, the model ", n);
     }
@@ -387,6 +396,27 @@ LoopState DiLoCoSync::resume(const TrainPlan& plan, int64_t step) {
                     str_cat("Node ", node_of_rank_[q], " (rank ", q, ") has no inner optimizer state of step ", step,
                             " in its own checkpoint folder: it starts that state afresh"));
   return st;
+}
+
+void DiLoCoSync::keep_copy(const RunMeta& run_meta, const LoopState& state) {
+  if (world_size() == 1 || node_ != 0) return;  // node 0 alone has nobody to lose; the others keep nothing
+  RunMeta meta = run_meta;
+  meta.world_size = node_size_;
+  copy_checkpoint_state(*node_comm_, model_, *inner_, meta, state, &copy_);
+  if (rank() == 0) copy_momentum_ = momentum_;
+}
+
+int64_t DiLoCoSync::save_copy(const std::string& dir) {
+  if (rank() != 0 || copy_.step < 0) return -1;
+  const CheckpointPaths cp = write_job_state_copy(dir, model_, copy_);
+  write_safetensors_atomic(
+      outer_state_file(dir, copy_.step),
+      {{"outer_momentum", "F32", {static_cast<int64_t>(copy_momentum_.size())}, copy_momentum_.data()}},
+      {{"format", "nanochat.cpp DiLoCo outer state"}});
+  std::printf("Saved checkpoint %s (node 0's copy of its state at step %lld, the last boundary)\n", cp.model().c_str(),
+              static_cast<long long>(copy_.step));
+  std::fflush(stdout);
+  return copy_.step;
 }
 
 }  // namespace nanochat

@@ -49,12 +49,18 @@
 // checkpoint folder. Resume: the weights and the outer momentum from node 0, each node's inner
 // state from its own folder, or, where it has none (another machine), a fresh one (said in a
 // line). Under an unchanged split and the same machines, resuming is exact.
-// Not here: nodes that come and go (an elastic job refuses --sync diloco), node 0's in-memory
-// copy (keep_copy).
+// Nodes that come and go (`nanochat run --nnodes MIN:MAX`, train/elastic.h): node 0 keeps a copy
+// of its state (the weights, its inner optimizer state, the outer momentum) at the boundaries
+// where the weights are one model (keep_copy, every --copy-state-every steps: an elastic job sets
+// it to H). When a node leaves, node 0 writes that copy (save_copy) and the nodes that remain go
+// on from it as a new job generation: at most the round in progress is trained again. Nodes join
+// at such a boundary and start their round from the outer weights (a node without its own inner
+// state starts it afresh, as on resume). Joins are admitted only where the weights are one model.
 #include <future>
 #include <memory>
 #include <vector>
 
+#include "nanochat/checkpoint/job_checkpoint.h"
 #include "nanochat/plan/plan.h"
 #include "nanochat/train/balance.h"
 #include "nanochat/train/sync.h"
@@ -91,6 +97,11 @@ class DiLoCoSync final : public StepSync {
   void save(const std::string& dir, const RunMeta& run_meta, const LoopState& state,
             const FaultInjector& faults) override;
   LoopState resume(const TrainPlan& plan, int64_t step) override;
+  void keep_copy(const RunMeta& run_meta, const LoopState& state) override;
+  int64_t save_copy(const std::string& dir) override;
+
+  /// The file of `dir` holding the outer momentum of step `step`.
+  static std::string outer_state_file(const std::string& dir, int64_t step);
 
   /// Every rank's node index (from `comm`'s ranks' LOCAL_RANK, gathered). Collective.
   static std::vector<int> nodes_of_ranks(Communicator& comm, int local_rank);
@@ -135,6 +146,8 @@ class DiLoCoSync final : public StepSync {
   double round_tokens_ = 0;                    // the node's valid tokens since the round began
   double round_rows_ = 0, round_compute_ = 0;  // this rank's, since the round began
   std::vector<RankStep> last_;                 // every rank's step as of the last boundary
+  JobStateCopy copy_;                          // rank 0: node 0's state at the last keep_copy
+  std::vector<float> copy_momentum_;           // rank 0: the outer momentum then
   std::vector<std::string> pending_notes_;     // the outer step's line, for finish()
   bool synced_ = false;                        // the current step ended a round (outer step done)
 };

@@ -13,6 +13,7 @@
 #include "nanochat/core/format.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/plan/plan.h"
+#include "nanochat/train/diloco_sync.h"
 #include "nanochat/train/metrics_log.h"
 #include "nanochat/train/sync.h"
 #include "nanochat/train/trainer.h"
@@ -127,6 +128,7 @@ void remove_membership_checkpoint(const BaseTrainArgs& a, int64_t step) {
   const std::string prefix = optim_prefix.substr(0, optim_prefix.find("_rank") + 5);
   for (const auto& f : std::filesystem::directory_iterator(dir, ec))
     if (f.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(f.path(), ec);
+  std::filesystem::remove(DiLoCoSync::outer_state_file(dir, step), ec);  // --sync diloco's outer state
 }
 
 // Where the job's generations stand on this rank.
@@ -184,7 +186,8 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
   // Node 0's copy every 10 steps: a rank that leaves costs at most 9 steps done again (the stream
   // stays exact). Every step costs far more: 28% of a d8 step of 8,192 tokens over 1 Gbit/s, 2%
   // at 10 (bench/dist/elastic.sh).
-  if (a.copy_state_every == 0) a.copy_state_every = kElasticCopyEvery;
+  // --sync diloco: the copy at every round's boundary (the weights are one model there only)
+  if (a.copy_state_every == 0) a.copy_state_every = a.sync == "diloco" ? a.sync_every : kElasticCopyEvery;
   const cluster::Ms wait = std::max(cluster::heartbeat_timeout(), cluster::Ms(5000));
   int64_t changed_at = -1;                                // rank 0: the step of the last membership change's checkpoint
   auto note_checkpoint = [&](bool rank0, int64_t step) {  // keep only the latest one
@@ -280,7 +283,13 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
 void run_elastic(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, int min_world_size) {
   auto* first = dynamic_cast<cluster::GlooCommunicator*>(&comm);
   NC_CHECK(first || comm.world_size() == 1, "an elastic job needs the Gloo communicator");
-  if (a.copy_state_every == 0 && comm.rank() == 0)
+  if (a.copy_state_every == 0 && comm.rank() == 0 && a.sync == "diloco")
+    std::printf(
+        "Elastic job (at least %d ranks): node 0 keeps a copy of its state at every round's boundary (every %lld "
+        "steps; with --outer-overlap only at the boundaries that wait); a node that leaves costs at most the round "
+        "in progress; nodes join at those boundaries\n",
+        min_world_size, static_cast<long long>(a.sync_every));
+  else if (a.copy_state_every == 0 && comm.rank() == 0)
     std::printf(
         "Elastic job (at least %d ranks): node 0 keeps a copy of the job's state every %d steps "
         "(--copy-state-every %d: a node that leaves costs at most %d steps done again; 1 costs none but copies "

@@ -18,6 +18,9 @@
 // generation, which continues from it. A rank left out (it froze and woke after the others went
 // on) asks to join again.
 //
+// Under --sync diloco the copy is node 0's state at a round's boundary (train/diloco_sync.h): a
+// node that leaves costs the round in progress, and nodes join at a boundary.
+//
 // Each generation runs base-train's job (train/trainer.h run_base_train_job) with an
 // ElasticMembership (train/membership.h), through which the loop lets a rank go and admits those
 // that join; this file sits above the loop and the loop knows nothing of it.
