@@ -14,12 +14,15 @@
 # usage: sudo bench/dist/diloco.sh [--bin PATH] [--dir DIR] [--depth 4] [--seq-len 256] [--device-batch 4]
 #            [--batch TOKENS] [--steps N] [--sync-steps N] [--skip K] [--rates "1gbit 20mbit"]
 #            [--rtt-ms 40] [--every "10 50"] [--dtypes "float32 int8"] [--outer "0.7 0.9"] [--ratio 1]
-#            [--overlap "0 2"]
+#            [--overlap "0 2"] [--shaper auto|tbf]
 #   --dir DIR     NANOCHAT_BASE_DIR with the demo corpus and a tokenizer (default ~/.cache/nanochat,
 #                 the quickstart's); node 1 gets an empty folder of its own
 #   --outer "LR MU"  the outer learning rate and momentum (default the DiLoCo paper's 0.7 0.9)
 #   --overlap     --outer-overlap values to run: steps the nodes train on while the exchange travels
 #                 (default 0: they wait for it at each boundary)
+#   --shaper tbf  shape the rate only, in the kernel (tc tbf, no added delay): where netem is missing
+#                 and the delay line's CPU would compete with the nodes (default auto: netem, else
+#                 the delay line)
 # Needs: root, ip and tc (iproute2), taskset, and tc netem or /dev/net/tun (then the user-space
 # bench/dist/delay_line.py shapes the link); a cgroup cpu controller (v1 or v2) for --ratio > 1. Quiet host.
 set -euo pipefail
@@ -28,7 +31,7 @@ repo="$(cd "$(dirname "$0")/../.." && pwd)"
 me=diloco.sh
 bin="$repo/build/nanochat" dir="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
 depth=4 seq_len=256 dev_batch=4 batch=8192 steps=60 sync_steps=6 skip=2
-rates="1gbit 100mbit 20mbit" rtt_ms=40 every="10 50" dtypes="float32 bfloat16 int8" outer="0.7 0.9" ratio=1 overlap=0
+rates="1gbit 100mbit 20mbit" rtt_ms=40 every="10 50" dtypes="float32 bfloat16 int8" outer="0.7 0.9" ratio=1 overlap=0 shaper=auto
 die() { echo "$me: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || die "$1 needs a value"
@@ -36,12 +39,13 @@ while [ $# -gt 0 ]; do
     --bin) bin="$2" ;; --dir) dir="$2" ;; --depth) depth="$2" ;; --seq-len) seq_len="$2" ;;
     --device-batch) dev_batch="$2" ;; --batch) batch="$2" ;; --steps) steps="$2" ;; --sync-steps) sync_steps="$2" ;;
     --skip) skip="$2" ;; --rates) rates="$2" ;; --rtt-ms) rtt_ms="$2" ;; --every) every="$2" ;;
-    --dtypes) dtypes="$2" ;; --outer) outer="$2" ;; --ratio) ratio="$2" ;; --overlap) overlap="$2" ;;
+    --dtypes) dtypes="$2" ;; --outer) outer="$2" ;; --ratio) ratio="$2" ;; --overlap) overlap="$2" ;; --shaper) shaper="$2" ;;
     *) die "unknown argument '$1' (see the usage at the top of $0)" ;;
   esac
   shift 2
 done
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc, cgroup)"
+[ "$shaper" = auto ] || [ "$shaper" = tbf ] || die "--shaper must be auto or tbf (got '$shaper')"
 [ -x "$bin" ] || die "no nanochat binary at $bin (bash scripts/build.sh, or --bin)"
 [ -f "$dir/tokenizer/tokenizer.json" ] || die "no tokenizer in $dir: run the quickstart (bash scripts/setup.sh) or pass --dir"
 read -r outer_lr outer_mu <<< "$outer"
@@ -83,6 +87,12 @@ shape() {  # $1 = rate ("none": the veth as it is)
   [ -n "$line_pid" ] && { kill "$line_pid" 2> /dev/null || true; wait "$line_pid" 2> /dev/null || true; line_pid=""; }
   master_addr=10.82.0.1
   [ "$1" = none ] && return 0
+  if [ "$shaper" = tbf ]; then
+    ip netns exec "$ns0" tc qdisc replace dev "${id}x" root tbf rate "$1" burst 64kb latency 400ms
+    ip netns exec "$ns1" tc qdisc replace dev "${id}y" root tbf rate "$1" burst 64kb latency 400ms
+    echo "   link: tc tbf, $1, no added delay (the veth's own round trip)"
+    return 0
+  fi
   if [ "$has_netem" = 1 ]; then
     ip netns exec "$ns0" tc qdisc replace dev "${id}x" root netem rate "$1" delay "${half}ms" limit 100000
     ip netns exec "$ns1" tc qdisc replace dev "${id}y" root netem rate "$1" delay "${half}ms" limit 100000
@@ -154,7 +164,9 @@ pair() {  # $1 = tag, $2 = steps, then extra flags; leaves node 0's log in $logs
   wait "$p1" || die "$tag: node 1 failed ($logs/$tag.node1.log)"
 }
 export NANOCHAT_BASE_DIR="$dir"
-echo "== d$depth, T $seq_len, B $dev_batch, total batch $batch, $steps steps; RTT ${rtt_ms} ms; node 1 at 1/$ratio of a core"
+rtt_line="RTT ${rtt_ms} ms"
+[ "$shaper" = tbf ] && rtt_line="no added delay (tbf)"
+echo "== d$depth, T $seq_len, B $dev_batch, total batch $batch, $steps steps; $rtt_line; node 1 at 1/$ratio of a core"
 echo "   $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load $(cut -d' ' -f1-3 /proc/loadavg)"
 a0=$(alone dl-alone0 0)
 a1=$(alone dl-alone1 1 "${slow[@]}")

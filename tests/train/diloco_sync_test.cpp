@@ -306,7 +306,10 @@ TEST(DiLoCo, AnOverlappedExchangeLandsKStepsLaterKeepingWhatEachNodeTrainedMeanw
         "H %lld K %lld: largest difference from the reference %.3g, from the waiting run %.3g (weights up to "
         "%.3g)\n",
         static_cast<long long>(every), static_cast<long long>(k), worst, apart, scale);
-    EXPECT_LE(worst, 1e-5 * scale);
+    // float32 against double, grown by Muon's orthogonalisation over the steps: 1.9e-5 and 8.8e-5 in
+    // the release build, 3.2e-5 and 1.8e-4 in the sanitizer build; a landing that keeps half the K
+    // steps' progress is 4-6 away
+    EXPECT_LE(worst, 1e-4 * scale);
     EXPECT_GT(apart, 100 * worst) << "the overlapped run must differ from the waiting one after the first boundary";
     // before the first boundary nothing differs; after it the nodes differ; at the last step they
     // are one model

@@ -52,8 +52,9 @@
 // Nodes that come and go (`nanochat run --nnodes MIN:MAX`, train/elastic.h): node 0 keeps a copy
 // of its state (the weights, its inner optimizer state, the outer momentum) at the boundaries
 // where the weights are one model (keep_copy, every --copy-state-every steps: an elastic job sets
-// it to H). When a node leaves, node 0 writes that copy (save_copy) and the nodes that remain go
-// on from it as a new job generation: at most the round in progress is trained again. Nodes join
+// it to H; with --outer-overlap only boundaries that wait are such). When a node leaves, node 0
+// writes that copy (save_copy) and the nodes that remain go on from it as a new job generation:
+// the steps since it are trained again (the round in progress when each boundary is copied). Nodes join
 // at such a boundary and start their round from the outer weights (a node without its own inner
 // state starts it afresh, as on resume). Joins are admitted only where the weights are one model.
 #include <future>

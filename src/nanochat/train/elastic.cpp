@@ -286,8 +286,8 @@ void run_elastic(const BaseTrainArgs& a, Communicator& comm, const FaultInjector
   if (a.copy_state_every == 0 && comm.rank() == 0 && a.sync == "diloco")
     std::printf(
         "Elastic job (at least %d ranks): node 0 keeps a copy of its state at every round's boundary (every %lld "
-        "steps; with --outer-overlap only at the boundaries that wait); a node that leaves costs at most the round "
-        "in progress; nodes join at those boundaries\n",
+        "steps; with --outer-overlap only at those that also evaluate, sample or save); a node that leaves costs the "
+        "steps since that copy; nodes join at those boundaries\n",
         min_world_size, static_cast<long long>(a.sync_every));
   else if (a.copy_state_every == 0 && comm.rank() == 0)
     std::printf(
