@@ -264,6 +264,28 @@ std::vector<std::unique_ptr<BackgroundNode>> three_nodes(const std::vector<std::
   return ::testing::AssertionSuccess();
 }
 
+// Node 0 starts an elastic job (--nnodes 1:2) alone, its steps made 8x slower so that node 1,
+// started once node 0 logged 3 steps, joins while it trains (the math does not change); both end
+// within 180 s, with status 0 (checked here); their logs in out0 and out1.
+void join_later(const std::string& dir0, const std::string& dir1, const std::string& flags, std::string& out0,
+                std::string& out1) {
+  const std::string common =
+      " run --nnodes 1:2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
+      " --master-port " +
+      std::to_string(test_port());
+  BackgroundNode first(dir0, common + " --node-rank 0" + flags,
+                       "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_ELASTIC_LAST_CALL=1 NANOCHAT_TEST_FAULT=slow:0:8",
+                       dir0 + "/node0.log");
+  ASSERT_TRUE(logged_steps(first, 3));
+  BackgroundNode later(dir1, common + " --node-rank 1" + flags, "NANOCHAT_RENDEZVOUS_TIMEOUT=60", dir0 + "/node1.log");
+  for (auto* n : {&first, &later})
+    ASSERT_TRUE(n->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(180))) << slurp(n->log);
+  out0 = slurp(first.log);
+  out1 = slurp(later.log);
+  EXPECT_TRUE(WIFEXITED(first.status) && WEXITSTATUS(first.status) == 0) << out0;
+  EXPECT_TRUE(WIFEXITED(later.status) && WEXITSTATUS(later.status) == 0) << out1;
+}
+
 }  // namespace
 
 // A node that freezes (SIGSTOP to its launcher and rank: a laptop whose lid closed) is found by the
@@ -438,25 +460,11 @@ TEST(Elastic, BelowItsMinimumUntilTheTimeoutTheJobStopsWithItsCheckpoint) {
 TEST(Elastic, TheJobStartsWithTheNodesThereAndANodeStartedLaterJoins) {
   BaseDir n0("nc_elj_node0");
   EmptyDir n1("nc_elj_node1");
-  const std::string common =
-      " run --nnodes 1:2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
-      " --master-port " +
-      std::to_string(test_port());
-  // 20 steps (the tolerance below holds over a few tens of steps); node 0's steps are made 8x
-  // slower so that node 1 starts while it trains (the math does not change)
+  // 20 steps (the tolerance below holds over a few tens of steps)
   std::string flags = with_iterations(20);
   flags.replace(flags.find("--eval-every -1"), std::strlen("--eval-every -1"), "--eval-every 1 --eval-tokens 128");
-  BackgroundNode first(n0.dir, common + " --node-rank 0" + flags,
-                       "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_ELASTIC_LAST_CALL=1 NANOCHAT_TEST_FAULT=slow:0:8",
-                       n0.dir + "/node0.log");
-  ASSERT_TRUE(logged_steps(first, 3));
-  BackgroundNode later(n1.dir, common + " --node-rank 1" + flags, "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
-                       n0.dir + "/node1.log");
-  for (auto* n : {&first, &later})
-    ASSERT_TRUE(n->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(180))) << slurp(n->log);
-  const std::string out0 = slurp(first.log), out1 = slurp(later.log);
-  EXPECT_TRUE(WIFEXITED(first.status) && WEXITSTATUS(first.status) == 0) << out0;
-  EXPECT_TRUE(WIFEXITED(later.status) && WEXITSTATUS(later.status) == 0) << out1;
+  std::string out0, out1;
+  ASSERT_NO_FATAL_FAILURE(join_later(n0.dir, n1.dir, flags, out0, out1));
   EXPECT_NE(out0.find("1 of 2 nodes are here (at least 1 needed): the job starts with them in "), std::string::npos)
       << out0;
   EXPECT_NE(out0.find("rank 0 of WORLD_SIZE=1"), std::string::npos) << out0;
@@ -579,22 +587,9 @@ TEST(Elastic, ADiLoCoNodeThatLeavesCostsTheRoundInProgressOnly) {
 TEST(Elastic, ANodeJoinsADiLoCoJobAtARoundsBoundary) {
   BaseDir n0("nc_eldj_node0");
   EmptyDir n1("nc_eldj_node1");
-  const std::string common =
-      " run --nnodes 1:2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
-      " --master-port " +
-      std::to_string(test_port());
-  const std::string flags = with_iterations(24) + " --sync diloco --sync-every 4";
-  BackgroundNode first(n0.dir, common + " --node-rank 0" + flags,
-                       "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_ELASTIC_LAST_CALL=1 NANOCHAT_TEST_FAULT=slow:0:8",
-                       n0.dir + "/node0.log");
-  ASSERT_TRUE(logged_steps(first, 3));
-  BackgroundNode later(n1.dir, common + " --node-rank 1" + flags, "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
-                       n0.dir + "/node1.log");
-  for (auto* n : {&first, &later})
-    ASSERT_TRUE(n->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(180))) << slurp(n->log);
-  const std::string out0 = slurp(first.log), out1 = slurp(later.log);
-  EXPECT_TRUE(WIFEXITED(first.status) && WEXITSTATUS(first.status) == 0) << out0;
-  EXPECT_TRUE(WIFEXITED(later.status) && WEXITSTATUS(later.status) == 0) << out1;
+  std::string out0, out1;
+  ASSERT_NO_FATAL_FAILURE(
+      join_later(n0.dir, n1.dir, with_iterations(24) + " --sync diloco --sync-every 4", out0, out1));
   const size_t joined = out0.find("A rank joined the job at step ");
   ASSERT_NE(joined, std::string::npos) << out0;
   const int join_step = std::stoi(out0.substr(joined + std::strlen("A rank joined the job at step ")));
