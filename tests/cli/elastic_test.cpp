@@ -631,3 +631,34 @@ TEST(Elastic, AFrozenDiLoCoNodeIsLeftBehindAndRejoinsAtABoundary) {
   ASSERT_NE(last, std::string::npos) << out0;
   EXPECT_NE(out0.substr(last, out0.find('\n', last) - last).find(" r2 "), std::string::npos) << out0.substr(last, 600);
 }
+
+// The same with long rounds: node 1 dies inside a round that node 0 (made 40x slower) has seconds
+// left of. Node 0's data feed finds the broken connection and its heartbeat the death long before
+// the boundary: the feed stops sending node 1's rows (it does not stop the job), the next step
+// ends the generation, and node 0 goes on alone from its copy of step 5 to the end.
+TEST(Elastic, ADiLoCoNodeThatDiesMidRoundIsLetGoBeforeTheBoundary) {
+  BaseDir n0("nc_eldl_node0");
+  EmptyDir n1("nc_eldl_node1");
+  const std::string common =
+      " run --nnodes 1:2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 "
+      "--allow-loopback-master --heartbeat-timeout 4 --master-port " +
+      std::to_string(test_port());
+  const std::string flags = with_iterations(12) + " --sync diloco --sync-every 5";
+  Result r0, r1;
+  std::thread t0([&] {
+    r0 = run_at(n0.dir, common + " --node-rank 0" + flags,
+                "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_TEST_FAULT=slow:0:40");
+  });
+  std::thread t1([&] {
+    r1 =
+        run_at(n1.dir, common + " --node-rank 1" + flags, "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_TEST_FAULT=die:1:6");
+  });
+  t0.join();
+  t1.join();
+  ASSERT_EQ(r0.code, 0) << r0.out << "\n--- node 1:\n" << r1.out;
+  EXPECT_EQ(r0.out.find("could not serve the data"), std::string::npos) << r0.out;
+  EXPECT_NE(r0.out.find("(node 0's copy of its state at step 5, the last boundary)"), std::string::npos) << r0.out;
+  EXPECT_NE(r0.out.find("1 rank goes on (old rank 0) from step 5"), std::string::npos) << r0.out;
+  EXPECT_EQ(r0.out.find("Outer step after step 10: 2 nodes"), std::string::npos) << "node 0 waited for the boundary";
+  EXPECT_NE(r0.out.find("step 00011/00012"), std::string::npos) << r0.out;
+}

@@ -131,8 +131,9 @@ void FeedServer::shutdown() noexcept {
 }
 
 void FeedServer::drop(int r) noexcept {
-  if (r > 0 && r < static_cast<int>(peers_.size()) && peers_[static_cast<size_t>(r)].fd)
-    ::shutdown(peers_[static_cast<size_t>(r)].fd.get(), SHUT_RDWR);
+  if (r <= 0 || r >= static_cast<int>(peers_.size())) return;
+  peers_[static_cast<size_t>(r)].left->store(true);
+  if (peers_[static_cast<size_t>(r)].fd) ::shutdown(peers_[static_cast<size_t>(r)].fd.get(), SHUT_RDWR);
 }
 
 std::string FeedServer::describe(int r) const {
@@ -141,9 +142,14 @@ std::string FeedServer::describe(int r) const {
 
 void FeedServer::send(int r, const FeedFrame& f, Clock::time_point deadline) {
   Peer& p = peers_.at(static_cast<size_t>(r));
+  if (p.left->load()) return;  // it left the job: the others go on without its rows
   std::lock_guard<std::mutex> lk(*p.mu);
   if (!p.fd) fail("the data connection to ", describe(r), " is closed");
-  write_feed_frame(p.fd.get(), f, deadline, describe(r));
+  try {
+    write_feed_frame(p.fd.get(), f, deadline, describe(r));
+  } catch (const std::exception&) {
+    if (!p.left->load()) throw;  // dropped while this frame was on its way
+  }
 }
 
 void FeedServer::send_error(const std::string& message) noexcept {

@@ -47,14 +47,16 @@ class FeedServer {
   std::string describe(int r) const;
   /// Writes f to rank r (1 <= r < world size) before `deadline`. Safe to call from several threads:
   /// frames to one rank never interleave. Throws nanochat::Error naming rank r and its host when the
-  /// connection is lost or the deadline passes.
+  /// connection is lost or the deadline passes. A rank dropped (it left the job) is skipped: the job
+  /// regroups without it, and the ranks that remain must not fail on its rows.
   void send(int r, const FeedFrame& f, Clock::time_point deadline);
   /// An Error frame with `message` to every other rank, each within a few seconds; a rank that cannot
   /// be reached is skipped. Never throws.
   void send_error(const std::string& message) noexcept;
   /// Shuts every connection down (a blocked send() then fails at once). Never throws.
   void shutdown() noexcept;
-  /// Shuts rank r's connection down (it left the job: a send to it fails at once). Never throws.
+  /// Shuts rank r's connection down (it left the job: a send to it is skipped, one in progress ends
+  /// at once). Never throws.
   void drop(int r) noexcept;
 
  private:
@@ -62,6 +64,7 @@ class FeedServer {
     Fd fd;
     std::string host;
     std::unique_ptr<std::mutex> mu = std::make_unique<std::mutex>();
+    std::unique_ptr<std::atomic<bool>> left = std::make_unique<std::atomic<bool>>(false);  // drop()ped
   };
   std::vector<Peer> peers_;  // index = rank; peers_[0] unused
   int port_ = 0;

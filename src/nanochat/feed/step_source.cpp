@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -191,7 +192,15 @@ class ServingSource : public StepSource {
         f.seq = s;
         f.text = step_text(sr);
         f.tokens = std::move(sr.rows);  // lent to the frame for the sends, then taken back
-        for (int r = 1; r < server_.world_size(); ++r) server_.send(r, f, feed::feed_step_deadline());
+        for (int r = 1; r < server_.world_size(); ++r) try {
+            server_.send(r, f, feed::feed_step_deadline());
+          } catch (const std::exception& e) {
+            // its data connection broke (it died, or its link did): the others' rows go on; the
+            // job's heartbeat and collectives say what became of it, and it stops waiting for rows
+            std::printf("rank 0: %s; its rows are no longer sent\n", e.what());
+            std::fflush(stdout);
+            server_.drop(r);
+          }
         sr.rows = std::move(f.tokens);
         const bool end = sr.end;
         std::lock_guard<std::mutex> lk(mu_);

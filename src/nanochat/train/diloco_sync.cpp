@@ -88,6 +88,13 @@ DiLoCoSync::DiLoCoSync(GPT& model, const TrainPlan& plan, Communicator& comm, co
     if (late() > 0) sent_at_.resize(n);
   }
   last_.assign(static_cast<size_t>(W), RankStep{});
+  comm.on_peer_lost([lost = lost_](int peer, const std::string& why) {  // the hook may outlive this sync
+    std::lock_guard<std::mutex> lk(lost->mu);
+    if (lost->peer < 0) {
+      lost->peer = peer;
+      lost->why = why;
+    }
+  });
 }
 
 DiLoCoSync::~DiLoCoSync() {
@@ -123,6 +130,10 @@ bool DiLoCoSync::boundary(int64_t step) const { return step % outer_cfg_.every =
 bool DiLoCoSync::in_sync(int64_t step) const { return late() > 0 ? drain(step) : boundary(step); }
 
 StepShare DiLoCoSync::begin_step(int64_t step) {
+  {
+    std::lock_guard<std::mutex> lk(lost_->mu);
+    if (lost_->peer >= 0) throw PeerLost(lost_->why, lost_->peer);  // the round in progress is lost anyway
+  }
   step_ = step;
   synced_ = false;
   split_ = balancer_.rows();

@@ -59,6 +59,8 @@
 // state starts it afresh, as on resume). Joins are admitted only where the weights are one model.
 #include <future>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "nanochat/checkpoint/job_checkpoint.h"
@@ -147,10 +149,18 @@ class DiLoCoSync final : public StepSync {
   double round_tokens_ = 0;                    // the node's valid tokens since the round began
   double round_rows_ = 0, round_compute_ = 0;  // this rank's, since the round began
   std::vector<RankStep> last_;                 // every rank's step as of the last boundary
-  JobStateCopy copy_;                          // rank 0: node 0's state at the last keep_copy
-  std::vector<float> copy_momentum_;           // rank 0: the outer momentum then
-  std::vector<std::string> pending_notes_;     // the outer step's line, for finish()
-  bool synced_ = false;                        // the current step ended a round (outer step done)
+  // A peer the job's heartbeat found lost (set from its thread): inside a round no collective
+  // crosses nodes, so the next step stops with it instead of training on to the boundary.
+  struct Lost {
+    std::mutex mu;
+    int peer = -1;
+    std::string why;
+  };
+  std::shared_ptr<Lost> lost_ = std::make_shared<Lost>();
+  JobStateCopy copy_;                       // rank 0: node 0's state at the last keep_copy
+  std::vector<float> copy_momentum_;        // rank 0: the outer momentum then
+  std::vector<std::string> pending_notes_;  // the outer step's line, for finish()
+  bool synced_ = false;                     // the current step ended a round (outer step done)
 };
 
 }  // namespace nanochat
