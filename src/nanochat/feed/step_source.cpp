@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -194,11 +193,10 @@ class ServingSource : public StepSource {
         f.tokens = std::move(sr.rows);  // lent to the frame for the sends, then taken back
         for (int r = 1; r < server_.world_size(); ++r) try {
             server_.send(r, f, feed::feed_step_deadline());
-          } catch (const std::exception& e) {
-            // its data connection broke (it died, or its link did): the others' rows go on; the
-            // job's heartbeat and collectives say what became of it, and it stops waiting for rows
-            std::printf("rank 0: %s; its rows are no longer sent\n", e.what());
-            std::fflush(stdout);
+          } catch (const std::exception&) {
+            // its data connection broke (it died, or its link did): the others' rows go on, and
+            // the job's heartbeat and collectives say what became of it (a job that is stopping
+            // anyway says nothing more here); a worker cut off stops waiting for its rows
             server_.drop(r);
           }
         sr.rows = std::move(f.tokens);
