@@ -15,6 +15,7 @@
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
+#include "nanochat/core/report_log.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/data/loader.h"
@@ -39,7 +40,7 @@ struct EvalArgs {
 };
 
 // train and val bpb over --split-tokens per split (nanochat evaluate_bpb)
-void evaluate_splits(LoadedModel& lm, const Tokenizer& tok, const EvalArgs& args) {
+void evaluate_splits(LoadedModel& lm, const Tokenizer& tok, const EvalArgs& args, nlohmann::ordered_json& card) {
   const EvalArgs* a = &args;
   {
     data::LoaderOptions o;
@@ -72,6 +73,7 @@ void evaluate_splits(LoadedModel& lm, const Tokenizer& tok, const EvalArgs& args
       const double bpb = evaluate_bpb(*lm.model, dl, steps, token_bytes, local,
                                       print_progress ? std::function<void(int64_t, int64_t)>(progress) : nullptr);
       std::printf("%s bpb: %.6f\n", split, bpb);
+      card[std::string(split) + " bpb"] = bpb;
       std::fflush(stdout);
     }
   }
@@ -109,9 +111,13 @@ void register_base_eval(CLI::App& app) {
     const Tokenizer& tok = im.tokenizer;
     LoadedModel& lm = im.lm;
     const bool master = cluster::env_int("RANK").value_or(0) == 0;
-    if (modes.sample && master) print_base_samples(lm, tok);
-    if (modes.bpb) evaluate_splits(lm, tok, *a);
-    if (modes.core) run_core_eval(lm, tok, a->max_per_task, eval_opt->count() > 0);
+    nlohmann::ordered_json card;
+    card["model"] = lm.tag + " step " + std::to_string(lm.step);
+    if (modes.bpb) card["split tokens"] = a->split_tokens;
+    if (modes.sample && master) print_base_samples(lm, tok, card);
+    if (modes.bpb) evaluate_splits(lm, tok, *a, card);
+    if (modes.core) run_core_eval(lm, tok, a->max_per_task, eval_opt->count() > 0, card);
+    if (master) log_report_section("base-model-evaluation", "Base model evaluation", card);
   });
 }
 

@@ -37,7 +37,7 @@ EvalModes parse_eval_modes(const std::string& text) {
   return m;
 }
 
-void print_base_samples(LoadedModel& lm, const Tokenizer& tok) {
+void print_base_samples(LoadedModel& lm, const Tokenizer& tok, nlohmann::ordered_json& card) {
   const std::string rule(80, '-');
   auto show = [&](const std::vector<int32_t>& prompt, const std::vector<int32_t>& out) {
     std::vector<int32_t> all = prompt;
@@ -55,7 +55,11 @@ void print_base_samples(LoadedModel& lm, const Tokenizer& tok) {
     GenerateOptions o;
     o.max_tokens = 16;
     o.temperature = 0.0;
-    show(prompt, engine.generate(prompt, o).rows[0].tokens);
+    const std::vector<int32_t> out = engine.generate(prompt, o).rows[0].tokens;
+    show(prompt, out);
+    std::vector<int32_t> all = prompt;
+    all.insert(all.end(), out.begin(), out.end());
+    card["samples"].push_back(tok.decode(all));
   }
   std::printf("\nUnconditioned samples:\n");
   const std::vector<int32_t> bos{tok.bos_id()};
@@ -66,7 +70,8 @@ void print_base_samples(LoadedModel& lm, const Tokenizer& tok) {
   for (const auto& row : engine.generate(bos, o).rows) show(bos, row.tokens);
 }
 
-void run_core_eval(LoadedModel& lm, const Tokenizer& tok, int64_t max_per_task, bool required) {
+void run_core_eval(LoadedModel& lm, const Tokenizer& tok, int64_t max_per_task, bool required,
+                   nlohmann::ordered_json& card) {
   const std::string dir = base_dir() + "/eval_bundle";
   if (!required && !std::filesystem::exists(dir + "/core.yaml")) {
     std::printf("CORE: skipped, %s/core.yaml is missing; %s, or pass --eval bpb,sample\n", dir.c_str(),
@@ -97,6 +102,9 @@ void run_core_eval(LoadedModel& lm, const Tokenizer& tok, int64_t max_per_task, 
   }
   write_core_csv(csv, r);
   std::printf("\nResults written to: %s\nCORE metric: %.4f\n", csv.c_str(), r.core_metric);
+  card["CORE"] = r.core_metric;
+  card["CORE max per task"] = max_per_task;
+  for (const CoreTaskResult& t : r.tasks) card["CORE tasks (centered)"][t.label] = t.centered;
   std::fflush(stdout);
 }
 

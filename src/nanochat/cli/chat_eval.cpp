@@ -14,6 +14,7 @@
 #include "nanochat/checkpoint/model_io.h"
 #include "nanochat/cli/commands.h"
 #include "nanochat/cluster/gloo_communicator.h"
+#include "nanochat/core/report_log.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/engine/engine.h"
@@ -84,7 +85,16 @@ void run(const ChatEvalArgs& a) {
       if (n == name) acc = r.accuracy, seen = true;  // a task named twice counts once, as in nanochat's dict
     if (!seen) results.emplace_back(name, r.accuracy);
   }
-  if (const auto cc = chatcore_metric(results); cc && main_rank) std::printf("ChatCORE metric: %.4f\n", *cc);
+  const auto cc = chatcore_metric(results);
+  if (cc && main_rank) std::printf("ChatCORE metric: %.4f\n", *cc);
+  if (!main_rank) return;
+  nlohmann::ordered_json card;
+  card["model"] = im.lm.tag + " step " + std::to_string(im.lm.step);
+  card["max problems per task"] = a.opt.max_problems;
+  for (const auto& [name, acc] : results) card[name] = acc;
+  if (cc) card["ChatCORE"] = *cc;
+  const std::string source = checkpoint_source_name(im.source);
+  log_report_section("chat-evaluation-" + source, "Chat evaluation " + source, card);
 }
 }  // namespace
 

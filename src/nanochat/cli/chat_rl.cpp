@@ -13,7 +13,9 @@
 #include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
+#include "nanochat/core/report_log.h"
 #include "nanochat/core/threads.h"
+#include "nanochat/core/timer.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/plan/balance_mode.h"
 #include "nanochat/tasks/registry.h"
@@ -105,7 +107,32 @@ void run(ChatRlArgs a) {
     std::printf("Saved model checkpoint to %s (step %lld)\n", dir.c_str(), static_cast<long long>(step));
     std::fflush(stdout);
   };
+  // The card's section: the last evaluation's pass@k and the mean reward of the run's steps.
+  nlohmann::ordered_json card;
+  card["model"] = im.lm.tag + " step " + std::to_string(im.lm.step) + " (sft)";
+  card["task"] = a.task;
+  card["steps"] = num_steps;
+  card["ranks"] = comm->world_size();
+  double reward_sum = 0;
+  int64_t rewarded = 0;
+  const auto on_eval = cb.on_eval;
+  cb.on_eval = [&, on_eval](int64_t step, const std::vector<double>& pk) {
+    on_eval(step, pk);
+    card["pass@k step"] = step;
+    card["pass@k"] = pk;
+  };
+  const auto on_step = cb.on_step;
+  cb.on_step = [&, on_step](const ChatRlStep& s) {
+    on_step(s);
+    reward_sum += s.mean_reward;
+    ++rewarded;
+  };
+  Timer timer;
   run_chat_rl(model, im.tokenizer, *train, *val, a.opt, *comm, cb);
+  if (!main_rank) return;
+  if (rewarded > 0) card["mean reward"] = reward_sum / static_cast<double>(rewarded);
+  card["time_s"] = timer.seconds();
+  log_report_section("chat-rl", "Chat RL", card);
 }
 }  // namespace
 

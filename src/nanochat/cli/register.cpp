@@ -15,6 +15,8 @@ void register_chat_eval(CLI::App& app);   // cli/chat_eval.cpp
 void register_chat_rl(CLI::App& app);     // cli/chat_rl.cpp
 void register_chat_web(CLI::App& app);    // cli/chat_web.cpp
 void register_interop(CLI::App& app);     // cli/interop.cpp: export, import
+void register_speedrun(CLI::App& app);    // cli/speedrun.cpp
+void register_report(CLI::App& app);      // cli/speedrun.cpp
 
 // Subcommand registrations (one per cli/<name>.cpp). Keep this list in the order of the table in
 // docs/architecture.md 1.
@@ -33,6 +35,8 @@ void register_all(CLI::App& app) {
   register_chat_rl(app);
   register_chat_web(app);
   register_interop(app);
+  register_speedrun(app);
+  register_report(app);
 }
 
 }  // namespace nanochat::cli

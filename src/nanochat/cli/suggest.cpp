@@ -102,6 +102,32 @@ bool is_number(const std::string& s) {
 
 }  // namespace
 
+std::string check_stage_flag(const CLI::App& top, const std::string& token, bool& takes_value) {
+  const std::string name = token.substr(0, token.find('='));
+  const size_t dot = name.find('.');
+  if (name.compare(0, 2, "--") != 0 || dot == std::string::npos || dot == 2 || dot + 1 == name.size())
+    return "unexpected argument '" + token +
+           "'; a stage's flag is written --<command>.<flag> VALUE (e.g. --base-train.depth 8)";
+  const std::string command = name.substr(2, dot - 2);
+  const CLI::App* sub = find_subcommand(&top, command);
+  if (sub == nullptr || !visible(sub)) {
+    std::vector<std::string> names;
+    for (const CLI::App* s : top.get_subcommands([](const CLI::App* s) { return visible(s); }))
+      names.push_back(s->get_name());
+    const std::string best = closest_name(command, names);
+    return "unknown command '" + command + "' in '" + name + "'" +
+           (best.empty() ? "" : "; did you mean '--" + best + name.substr(dot) + "'?");
+  }
+  const std::string flag = "--" + name.substr(dot + 1);
+  const CLI::Option* opt = sub->get_option_no_throw(flag);
+  if (opt == nullptr || !opt->nonpositional()) {
+    const std::string inner = unknown_flag(sub, flag);
+    return "in '" + name + "': " + inner;
+  }
+  takes_value = opt->get_expected_min() > 0;
+  return "";
+}
+
 std::string check_names(const CLI::App& app, int argc, const char* const* argv) {
   const CLI::App* cur = &app;
   bool has_subcommands = !cur->get_subcommands(named).empty();
@@ -116,6 +142,12 @@ std::string check_names(const CLI::App& app, int argc, const char* const* argv) 
     }
     if (tok.size() > 1 && tok[0] == '-' && !is_number(tok)) {
       const bool is_long = tok.compare(0, 2, "--") == 0;
+      if (is_long && cur->get_allow_extras() && tok.substr(0, tok.find('=')).find('.') != std::string::npos) {
+        bool takes_value = false;  // a stage's flag (`speedrun --base-train.depth 8`)
+        if (std::string bad = check_stage_flag(app, tok, takes_value); !bad.empty()) return bad;
+        if (takes_value && tok.find('=') == std::string::npos) ++i;
+        continue;
+      }
       const size_t eq = tok.find('=');
       const std::string name = is_long ? tok.substr(0, eq) : tok.substr(0, 2);
       const CLI::Option* opt = cur->get_option_no_throw(name);

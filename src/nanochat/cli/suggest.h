@@ -31,4 +31,9 @@ std::string closest_name(const std::string& typed, const std::vector<std::string
 /// (group "") are accepted but never suggested. Throws nothing.
 std::string check_names(const CLI::App& app, int argc, const char* const* argv);
 
+/// A flag for another command, --<command>.<flag>[=VALUE] (`nanochat speedrun` takes them for
+/// its stages): "" when <command> is a command of `top` and <flag> one of its flags (then
+/// `takes_value` says whether it takes a value), else the error naming what is wrong.
+std::string check_stage_flag(const CLI::App& top, const std::string& token, bool& takes_value);
+
 }  // namespace nanochat::cli

@@ -1,6 +1,7 @@
 // `nanochat tok-train` and `nanochat tok-eval` (scripts/tok_train.py, scripts/tok_eval.py;
 // docs/nanochat.md 6.2, 6.5): train the BPE tokenizer on the train shards, report its compression.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -9,6 +10,7 @@
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/paths.h"
+#include "nanochat/core/report_log.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/data/loader.h"
 #include "nanochat/data/parquet.h"
@@ -88,9 +90,19 @@ void run_tok_train(const TrainOptions& o) {
     mn = std::min<int64_t>(mn, v);
     mx = std::max<int64_t>(mx, v);
   }
+  const double mean_bytes = nonzero ? static_cast<double>(sum) / static_cast<double>(nonzero) : 0.0;
   std::printf("token_bytes: %lld special (0 bytes), %lld tokens of %lld..%lld bytes, mean %.3f\n",
               static_cast<long long>(nspecial), static_cast<long long>(nonzero), static_cast<long long>(mn),
-              static_cast<long long>(mx), nonzero ? static_cast<double>(sum) / static_cast<double>(nonzero) : 0.0);
+              static_cast<long long>(mx), mean_bytes);
+  nlohmann::ordered_json d;
+  d["max_chars"] = o.max_chars;
+  d["doc_cap"] = o.doc_cap;
+  d["vocab_size"] = tok.vocab_size();
+  d["documents"] = budget.docs();
+  d["characters"] = budget.chars();
+  d["training_time_s"] = total.seconds();
+  d["mean_token_bytes"] = mean_bytes;
+  log_report_section("tokenizer-training", "Tokenizer training", d);
 }
 
 // Sample texts for tok-eval (written for this project; the kinds nanochat's tok_eval uses).
@@ -132,11 +144,13 @@ const Sample kSamples[] = {
      "cke. \xf0\x9f\x98\x80\xf0\x9f\x91\x8d"},
 };
 
-void eval_line(const Tokenizer& tok, const std::string& name, const std::string& text) {
+// Prints the row and adds the ratio to `rows` (the card's section).
+void eval_line(const Tokenizer& tok, const std::string& name, const std::string& text, nlohmann::ordered_json& rows) {
   const auto ids = tok.encode(text);
   if (tok.decode(ids) != text) fail("tok-eval: decode(encode(x)) != x for ", name, " (please report this bug)");
-  std::printf("%-14s %12zu %12zu %10.3f\n", name.c_str(), text.size(), ids.size(),
-              ids.empty() ? 0.0 : static_cast<double>(text.size()) / static_cast<double>(ids.size()));
+  const double ratio = ids.empty() ? 0.0 : static_cast<double>(text.size()) / static_cast<double>(ids.size());
+  std::printf("%-14s %12zu %12zu %10.3f\n", name.c_str(), text.size(), ids.size(), ratio);
+  rows[name + " bytes/token"] = std::round(ratio * 1000.0) / 1000.0;
 }
 
 void run_tok_eval() {
@@ -144,7 +158,9 @@ void run_tok_eval() {
   const Tokenizer tok = Tokenizer::load(tdir);
   std::printf("tokenizer: %s (vocab size %d)\n", tdir.c_str(), tok.vocab_size());
   std::printf("%-14s %12s %12s %10s\n", "text", "bytes", "tokens", "bytes/tok");
-  for (const Sample& s : kSamples) eval_line(tok, s.name, s.text);
+  nlohmann::ordered_json rows;
+  rows["vocab_size"] = tok.vocab_size();
+  for (const Sample& s : kSamples) eval_line(tok, s.name, s.text, rows);
 
   // The first train shard and the val shard; without both, a note says why the rows are missing.
   std::string train_shard, val_shard;
@@ -167,9 +183,10 @@ void run_tok_eval() {
       }
       return joined;
     };
-    eval_line(tok, "train-rg0", first_group(train_shard));
-    eval_line(tok, "val-rg0", first_group(val_shard));
+    eval_line(tok, "train-rg0", first_group(train_shard), rows);
+    eval_line(tok, "val-rg0", first_group(val_shard), rows);
   }
+  log_report_section("tokenizer-evaluation", "Tokenizer evaluation", rows);
 }
 
 }  // namespace

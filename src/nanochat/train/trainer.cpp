@@ -22,6 +22,7 @@
 #include "nanochat/train/membership.h"
 #include "nanochat/train/metrics_log.h"
 #include "nanochat/train/report.h"
+#include "nanochat/train/run_summary.h"
 #include "nanochat/train/sync_factory.h"
 #include "nanochat/train/train_loop.h"
 
@@ -169,6 +170,7 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
     print0(job.step_log.summary(loop.stream_state()));
   metrics.write_chart(plan.checkpoint_dir + "/report.svg", plan.command + " " + plan.tag);
   print0("Wrote " + plan.checkpoint_dir + "/report.svg and " + metrics.path());
+  report_training_run(plan, st, metrics.path(), master);
   if (!eval_error.empty()) fail("the final evaluation failed after the weights were saved: ", eval_error);
 }
 
