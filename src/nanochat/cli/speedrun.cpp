@@ -86,7 +86,8 @@ std::vector<road::FlagOverride> parse_overrides(const CLI::App& top, const std::
     for (const auto& s : opt->get_snames()) ov.names.push_back("-" + s);
     std::stable_partition(ov.names.begin(), ov.names.end(), [&](const std::string& n) { return n == flag; });
     ov.takes_value = takes_value;
-    if (eq != std::string::npos) ov.value = w.substr(eq + 1);
+    if (eq != std::string::npos)
+      ov.value = w.substr(eq + 1);
     else if (takes_value) {
       if (i + 1 >= rest.size()) fail("speedrun: ", w, " needs a value (", w, " VALUE or ", w, "=VALUE)");
       ov.value = rest[++i];
@@ -143,12 +144,13 @@ void print_plan(const RoadRun& r, const road::SpeedProbe& p, const road::TrainSi
   std::printf("speedrun plan: preset %s, %s; %s (%d cores, %d threads, %s, %.1f GiB)\n", r.a.preset.c_str(),
               r.a.offline ? "offline (demo corpus, offline chat tasks)" : "online (nanochat's shards and datasets)",
               n.cpu.c_str(), n.cores, n.logical, n.isa.c_str(), n.memory_gib);
-  std::printf("  model %s: depth %d, %s parameters; base-train %s steps x %s tokens = %s tokens at %s tok/s "
-              "(measured now: %.2f s per %d x %d micro-batch, optimizer %.2f s)\n",
-              r.tag.c_str(), z.depth, with_commas(z.params).c_str(),
-              with_commas(z.steps).c_str(), with_commas(z.total_batch).c_str(), with_commas(z.steps * z.total_batch).c_str(),
-              with_commas(static_cast<int64_t>(p.train_tok_per_s(z.total_batch))).c_str(), p.micro_batch_s, p.B, p.T,
-              p.optimizer_s);
+  std::printf(
+      "  model %s: depth %d, %s parameters; base-train %s steps x %s tokens = %s tokens at %s tok/s "
+      "(measured now: %.2f s per %d x %d micro-batch, optimizer %.2f s)\n",
+      r.tag.c_str(), z.depth, with_commas(z.params).c_str(), with_commas(z.steps).c_str(),
+      with_commas(z.total_batch).c_str(), with_commas(z.steps * z.total_batch).c_str(),
+      with_commas(static_cast<int64_t>(p.train_tok_per_s(z.total_batch))).c_str(), p.micro_batch_s, p.B, p.T,
+      p.optimizer_s);
   double at = 0;
   bool ran_one = false;  // a stage that runs makes every later one run
   for (size_t i = 0; i < r.stages.size(); ++i) {
@@ -221,10 +223,11 @@ int run_stage(RoadRun& r, size_t i, double road_left_after, bool resume) {
     };
     const int rc = run_stage_process(program, c, log, on_line);
     if (rc != 0) {
-      std::printf("speedrun: [%zu/%zu] %s failed (exit status %d; its log: %s). Fix what it says and run the same "
-                  "command again: the finished stages are skipped%s.\n",
-                  i + 1, r.stages.size(), s.id.c_str(), rc, log.c_str(),
-                  s.checkpoint_dir.empty() ? "" : " and this one continues from its last checkpoint");
+      std::printf(
+          "speedrun: [%zu/%zu] %s failed (exit status %d; its log: %s). Fix what it says and run the same "
+          "command again: the finished stages are skipped%s.\n",
+          i + 1, r.stages.size(), s.id.c_str(), rc, log.c_str(),
+          s.checkpoint_dir.empty() ? "" : " and this one continues from its last checkpoint");
       return rc;
     }
   }
@@ -376,10 +379,11 @@ int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<s
   const bool rl = std::any_of(r.stages.begin(), r.stages.end(), [](const Stage& s) { return s.id == "chat-rl"; });
   const std::string src = rl ? "rl" : "sft";
   const std::string bin = self_executable();
-  std::printf("Talk to the model (NANOCHAT_BASE_DIR=%s):\n  %s chat -i %s -g %s -p \"%s\"\n  %s chat-web -i %s -g %s   "
-              "(then open http://127.0.0.1:8000/)\n",
-              r.base.c_str(), bin.c_str(), src.c_str(), tag.c_str(),
-              a.offline ? "What is 12 plus 7?" : "What is the capital of France?", bin.c_str(), src.c_str(), tag.c_str());
+  std::printf(
+      "Talk to the model (NANOCHAT_BASE_DIR=%s):\n  %s chat -i %s -g %s -p \"%s\"\n  %s chat-web -i %s -g %s   "
+      "(then open http://127.0.0.1:8000/)\n",
+      r.base.c_str(), bin.c_str(), src.c_str(), tag.c_str(),
+      a.offline ? "What is 12 plus 7?" : "What is the capital of France?", bin.c_str(), src.c_str(), tag.c_str());
   return 0;
 }
 
@@ -412,7 +416,8 @@ void register_speedrun(CLI::App& app) {
   const CLI::App* top = &app;
   c->callback([a, c, top] {
     std::string line = "nanochat speedrun --preset " + a->preset + (a->offline ? " --offline" : "") +
-                       (a->rl.empty() ? "" : " --rl " + a->rl) + (a->model_tag.empty() ? "" : " --model-tag " + a->model_tag) +
+                       (a->rl.empty() ? "" : " --rl " + a->rl) +
+                       (a->model_tag.empty() ? "" : " --model-tag " + a->model_tag) +
                        (a->hours > 0 ? str_cat(" --hours ", a->hours) : "");
     for (const auto& w : c->remaining()) line += " " + w;
     const int rc = run_speedrun(*a, *top, c->remaining(), line);
@@ -422,8 +427,9 @@ void register_speedrun(CLI::App& app) {
 
 void register_report(CLI::App& app) {
   CLI::App* c = app.add_subcommand(
-      "report", "write the report card ($NANOCHAT_BASE_DIR/report/report.md and ./report.md) from what the stages "
-                "recorded (nanochat's former report generate)");
+      "report",
+      "write the report card ($NANOCHAT_BASE_DIR/report/report.md and ./report.md) from what the stages "
+      "recorded (nanochat's former report generate)");
   c->callback([] {
     const std::string base = base_dir();
     const road::Ledger ledger(report_dir() + "/speedrun.json");

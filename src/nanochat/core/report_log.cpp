@@ -36,7 +36,9 @@ void log_report_section(const std::string& slug, const std::string& title, const
     j["timestamp"] = local_timestamp();
     j["build"] = build_id();
     j["data"] = data;
-    write_file_atomic(report_dir() + "/" + slug + ".json", j.dump(2) + "\n");
+    // samples of a small model may cut a character in two: such bytes become U+FFFD
+    write_file_atomic(report_dir() + "/" + slug + ".json",
+                      j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "warning: the report section '%s' was not written: %s\n", slug.c_str(), e.what());
   }

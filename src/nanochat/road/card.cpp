@@ -25,13 +25,17 @@ struct SectionOf {
   const char* stage;
 };
 constexpr SectionOf kSections[] = {
-    {"tokenizer-training", "tok-train"},     {"tokenizer-evaluation", "tok-eval"},
-    {"base-model-training", "base-train"},   {"base-model-evaluation", "base-eval"},
-    {"chat-sft", "chat-sft"},                {"chat-evaluation-sft", "chat-eval-sft"},
-    {"chat-rl", "chat-rl"},                  {"chat-evaluation-rl", "chat-eval-rl"},
+    {"tokenizer-training", "tok-train"},
+    {"tokenizer-evaluation", "tok-eval"},
+    {"base-model-training", "base-train"},
+    {"base-model-evaluation", "base-eval"},
+    {"chat-sft", "chat-sft"},
+    {"chat-evaluation-sft", "chat-eval-sft"},
+    {"chat-rl", "chat-rl"},
+    {"chat-evaluation-rl", "chat-eval-rl"},
 };
 // The chat tasks in the table's order (ChatCORE last, as nanochat's card).
-constexpr const char* kChatMetrics[] = {"ARC-Easy",  "ARC-Challenge", "MMLU",     "GSM8K",
+constexpr const char* kChatMetrics[] = {"ARC-Easy",  "ARC-Challenge", "MMLU",       "GSM8K",
                                         "HumanEval", "SpellingBee",   "Arithmetic", "Identity"};
 
 std::optional<ojson> data_of(const std::string& dir, const std::string& slug) {
@@ -83,10 +87,14 @@ std::string section_lines(const ojson& d) {
       continue;
     }
     std::string text;
-    if (v.is_number_float()) text = trimmed(v.get<double>());
-    else if (v.is_number_integer()) text = v.get<int64_t>() >= 10000 ? with_commas(v.get<int64_t>()) : v.dump();
-    else if (v.is_string()) text = v.get<std::string>();
-    else text = v.dump();
+    if (v.is_number_float())
+      text = trimmed(v.get<double>());
+    else if (v.is_number_integer())
+      text = v.get<int64_t>() >= 10000 ? with_commas(v.get<int64_t>()) : v.dump();
+    else if (v.is_string())
+      text = v.get<std::string>();
+    else
+      text = v.dump();
     out += "- " + k + ": " + text + "\n";
   }
   return out;
@@ -99,7 +107,8 @@ std::string duration_text(double seconds) {
   if (seconds < 60) return fixed(seconds, 1) + "s";
   const int64_t s = std::llround(seconds);
   char b[48];
-  if (s < 3600) std::snprintf(b, sizeof b, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  if (s < 3600)
+    std::snprintf(b, sizeof b, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
   else
     std::snprintf(b, sizeof b, "%lldh%02lldm", static_cast<long long>(s / 3600),
                   static_cast<long long>((s % 3600) / 60));
@@ -129,13 +138,16 @@ std::vector<std::vector<std::string>> metrics_table(const std::string& dir) {
   const ojson rl = data_of(dir, "chat-rl").value_or(none);
   const ojson eval_rl = data_of(dir, "chat-evaluation-rl").value_or(none);
   // val bpb: base-eval's when it ran, else the training run's last evaluation
-  const std::string base_bpb = base_eval.contains("val bpb") ? num(base_eval, "val bpb", 6) : num(base_train, "val_bpb", 6);
+  const std::string base_bpb =
+      base_eval.contains("val bpb") ? num(base_eval, "val bpb", 6) : num(base_train, "val_bpb", 6);
   rows.push_back({"val bpb", base_bpb, num(sft, "val_bpb", 6), "-"});
   rows.push_back({"CORE", num(base_eval, "CORE", 4), "-", "-"});
   for (const char* t : kChatMetrics)
-    if (eval_sft.contains(t) || eval_rl.contains(t)) rows.push_back({t, "-", percent(eval_sft, t), percent(eval_rl, t)});
+    if (eval_sft.contains(t) || eval_rl.contains(t))
+      rows.push_back({t, "-", percent(eval_sft, t), percent(eval_rl, t)});
   if (rl.contains("pass@k") && rl["pass@k"].is_array() && !rl["pass@k"].empty())
-    rows.push_back({"RL pass@1 (" + rl.value("task", std::string("?")) + ")", "-", "-", fixed(rl["pass@k"][0].get<double>(), 4)});
+    rows.push_back(
+        {"RL pass@1 (" + rl.value("task", std::string("?")) + ")", "-", "-", fixed(rl["pass@k"][0].get<double>(), 4)});
   rows.push_back({"ChatCORE", "-", num(eval_sft, "ChatCORE", 4), num(eval_rl, "ChatCORE", 4)});
   return rows;
 }
@@ -149,8 +161,8 @@ std::string render_card(const std::string& dir, const nlohmann::json& ledger, co
   if (speedrun) {
     const auto& r = ledger["road"];
     md += "- Road: `nanochat speedrun` preset " + r.value("preset", std::string("?")) +
-          (r.value("offline", false) ? ", offline" : ", online") + ", model tag " + r.value("model_tag", std::string("?")) +
-          ", started " + r.value("started", std::string("?")) + "\n";
+          (r.value("offline", false) ? ", offline" : ", online") + ", model tag " +
+          r.value("model_tag", std::string("?")) + ", started " + r.value("started", std::string("?")) + "\n";
     if (r.contains("command")) md += "- Command: `" + r["command"].get<std::string>() + "`\n";
   }
   md += "\n| Node | Host | CPU | Cores | ISA | Memory | Share of the work |\n|---|---|---|---|---|---|---|\n";
@@ -166,7 +178,9 @@ std::string render_card(const std::string& dir, const nlohmann::json& ledger, co
   }
 
   // The stages: wall time (planned), tokens, speed, CPU-hours
-  md += "\n## Stages\n\n| Stage | Wall time | Planned | Tokens | tok/s | MFU | CPU-hours |\n|---|---|---|---|---|---|---|\n";
+  md +=
+      "\n## Stages\n\n| Stage | Wall time | Planned | Tokens | tok/s | MFU | CPU-hours "
+      "|\n|---|---|---|---|---|---|---|\n";
   double total = 0, planned_total = 0, cpu_hours = 0;
   const int cores = nodes.empty() ? 1 : std::max(1, nodes[0].logical);
   auto stage_row = [&](const std::string& id, const std::string& title, const std::string& slug) {
@@ -205,20 +219,21 @@ std::string render_card(const std::string& dir, const nlohmann::json& ledger, co
   if (speedrun) {
     md += "\nTotal wall clock time: " + duration_text(total);
     if (planned_total > 0)
-      md += str_cat(" (planned ", duration_text(planned_total), ", ",
-                    total >= planned_total ? "+" : "", fixed(100.0 * (total - planned_total) / planned_total, 0), "%)");
+      md += str_cat(" (planned ", duration_text(planned_total), ", ", total >= planned_total ? "+" : "",
+                    fixed(100.0 * (total - planned_total) / planned_total, 0), "%)");
     md += ", " + fixed(cpu_hours, 3) + " CPU-hours\n";
   }
 
   md += "\n## Summary\n\n| Metric | BASE | SFT | RL |\n|---|---|---|---|\n";
-  for (const auto& row : metrics_table(dir)) md += "| " + row[0] + " | " + row[1] + " | " + row[2] + " | " + row[3] + " |\n";
+  for (const auto& row : metrics_table(dir))
+    md += "| " + row[0] + " | " + row[1] + " | " + row[2] + " | " + row[3] + " |\n";
 
   // Each stage's own section, as it wrote it
   for (const auto& s : kSections) {
     auto sec = read_report_section(s.slug, dir);
     if (!sec) continue;
-    md += "\n## " + (*sec)["title"].get<std::string>() + "\n\ntimestamp: " + (*sec).value("timestamp", std::string("?")) +
-          "\n\n" + section_lines((*sec)["data"]);
+    md += "\n## " + (*sec)["title"].get<std::string>() +
+          "\n\ntimestamp: " + (*sec).value("timestamp", std::string("?")) + "\n\n" + section_lines((*sec)["data"]);
     if ((*sec)["data"].contains("checkpoint_dir")) {
       const std::string svg = (*sec)["data"]["checkpoint_dir"].get<std::string>() + "/report.svg";
       md += "- chart: [" + svg + "](" + svg + ")\n";

@@ -5,6 +5,7 @@
 
 #include "nanochat/core/error.h"
 #include "nanochat/core/rng.h"
+#include "nanochat/core/threads.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
@@ -16,13 +17,21 @@ namespace {
 
 // Fixed costs measured on the 2-core development VM (a start-up: the FMA peak, the data check,
 // loading a checkpoint; a chat-eval problem's prompt; characters the tokenizer trains on per second).
-constexpr double kStartupS = 2.0;
+constexpr double kStartupS = 0.4;       // a command that loads a checkpoint
+constexpr double kTrainStartupS = 1.5;  // a training command: the FMA peak, the data check, the first step's set-up
+constexpr double kLoopEfficiency =
+    1.0;  // the training loop's speed / the bare step's median (data, logging: within the noise)
+constexpr double kSaveBytesPerS = 300e6;  // a checkpoint's weights and optimizer moments, written and fsynced
 constexpr double kTokenizerCharsPerS = 25e6;
-constexpr double kCorpusBuildS = 120.0;  // scripts/demo_corpus.sh on a fresh machine (downloads, extraction, packing)
-constexpr double kShardDownloadS = 15.0; // one ~90 MB shard at ~6 MB/s
+constexpr double kCorpusBuildS = 120.0;   // scripts/demo_corpus.sh on a fresh machine (downloads, extraction, packing)
+constexpr double kShardDownloadS = 15.0;  // one ~90 MB shard at ~6 MB/s
 
+// The value of a flag under any of its spellings ("-x" or "--max-problems"), else `dflt`.
 int64_t num(const std::vector<std::string>& c, const std::string& flag, int64_t dflt) {
-  const std::string v = flag_value(c, flag);
+  static const std::map<std::string, std::string> kLong = {
+      {"-x", "--max-problems"}, {"-m", "--max-new-tokens"}, {"-a", "--task-name"}, {"-n", "--num-files"}};
+  std::string v = flag_value(c, flag);
+  if (const auto it = kLong.find(flag); it != kLong.end() && v.empty()) v = flag_value(c, it->second);
   if (v.empty()) return dflt;
   try {
     return static_cast<int64_t>(std::stod(v));
@@ -78,7 +87,26 @@ TrainSize base_train_size(const std::vector<std::string>& c, int vocab) {
   return s;
 }
 
+namespace {
+SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps);
+}  // namespace
+
+// The training loop runs a small model on fewer threads when that is faster (core/thread_tuner.h):
+// the probe times its steps on all threads and on one, and keeps the faster.
 SpeedProbe probe_speed(const std::vector<std::string>& c, int vocab, int steps) {
+  const int threads = num_threads();
+  SpeedProbe best = probe_at(c, vocab, steps);
+  if (threads > 1) {
+    set_num_threads(1);
+    const SpeedProbe one = probe_at(c, vocab, steps);
+    set_num_threads(threads);
+    if (one.train_tok_per_s(one.B * one.T) > best.train_tok_per_s(best.B * best.T)) best = one;
+  }
+  return best;
+}
+
+namespace {
+SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps) {
   const TrainPlan plan = derive_plan(args_of(c), vocab, 1, "/nonexistent");
   SpeedProbe p;
   p.depth = static_cast<int>(plan.model.n_layer);
@@ -94,8 +122,11 @@ SpeedProbe probe_speed(const std::vector<std::string>& c, int vocab, int steps) 
     idx[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
     tgt[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
   }
-  double fb = 0, op = 0;
-  for (int s = 0; s <= steps; ++s) {
+  // after a warm-up (first touch, kernel generation): at least `steps` steps and a second of
+  // them (at most 20); the medians, so that a moment of another program's work does not count
+  std::vector<double> fb, op;
+  Timer total;
+  for (int s = 0; s <= 20 && (s <= steps || total.seconds() < 1.0); ++s) {
     Timer t;
     model.zero_grad();
     model.forward_backward(idx.data(), tgt.data(), p.B, p.T, 1.f);
@@ -103,12 +134,19 @@ SpeedProbe probe_speed(const std::vector<std::string>& c, int vocab, int steps) 
     Timer t2;
     opt.step(1.f, 0.95f, 0.1f);
     model.params_changed();
-    if (s == 0) continue;  // warm-up: first touch, kernel generation
-    fb += t_fb;
-    op += t2.seconds();
+    if (s == 0) {
+      total = Timer();
+      continue;
+    }
+    fb.push_back(t_fb);
+    op.push_back(t2.seconds());
   }
-  p.micro_batch_s = fb / steps;
-  p.optimizer_s = op / steps;
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  p.micro_batch_s = median(fb);
+  p.optimizer_s = median(op);
   // A generated token: the KV-cache forward of one position (after a warm-up), for one row and
   // for a batch of 8 rows (a rollout's samples decode together), plus the engine's per-token work.
   std::vector<float> logits(static_cast<size_t>(8) * plan.model.padded_vocab());
@@ -126,6 +164,7 @@ SpeedProbe probe_speed(const std::vector<std::string>& c, int vocab, int steps) 
   }
   return p;
 }
+}  // namespace
 
 std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, const SpeedProbe& p, bool data_ready) {
   std::map<std::string, double> out;
@@ -136,12 +175,16 @@ std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, co
     for (const auto& c : s.commands) {
       if (c.empty()) continue;
       const std::string& cmd = c[0];
-      if (cmd == "!bash") t += data_ready ? 1.0 : kCorpusBuildS;
+      if (cmd == "!bash")
+        t += data_ready ? 1.0 : kCorpusBuildS;
       else if (cmd == "data" && c.size() > 1 && c[1] == "download")
         t += data_ready ? 1.0 : static_cast<double>(num(c, "-n", 0)) * kShardDownloadS + 10.0;
-      else if (cmd == "data") t += 0.1;
-      else if (cmd == "tok-train") t += static_cast<double>(num(c, "--max-chars", 2000000000)) / kTokenizerCharsPerS + 1.0;
-      else if (cmd == "tok-eval") t += 0.5;
+      else if (cmd == "data")
+        t += 0.02;
+      else if (cmd == "tok-train")
+        t += static_cast<double>(num(c, "--max-chars", 2000000000)) / kTokenizerCharsPerS + 0.2;
+      else if (cmd == "tok-eval")
+        t += 0.1;
       else if (cmd == "base-train" || cmd == "chat-sft") {
         int64_t steps = 0, batch = 0, eval_every = 0, eval_tokens = 0;
         if (cmd == "base-train") {
@@ -154,8 +197,12 @@ std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, co
           if (steps < 0) steps = 1000;  // one epoch of nanochat's mixture: unknown before it is rendered
           eval_every = num(c, "--eval-every", 200), eval_tokens = num(c, "--eval-tokens", 40LL * 524288);
         }
-        t += static_cast<double>(steps * batch) / p.train_tok_per_s(batch) + kStartupS;
-        if (eval_every > 0) t += static_cast<double>(steps / eval_every + 1) * static_cast<double>(eval_tokens) / tok_s_fwd;
+        t += static_cast<double>(steps * batch) / (kLoopEfficiency * p.train_tok_per_s(batch)) + kTrainStartupS;
+        const int64_t save_every = num(c, "--save-every", -1);
+        const double saves = 1.0 + (save_every > 0 ? static_cast<double>(steps / save_every) : 0.0);
+        t += saves * (0.05 + 12.0 * static_cast<double>(p.params) / kSaveBytesPerS);
+        if (eval_every > 0)
+          t += static_cast<double>(steps / eval_every + 1) * static_cast<double>(eval_tokens) / tok_s_fwd;
       } else if (cmd == "base-eval") {
         t += kStartupS + 2.0 * static_cast<double>(num(c, "--split-tokens", 40LL * 524288)) / tok_s_fwd;
         t += (7 * 16 + 128) * p.decode_token_s;  // the samples (8 unconditioned rows share their steps)
@@ -163,6 +210,7 @@ std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, co
         // generative tasks answer up to -m tokens (a small model seldom stops early); categorical
         // ones (ARC, MMLU) forward their prompt once
         std::string tasks = flag_value(c, "-a");
+        if (tasks.empty()) tasks = flag_value(c, "--task-name");
         if (tasks.empty()) tasks = "ARC-Easy|ARC-Challenge|MMLU|GSM8K|HumanEval";
         const int64_t problems = std::max<int64_t>(1, num(c, "-x", 1000)), len = num(c, "-m", 512);
         size_t at = 0;
@@ -171,7 +219,8 @@ std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, co
           const size_t bar = tasks.find('|', at);
           const std::string name = tasks.substr(at, bar == std::string::npos ? std::string::npos : bar - at);
           const bool categorical = name.rfind("ARC", 0) == 0 || name == "MMLU";
-          t += static_cast<double>(problems) * (categorical ? 256.0 / tok_s_fwd : static_cast<double>(len) * p.decode_token_s);
+          t += static_cast<double>(problems) *
+               (categorical ? 256.0 / tok_s_fwd : static_cast<double>(len) * p.decode_token_s);
           if (bar == std::string::npos) break;
           at = bar + 1;
         }
@@ -180,8 +229,10 @@ std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, co
         const int64_t samples = num(c, "--num-samples", 16), len = num(c, "--max-new-tokens", 256);
         const int64_t every = num(c, "--eval-every", 60), eval_ex = num(c, "--eval-examples", 400);
         // an example's samples decode together, a batch of up to 8 rows per token
-        const double per_example = static_cast<double>(len) * (samples >= 8 ? static_cast<double>(samples) / 8.0 * p.decode8_token_s
-                                                                           : p.decode_token_s + (p.decode8_token_s - p.decode_token_s) * static_cast<double>(samples - 1) / 7.0);
+        const double per_example =
+            static_cast<double>(len) * (samples >= 8 ? static_cast<double>(samples) / 8.0 * p.decode8_token_s
+                                                     : p.decode_token_s + (p.decode8_token_s - p.decode_token_s) *
+                                                                              static_cast<double>(samples - 1) / 7.0);
         const double evals = every > 0 ? static_cast<double>((steps / every + 1) * eval_ex) : 0.0;
         t += kStartupS + (static_cast<double>(steps * ex) + evals) * per_example;
       } else

@@ -23,8 +23,8 @@ struct SpeedProbe {
   int depth = 0;
   int64_t params = 0;
   int B = 0, T = 0;
-  double micro_batch_s = 0;  ///< forward + backward of B x T tokens
-  double optimizer_s = 0;    ///< one MuonAdamW step
+  double micro_batch_s = 0;    ///< forward + backward of B x T tokens
+  double optimizer_s = 0;      ///< one MuonAdamW step
   double decode_token_s = 0;   ///< one generated token of one row (a KV-cache forward of one position)
   double decode8_token_s = 0;  ///< one generated token of each of 8 rows together
   double train_tok_per_s(int64_t total_batch) const;
@@ -61,8 +61,8 @@ SpeedProbe scale_probe(const SpeedProbe& p, const std::vector<std::string>& from
 /// tokens-to-parameters rule (--num-iterations -1, its --target-param-data-ratio) with its
 /// evaluations and saves spaced over the run. `road_for(depth)` makes the road of a depth.
 struct DepthChoice {
-  int depth = 0;                 ///< 0 = none fits
-  double seconds = 0;            ///< its road's estimate
+  int depth = 0;                              ///< 0 = none fits
+  double seconds = 0;                         ///< its road's estimate
   std::vector<std::pair<int, double>> tried;  ///< (depth, road seconds) of every depth looked at
 };
 DepthChoice choose_depth(double seconds, const SpeedProbe& probe, const std::vector<std::string>& probed_base_train,

@@ -61,7 +61,8 @@ nlohmann::json checksum_outputs(const Stage& s, const std::string& base_dir) {
     for (const auto& e : fs::directory_iterator(path, ec))
       if (const std::string n = e.path().filename().string();
           e.is_regular_file() && (step_mark.empty() || n.find(step_mark) != std::string::npos) &&
-          (suffix.empty() || (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)))
+          (suffix.empty() ||
+           (n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)))
         names.push_back(n);
     std::sort(names.begin(), names.end());
     const std::string shown = suffix.empty() ? o : o.substr(0, o.find("/*"));
@@ -98,8 +99,10 @@ std::string Ledger::why_run(const Stage& s, const std::string& base_dir) const {
   const nlohmann::json now = checksum_outputs(s, base_dir);
   const nlohmann::json& was = r["outputs"];
   for (const auto& [path, sum] : was.items())
-    if (!now.contains(path)) return str_cat(path, " is gone");
-    else if (now[path] != sum) return str_cat(path, " changed since it was made");
+    if (!now.contains(path))
+      return str_cat(path, " is gone");
+    else if (now[path] != sum)
+      return str_cat(path, " changed since it was made");
   for (const auto& [path, sum] : now.items())
     if (!was.contains(path)) return str_cat(path, " is new");
   return "";

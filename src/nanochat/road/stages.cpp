@@ -24,18 +24,18 @@ Preset preset_of(const std::string& name) {
   if (name == "runcpu") {
     // nanochat runs/runcpu.sh (92d63d4), stage for stage
     p.tok_train = {"tok-train", "--max-chars", "2000000000"};
-    p.base_train = {"base-train",         "--depth",          "6",        "--head-dim",      "64",
-                    "--window-pattern",   "L",                "--max-seq-len", "512",        "--device-batch-size",
-                    "32",                 "--total-batch-size", "16384",   "--eval-every",    "100",
-                    "--eval-tokens",      "524288",           "--core-metric-every", "-1",   "--sample-every",
-                    "100",                "--num-iterations", "5000",     "--save-every",    "500"};
+    p.base_train = {"base-train", "--depth",        "6",   "--head-dim",          "64",     "--window-pattern",
+                    "L",          "--max-seq-len",  "512", "--device-batch-size", "32",     "--total-batch-size",
+                    "16384",      "--eval-every",   "100", "--eval-tokens",       "524288", "--core-metric-every",
+                    "-1",         "--sample-every", "100", "--num-iterations",    "5000",   "--save-every",
+                    "500"};
     p.base_eval = {"base-eval", "--device-batch-size", "1", "--split-tokens", "16384", "--max-per-task", "16"};
-    p.chat_sft = {"chat-sft", "--eval-every", "200", "--eval-tokens", "524288", "--num-iterations", "1500",
-                  "--save-every", "500"};
+    p.chat_sft = {"chat-sft", "--eval-every", "200", "--eval-tokens", "524288", "--num-iterations",
+                  "1500",     "--save-every", "500"};
     p.chat_eval = {"chat-eval", "-x", "256"};
-    p.chat_rl = {"chat-rl", "--num-steps", "20", "--examples-per-step", "8", "--num-samples", "8",
-                 "--device-batch-size", "8", "--max-new-tokens", "128", "--eval-every", "10", "--eval-examples", "64",
-                 "--save-every", "10"};
+    p.chat_rl = {"chat-rl", "--num-steps",         "20", "--examples-per-step", "8",   "--num-samples",
+                 "8",       "--device-batch-size", "8",  "--max-new-tokens",    "128", "--eval-every",
+                 "10",      "--eval-examples",     "64", "--save-every",        "10"};
     p.sft_examples = 5000;
     p.sft_val = 200;
     p.rl = false;  // runcpu.sh stops after chat-sft
@@ -43,18 +43,25 @@ Preset preset_of(const std::string& name) {
   }
   if (name == "tiny") {
     p.tok_train = {"tok-train", "--vocab-size", "4096", "--max-chars", "10000000"};
-    p.base_train = {"base-train",      "--depth",           "4",        "--max-seq-len",        "256",
-                    "--window-pattern", "L",                "--device-batch-size", "8",         "--total-batch-size",
-                    "4096",            "--num-iterations",  "60",       "--eval-every",         "20",
-                    "--eval-tokens",   "32768",             "--core-metric-every", "-1",        "--sample-every",
-                    "-1",              "--save-every",      "20"};
+    p.base_train = {"base-train", "--depth",
+                    "4",          "--max-seq-len",
+                    "256",        "--window-pattern",
+                    "L",          "--device-batch-size",
+                    "8",          "--total-batch-size",
+                    "4096",       "--num-iterations",
+                    "60",         "--eval-every",
+                    "20",         "--eval-tokens",
+                    "32768",      "--core-metric-every",
+                    "-1",         "--sample-every",
+                    "-1",         "--save-every",
+                    "20"};
     p.base_eval = {"base-eval", "--split-tokens", "16384", "--max-per-task", "4"};
-    p.chat_sft = {"chat-sft", "--num-iterations", "13", "--eval-every", "6", "--eval-tokens", "8192",
-                  "--chatcore-every", "-1", "--save-every", "6"};
+    p.chat_sft = {"chat-sft", "--num-iterations", "13", "--eval-every", "6", "--eval-tokens",
+                  "8192",     "--chatcore-every", "-1", "--save-every", "6"};
     p.chat_eval = {"chat-eval", "-x", "32", "-m", "64"};
-    p.chat_rl = {"chat-rl", "--num-steps", "4", "--examples-per-step", "4", "--num-samples", "4",
-                 "--device-batch-size", "4", "--max-new-tokens", "32", "--eval-every", "2", "--eval-examples", "16",
-                 "--save-every", "2"};
+    p.chat_rl = {"chat-rl", "--num-steps",         "4",  "--examples-per-step", "4",  "--num-samples",
+                 "4",       "--device-batch-size", "4",  "--max-new-tokens",    "32", "--eval-every",
+                 "2",       "--eval-examples",     "16", "--save-every",        "2"};
     p.shards = 2;
     return p;
   }
@@ -80,8 +87,10 @@ std::vector<std::string> preset_names() { return {"tiny", "runcpu"}; }
 std::string flag_value(const std::vector<std::string>& command, const std::string& flag) {
   std::string v;
   for (size_t i = 1; i < command.size(); ++i) {
-    if (command[i] == flag && i + 1 < command.size()) v = command[i + 1];
-    else if (command[i].rfind(flag + "=", 0) == 0) v = command[i].substr(flag.size() + 1);
+    if (command[i] == flag && i + 1 < command.size())
+      v = command[i + 1];
+    else if (command[i].rfind(flag + "=", 0) == 0)
+      v = command[i].substr(flag.size() + 1);
   }
   return v;
 }
@@ -93,8 +102,10 @@ bool apply_override(std::vector<std::string>& command, const FlagOverride& ov) {
     const std::string& w = command[i];
     bool match = false, inline_value = false;
     for (const auto& n : ov.names) {
-      if (w == n) match = true;
-      else if (w.rfind(n + "=", 0) == 0) match = inline_value = true;
+      if (w == n)
+        match = true;
+      else if (w.rfind(n + "=", 0) == 0)
+        match = inline_value = true;
     }
     if (!match) {
       out.push_back(w);
@@ -138,13 +149,24 @@ std::vector<Stage> plan_road(const RoadOptions& o) {
   road.push_back(data);
 
   road.push_back({"tok-train", "Tokenizer training", {p.tok_train}, "", {"tokenizer"}, "tokenizer-training", false});
-  road.push_back({"tok-eval", "Tokenizer evaluation", {{"tok-eval"}}, "", {"report/tokenizer-evaluation.json"},
-                  "tokenizer-evaluation", false});
-  road.push_back({"base-train", "Base model training", {p.base_train}, "base_checkpoints", {}, "base-model-training", true});
+  road.push_back({"tok-eval",
+                  "Tokenizer evaluation",
+                  {{"tok-eval"}},
+                  "",
+                  {"report/tokenizer-evaluation.json"},
+                  "tokenizer-evaluation",
+                  false});
+  road.push_back(
+      {"base-train", "Base model training", {p.base_train}, "base_checkpoints", {}, "base-model-training", true});
   Cmd base_eval = p.base_eval;
   if (o.offline && !o.eval_bundle_present) base_eval = with(base_eval, {"--eval", "bpb,sample"});
-  road.push_back({"base-eval", "Base model evaluation", {base_eval}, "", {"report/base-model-evaluation.json"},
-                  "base-model-evaluation", false});
+  road.push_back({"base-eval",
+                  "Base model evaluation",
+                  {base_eval},
+                  "",
+                  {"report/base-model-evaluation.json"},
+                  "base-model-evaluation",
+                  false});
 
   Cmd sft = p.chat_sft;
   Cmd eval_tasks;  // offline: the synthetic tasks; online: ChatCORE's five (chat-eval's default)
@@ -173,14 +195,28 @@ std::vector<Stage> plan_road(const RoadOptions& o) {
   road.push_back({"chat-sft", "Chat SFT", {sft}, "chatsft_checkpoints", {}, "chat-sft", true});
   Cmd ev = p.chat_eval, ev_sft = p.chat_eval;
   ev_sft.insert(ev_sft.end(), eval_tasks.begin(), eval_tasks.end());
-  road.push_back({"chat-eval-sft", "Chat evaluation sft", {with(ev_sft, {"-i", "sft"})}, "",
-                  {"report/chat-evaluation-sft.json"}, "chat-evaluation-sft", false});
+  road.push_back({"chat-eval-sft",
+                  "Chat evaluation sft",
+                  {with(ev_sft, {"-i", "sft"})},
+                  "",
+                  {"report/chat-evaluation-sft.json"},
+                  "chat-evaluation-sft",
+                  false});
   if (rl) {
-    road.push_back({"chat-rl", "Chat RL", {with(p.chat_rl, {"--task", o.offline ? "Arithmetic" : "GSM8K"})},
-                    "chatrl_checkpoints", {}, "chat-rl", true});
-    road.push_back({"chat-eval-rl", "Chat evaluation rl",
-                    {with(ev, {"-i", "rl", "-a", o.offline ? "Arithmetic" : "GSM8K"})}, "",
-                    {"report/chat-evaluation-rl.json"}, "chat-evaluation-rl", false});
+    road.push_back({"chat-rl",
+                    "Chat RL",
+                    {with(p.chat_rl, {"--task", o.offline ? "Arithmetic" : "GSM8K"})},
+                    "chatrl_checkpoints",
+                    {},
+                    "chat-rl",
+                    true});
+    road.push_back({"chat-eval-rl",
+                    "Chat evaluation rl",
+                    {with(ev, {"-i", "rl", "-a", o.offline ? "Arithmetic" : "GSM8K"})},
+                    "",
+                    {"report/chat-evaluation-rl.json"},
+                    "chat-evaluation-rl",
+                    false});
   }
 
   for (Stage& s : road)

@@ -25,26 +25,26 @@ struct Stage {
   /// What marks it done, relative to the base folder (a folder: its files; a checkpoint folder:
   /// the files of its last complete step) or absolute.
   std::vector<std::string> outputs;
-  std::string section;  ///< the report card section it writes (core/report_log.h), "" = none
+  std::string section;       ///< the report card section it writes (core/report_log.h), "" = none
   bool distributed = false;  ///< every rank of a job takes part (base-train, chat-sft, chat-rl)
 };
 
 /// A flag given for a command: --<command>.<flag> VALUE (value empty for a flag without one).
 struct FlagOverride {
-  std::string command;  ///< "base-train"
+  std::string command;             ///< "base-train"
   std::vector<std::string> names;  ///< every spelling of the flag ("--max-problems", "-x")
   std::string value;
   bool takes_value = true;
 };
 
 struct RoadOptions {
-  std::string preset = "tiny";  ///< tiny | runcpu
-  bool offline = false;         ///< demo corpus, no CORE bundle download, the offline chat tasks
-  std::optional<bool> rl;       ///< chat-rl and its evaluation (default: the preset's)
-  std::string model_tag;        ///< "" = d<depth>
-  std::string base_dir;         ///< $NANOCHAT_BASE_DIR (the offline chat tasks' files go to <base_dir>/speedrun/)
-  std::string data_dir;         ///< the shards' folder (offline: must exist or be made by the demo corpus script)
-  std::string demo_corpus_script;  ///< scripts/demo_corpus.sh next to the binary, "" when not found
+  std::string preset = "tiny";       ///< tiny | runcpu
+  bool offline = false;              ///< demo corpus, no CORE bundle download, the offline chat tasks
+  std::optional<bool> rl;            ///< chat-rl and its evaluation (default: the preset's)
+  std::string model_tag;             ///< "" = d<depth>
+  std::string base_dir;              ///< $NANOCHAT_BASE_DIR (the offline chat tasks' files go to <base_dir>/speedrun/)
+  std::string data_dir;              ///< the shards' folder (offline: must exist or be made by the demo corpus script)
+  std::string demo_corpus_script;    ///< scripts/demo_corpus.sh next to the binary, "" when not found
   bool eval_bundle_present = false;  ///< $NANOCHAT_BASE_DIR/eval_bundle/core.yaml exists (CORE runs offline too)
   std::vector<FlagOverride> overrides;
 };

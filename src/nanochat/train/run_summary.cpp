@@ -5,11 +5,11 @@
 #include <map>
 
 #include "nanochat/checkpoint/loop_state.h"
+#include "nanochat/core/error.h"
 #include "nanochat/core/format.h"
 #include "nanochat/core/report_log.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/plan/plan.h"
-#include "nanochat/core/error.h"
 
 namespace nanochat {
 
@@ -21,8 +21,10 @@ RunSummary summarize_metrics(const std::string& metrics_path, int64_t tokens_per
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
     const int64_t step = j["step"].get<int64_t>();
-    if (j.contains("loss")) train[step] = std::move(j);
-    else if (j.contains("val_bpb")) val[step] = std::move(j);
+    if (j.contains("loss"))
+      train[step] = std::move(j);
+    else if (j.contains("val_bpb"))
+      val[step] = std::move(j);
   }
   RunSummary s;
   s.steps = static_cast<int64_t>(train.size());
@@ -55,9 +57,8 @@ RunSummary summarize_metrics(const std::string& metrics_path, int64_t tokens_per
 
 std::string run_summary_line(const RunSummary& s) {
   return str_cat("Run summary: ", with_commas(s.steps), " steps, ", with_commas(s.tokens), " tokens, ",
-                 with_commas(static_cast<int64_t>(std::llround(s.tok_per_sec))), " tok/s and MFU ",
-                 fixed(s.mfu, 2), "% (mean of ", s.timed_steps, " steps", s.timed_steps < s.steps ? " after step 10" : "",
-                 ")");
+                 with_commas(static_cast<int64_t>(std::llround(s.tok_per_sec))), " tok/s and MFU ", fixed(s.mfu, 2),
+                 "% (mean of ", s.timed_steps, " steps", s.timed_steps < s.steps ? " after step 10" : "", ")");
 }
 
 void report_training_run(const TrainPlan& plan, const LoopState& st, const std::string& metrics_path, bool master) {

@@ -14,11 +14,11 @@ struct TrainPlan;
 struct LoopState;
 
 struct RunSummary {
-  int64_t steps = 0;             ///< train records (a step logged twice, by a resumed run, counts once)
-  int64_t tokens = 0;            ///< steps x tokens per step
-  double tok_per_sec = 0;        ///< mean of the records' tok_per_sec after step 10 (all of them when fewer)
-  double mfu = 0;                ///< mean of their mfu (percent), the same records
-  int64_t timed_steps = 0;       ///< the records those means are over
+  int64_t steps = 0;                    ///< train records (a step logged twice, by a resumed run, counts once)
+  int64_t tokens = 0;                   ///< steps x tokens per step
+  double tok_per_sec = 0;               ///< mean of the records' tok_per_sec after step 10 (all of them when fewer)
+  double mfu = 0;                       ///< mean of their mfu (percent), the same records
+  int64_t timed_steps = 0;              ///< the records those means are over
   std::optional<double> final_val_bpb;  ///< the last val record
   std::vector<double> rank_share;       ///< each rank's share of all rows (jobs of W > 1 ranks; the last W seen)
 };
