@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "nanochat/core/error.h"
 #include "support/cli_util.h"
 #include "support/proc_util.h"
 
@@ -74,14 +75,16 @@ TEST(Speedrun, TinyOfflineRoadWritesACardOfThePrintedNumbersAndARerunSkipsEveryS
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* stage : {"data", "tok-train", "tok-eval", "base-train", "base-eval", "sft-data", "chat-sft",
                             "chat-eval-sft", "chat-rl", "chat-eval-rl"})
-    EXPECT_TRUE(std::regex_search(r.out, std::regex(std::string("\\] ") + stage + " done in "))) << stage << "\n" << r.out;
+    EXPECT_TRUE(std::regex_search(r.out, std::regex(std::string("\\] ") + stage + " done in "))) << stage << "\n"
+                                                                                                 << r.out;
   const std::string card = slurp(b.dir + "/report/report.md");
   ASSERT_FALSE(card.empty()) << r.out;
   EXPECT_EQ(slurp(b.dir + "/report.md"), card) << "the copy in the working folder";
 
   // training stages: the run summary each printed
   const auto base = find(r.out, R"(Run summary: ([\d,]+) steps, ([\d,]+) tokens, ([\d,]+) tok/s and MFU ([\d.]+)%)");
-  const auto sft = find(r.out, R"(Run summary: ([\d,]+) steps, ([\d,]+) tokens, ([\d,]+) tok/s and MFU ([\d.]+)%)", true);
+  const auto sft =
+      find(r.out, R"(Run summary: ([\d,]+) steps, ([\d,]+) tokens, ([\d,]+) tok/s and MFU ([\d.]+)%)", true);
   ASSERT_EQ(base.size(), 4u) << r.out;
   EXPECT_EQ(base[0], "12");
   auto row = card_row(card, "Base model training");
@@ -121,7 +124,8 @@ TEST(Speedrun, TinyOfflineRoadWritesACardOfThePrintedNumbersAndARerunSkipsEveryS
   fs::remove(b.dir + "/report/chat-evaluation-rl.json");
   const Result third = run_in(b, small_road("sr"));
   ASSERT_EQ(third.code, 0) << third.out;
-  EXPECT_NE(third.out.find("chat-eval-rl runs: report/chat-evaluation-rl.json is gone"), std::string::npos) << third.out;
+  EXPECT_NE(third.out.find("chat-eval-rl runs: report/chat-evaluation-rl.json is gone"), std::string::npos)
+      << third.out;
   EXPECT_EQ(count_of(third.out, ": done already ("), 9u) << third.out;
 }
 
@@ -140,7 +144,11 @@ Proc start_road(const BaseDir& b, const std::string& tag, int slow) {
 void kill_road(Proc& p, const std::string& tag) {
   p.signal(SIGKILL);
   ASSERT_TRUE(p.wait(Ms(10000)));
-  const std::string pattern = "'--model-tag [" + tag.substr(0, 1) + "]" + tag.substr(1) + "'";  // not pgrep's own shell
+  std::string pattern = "'--model-tag [";  // "[k]ill123" matches the stage, not pgrep's own shell
+  pattern += tag.front();
+  pattern += ']';
+  pattern.append(tag, 1, std::string::npos);
+  pattern += '\'';
   for (int i = 0; i < 50; ++i) {
     if (shell("pgrep -f -- " + pattern).first != 0) return;
     std::this_thread::sleep_for(Ms(100));
@@ -162,14 +170,15 @@ TEST(Speedrun, KilledInsideBaseTrainAndChatSftTheSameCommandSkipsTheDoneStagesAn
   // 2: the tokenizer stages are skipped, base-train continues from step 6 and ends; killed in
   // chat-sft after its save at step 4
   Proc p2 = start_road(b, tag, 30);
-  ASSERT_TRUE(p2.wait_for_output("Saved checkpoint " + b.dir + "/chatsft_checkpoints/" + tag + "/model_000004",
-                                 Ms(300000)))
+  ASSERT_TRUE(
+      p2.wait_for_output("Saved checkpoint " + b.dir + "/chatsft_checkpoints/" + tag + "/model_000004", Ms(300000)))
       << p2.output();
   kill_road(p2, tag);
   const std::string& o2 = p2.output();
-  for (const char* done : {"[1/10] data: done already", "[2/10] tok-train: done already", "[3/10] tok-eval: done already",
-                           "base-train was interrupted; it continues from its checkpoint at step 6", "Resumed from step 6",
-                           "[4/10] base-train done in"})
+  for (const char* done :
+       {"[1/10] data: done already", "[2/10] tok-train: done already", "[3/10] tok-eval: done already",
+        "base-train was interrupted; it continues from its checkpoint at step 6", "Resumed from step 6",
+        "[4/10] base-train done in"})
     EXPECT_NE(o2.find(done), std::string::npos) << done << "\n" << o2;
   EXPECT_EQ(o2.find("starts afresh"), std::string::npos) << o2;
   // the resumed base-train's losses continue the first run's: step 6's record is there once more
@@ -206,7 +215,8 @@ TEST(Speedrun, ATimeBudgetPicksTheDepthThatFitsAndItsPlanIsWithinAFifthOfTheRoad
   const int depth = std::stoi(chose[0]);
   EXPECT_GE(depth, 2);
   // the next depth was looked at and did not fit
-  EXPECT_NE(chose[2].find("d" + std::to_string(depth + 1) + " "), std::string::npos) << chose[2];
+  const std::string next = str_cat("d", depth + 1, " ");
+  EXPECT_NE(chose[2].find(next), std::string::npos) << chose[2];
   EXPECT_NE(r.out.find("--model-tag d" + std::to_string(depth)), std::string::npos) << r.out;
   // the plan's time against the time the stages took
   const auto done = find(r.out, R"(the road is done: ([\d.]+)s of stages \(planned ([\d.]+)s\))");

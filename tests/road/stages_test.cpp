@@ -54,9 +54,9 @@ TEST(RoadStages, RuncpuIsNanochatsRuncpuShStageForStage) {
   EXPECT_EQ(flag_value(stage(road, "tok-train")->commands[0], "--max-chars"), "2000000000");
   const auto& bt = stage(road, "base-train")->commands[0];
   const std::vector<std::pair<std::string, std::string>> base_train = {
-      {"--depth", "6"},         {"--head-dim", "64"},          {"--window-pattern", "L"},
-      {"--max-seq-len", "512"}, {"--device-batch-size", "32"}, {"--total-batch-size", "16384"},
-      {"--eval-every", "100"},  {"--eval-tokens", "524288"},   {"--core-metric-every", "-1"},
+      {"--depth", "6"},          {"--head-dim", "64"},          {"--window-pattern", "L"},
+      {"--max-seq-len", "512"},  {"--device-batch-size", "32"}, {"--total-batch-size", "16384"},
+      {"--eval-every", "100"},   {"--eval-tokens", "524288"},   {"--core-metric-every", "-1"},
       {"--sample-every", "100"}, {"--num-iterations", "5000"}};
   for (const auto& [flag, value] : base_train) EXPECT_EQ(flag_value(bt, flag), value) << flag;
   const auto& be = stage(road, "base-eval")->commands[0];

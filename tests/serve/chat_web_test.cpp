@@ -3,8 +3,11 @@
 // directly on the same checkpoint and conversation, whole and streamed; the context, disconnects,
 // parallel clients, the runs panel, start-up errors and SIGTERM are checked through the socket.
 #include <gtest/gtest.h>
+
 #include <httplib.h>
 #include <signal.h>
+#include <filesystem>
+#include <fstream>
 
 #include <cstdlib>
 #include <regex>
@@ -205,6 +208,37 @@ TEST_F(ChatWeb, RunsPanelListsTheRunAndDrawsItsChart) {
   EXPECT_NE(svg->body.find("<svg"), std::string::npos);
   EXPECT_EQ(c.Get("/runs/base/nope/chart.svg")->status, 404);
   EXPECT_EQ(c.Get("/runs/weird/t/chart.svg")->status, 400);
+}
+
+TEST_F(ChatWeb, ReportShowsTheCardOfTheServedModelOnly) {
+  // the base-train that made the fixture's checkpoint wrote its card section; the card itself is
+  // written by `nanochat report` (the server reads it at each request)
+  std::filesystem::remove(g_base->dir + "/report/report.md");
+  nctest::Proc p;
+  const int port = start(p);
+  ASSERT_GT(port, 0) << p.output();
+  httplib::Client c("127.0.0.1", port);
+  auto none = c.Get("/report");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 404);
+  EXPECT_NE(none->body.find("no report card in "), std::string::npos) << none->body;
+  const auto made = nctest::run(*g_base, " report");
+  ASSERT_EQ(made.code, 0) << made.out;
+  auto card = c.Get("/report");
+  ASSERT_TRUE(card);
+  EXPECT_EQ(card->status, 200) << card->body;
+  EXPECT_NE(card->body.find("<pre># nanochat.cpp report card"), std::string::npos) << card->body;
+  EXPECT_NE(card->body.find("- model_tag: t\n"), std::string::npos) << card->body;
+  EXPECT_EQ(card->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  // a card of another model is not shown as this one's
+  std::string md = nctest::slurp(g_base->dir + "/report/report.md");
+  for (size_t at; (at = md.find("- model_tag: t\n")) != std::string::npos;) md.replace(at, 15, "- model_tag: u\n");
+  std::ofstream(g_base->dir + "/report/report.md") << md;
+  auto other = c.Get("/report");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  EXPECT_NE(other->body.find("is not of model t"), std::string::npos) << other->body;
+  std::filesystem::remove(g_base->dir + "/report/report.md");
 }
 
 TEST_F(ChatWeb, StartUpErrorsNameWhatIsWrong) {

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,6 +15,7 @@
 #include "nanochat/checkpoint/model_io.h"
 #include "nanochat/cli/commands.h"
 #include "nanochat/core/error.h"
+#include "nanochat/core/file_io.h"
 #include "nanochat/core/paths.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/serve/engine_backend.h"
@@ -76,6 +79,31 @@ void stop_on_signals() {
   }).detach();
 }
 }  // namespace
+
+// GET /report: $NANOCHAT_BASE_DIR/report/report.md when it is the card of the served model
+// (`id` is "<source>-<tag>-step<N>": the card names the tag as its road's model tag or a
+// stage's model).
+std::function<std::optional<std::string>(std::string&)> report_card_of(const std::string& id) {
+  const size_t first = id.find('-'), last = id.rfind("-step");
+  const std::string tag = first != std::string::npos && last > first ? id.substr(first + 1, last - first - 1) : id;
+  const std::string path = base_dir() + "/report/report.md";
+  return [tag, path](std::string& why) -> std::optional<std::string> {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) {
+      why =
+          "no report card in " + path + " (`nanochat speedrun` writes one, `nanochat report` renders the stages' own)";
+      return std::nullopt;
+    }
+    std::string md = read_file(path);
+    if (md.find("model tag " + tag + ",") == std::string::npos &&
+        md.find("- model_tag: " + tag + "\n") == std::string::npos &&
+        md.find("- model: " + tag + " step") == std::string::npos) {
+      why = "the report card in " + path + " is not of model " + tag;
+      return std::nullopt;
+    }
+    return md;
+  };
+}
 
 void register_chat_web(CLI::App& app) {
   auto a = std::make_shared<ChatWebArgs>();
@@ -153,6 +181,7 @@ void register_chat_web(CLI::App& app) {
                 static_cast<long long>(model.context_len), a->opt.workers, threads, a->opt.queue);
     std::fflush(stdout);
     a->opt.runs = runs_under(base_dir());
+    a->opt.report_card = report_card_of(model.id);
     if (!a->quiet)
       a->opt.log = [](const std::string& line) {
         std::fprintf(stderr, "chat-web: %s\n", line.c_str());
@@ -166,6 +195,8 @@ void register_chat_web(CLI::App& app) {
                 local ? "this machine only; --host 0.0.0.0 opens it to the network"
                       : "reachable from the network: anyone who can reach this address can use the model");
     std::printf("chat-web: OpenAI-compatible API at http://%s:%d/v1 (POST /v1/chat/completions)\n", h.c_str(), port);
+    if (std::string why; a->opt.report_card(why))
+      std::printf("chat-web: the model's report card at http://%s:%d/report\n", h.c_str(), port);
     std::fflush(stdout);
     g_server = &server;
     server.run();

@@ -246,6 +246,25 @@ void ChatServer::Impl::routes() {
       send_error(res, 404, "not_found", e.what());
     }
   });
+  // The report card as a page of its own (its markdown as text, readable as it is).
+  http.Get("/report", [this](const httplib::Request&, httplib::Response& res) {
+    std::string why = "this server shows no report card";
+    const std::optional<std::string> md = opt.report_card ? opt.report_card(why) : std::nullopt;
+    if (!md) return send_error(res, 404, "not_found", why);
+    std::string page = "<!doctype html><meta charset=\"utf-8\"><title>report card</title><pre>";
+    for (const char ch : *md) {
+      if (ch == '<')
+        page += "&lt;";
+      else if (ch == '>')
+        page += "&gt;";
+      else if (ch == '&')
+        page += "&amp;";
+      else
+        page += ch;
+    }
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(page + "</pre>\n", "text/html; charset=utf-8");
+  });
   http.Get(R"(/runs/(.+)/chart\.svg)", [this](const httplib::Request& req, httplib::Response& res) {
     const std::string run = req.matches[1];
     std::optional<std::string> svg;

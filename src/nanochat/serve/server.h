@@ -57,6 +57,9 @@ struct ServeOptions {
   std::function<void(const std::string&)> log;
   RequestLimits limits;
   RunsProvider runs;
+  /// GET /report: the report card (markdown) of the served model, or std::nullopt with the reason
+  /// in `why` (then 404); empty = no card.
+  std::function<std::optional<std::string>(std::string& why)> report_card;
 };
 
 class ChatServer {
