@@ -284,8 +284,9 @@ void choose_depth_for_hours(const SpeedrunArgs& a, const road::RoadOptions& o, R
   r.ledger.road()["depth"] = depth;
 }
 
-int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<std::string>& rest,
-                 const std::string& command_line) {
+// The road's options from the flags; offline without shards, the demo corpus script must be there.
+road::RoadOptions road_options(const SpeedrunArgs& a, const CLI::App& top, const std::vector<std::string>& rest,
+                               bool data_ready) {
   road::RoadOptions o;
   o.preset = a.preset;
   o.offline = a.offline;
@@ -296,7 +297,6 @@ int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<s
   o.data_dir = data_dir();
   o.overrides = parse_overrides(top, rest);
   o.eval_bundle_present = fs::exists(o.base_dir + "/eval_bundle/core.yaml");
-  const bool data_ready = has_shards(o.data_dir);
   if (a.offline && !data_ready) {
     const fs::path script = fs::path(self_executable()).parent_path().parent_path() / "scripts" / "demo_corpus.sh";
     std::error_code ec;
@@ -307,13 +307,18 @@ int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<s
            o.data_dir, "`");
     o.demo_corpus_script = script.string();
   }
-  RoadRun r{a, o.base_dir, "", road::plan_road(o), {}, road::Ledger(report_dir() + "/speedrun.json")};
+  return o;
+}
+
+const std::vector<std::string>& base_train_of(const std::vector<Stage>& stages) {
+  for (const Stage& s : stages)
+    if (s.id == "base-train") return s.commands.front();
+  fail("speedrun: the road has no base-train stage");
+}
+
+// This machine's speed on the road's model (the depth --hours picks), each stage's time, printed.
+void plan_here(const SpeedrunArgs& a, const road::RoadOptions& o, RoadRun& r, bool data_ready) {
   const int vocab = road::road_vocab_size(r.stages);
-  auto base_train_of = [](const std::vector<Stage>& stages) -> const std::vector<std::string>& {
-    for (const Stage& s : stages)
-      if (s.id == "base-train") return s.commands.front();
-    fail("speedrun: the road has no base-train stage");
-  };
   std::printf("speedrun: measuring this machine's speed on the road's model (depth %d)...\n",
               road::base_train_size(base_train_of(r.stages), vocab).depth);
   std::fflush(stdout);
@@ -323,13 +328,12 @@ int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<s
     p = road::probe_speed(base_train_of(r.stages), vocab);  // the chosen model's own speed
   }
   r.tag = road::road_model_tag(r.stages, o);
-
-  // The plan: this machine's speed on the road's model, each stage's time
-  const road::TrainSize z = road::base_train_size(base_train_of(r.stages), vocab);
   r.planned = road::estimate_stages(r.stages, p, data_ready);
-  print_plan(r, p, z);
-  if (a.plan_only) return 0;
+  print_plan(r, p, road::base_train_size(base_train_of(r.stages), vocab));
+}
 
+// The ledger's record of the road (what the card shows of it) and of the plan.
+void record_road(const SpeedrunArgs& a, RoadRun& r, const std::string& command_line) {
   nlohmann::json& rd = r.ledger.road();
   if (!rd.is_object() || rd.value("preset", "") != a.preset || !rd.contains("started")) {
     const nlohmann::json keep = rd;
@@ -347,7 +351,10 @@ int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<s
   for (const Stage& s : r.stages) rd["order"].push_back({{"id", s.id}, {"title", s.title}, {"section", s.section}});
   for (const auto& [id, t] : r.planned) r.ledger.plan()["stages"][id]["seconds"] = t;
   r.ledger.save();
+}
 
+// The stages in order: a done one is skipped until one runs; from there every one runs.
+int walk_road(RoadRun& r) {
   bool ran_one = false;
   for (size_t i = 0; i < r.stages.size(); ++i) {
     const Stage& s = r.stages[i];
@@ -358,16 +365,18 @@ int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<s
       continue;
     }
     const bool resume = !ran_one && r.ledger.interrupted(s);
-    if (!why.empty() || ran_one)
-      std::printf("speedrun: [%zu/%zu] %s runs: %s\n", i + 1, r.stages.size(), s.id.c_str(),
-                  ran_one && why.empty() ? "a stage before it ran again" : why.c_str());
+    std::printf("speedrun: [%zu/%zu] %s runs: %s\n", i + 1, r.stages.size(), s.id.c_str(),
+                ran_one && why.empty() ? "a stage before it ran again" : why.c_str());
     double after = 0;
     for (size_t k = i + 1; k < r.stages.size(); ++k) after += r.planned.at(r.stages[k].id);
     ran_one = true;
     if (const int rc = run_stage(r, i, after, resume); rc != 0) return rc;
   }
+  return 0;
+}
 
-  const std::string& tag = r.tag;
+// The end: the time taken against the plan, the card, how to talk to the model.
+void finish_road(const SpeedrunArgs& a, const RoadRun& r) {
   double total = 0, planned = 0;
   for (const Stage& s : r.stages) {
     total += r.ledger.stage(s.id).value("seconds", 0.0);
@@ -382,8 +391,20 @@ int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<s
   std::printf(
       "Talk to the model (NANOCHAT_BASE_DIR=%s):\n  %s chat -i %s -g %s -p \"%s\"\n  %s chat-web -i %s -g %s   "
       "(then open http://127.0.0.1:8000/)\n",
-      r.base.c_str(), bin.c_str(), src.c_str(), tag.c_str(),
-      a.offline ? "What is 12 plus 7?" : "What is the capital of France?", bin.c_str(), src.c_str(), tag.c_str());
+      r.base.c_str(), bin.c_str(), src.c_str(), r.tag.c_str(),
+      a.offline ? "What is 12 plus 7?" : "What is the capital of France?", bin.c_str(), src.c_str(), r.tag.c_str());
+}
+
+int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<std::string>& rest,
+                 const std::string& command_line) {
+  const bool data_ready = has_shards(data_dir());
+  const road::RoadOptions o = road_options(a, top, rest, data_ready);
+  RoadRun r{a, o.base_dir, "", road::plan_road(o), {}, road::Ledger(report_dir() + "/speedrun.json")};
+  plan_here(a, o, r, data_ready);
+  if (a.plan_only) return 0;
+  record_road(a, r, command_line);
+  if (const int rc = walk_road(r); rc != 0) return rc;
+  finish_road(a, r);
   return 0;
 }
 

@@ -152,13 +152,16 @@ std::vector<std::vector<std::string>> metrics_table(const std::string& dir) {
   return rows;
 }
 
-std::string render_card(const std::string& dir, const nlohmann::json& ledger, const std::vector<NodeInfo>& nodes,
-                        const std::string& base_dir) {
-  std::string md = "# nanochat.cpp report card\n\nGenerated: " + local_timestamp() + "\n\n";
-  md += "## Environment\n\n- Build: nanochat.cpp " + std::string(build_id()) + "\n";
+namespace {
+
+bool is_speedrun(const nlohmann::json& ledger) { return ledger.is_object() && ledger.contains("road"); }
+
+// The build, the base folder, the road's command and the nodes with their share of the rows.
+std::string environment_md(const std::string& dir, const nlohmann::json& ledger, const std::vector<NodeInfo>& nodes,
+                           const std::string& base_dir) {
+  std::string md = "## Environment\n\n- Build: nanochat.cpp " + std::string(build_id()) + "\n";
   md += "- Base folder: " + base_dir + "\n";
-  const bool speedrun = ledger.is_object() && ledger.contains("road");
-  if (speedrun) {
+  if (is_speedrun(ledger)) {
     const auto& r = ledger["road"];
     md += "- Road: `nanochat speedrun` preset " + r.value("preset", std::string("?")) +
           (r.value("offline", false) ? ", offline" : ", online") + ", model tag " +
@@ -176,9 +179,14 @@ std::string render_card(const std::string& dir, const nlohmann::json& ledger, co
                   nodes.size() == 1 ? "100%" : (i < share.size() ? fixed(100.0 * share[i], 1) + "% of the rows" : "-"),
                   " |\n");
   }
+  return md;
+}
 
-  // The stages: wall time (planned), tokens, speed, CPU-hours
-  md +=
+// One row per stage: wall time and planned time (the speedrun ledger), tokens, tok/s and MFU (the
+// training stages' sections), CPU-hours (wall time x the threads the stage ran on); the totals.
+std::string stages_md(const std::string& dir, const nlohmann::json& ledger, const std::vector<NodeInfo>& nodes) {
+  const bool speedrun = is_speedrun(ledger);
+  std::string md =
       "\n## Stages\n\n| Stage | Wall time | Planned | Tokens | tok/s | MFU | CPU-hours "
       "|\n|---|---|---|---|---|---|---|\n";
   double total = 0, planned_total = 0, cpu_hours = 0;
@@ -186,10 +194,9 @@ std::string render_card(const std::string& dir, const nlohmann::json& ledger, co
   auto stage_row = [&](const std::string& id, const std::string& title, const std::string& slug) {
     const nlohmann::json st = speedrun && ledger["stages"].contains(id) ? ledger["stages"][id] : nlohmann::json();
     const double secs = st.is_object() && st.contains("seconds") ? st["seconds"].get<double>() : -1;
-    const double plan = speedrun && ledger.contains("plan") && ledger["plan"].contains("stages") &&
-                                ledger["plan"]["stages"].contains(id)
-                            ? ledger["plan"]["stages"][id].value("seconds", -1.0)
-                            : -1;
+    const nlohmann::json plans = speedrun ? ledger.value("plan", nlohmann::json::object()) : nlohmann::json::object();
+    const double plan =
+        plans.contains("stages") && plans["stages"].contains(id) ? plans["stages"][id].value("seconds", -1.0) : -1;
     const ojson d = slug.empty() ? ojson::object() : data_of(dir, slug).value_or(ojson::object());
     if (secs < 0 && d.empty()) return;
     int threads = cores * static_cast<int>(std::max<size_t>(1, nodes.size()));
@@ -205,30 +212,23 @@ std::string render_card(const std::string& dir, const nlohmann::json& ledger, co
           (ch >= 0 ? fixed(ch, 3) : "-") + " |\n";
   };
   if (speedrun && ledger["road"].contains("order")) {
-    for (const auto& s : ledger["road"]["order"]) {
-      const std::string id = s["id"], title = s["title"];
-      std::string slug = s.value("section", std::string());
-      stage_row(id, title, slug);
-    }
+    for (const auto& s : ledger["road"]["order"])
+      stage_row(s["id"].get<std::string>(), s["title"].get<std::string>(), s.value("section", std::string()));
   } else {
-    for (const auto& s : kSections) {
-      auto sec = read_report_section(s.slug, dir);
-      if (sec) stage_row(s.stage, (*sec)["title"].get<std::string>(), s.slug);
-    }
+    for (const auto& s : kSections)
+      if (auto sec = read_report_section(s.slug, dir)) stage_row(s.stage, (*sec)["title"].get<std::string>(), s.slug);
   }
-  if (speedrun) {
-    md += "\nTotal wall clock time: " + duration_text(total);
-    if (planned_total > 0)
-      md += str_cat(" (planned ", duration_text(planned_total), ", ", total >= planned_total ? "+" : "",
-                    fixed(100.0 * (total - planned_total) / planned_total, 0), "%)");
-    md += ", " + fixed(cpu_hours, 3) + " CPU-hours\n";
-  }
+  if (!speedrun) return md;
+  md += "\nTotal wall clock time: " + duration_text(total);
+  if (planned_total > 0)
+    md += str_cat(" (planned ", duration_text(planned_total), ", ", total >= planned_total ? "+" : "",
+                  fixed(100.0 * (total - planned_total) / planned_total, 0), "%)");
+  return md + ", " + fixed(cpu_hours, 3) + " CPU-hours\n";
+}
 
-  md += "\n## Summary\n\n| Metric | BASE | SFT | RL |\n|---|---|---|---|\n";
-  for (const auto& row : metrics_table(dir))
-    md += "| " + row[0] + " | " + row[1] + " | " + row[2] + " | " + row[3] + " |\n";
-
-  // Each stage's own section, as it wrote it
+// Each stage's own section, as it wrote it, with its chart.
+std::string sections_md(const std::string& dir) {
+  std::string md;
   for (const auto& s : kSections) {
     auto sec = read_report_section(s.slug, dir);
     if (!sec) continue;
@@ -240,6 +240,19 @@ std::string render_card(const std::string& dir, const nlohmann::json& ledger, co
     }
   }
   return md;
+}
+
+}  // namespace
+
+std::string render_card(const std::string& dir, const nlohmann::json& ledger, const std::vector<NodeInfo>& nodes,
+                        const std::string& base_dir) {
+  std::string md = "# nanochat.cpp report card\n\nGenerated: " + local_timestamp() + "\n\n";
+  md += environment_md(dir, ledger, nodes, base_dir);
+  md += stages_md(dir, ledger, nodes);
+  md += "\n## Summary\n\n| Metric | BASE | SFT | RL |\n|---|---|---|---|\n";
+  for (const auto& row : metrics_table(dir))
+    md += "| " + row[0] + " | " + row[1] + " | " + row[2] + " | " + row[3] + " |\n";
+  return md + sections_md(dir);
 }
 
 }  // namespace nanochat::road

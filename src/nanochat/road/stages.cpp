@@ -130,24 +130,98 @@ std::string road_model_tag(const std::vector<Stage>& stages, const RoadOptions& 
   return "d20";
 }
 
+namespace {
+
+// Offline: the demo corpus (made from Debian's text packages when the data folder has no shards
+// yet); online: nanochat's shards, the CORE bundle and the chat datasets.
+Stage data_stage(const RoadOptions& o, const Preset& p) {
+  Stage data{"data", "Data", {}, "", {o.data_dir + "/*.parquet"}, "", false};
+  if (o.offline) {
+    if (!o.demo_corpus_script.empty()) data.commands.push_back({"!bash", o.demo_corpus_script});
+    return data;
+  }
+  data.commands.push_back({"data", "download", "-n", std::to_string(p.shards)});
+  data.commands.push_back({"data", "download", "--eval-bundle"});
+  data.commands.push_back({"data", "download", "--tasks"});
+  return data;
+}
+
+// Offline: SpellingBee, Arithmetic and Identity as conversation files, chat-sft trained on them
+// (no ChatCORE: its tasks are online); returns the chat-eval tasks (online: ChatCORE's five).
+Cmd add_offline_sft_data(std::vector<Stage>& road, const RoadOptions& o, const Preset& p, Cmd& sft) {
+  const std::string dir = o.base_dir + "/speedrun/sft";
+  Stage sd{"sft-data", "Offline chat tasks", {}, "", {"speedrun/sft"}, "", false};
+  std::string train, val;
+  for (const std::string name : {"SpellingBee", "Arithmetic", "Identity"}) {
+    Cmd tr{"data", "task-jsonl", name, "-o", dir + "/" + name + ".jsonl"};
+    Cmd va{"data", "task-jsonl", name, "--split", "test", "-o", dir + "/" + name + "-val.jsonl"};
+    if (name != "Identity") {  // Identity has 100 train and 5 test conversations, all taken
+      tr = with(tr, {"--stop", std::to_string(p.sft_examples)});
+      va = with(va, {"--stop", std::to_string(p.sft_val)});
+    }
+    sd.commands.push_back(tr);
+    sd.commands.push_back(va);
+    train += (train.empty() ? "" : ",") + dir + "/" + name + ".jsonl";
+    val += (val.empty() ? "" : ",") + dir + "/" + name + "-val.jsonl";
+  }
+  road.push_back(sd);
+  sft = with(sft, {"--train-jsonl", train, "--val-jsonl", val});
+  if (!has_flag(sft, {"--chatcore-every"})) sft = with(sft, {"--chatcore-every", "-1"});
+  return {"-a", "SpellingBee|Arithmetic"};
+}
+
+void add_chat_stages(std::vector<Stage>& road, const RoadOptions& o, const Preset& p) {
+  Cmd sft = p.chat_sft;
+  const Cmd eval_tasks = o.offline ? add_offline_sft_data(road, o, p, sft) : Cmd{};
+  road.push_back({"chat-sft", "Chat SFT", {sft}, "chatsft_checkpoints", {}, "chat-sft", true});
+  Cmd ev_sft = p.chat_eval;
+  ev_sft.insert(ev_sft.end(), eval_tasks.begin(), eval_tasks.end());
+  road.push_back({"chat-eval-sft",
+                  "Chat evaluation sft",
+                  {with(ev_sft, {"-i", "sft"})},
+                  "",
+                  {"report/chat-evaluation-sft.json"},
+                  "chat-evaluation-sft",
+                  false});
+  if (!o.rl.value_or(p.rl)) return;
+  const std::string task = o.offline ? "Arithmetic" : "GSM8K";
+  road.push_back(
+      {"chat-rl", "Chat RL", {with(p.chat_rl, {"--task", task})}, "chatrl_checkpoints", {}, "chat-rl", true});
+  road.push_back({"chat-eval-rl",
+                  "Chat evaluation rl",
+                  {with(p.chat_eval, {"-i", "rl", "-a", task})},
+                  "",
+                  {"report/chat-evaluation-rl.json"},
+                  "chat-evaluation-rl",
+                  false});
+}
+
+// The user's flags, then the model tag on every stage that reads or writes the model (unless a
+// flag names it) and the training stages' checkpoint folders.
+void apply_flags_and_tag(std::vector<Stage>& road, const RoadOptions& o) {
+  for (Stage& s : road)
+    for (Cmd& c : s.commands)
+      for (const FlagOverride& ov : o.overrides) apply_override(c, ov);
+  const std::string tag = road_model_tag(road, o);
+  for (Stage& s : road) {
+    for (Cmd& c : s.commands) {
+      if (c.empty()) continue;
+      if ((c[0] == "base-train" || c[0] == "chat-sft" || c[0] == "chat-rl") && !has_flag(c, {"--model-tag"}))
+        c = with(c, {"--model-tag", tag});
+      if ((c[0] == "base-eval" || c[0] == "chat-eval") && !has_flag(c, {"-g", "--model-tag"})) c = with(c, {"-g", tag});
+    }
+    if (!s.checkpoint_dir.empty()) {
+      s.checkpoint_dir += "/" + tag;
+      s.outputs = {s.checkpoint_dir};
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<Stage> plan_road(const RoadOptions& o) {
   const Preset p = preset_of(o.preset);
-  const bool rl = o.rl.value_or(p.rl);
-  const std::string sft_dir = o.base_dir + "/speedrun/sft";
-  std::vector<Stage> road;
-
-  Stage data{"data", "Data", {}, "", {}, "", false};
-  if (o.offline) {
-    // the demo corpus, made from Debian's text packages when the data folder has no shards yet
-    if (!o.demo_corpus_script.empty()) data.commands.push_back({"!bash", o.demo_corpus_script});
-  } else {
-    data.commands.push_back({"data", "download", "-n", std::to_string(p.shards)});
-    data.commands.push_back({"data", "download", "--eval-bundle"});
-    data.commands.push_back({"data", "download", "--tasks"});
-  }
-  data.outputs = {o.data_dir + "/*.parquet"};
-  road.push_back(data);
-
+  std::vector<Stage> road{data_stage(o, p)};
   road.push_back({"tok-train", "Tokenizer training", {p.tok_train}, "", {"tokenizer"}, "tokenizer-training", false});
   road.push_back({"tok-eval",
                   "Tokenizer evaluation",
@@ -167,74 +241,8 @@ std::vector<Stage> plan_road(const RoadOptions& o) {
                   {"report/base-model-evaluation.json"},
                   "base-model-evaluation",
                   false});
-
-  Cmd sft = p.chat_sft;
-  Cmd eval_tasks;  // offline: the synthetic tasks; online: ChatCORE's five (chat-eval's default)
-  if (o.offline) {
-    Stage sd{"sft-data", "Offline chat tasks", {}, "", {"speedrun/sft"}, "", false};
-    std::string train, val;
-    for (const char* t : {"SpellingBee", "Arithmetic", "Identity"}) {
-      const std::string name = t;
-      const bool identity = name == "Identity";  // 100 train and 5 test conversations, all taken
-      Cmd tr{"data", "task-jsonl", name, "-o", sft_dir + "/" + name + ".jsonl"};
-      Cmd va{"data", "task-jsonl", name, "--split", "test", "-o", sft_dir + "/" + name + "-val.jsonl"};
-      if (!identity) {
-        tr = with(tr, {"--stop", std::to_string(p.sft_examples)});
-        va = with(va, {"--stop", std::to_string(p.sft_val)});
-      }
-      sd.commands.push_back(tr);
-      sd.commands.push_back(va);
-      train += (train.empty() ? "" : ",") + sft_dir + "/" + name + ".jsonl";
-      val += (val.empty() ? "" : ",") + sft_dir + "/" + name + "-val.jsonl";
-    }
-    road.push_back(sd);
-    sft = with(sft, {"--train-jsonl", train, "--val-jsonl", val});
-    if (!has_flag(sft, {"--chatcore-every"})) sft = with(sft, {"--chatcore-every", "-1"});
-    eval_tasks = {"-a", "SpellingBee|Arithmetic"};
-  }
-  road.push_back({"chat-sft", "Chat SFT", {sft}, "chatsft_checkpoints", {}, "chat-sft", true});
-  Cmd ev = p.chat_eval, ev_sft = p.chat_eval;
-  ev_sft.insert(ev_sft.end(), eval_tasks.begin(), eval_tasks.end());
-  road.push_back({"chat-eval-sft",
-                  "Chat evaluation sft",
-                  {with(ev_sft, {"-i", "sft"})},
-                  "",
-                  {"report/chat-evaluation-sft.json"},
-                  "chat-evaluation-sft",
-                  false});
-  if (rl) {
-    road.push_back({"chat-rl",
-                    "Chat RL",
-                    {with(p.chat_rl, {"--task", o.offline ? "Arithmetic" : "GSM8K"})},
-                    "chatrl_checkpoints",
-                    {},
-                    "chat-rl",
-                    true});
-    road.push_back({"chat-eval-rl",
-                    "Chat evaluation rl",
-                    {with(ev, {"-i", "rl", "-a", o.offline ? "Arithmetic" : "GSM8K"})},
-                    "",
-                    {"report/chat-evaluation-rl.json"},
-                    "chat-evaluation-rl",
-                    false});
-  }
-
-  for (Stage& s : road)
-    for (Cmd& c : s.commands)
-      for (const FlagOverride& ov : o.overrides) apply_override(c, ov);
-  const std::string tag = road_model_tag(road, o);
-  for (Stage& s : road) {
-    for (Cmd& c : s.commands) {
-      if (c.empty()) continue;
-      if ((c[0] == "base-train" || c[0] == "chat-sft" || c[0] == "chat-rl") && !has_flag(c, {"--model-tag"}))
-        c = with(c, {"--model-tag", tag});
-      if ((c[0] == "base-eval" || c[0] == "chat-eval") && !has_flag(c, {"-g", "--model-tag"})) c = with(c, {"-g", tag});
-    }
-    if (!s.checkpoint_dir.empty()) {
-      s.checkpoint_dir += "/" + tag;
-      s.outputs = {s.checkpoint_dir};
-    }
-  }
+  add_chat_stages(road, o, p);
+  apply_flags_and_tag(road, o);
   return road;
 }
 
