@@ -21,6 +21,9 @@ constexpr double kStartupS = 0.4;       // a command that loads a checkpoint
 constexpr double kTrainStartupS = 1.5;  // a training command: the FMA peak, the data check, the first step's set-up
 constexpr double kLoopEfficiency =
     1.0;  // the training loop's speed / the bare step's median (data, logging: within the noise)
+constexpr double kStepOverheadS = 0.008;  // a training step's work beside the model: its rows, log line, metrics record
+constexpr double kRolloutExampleS =
+    0.04;                                 // chat-rl: an example's prompt, prefill and rewards beside its decoded tokens
 constexpr double kSaveBytesPerS = 300e6;  // a checkpoint's weights and optimizer moments, written and fsynced
 constexpr double kTokenizerCharsPerS = 25e6;
 constexpr double kCorpusBuildS = 120.0;   // scripts/demo_corpus.sh on a fresh machine (downloads, extraction, packing)
@@ -94,14 +97,18 @@ SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps);
 // The training loop runs a small model on fewer threads when that is faster (core/thread_tuner.h):
 // the probe times its steps on all threads and on one, and keeps the faster.
 SpeedProbe probe_speed(const std::vector<std::string>& c, int vocab, int steps) {
+  // Two rounds of each count, the best kept: a probe of a second is easily slowed by another
+  // program's moment on the cores, and nothing makes it faster than the machine is.
   const int threads = num_threads();
-  SpeedProbe best = probe_at(c, vocab, steps);
-  if (threads > 1) {
-    set_num_threads(1);
-    const SpeedProbe one = probe_at(c, vocab, steps);
-    set_num_threads(threads);
-    if (one.train_tok_per_s(one.B * one.T) > best.train_tok_per_s(best.B * best.T)) best = one;
-  }
+  SpeedProbe best;
+  for (int round = 0; round < 2; ++round)
+    for (const int n : {threads, 1}) {
+      if (n == 1 && threads == 1 && round == 0) continue;
+      set_num_threads(n);
+      const SpeedProbe q = probe_at(c, vocab, steps);
+      if (best.B == 0 || q.train_tok_per_s(q.B * q.T) > best.train_tok_per_s(best.B * best.T)) best = q;
+    }
+  set_num_threads(threads);
   return best;
 }
 
@@ -126,7 +133,7 @@ SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps) {
   // them (at most 20); the medians, so that a moment of another program's work does not count
   std::vector<double> fb, op;
   Timer total;
-  for (int s = 0; s <= 20 && (s <= steps || total.seconds() < 1.0); ++s) {
+  for (int s = 0; s <= 20 && (s <= steps || total.seconds() < 0.7); ++s) {
     Timer t;
     model.zero_grad();
     model.forward_backward(idx.data(), tgt.data(), p.B, p.T, 1.f);
@@ -147,6 +154,15 @@ SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps) {
   };
   p.micro_batch_s = median(fb);
   p.optimizer_s = median(op);
+  // An evaluation's forward of the same rows (val bpb: the loss per token, no gradients).
+  std::vector<float> losses(idx.size());
+  std::vector<double> fw;
+  for (int s = 0; s < 4; ++s) {
+    Timer t;
+    model.forward_loss(idx.data(), tgt.data(), p.B, p.T, losses.data());
+    if (s > 0) fw.push_back(t.seconds());
+  }
+  p.forward_s = median(fw);
   // A generated token: the KV-cache forward of one position (after a warm-up), for one row and
   // for a batch of 8 rows (a rollout's samples decode together), plus the engine's per-token work.
   std::vector<float> logits(static_cast<size_t>(8) * plan.model.padded_vocab());
@@ -168,7 +184,7 @@ SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps) {
 
 std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, const SpeedProbe& p, bool data_ready) {
   std::map<std::string, double> out;
-  const double tok_s_fwd = 3.0 * static_cast<double>(p.B * p.T) / p.micro_batch_s;
+  const double tok_s_fwd = static_cast<double>(p.B * p.T) / p.forward_s;
   int64_t base_total_batch = 0;
   for (const Stage& s : road) {
     double t = 0;
@@ -197,7 +213,8 @@ std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, co
           if (steps < 0) steps = 1000;  // one epoch of nanochat's mixture: unknown before it is rendered
           eval_every = num(c, "--eval-every", 200), eval_tokens = num(c, "--eval-tokens", 40LL * 524288);
         }
-        t += static_cast<double>(steps * batch) / (kLoopEfficiency * p.train_tok_per_s(batch)) + kTrainStartupS;
+        t += static_cast<double>(steps * batch) / (kLoopEfficiency * p.train_tok_per_s(batch)) + kTrainStartupS +
+             static_cast<double>(steps) * kStepOverheadS;
         const int64_t save_every = num(c, "--save-every", -1);
         const double saves = 1.0 + (save_every > 0 ? static_cast<double>(steps / save_every) : 0.0);
         t += saves * (0.05 + 12.0 * static_cast<double>(p.params) / kSaveBytesPerS);
@@ -234,7 +251,7 @@ std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, co
                                                      : p.decode_token_s + (p.decode8_token_s - p.decode_token_s) *
                                                                               static_cast<double>(samples - 1) / 7.0);
         const double evals = every > 0 ? static_cast<double>((steps / every + 1) * eval_ex) : 0.0;
-        t += kStartupS + (static_cast<double>(steps * ex) + evals) * per_example;
+        t += kStartupS + (static_cast<double>(steps * ex) + evals) * (per_example + kRolloutExampleS);
       } else
         t += kStartupS;
     }
@@ -257,6 +274,7 @@ SpeedProbe scale_probe(const SpeedProbe& p, const std::vector<std::string>& from
   q.depth = static_cast<int>(b.model.n_layer);
   q.params = b.counts.total;
   q.micro_batch_s *= flops * static_cast<double>(b.B * b.T) / static_cast<double>(a.B * a.T);
+  q.forward_s *= flops * static_cast<double>(b.B * b.T) / static_cast<double>(a.B * a.T);
   q.B = b.B;
   q.T = b.T;
   q.optimizer_s *= params;

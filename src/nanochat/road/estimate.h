@@ -3,7 +3,7 @@
 // few of its training steps timed on random tokens (forward, backward, MuonAdamW; the threads the
 // stages will use), and each stage's time is worked out from that speed and its flags:
 //   training (base-train, chat-sft): steps x (micro-batches x measured micro-batch time + the
-//     optimizer's), its evaluations at a third of the micro-batch's time per token, a start-up;
+//     optimizer's), its evaluations at the measured forward's rate, a start-up;
 //   evaluations and generation (base-eval, chat-eval, chat-rl): tokens forwarded at that rate,
 //     generated tokens at a measured decode time each;
 //   data and tokenizer: the download (online) or corpus build, characters at a fixed rate.
@@ -25,6 +25,7 @@ struct SpeedProbe {
   int B = 0, T = 0;
   double micro_batch_s = 0;    ///< forward + backward of B x T tokens
   double optimizer_s = 0;      ///< one MuonAdamW step
+  double forward_s = 0;        ///< an evaluation's forward (the loss, no gradients) of B x T tokens
   double decode_token_s = 0;   ///< one generated token of one row (a KV-cache forward of one position)
   double decode8_token_s = 0;  ///< one generated token of each of 8 rows together
   double train_tok_per_s(int64_t total_batch) const;
