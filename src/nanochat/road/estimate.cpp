@@ -95,19 +95,24 @@ SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps);
 }  // namespace
 
 // The training loop runs a small model on fewer threads when that is faster (core/thread_tuner.h):
-// the probe times its steps on all threads and on one, and keeps the faster.
+// where a micro-batch is short the probe also times one thread, and keeps the faster. A second
+// round where a round is quick, the best kept: a probe of a second is easily slowed by another
+// program's moment on the cores, and nothing makes it faster than the machine is.
 SpeedProbe probe_speed(const std::vector<std::string>& c, int vocab, int steps) {
-  // Two rounds of each count, the best kept: a probe of a second is easily slowed by another
-  // program's moment on the cores, and nothing makes it faster than the machine is.
   const int threads = num_threads();
   SpeedProbe best;
-  for (int round = 0; round < 2; ++round)
-    for (const int n : {threads, 1}) {
-      if (n == 1 && threads == 1 && round == 0) continue;
-      set_num_threads(n);
-      const SpeedProbe q = probe_at(c, vocab, steps);
-      if (best.B == 0 || q.train_tok_per_s(q.B * q.T) > best.train_tok_per_s(best.B * best.T)) best = q;
-    }
+  auto run = [&](int n) {
+    set_num_threads(n);
+    Timer t;
+    const SpeedProbe q = probe_at(c, vocab, steps);
+    if (best.B == 0 || q.train_tok_per_s(q.B * q.T) > best.train_tok_per_s(best.B * best.T)) best = q;
+    return t.seconds();
+  };
+  for (int round = 0; round < 2; ++round) {
+    const double took = run(threads);
+    if (threads > 1 && best.micro_batch_s < 0.25) run(1);
+    if (took > 3.0) break;
+  }
   set_num_threads(threads);
   return best;
 }
@@ -120,11 +125,14 @@ SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps) {
   p.params = plan.counts.total;
   p.T = plan.T;
   p.B = plan.B;
+  // at most 4,096 tokens a micro-batch (runcpu's 32 x 512 takes seconds): the times of fewer
+  // rows, scaled to the plan's (the products are as efficient from a few rows of 512 up)
+  const int rows = std::max(1, std::min(p.B, 4096 / p.T));
   GPT model(plan.model);
   model.init_weights(42);
   MuonAdamW opt(optimizer_params(model), plan.optim);
   Rng rng(7);
-  std::vector<int32_t> idx(static_cast<size_t>(p.B) * p.T), tgt(idx.size());
+  std::vector<int32_t> idx(static_cast<size_t>(rows) * p.T), tgt(idx.size());
   for (size_t i = 0; i < idx.size(); ++i) {
     idx[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
     tgt[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
@@ -136,7 +144,7 @@ SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps) {
   for (int s = 0; s <= 20 && (s <= steps || total.seconds() < 0.7); ++s) {
     Timer t;
     model.zero_grad();
-    model.forward_backward(idx.data(), tgt.data(), p.B, p.T, 1.f);
+    model.forward_backward(idx.data(), tgt.data(), rows, p.T, 1.f);
     const double t_fb = t.seconds();
     Timer t2;
     opt.step(1.f, 0.95f, 0.1f);
@@ -152,31 +160,32 @@ SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  p.micro_batch_s = median(fb);
+  const double scale = static_cast<double>(p.B) / static_cast<double>(rows);
+  p.micro_batch_s = median(fb) * scale;
   p.optimizer_s = median(op);
   // An evaluation's forward of the same rows (val bpb: the loss per token, no gradients).
   std::vector<float> losses(idx.size());
   std::vector<double> fw;
   for (int s = 0; s < 4; ++s) {
     Timer t;
-    model.forward_loss(idx.data(), tgt.data(), p.B, p.T, losses.data());
+    model.forward_loss(idx.data(), tgt.data(), rows, p.T, losses.data());
     if (s > 0) fw.push_back(t.seconds());
   }
-  p.forward_s = median(fw);
+  p.forward_s = median(fw) * scale;
   // A generated token: the KV-cache forward of one position (after a warm-up), for one row and
   // for a batch of 8 rows (a rollout's samples decode together), plus the engine's per-token work.
   std::vector<float> logits(static_cast<size_t>(8) * plan.model.padded_vocab());
-  for (int rows : {1, 8}) {
+  for (int n_rows : {1, 8}) {
     const int n = 32;
-    KVCache cache(plan.model, rows, n + 1);
-    std::vector<int32_t> tok(static_cast<size_t>(rows), 1);
+    KVCache cache(plan.model, n_rows, n + 1);
+    std::vector<int32_t> tok(static_cast<size_t>(n_rows), 1);
     double t_dec = 0;
     for (int k = 0; k < n; ++k) {
       Timer t;
-      model.forward_cached(tok.data(), rows, 1, cache, logits.data());
+      model.forward_cached(tok.data(), n_rows, 1, cache, logits.data());
       if (k >= 4) t_dec += t.seconds();
     }
-    (rows == 1 ? p.decode_token_s : p.decode8_token_s) = t_dec / (n - 4) + 1e-4;
+    (n_rows == 1 ? p.decode_token_s : p.decode8_token_s) = t_dec / (n - 4) + 1e-4;
   }
   return p;
 }
