@@ -2,10 +2,12 @@
 // it starts (road/estimate.h), a line of the road's progress while it runs, the same command
 // again skipping what is done and continuing an interrupted training stage (road/ledger.h), and
 // the report card at the end (road/card.h). `nanochat report` writes the card of stages run by hand.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -43,7 +45,20 @@ struct SpeedrunArgs {
   std::string model_tag;
   bool plan_only = false;
   double hours = 0;  // > 0: pick the depth that fits
+  bool replace_tokenizer = false;
 };
+
+// --preset and --hours, named with what to give instead.
+void check_args(const SpeedrunArgs& a) {
+  const auto names = road::preset_names();
+  if (std::find(names.begin(), names.end(), a.preset) == names.end()) {
+    const std::string best = closest_name(a.preset, names);
+    fail("speedrun --preset ", a.preset, ": not a preset", best.empty() ? "" : "; did you mean '" + best + "'?",
+         " (presets: tiny, runcpu)");
+  }
+  if (a.hours < 0 || !std::isfinite(a.hours))
+    fail("speedrun --hours ", a.hours, ": give the hours the road may take, a positive number (e.g. 0.5 or 4)");
+}
 
 // "19:42:05" today, "Tue 07:13" on a later day.
 std::string clock_at(double seconds_from_now) {
@@ -85,6 +100,11 @@ std::vector<road::FlagOverride> parse_overrides(const CLI::App& top, const std::
     for (const auto& l : opt->get_lnames()) ov.names.push_back("--" + l);
     for (const auto& s : opt->get_snames()) ov.names.push_back("-" + s);
     std::stable_partition(ov.names.begin(), ov.names.end(), [&](const std::string& n) { return n == flag; });
+    if (std::find(ov.names.begin(), ov.names.end(), "--model-tag") != ov.names.end())
+      fail("speedrun: ", w,
+           " would give one stage another model than the others; name the road's model with "
+           "speedrun --model-tag ",
+           eq == std::string::npos && i + 1 < rest.size() ? rest[i + 1] : "TAG");
     ov.takes_value = takes_value;
     if (eq != std::string::npos)
       ov.value = w.substr(eq + 1);
@@ -190,10 +210,39 @@ std::vector<std::string> prepare_training(const RoadRun& r, const Stage& s, bool
   return extra;
 }
 
+// A tokenizer in the base folder that this road did not make (tok-train will run: the ledger
+// has no record of it), and no --replace-tokenizer.
+bool foreign_tokenizer(const RoadRun& r) {
+  std::error_code ec;
+  return fs::exists(r.base + "/tokenizer/tokenizer.json", ec) && r.ledger.stage("tok-train").empty() &&
+         !r.a.replace_tokenizer;
+}
+
+// tok-train replaces the base folder's tokenizer, which the models trained with it need: an
+// earlier one is moved aside (never deleted), and one this road did not make is replaced only
+// with --replace-tokenizer.
+void prepare_tokenizer(const RoadRun& r, const Stage& s) {
+  if (s.id != "tok-train") return;
+  const std::string dir = r.base + "/tokenizer";
+  std::error_code ec;
+  if (!fs::exists(dir + "/tokenizer.json", ec)) return;
+  if (foreign_tokenizer(r))
+    fail("speedrun: ", dir,
+         " holds a tokenizer this road did not make, and the models trained with it (e.g. "
+         "the quickstart's base_checkpoints/demo) need it; the road trains its own. Run the road in another base "
+         "folder (NANOCHAT_BASE_DIR=",
+         r.base, "-speedrun), or pass --replace-tokenizer (the old one is kept in ", dir, ".before-<time>)");
+  const std::string aside = dir + ".before-" + local_timestamp().replace(10, 1, "-").erase(13, 1).erase(15, 1);
+  fs::rename(dir, aside, ec);
+  if (ec) fail("speedrun: cannot move the tokenizer ", dir, " aside to ", aside, ": ", ec.message());
+  std::printf("speedrun: tok-train makes a new tokenizer; the one in %s is kept in %s\n", dir.c_str(), aside.c_str());
+}
+
 int run_stage(RoadRun& r, size_t i, double road_left_after, bool resume) {
   const Stage& s = r.stages[i];
+  prepare_tokenizer(r, s);
   std::vector<std::string> extra = prepare_training(r, s, resume);
-  r.ledger.started(s);
+  r.ledger.started(s, !extra.empty());
   fs::create_directories(r.base + "/report/logs");
   const std::string log = r.base + "/report/logs/" + s.id + ".log";
   Timer timer;
@@ -217,11 +266,23 @@ int run_stage(RoadRun& r, size_t i, double road_left_after, bool resume) {
       const double el = timer.seconds();
       if (f <= 0 || el - last_line < 15.0) return;
       last_line = el;
+      r.ledger.progress(s.id, el);
       const double left = (f > 0.05 ? el * (1 - f) / f : std::max(0.0, plan - el)) + road_left_after;
       std::printf("speedrun: [%zu/%zu] %s %.0f%% | road ETA %s (%s left)\n", i + 1, r.stages.size(), s.id.c_str(),
                   100.0 * f, clock_at(left).c_str(), road::duration_text(left).c_str());
     };
     const int rc = run_stage_process(program, c, log, on_line);
+    if (const int sig = stop_signal(); sig != 0) {
+      std::printf(
+          "speedrun: stopped by %s during [%zu/%zu] %s. Run the same command to continue: the finished "
+          "stages are skipped%s.\n",
+          sig == SIGINT    ? "SIGINT"
+          : sig == SIGTERM ? "SIGTERM"
+                           : "SIGHUP",
+          i + 1, r.stages.size(), s.id.c_str(),
+          s.checkpoint_dir.empty() ? "" : " and this one continues from its last checkpoint");
+      return 128 + sig;
+    }
     if (rc != 0) {
       std::printf(
           "speedrun: [%zu/%zu] %s failed (exit status %d; its log: %s). Fix what it says and run the same "
@@ -237,10 +298,16 @@ int run_stage(RoadRun& r, size_t i, double road_left_after, bool resume) {
   return 0;
 }
 
+const std::vector<std::string>& base_train_of(const std::vector<Stage>& stages) {
+  for (const Stage& s : stages)
+    if (s.id == "base-train") return s.commands.front();
+  fail("speedrun: the road has no base-train stage");
+}
+
 // --hours: the deepest model whose road fits (road/estimate.h choose_depth); the same command
 // again keeps the depth it chose (the ledger), so that a rerun continues the same road.
-void choose_depth_for_hours(const SpeedrunArgs& a, const road::RoadOptions& o, RoadRun& r, const road::SpeedProbe& p,
-                            bool data_ready, int vocab) {
+road::SpeedProbe choose_depth_for_hours(const SpeedrunArgs& a, const road::RoadOptions& o, RoadRun& r,
+                                        const road::SpeedProbe& p, bool data_ready, int vocab) {
   for (const auto& ov : o.overrides)
     if (ov.command == "base-train" && (ov.names.front() == "--depth" || ov.names.front() == "--num-iterations"))
       fail("speedrun --hours picks base-train's depth and steps; drop ", ov.names.front(), " (--base-train.",
@@ -271,17 +338,41 @@ void choose_depth_for_hours(const SpeedrunArgs& a, const road::RoadOptions& o, R
     }();
     const road::DepthChoice c = road::choose_depth(a.hours * 3600.0, p, probed, road_for, data_ready);
     std::string tried;
-    for (const auto& [d, t] : c.tried) tried += str_cat(tried.empty() ? "" : ", ", "d", d, " ", road::duration_text(t));
+    for (const auto& [d, t] : c.tried)
+      tried += str_cat(tried.empty() ? "" : ", ", "d", d, " (width ",
+                       road::base_train_size(base_train_of(road_for(d)), vocab).width, ") ", road::duration_text(t));
     if (c.depth == 0)
       fail("speedrun --hours ", a.hours, ": even the smallest model's road takes longer (", tried,
            "); give more hours, or fewer tokens per parameter (--base-train.target-param-data-ratio, nanochat's 12)");
     depth = c.depth;
-    std::printf("speedrun: --hours %g: depth %d fits (%s of %s; the roads looked at: %s)\n", a.hours, depth,
-                road::duration_text(c.seconds).c_str(), road::duration_text(a.hours * 3600.0).c_str(), tried.c_str());
+    std::printf("speedrun: --hours %g: the roads looked at, from this machine's speed on depth %d: %s\n", a.hours,
+                p.depth, tried.c_str());
   }
-  r.stages = road_for(depth);
+  // the chosen model's own speed; one depth less while its road, so measured, is over the budget
+  road::SpeedProbe own;
+  double total = 0;
+  for (;;) {
+    r.stages = road_for(depth);
+    own = road::probe_speed(base_train_of(r.stages), vocab);
+    total = 0;
+    for (const auto& [id, t] : road::estimate_stages(r.stages, own, data_ready)) total += t;
+    if (total <= a.hours * 3600.0 || depth <= 2) break;
+    std::printf("speedrun: --hours %g: depth %d's road, measured on its own model, takes %s; one depth less\n", a.hours,
+                depth, road::duration_text(total).c_str());
+    --depth;
+  }
+  std::printf("speedrun: --hours %g: depth %d fits (its road %s of %s)\n", a.hours, depth,
+              road::duration_text(total).c_str(), road::duration_text(a.hours * 3600.0).c_str());
   r.ledger.road()["hours"] = a.hours;
   r.ledger.road()["depth"] = depth;
+  return own;
+}
+
+// Every stage finished with these commands and its outputs unchanged.
+bool all_done(const RoadRun& r) {
+  for (const Stage& s : r.stages)
+    if (!r.ledger.why_run(s, r.base).empty()) return false;
+  return r.ledger.all().contains("plan");
 }
 
 // The road's options from the flags; offline without shards, the demo corpus script must be there.
@@ -310,10 +401,23 @@ road::RoadOptions road_options(const SpeedrunArgs& a, const CLI::App& top, const
   return o;
 }
 
-const std::vector<std::string>& base_train_of(const std::vector<Stage>& stages) {
-  for (const Stage& s : stages)
-    if (s.id == "base-train") return s.commands.front();
-  fail("speedrun: the road has no base-train stage");
+// A training stage the walk will continue from its checkpoint at step S of N plans its last
+// N - S steps only.
+void plan_resumed_part(RoadRun& r, int vocab) {
+  for (const Stage& s : r.stages) {
+    if (!r.ledger.why_run(s, r.base).empty() && !r.ledger.interrupted(s)) return;  // it, and all after it, run afresh
+    if (!r.ledger.interrupted(s) || s.checkpoint_dir.empty()) continue;
+    const auto last = last_complete_step(r.base + "/" + s.checkpoint_dir);
+    const std::vector<std::string>& c = s.commands.front();
+    int64_t steps = 0;
+    if (c[0] == "base-train")
+      steps = road::base_train_size(c, vocab).steps;
+    else if (c[0] == "chat-sft" && !road::flag_value(c, "--num-iterations").empty())
+      steps = std::stoll(road::flag_value(c, "--num-iterations")) - 1;  // nanochat trains N - 1 steps
+    if (last && steps > 0 && *last < steps)
+      r.planned[s.id] *= static_cast<double>(steps - *last) / static_cast<double>(steps);
+    return;  // the stages after it run afresh
+  }
 }
 
 // This machine's speed on the road's model (the depth --hours picks), each stage's time, printed.
@@ -323,12 +427,10 @@ void plan_here(const SpeedrunArgs& a, const road::RoadOptions& o, RoadRun& r, bo
               road::base_train_size(base_train_of(r.stages), vocab).depth);
   std::fflush(stdout);
   road::SpeedProbe p = road::probe_speed(base_train_of(r.stages), vocab);
-  if (a.hours > 0) {
-    choose_depth_for_hours(a, o, r, p, data_ready, vocab);
-    p = road::probe_speed(base_train_of(r.stages), vocab);  // the chosen model's own speed
-  }
+  if (a.hours > 0) p = choose_depth_for_hours(a, o, r, p, data_ready, vocab);
   r.tag = road::road_model_tag(r.stages, o);
   r.planned = road::estimate_stages(r.stages, p, data_ready);
+  plan_resumed_part(r, vocab);
   print_plan(r, p, road::base_train_size(base_train_of(r.stages), vocab));
 }
 
@@ -397,9 +499,20 @@ void finish_road(const SpeedrunArgs& a, const RoadRun& r) {
 
 int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<std::string>& rest,
                  const std::string& command_line) {
+  check_args(a);
   const bool data_ready = has_shards(data_dir());
   const road::RoadOptions o = road_options(a, top, rest, data_ready);
   RoadRun r{a, o.base_dir, "", road::plan_road(o), {}, road::Ledger(report_dir() + "/speedrun.json")};
+  for (const Stage& s : r.stages)
+    if (foreign_tokenizer(r)) prepare_tokenizer(r, s);  // tok-train's says why the road stops, before anything runs
+  if (all_done(r)) {
+    r.tag = road::road_model_tag(r.stages, o);
+    for (const Stage& s : r.stages)
+      r.planned[s.id] = r.ledger.all()["plan"]["stages"].value(s.id, nlohmann::json::object()).value("seconds", 0.0);
+    std::printf("speedrun: every stage of this road is done (report/speedrun.json); nothing to run\n");
+    if (!a.plan_only) finish_road(a, r);
+    return 0;
+  }
   plan_here(a, o, r, data_ready);
   if (a.plan_only) return 0;
   record_road(a, r, command_line);
@@ -418,7 +531,6 @@ void register_speedrun(CLI::App& app) {
       "with a plan and ETA first and a report card at the end; the same command again continues where it stopped");
   c->allow_extras();
   c->add_option("--preset", a->preset, "tiny (a few minutes on 2 cores) or runcpu (nanochat's runs/runcpu.sh)")
-      ->check(CLI::IsMember(road::preset_names()))
       ->capture_default_str();
   c->add_flag("--offline", a->offline,
               "the demo corpus and the offline chat tasks (SpellingBee, Arithmetic, Identity); CORE only where "
@@ -426,11 +538,13 @@ void register_speedrun(CLI::App& app) {
   c->add_option("--rl", a->rl, "on|off: chat-rl and its evaluation (default: tiny on, runcpu off, as runcpu.sh)")
       ->check(CLI::IsMember({"on", "off"}));
   c->add_option("--model-tag", a->model_tag, "the checkpoints' tag (default d<depth>)");
-  c->add_flag("--plan-only", a->plan_only, "print the plan and its ETA, run nothing");
+  c->add_flag("--plan-only", a->plan_only, "measure this machine, print the plan and its ETA, run nothing");
+  c->add_flag("--replace-tokenizer", a->replace_tokenizer,
+              "let tok-train replace a tokenizer of the base folder that this road did not make (it is kept in "
+              "tokenizer.before-<time>; the models trained with it need it back)");
   c->add_option("--hours", a->hours,
                 "a time budget: measure this machine, pick the deepest model whose whole road fits (base-train at "
-                "nanochat's tokens-to-parameters ratio) and plan it")
-      ->check(CLI::PositiveNumber);
+                "nanochat's tokens-to-parameters ratio) and plan it");
   c->footer(
       "Any stage's flag: --<command>.<flag> VALUE, e.g. --base-train.depth 8 --chat-sft.num-iterations 200 "
       "(every stage running that command). Its card: $NANOCHAT_BASE_DIR/report/report.md.");

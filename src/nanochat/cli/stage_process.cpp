@@ -15,6 +15,20 @@
 
 namespace nanochat::cli {
 
+namespace {
+
+volatile sig_atomic_t g_child = 0;   // the running stage's pid
+volatile sig_atomic_t g_signal = 0;  // the stop signal received while it ran
+
+void pass_on(int sig) {
+  g_signal = sig;
+  if (g_child > 0) kill(static_cast<pid_t>(g_child), sig);
+}
+
+}  // namespace
+
+int stop_signal() { return g_signal; }
+
 int run_stage_process(const std::string& program, const std::vector<std::string>& args, const std::string& log_path,
                       const std::function<void(const std::string&)>& on_line) {
   std::ofstream log(log_path, std::ios::app);
@@ -30,6 +44,8 @@ int run_stage_process(const std::string& program, const std::vector<std::string>
   const pid_t pid = fork();
   if (pid < 0) fail("cannot start ", program, ": ", std::strerror(errno));
   if (pid == 0) {
+    setpgid(0, 0);  // a terminal's Ctrl-C reaches speedrun alone, which passes it on once
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, SIG_DFL);  // even where our starter ignored them
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(127);  // the parent died before the line above
     dup2(fds[1], STDOUT_FILENO);
@@ -39,6 +55,15 @@ int run_stage_process(const std::string& program, const std::vector<std::string>
     _exit(127);
   }
   close(fds[1]);
+  g_child = pid;
+  g_signal = 0;
+  struct sigaction sa {
+  }, old_int{}, old_term{}, old_hup{};
+  sa.sa_handler = pass_on;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  sigaction(SIGHUP, &sa, &old_hup);
   std::string pending;
   char buf[4096];
   auto emit = [&](const std::string& line) {
@@ -66,6 +91,10 @@ int run_stage_process(const std::string& program, const std::vector<std::string>
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  g_child = 0;
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGHUP, &old_hup, nullptr);
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;

@@ -87,6 +87,7 @@ TrainSize base_train_size(const std::vector<std::string>& c, int vocab) {
   s.params = plan.counts.total;
   s.scaling_params = plan.counts.scaling_params();
   s.depth = static_cast<int>(plan.model.n_layer);
+  s.width = static_cast<int>(plan.model.n_embd);
   return s;
 }
 

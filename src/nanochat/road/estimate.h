@@ -45,7 +45,7 @@ int road_vocab_size(const std::vector<Stage>& road);
 /// base-train's steps and tokens per step from its flags (--num-iterations, else nanochat's ratio rule).
 struct TrainSize {
   int64_t steps = 0, total_batch = 0, params = 0, scaling_params = 0;
-  int depth = 0;
+  int depth = 0, width = 0;
 };
 TrainSize base_train_size(const std::vector<std::string>& base_train, int vocab);
 

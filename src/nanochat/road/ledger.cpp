@@ -114,10 +114,12 @@ bool Ledger::interrupted(const Stage& s) const {
          r.value("commands", nlohmann::json()) == nlohmann::json(s.commands);
 }
 
-void Ledger::started(const Stage& s) {
+void Ledger::started(const Stage& s, bool resuming) {
   nlohmann::json& r = j_["stages"][s.id];
   const int runs = r.is_object() ? r.value("runs", 0) : 0;
+  const double before = resuming && r.is_object() ? r.value("seconds_before", 0.0) + r.value("elapsed", 0.0) : 0.0;
   r = nlohmann::json::object();
+  if (before > 0) r["seconds_before"] = before;
   r["commands"] = s.commands;
   r["status"] = "running";
   r["started"] = local_timestamp();
@@ -125,11 +127,17 @@ void Ledger::started(const Stage& s) {
   save();
 }
 
+void Ledger::progress(const std::string& id, double seconds) {
+  j_["stages"][id]["elapsed"] = seconds;
+  save();
+}
+
 void Ledger::finished(const Stage& s, double seconds, const std::string& base_dir) {
   nlohmann::json& r = j_["stages"][s.id];
   r["status"] = "done";
   r["finished"] = local_timestamp();
-  r["seconds"] = seconds;
+  r["seconds"] = r.value("seconds_before", 0.0) + seconds;
+  r.erase("elapsed");
   r["outputs"] = checksum_outputs(s, base_dir);
   save();
 }

@@ -28,7 +28,11 @@ class Ledger {
   /// True when `s` was started with these commands and did not finish (resume from its checkpoint).
   bool interrupted(const Stage& s) const;
 
-  void started(const Stage& s);
+  /// A stage starts (`resuming`: it continues its interrupted run, whose seconds so far count).
+  void started(const Stage& s, bool resuming = false);
+  /// The running stage's seconds so far (written to the file: a kill keeps them).
+  void progress(const std::string& id, double seconds);
+  /// It finished after `seconds` of this run (plus an interrupted run's it continued).
   void finished(const Stage& s, double seconds, const std::string& base_dir);
   /// Forgets a stage's record (it runs again from its start).
   void forget(const std::string& id);
