@@ -238,6 +238,7 @@ TEST(Speedrun, ATimeBudgetPicksTheDepthThatFitsAndItsPlanIsWithinAFifthOfTheRoad
   const auto done = find(r.out, R"(the road is done: ([\d.]+)s of stages \(planned ([\d.]+)s\))");
   ASSERT_EQ(done.size(), 2u) << r.out;
   const double took = std::stod(done[0]), planned = std::stod(done[1]);
+  std::printf("the road took %.1f s, planned %.1f s (%+.0f%%)\n", took, planned, 100.0 * (planned - took) / took);
   EXPECT_LE(std::abs(planned - took), 0.2 * took) << "planned " << planned << " s, took " << took << " s\n" << r.out;
   // the card reports both
   const std::string card = slurp(b.dir + "/report/report.md");

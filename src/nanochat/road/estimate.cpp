@@ -17,8 +17,8 @@ namespace {
 
 // Fixed costs measured on the 2-core development VM (a start-up: the FMA peak, the data check,
 // loading a checkpoint; a chat-eval problem's prompt; characters the tokenizer trains on per second).
-constexpr double kStartupS = 0.4;       // a command that loads a checkpoint
-constexpr double kTrainStartupS = 1.5;  // a training command: the FMA peak, the data check, the first step's set-up
+constexpr double kStartupS = 0.25;      // a command that loads a checkpoint
+constexpr double kTrainStartupS = 0.5;  // a training command: the FMA peak, the data check, the first step's set-up
 constexpr double kLoopEfficiency =
     1.0;  // the training loop's speed / the bare step's median (data, logging: within the noise)
 constexpr double kStepOverheadS = 0.008;  // a training step's work beside the model: its rows, log line, metrics record
@@ -138,8 +138,8 @@ SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps) {
     idx[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
     tgt[i] = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
   }
-  // after a warm-up (first touch, kernel generation): at least `steps` steps and a second of
-  // them (at most 20); the medians, so that a moment of another program's work does not count
+  // after a warm-up (first touch, kernel generation): at least `steps` steps and 0.7 s of them
+  // (at most 20)
   std::vector<double> fb, op;
   Timer total;
   for (int s = 0; s <= 20 && (s <= steps || total.seconds() < 0.7); ++s) {
@@ -157,9 +157,11 @@ SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps) {
     fb.push_back(t_fb);
     op.push_back(t2.seconds());
   }
+  // the lower quartile: the loop's steady speed (a step slowed by a moment of another program's
+  // work is the exception there, while a probe of a second feels it)
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
+    return v[v.size() / 4];
   };
   const double scale = static_cast<double>(p.B) / static_cast<double>(rows);
   p.micro_batch_s = median(fb) * scale;
