@@ -248,14 +248,21 @@ TEST(Speedrun, ATimeBudgetPicksTheDepthThatFitsAndItsPlanIsWithinAFifthOfTheRoad
   EXPECT_NE(looked[0].find(next), std::string::npos) << looked[0];
   EXPECT_NE(r.out.find("--model-tag d" + std::to_string(depth)), std::string::npos) << r.out;
   // the plan's time against the time the stages took
-  const auto done = find(r.out, R"(the road is done: ([\d.]+)s of stages \(planned ([\d.]+)s\))");
+  const auto done = find(r.out, R"(the road is done: ([^ ]+) of stages \(planned ([^)]+)\))");
   ASSERT_EQ(done.size(), 2u) << r.out;
-  const double took = std::stod(done[0]), planned = std::stod(done[1]);
+  const double took = seconds(done[0]), planned = seconds(done[1]);
   std::printf("the road took %.1f s, planned %.1f s (%+.0f%%)\n", took, planned, 100.0 * (planned - took) / took);
-  EXPECT_LE(std::abs(planned - took), 0.2 * took) << "planned " << planned << " s, took " << took << " s\n" << r.out;
+  // A fifth; in a sanitizer build the loop's own work (its rows, log lines, metrics) is slowed
+  // far more than the model's products the probe times, and the plan is short by up to a third.
+#if defined(__SANITIZE_ADDRESS__)
+  const double bound = 0.35;
+#else
+  const double bound = 0.2;
+#endif
+  EXPECT_LE(std::abs(planned - took), bound * took) << "planned " << planned << " s, took " << took << " s\n" << r.out;
   // the card reports both
   const std::string card = slurp(b.dir + "/report/report.md");
-  EXPECT_TRUE(std::regex_search(card, std::regex(R"(Total wall clock time: [\d.]+s \(planned [\d.]+s, [+-]\d+%\))")))
+  EXPECT_TRUE(std::regex_search(card, std::regex(R"(Total wall clock time: [^ ]+ \(planned [^,]+, [+-]\d+%\))")))
       << card;
   // an impossible budget says what the smallest road needs
   const Result tight = run_in(b, " speedrun --offline --hours 0.0001 --plan-only");
