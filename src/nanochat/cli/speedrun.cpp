@@ -187,6 +187,11 @@ void print_plan(const RoadRun& r, const road::SpeedProbe& p, const road::TrainSi
   std::fflush(stdout);
 }
 
+// Where an earlier folder is kept when a stage replaces it: "<dir>.before-YYYY-MM-DD-HHMMSS".
+std::string aside_name(const std::string& dir) {
+  return dir + ".before-" + local_timestamp().replace(10, 1, "-").erase(13, 1).erase(15, 1);
+}
+
 // Resume an interrupted training stage from its last complete checkpoint; a fresh one moves an
 // earlier run's checkpoints aside (never deleted) so that its steps are the only ones there.
 std::vector<std::string> prepare_training(const RoadRun& r, const Stage& s, bool resume) {
@@ -202,7 +207,7 @@ std::vector<std::string> prepare_training(const RoadRun& r, const Stage& s, bool
                 static_cast<long long>(*last), dir.c_str());
     return {"--resume-from-step", std::to_string(*last)};
   }
-  const std::string aside = dir + ".before-" + local_timestamp().replace(10, 1, "-").erase(13, 1).erase(15, 1);
+  const std::string aside = aside_name(dir);
   fs::rename(dir, aside, ec);
   if (ec) fail("speedrun: cannot move the earlier checkpoints ", dir, " aside to ", aside, ": ", ec.message());
   std::printf("speedrun: %s starts afresh; the earlier checkpoints in %s are kept in %s\n", s.id.c_str(), dir.c_str(),
@@ -232,7 +237,7 @@ void prepare_tokenizer(const RoadRun& r, const Stage& s) {
          "the quickstart's base_checkpoints/demo) need it; the road trains its own. Run the road in another base "
          "folder (NANOCHAT_BASE_DIR=",
          r.base, "-speedrun), or pass --replace-tokenizer (the old one is kept in ", dir, ".before-<time>)");
-  const std::string aside = dir + ".before-" + local_timestamp().replace(10, 1, "-").erase(13, 1).erase(15, 1);
+  const std::string aside = aside_name(dir);
   fs::rename(dir, aside, ec);
   if (ec) fail("speedrun: cannot move the tokenizer ", dir, " aside to ", aside, ": ", ec.message());
   std::printf("speedrun: tok-train makes a new tokenizer; the one in %s is kept in %s\n", dir.c_str(), aside.c_str());

@@ -17,10 +17,8 @@ namespace {
 
 // Fixed costs measured on the 2-core development VM (a start-up: the FMA peak, the data check,
 // loading a checkpoint; a chat-eval problem's prompt; characters the tokenizer trains on per second).
-constexpr double kStartupS = 0.25;      // a command that loads a checkpoint
-constexpr double kTrainStartupS = 0.5;  // a training command: the FMA peak, the data check, the first step's set-up
-constexpr double kLoopEfficiency =
-    1.0;  // the training loop's speed / the bare step's median (data, logging: within the noise)
+constexpr double kStartupS = 0.25;        // a command that loads a checkpoint
+constexpr double kTrainStartupS = 0.5;    // a training command: the FMA peak, the data check, the first step's set-up
 constexpr double kStepOverheadS = 0.008;  // a training step's work beside the model: its rows, log line, metrics record
 constexpr double kRolloutExampleS =
     0.04;                                 // chat-rl: an example's prompt, prefill and rewards beside its decoded tokens
@@ -159,13 +157,13 @@ SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps) {
   }
   // the lower quartile: the loop's steady speed (a step slowed by a moment of another program's
   // work is the exception there, while a probe of a second feels it)
-  auto median = [](std::vector<double> v) {
+  auto lower_quartile = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 4];
   };
   const double scale = static_cast<double>(p.B) / static_cast<double>(rows);
-  p.micro_batch_s = median(fb) * scale;
-  p.optimizer_s = median(op);
+  p.micro_batch_s = lower_quartile(fb) * scale;
+  p.optimizer_s = lower_quartile(op);
   // An evaluation's forward of the same rows (val bpb: the loss per token, no gradients).
   std::vector<float> losses(idx.size());
   std::vector<double> fw;
@@ -174,7 +172,7 @@ SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps) {
     model.forward_loss(idx.data(), tgt.data(), rows, p.T, losses.data());
     if (s > 0) fw.push_back(t.seconds());
   }
-  p.forward_s = median(fw) * scale;
+  p.forward_s = lower_quartile(fw) * scale;
   // A generated token: the KV-cache forward of one position (after a warm-up), for one row and
   // for a batch of 8 rows (a rollout's samples decode together), plus the engine's per-token work.
   std::vector<float> logits(static_cast<size_t>(8) * plan.model.padded_vocab());
@@ -225,7 +223,7 @@ std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, co
           if (steps < 0) steps = 1000;  // one epoch of nanochat's mixture: unknown before it is rendered
           eval_every = num(c, "--eval-every", 200), eval_tokens = num(c, "--eval-tokens", 40LL * 524288);
         }
-        t += static_cast<double>(steps * batch) / (kLoopEfficiency * p.train_tok_per_s(batch)) + kTrainStartupS +
+        t += static_cast<double>(steps * batch) / p.train_tok_per_s(batch) + kTrainStartupS +
              static_cast<double>(steps) * kStepOverheadS;
         const int64_t save_every = num(c, "--save-every", -1);
         const double saves = 1.0 + (save_every > 0 ? static_cast<double>(steps / save_every) : 0.0);
