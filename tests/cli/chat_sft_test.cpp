@@ -388,9 +388,9 @@ TEST(ChatSft, ChatCoreAtTheLastStepEqualsChatEvalOfTheSavedCheckpoint) {
   EXPECT_EQ(during, after) << r.out << "\n" << e.out;
 }
 
-// A rank that dies stops a chat-sft job (it has a fixed set of nodes) with a message naming the
-// step, with no step total (the data ends the run), and node 0's last checkpoint to resume from;
-// an elastic --nnodes MIN:MAX is refused before any rank starts.
+// A rank that dies stops a chat-sft job of a fixed set of nodes with a message naming the step, with
+// no step total (the data ends the run), and node 0's last checkpoint to resume from; chat-rl
+// refuses an elastic --nnodes MIN:MAX before any rank starts (chat-sft's is tests/cli/elastic_sft_test).
 TEST(ChatSft, ALostRankStopsTheJobNamingTheStepAndTheCheckpoint) {
   SftDir b("nc_sft_lost");
   const std::string launch =
@@ -401,13 +401,12 @@ TEST(ChatSft, ALostRankStopsTheJobNamingTheStepAndTheCheckpoint) {
   EXPECT_NE(r.out.find("the job stopped in step 5 (training the step) because a node left"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("The last checkpoint is step 3 in node 0's " + b.sft_ckpt()), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("--copy-state-every"), std::string::npos) << "a flag chat-sft does not have:\n" << r.out;
   EXPECT_EQ(last_step(b.sft_ckpt()), 3) << r.out;
 
-  auto e = run(b, " run --nnodes 1:2 --master-addr 127.0.0.1 --allow-loopback-master" + b.flags());
+  auto e = run(b, " run --nnodes 1:2 --master-addr 127.0.0.1 --allow-loopback-master chat-rl --model-tag t");
   EXPECT_NE(e.code, 0);
-  EXPECT_NE(e.out.find("--nnodes 1:2 (an elastic job: nodes may leave and join) is for base-train; chat-sft runs "
-                       "on a fixed set of nodes: pass --nnodes 2"),
+  EXPECT_NE(e.out.find("--nnodes 1:2 (an elastic job: nodes may leave and join) is for base-train and chat-sft; "
+                       "chat-rl runs on a fixed set of nodes: pass --nnodes 2"),
             std::string::npos)
       << e.out;
   EXPECT_EQ(e.out.find("[rank "), std::string::npos) << "a rank started:\n" << e.out;

@@ -1,8 +1,10 @@
 // `nanochat chat-sft`: nanochat's scripts/chat_sft.py flags, one rank of a job (train/sft.h).
 // Started alone it trains in one process; under `nanochat run` it is one rank of a data-parallel job,
 // like base-train.
+#include <cstdlib>
 #include <limits>
 #include <memory>
+#include <string>
 
 #include "nanochat/cli/commands.h"
 #include "nanochat/cluster/gloo_communicator.h"
@@ -72,6 +74,12 @@ void register_chat_sft(CLI::App& app) {
                 "compare the ranks' parameters every N steps and at every save (0 = never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  c->add_option("--copy-state-every", a->copy_state_every,
+                "with several ranks, node 0 keeps in memory a copy of the whole job state every N steps; when a node "
+                "leaves the job node 0 saves that copy, so at most N steps are lost (0 = no copy; an elastic job, "
+                "nanochat run --nnodes MIN:MAX, copies every 10 unless given)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--balance", a->balance, "how each step's rows are dealt to the ranks: speed or even")
       ->capture_default_str()
       ->check(CLI::IsMember({"speed", "even"}));
@@ -81,6 +89,9 @@ void register_chat_sft(CLI::App& app) {
   c->add_flag("--profile", a->profile, "print where the steps' time went per op family at the end");
   add_train_test_hook_flags(c, *hooks);
   c->callback([a, hooks] {
+    // A node joining a running elastic job has no communicator until rank 0 admits it.
+    if (const char* j = std::getenv("NANOCHAT_JOIN"); j && std::string(j) == "1")
+      return run_chat_sft_joining(*a, *hooks);
     std::unique_ptr<Communicator> comm = cluster::make_communicator_from_env();
     run_chat_sft(*a, *comm, *hooks);
   });

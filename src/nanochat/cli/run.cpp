@@ -186,10 +186,10 @@ void register_run(CLI::App& app) {
     L.args = sub->remaining();  // the ranks' command line (prefix_command keeps it verbatim)
     if (!L.args.empty() && L.args.front() == "--") L.args.erase(L.args.begin());
     parse_nnodes(args->nnodes, L);
-    // only base-train regroups when a node leaves or joins (train/elastic.h)
-    if (L.min_nnodes > 0 && !L.args.empty() && L.args.front() != "base-train")
-      fail("--nnodes ", args->nnodes, " (an elastic job: nodes may leave and join) is for base-train; ", L.args.front(),
-           " runs on a fixed set of nodes: pass --nnodes ", L.nnodes,
+    // base-train and chat-sft regroup when a node leaves or joins (train/elastic.h)
+    if (L.min_nnodes > 0 && !L.args.empty() && L.args.front() != "base-train" && L.args.front() != "chat-sft")
+      fail("--nnodes ", args->nnodes, " (an elastic job: nodes may leave and join) is for base-train and chat-sft; ",
+           L.args.front(), " runs on a fixed set of nodes: pass --nnodes ", L.nnodes,
            " (if a node leaves, the job stops and names node 0's last checkpoint to resume from; --save-every N "
            "bounds what is lost)");
     if (args->standalone && L.nnodes != 1)

@@ -76,37 +76,39 @@ void inherit_batch_and_lrs(const SftArgs& a, const SftBase& base, TrainPlan& p) 
 json sft_args_to_json(const SftArgs& a) {
   auto opt_int = [](int64_t v) { return v < 0 ? json() : json(v); };
   auto opt_lr = [](double v) { return v < 0 ? json() : json(v); };
-  return json{{"run", a.run},
-              {"device_type", a.device_type},
-              {"model_tag", a.model_tag.empty() ? json() : json(a.model_tag)},
-              {"model_step", opt_int(a.model_step)},
-              {"load_optimizer", a.load_optimizer},
-              {"num_iterations", a.num_iterations},
-              {"max_seq_len", opt_int(a.max_seq_len)},
-              {"device_batch_size", opt_int(a.device_batch_size)},
-              {"total_batch_size", opt_int(a.total_batch_size)},
-              {"embedding_lr", opt_lr(a.embedding_lr)},
-              {"unembedding_lr", opt_lr(a.unembedding_lr)},
-              {"matrix_lr", opt_lr(a.matrix_lr)},
-              {"init_lr_frac", a.init_lr_frac},
-              {"warmup_ratio", a.warmup_ratio},
-              {"warmdown_ratio", a.warmdown_ratio},
-              {"final_lr_frac", a.final_lr_frac},
-              {"eval_every", a.eval_every},
-              {"eval_tokens", a.eval_tokens},
-              {"chatcore_every", a.chatcore_every},
-              {"chatcore_max_cat", a.chatcore_max_cat},
-              {"chatcore_max_sample", a.chatcore_max_sample},
-              {"mmlu_epochs", a.mmlu_epochs},
-              {"gsm8k_epochs", a.gsm8k_epochs},
-              {"train_jsonl", a.train_jsonl},
-              {"val_jsonl", a.val_jsonl},
-              {"threads", a.threads},
-              {"save_every", a.save_every},
-              {"resume_from_step", a.resume_from_step},
-              {"check_replicas_every", a.check_replicas_every},
-              {"balance", a.balance},
-              {"local_data", a.local_data}};
+  json j{{"run", a.run},
+         {"device_type", a.device_type},
+         {"model_tag", a.model_tag.empty() ? json() : json(a.model_tag)},
+         {"model_step", opt_int(a.model_step)},
+         {"load_optimizer", a.load_optimizer},
+         {"num_iterations", a.num_iterations},
+         {"max_seq_len", opt_int(a.max_seq_len)},
+         {"device_batch_size", opt_int(a.device_batch_size)},
+         {"total_batch_size", opt_int(a.total_batch_size)},
+         {"embedding_lr", opt_lr(a.embedding_lr)},
+         {"unembedding_lr", opt_lr(a.unembedding_lr)},
+         {"matrix_lr", opt_lr(a.matrix_lr)},
+         {"init_lr_frac", a.init_lr_frac},
+         {"warmup_ratio", a.warmup_ratio},
+         {"warmdown_ratio", a.warmdown_ratio},
+         {"final_lr_frac", a.final_lr_frac},
+         {"eval_every", a.eval_every},
+         {"eval_tokens", a.eval_tokens},
+         {"chatcore_every", a.chatcore_every},
+         {"chatcore_max_cat", a.chatcore_max_cat},
+         {"chatcore_max_sample", a.chatcore_max_sample},
+         {"mmlu_epochs", a.mmlu_epochs},
+         {"gsm8k_epochs", a.gsm8k_epochs},
+         {"train_jsonl", a.train_jsonl},
+         {"val_jsonl", a.val_jsonl},
+         {"threads", a.threads},
+         {"save_every", a.save_every},
+         {"resume_from_step", a.resume_from_step},
+         {"check_replicas_every", a.check_replicas_every},
+         {"balance", a.balance},
+         {"local_data", a.local_data}};
+  if (a.copy_state_every != 0) j["copy_state_every"] = a.copy_state_every;  // a meta without it stays as it was
+  return j;
 }
 
 TrainPlan derive_sft_plan(const SftArgs& a, const SftBase& base, int world_size, const std::string& base_dir) {
@@ -143,7 +145,7 @@ TrainPlan derive_sft_plan(const SftArgs& a, const SftBase& base, int world_size,
   p.eval_tokens = a.eval_tokens;
   p.balance = parse_balance_mode(a.balance);
   p.data = data_source_of(world_size, a.local_data);
-  p.cadence = Cadence{a.eval_every, -1, a.save_every, a.check_replicas_every, a.resume_from_step};
+  p.cadence = Cadence{a.eval_every, -1, a.save_every, a.check_replicas_every, a.resume_from_step, a.copy_state_every};
   p.tag = a.model_tag.empty() ? str_cat("d", p.model.n_layer) : a.model_tag;
   p.checkpoint_dir = base_dir + "/chatsft_checkpoints/" + p.tag;
   return p;

@@ -46,6 +46,7 @@ struct SftArgs {
   int64_t save_every = -1;
   int64_t resume_from_step = -1;  ///< continue an interrupted chat-sft from its own checkpoint
   int64_t check_replicas_every = 100;
+  int64_t copy_state_every = 0;  ///< node 0 keeps a copy of the job's state every N steps (0: never; elastic: 10)
   std::string balance = "speed";
   bool local_data = false;
   bool profile = false;

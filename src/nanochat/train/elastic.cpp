@@ -1,22 +1,21 @@
 #include "nanochat/train/elastic.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
 
 #include "nanochat/checkpoint/checkpoint.h"
+#include "nanochat/cluster/env.h"
 #include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/cluster/heartbeat.h"
 #include "nanochat/cluster/regroup.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/format.h"
-#include "nanochat/core/paths.h"
-#include "nanochat/plan/plan.h"
 #include "nanochat/train/diloco_sync.h"
 #include "nanochat/train/metrics_log.h"
 #include "nanochat/train/sync.h"
-#include "nanochat/train/trainer.h"
 
 namespace nanochat {
 
@@ -46,10 +45,39 @@ void ElasticMembership::admit_joiners(int64_t step, int64_t saved) {
   throw NodesJoin(str_cat("ranks join the job at step ", step), step, saved);
 }
 
+int elastic_min_world_size() {
+  return static_cast<int>(std::max<long>(0, cluster::env_int("NANOCHAT_MIN_WORLD_SIZE").value_or(0)));
+}
+
+bool elastic_job(const Communicator& comm) {
+  return comm.world_size() > 1 || cluster::env_int("NANOCHAT_STORE_HOSTED").value_or(0) == 1;
+}
+
+int64_t elastic_copy_every(int64_t given, bool diloco, int64_t sync_every, int min_world_size, bool master) {
+  if (given > 0) return given;
+  // Node 0's copy every 10 steps: a rank that leaves costs at most 9 steps done again (the stream
+  // stays exact). Every step costs far more: 28% of a d8 step of 8,192 tokens over 1 Gbit/s, 2%
+  // at 10 (bench/dist/elastic.sh).
+  constexpr int64_t kEvery = 10;
+  if (master && diloco)  // the copy at every round's boundary (the weights are one model there only)
+    std::printf(
+        "Elastic job (at least %d ranks): node 0 keeps a copy of its state at every round's boundary (every %lld "
+        "steps; with --outer-overlap only at those that also evaluate, sample or save); a node that leaves costs the "
+        "steps since that copy; nodes join at those boundaries\n",
+        min_world_size, static_cast<long long>(sync_every));
+  else if (master)
+    std::printf(
+        "Elastic job (at least %d ranks): node 0 keeps a copy of the job's state every %lld steps "
+        "(--copy-state-every %lld: a node that leaves costs at most %lld steps done again; 1 costs none but copies "
+        "every step); nodes may leave and join\n",
+        min_world_size, static_cast<long long>(kEvery), static_cast<long long>(kEvery),
+        static_cast<long long>(kEvery - 1));
+  if (master) std::fflush(stdout);
+  return diloco ? sync_every : kEvery;
+}
+
 #ifdef NANOCHAT_HAVE_GLOO
 namespace {
-
-constexpr int kElasticCopyEvery = 10;  // --copy-state-every of an elastic job that does not give it
 
 std::string rank_list(const std::vector<int>& members) {
   return members.size() == 1 ? "0" : nlohmann::json(members).dump();
@@ -116,9 +144,9 @@ Rejoined describe_leave(const RankLeft& e, const cluster::Regrouped& g, int old_
 // Rank 0: removes the checkpoint of step `step` that a membership change wrote (marker first, so a
 // half-removed one never reads as complete), unless the user's --save-every asked for that step.
 // A laptop that comes and goes then leaves one such checkpoint, not one per change. Never throws.
-void remove_membership_checkpoint(const BaseTrainArgs& a, int64_t step) {
-  if (step <= 0 || (a.save_every > 0 && step % a.save_every == 0)) return;
-  const std::string dir = base_checkpoint_dir(a, base_dir());
+void remove_membership_checkpoint(const ElasticJob& job, int64_t step) {
+  if (step <= 0 || (job.save_every > 0 && step % job.save_every == 0)) return;
+  const std::string dir = job.checkpoint_dir();
   const CheckpointPaths cp{dir, step};
   std::error_code ec;
   std::filesystem::remove(cp.marker(), ec);
@@ -156,7 +184,7 @@ void advance(Generations& s, cluster::Regrouped& g) {
 
 // This rank asks to join again (it was left out, or it is a new node): it becomes a member of the
 // generation rank 0 admits it to, and continues from that generation's step.
-void rejoin(Generations& s, BaseTrainArgs& a, std::optional<Rejoined>& rejoined) {
+void rejoin(Generations& s, int64_t& resume_from_step, std::optional<Rejoined>& rejoined) {
   // the generation the others left it out of goes first: its heartbeat, lanes and connections
   // (generation 0's object belongs to the caller, so it is closed rather than freed; closing the
   // current one before freeing it below also ends its heartbeat before the wait for admission)
@@ -171,7 +199,7 @@ void rejoin(Generations& s, BaseTrainArgs& a, std::optional<Rejoined>& rejoined)
   s.owned = std::make_unique<cluster::GlooCommunicator>(adm.env, adm.options);
   s.cur = s.owned.get();
   s.generation = adm.options.generation;
-  a.resume_from_step = adm.step;
+  resume_from_step = adm.step;
   rejoined = Rejoined{};  // the set-up report was printed by rank 0 at the start
 }
 
@@ -181,18 +209,13 @@ void left_out(const std::string& why) {
   std::fflush(stdout);
 }
 
-void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min_world,
+void drive(Generations& s, const ElasticJob& job, int64_t resume_from_step, int min_world,
            std::optional<Rejoined> rejoined) {
-  // Node 0's copy every 10 steps: a rank that leaves costs at most 9 steps done again (the stream
-  // stays exact). Every step costs far more: 28% of a d8 step of 8,192 tokens over 1 Gbit/s, 2%
-  // at 10 (bench/dist/elastic.sh).
-  // --sync diloco: the copy at every round's boundary (the weights are one model there only)
-  if (a.copy_state_every == 0) a.copy_state_every = a.sync == "diloco" ? a.sync_every : kElasticCopyEvery;
   const cluster::Ms wait = std::max(cluster::heartbeat_timeout(), cluster::Ms(5000));
   int64_t changed_at = -1;                                // rank 0: the step of the last membership change's checkpoint
   auto note_checkpoint = [&](bool rank0, int64_t step) {  // keep only the latest one
     if (!rank0 || step < 0) return;
-    if (changed_at >= 0 && changed_at != step) remove_membership_checkpoint(a, changed_at);
+    if (changed_at >= 0 && changed_at != step) remove_membership_checkpoint(job, changed_at);
     changed_at = step;
   };
   for (;;) {
@@ -212,10 +235,10 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
     std::optional<NodesJoin> join;
     try {
       if (s.cur) {
-        run_base_train_job(a, *s.cur, faults, membership);
+        job.run(*s.cur, membership, resume_from_step);
       } else {
         LocalCommunicator alone;  // rank 0 alone: one process, no group to lose anyone from
-        run_base_train_job(a, alone, faults, membership);
+        job.run(alone, membership, resume_from_step);
       }
       if (s.desk) {  // the nodes that trained to the end (node 0's launcher waits for them only)
         std::vector<long> nodes{0};
@@ -255,7 +278,7 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
         rejoined = describe_leave(*left, g, old_world);
         rejoined->since = since;
         rejoined->before = left->seconds;
-        a.resume_from_step = g.step;
+        resume_from_step = g.step;
         advance(s, g);
       } else if (join) {
         Timer since;
@@ -266,35 +289,23 @@ void drive(Generations& s, BaseTrainArgs a, const FaultInjector& faults, int min
         rejoined = describe_join(join->step, g, old_world);
         rejoined->since = since;
         rejoined->since_what = "after the step boundary";
-        a.resume_from_step = join->step;
+        resume_from_step = join->step;
         advance(s, g);
       } else {
-        rejoin(s, a, rejoined);
+        rejoin(s, resume_from_step, rejoined);
       }
     } catch (const cluster::LeftOut& e) {
       left_out(e.what());
-      rejoin(s, a, rejoined);
+      rejoin(s, resume_from_step, rejoined);
     }
   }
 }
 
 }  // namespace
 
-void run_elastic(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, int min_world_size) {
+void run_elastic(const ElasticJob& job, Communicator& comm, int min_world_size) {
   auto* first = dynamic_cast<cluster::GlooCommunicator*>(&comm);
   NC_CHECK(first || comm.world_size() == 1, "an elastic job needs the Gloo communicator");
-  if (a.copy_state_every == 0 && comm.rank() == 0 && a.sync == "diloco")
-    std::printf(
-        "Elastic job (at least %d ranks): node 0 keeps a copy of its state at every round's boundary (every %lld "
-        "steps; with --outer-overlap only at those that also evaluate, sample or save); a node that leaves costs the "
-        "steps since that copy; nodes join at those boundaries\n",
-        min_world_size, static_cast<long long>(a.sync_every));
-  else if (a.copy_state_every == 0 && comm.rank() == 0)
-    std::printf(
-        "Elastic job (at least %d ranks): node 0 keeps a copy of the job's state every %d steps "
-        "(--copy-state-every %d: a node that leaves costs at most %d steps done again; 1 costs none but copies "
-        "every step); nodes may leave and join\n",
-        min_world_size, kElasticCopyEvery, kElasticCopyEvery, kElasticCopyEvery - 1);
   Generations s;
   if (first) {
     s.env = first->env();
@@ -305,23 +316,23 @@ void run_elastic(const BaseTrainArgs& a, Communicator& comm, const FaultInjector
     s.opts = cluster::DistOptions{}.resolved();
   }
   s.generation = s.opts.generation;
-  drive(s, a, faults, min_world_size, std::nullopt);
+  drive(s, job, job.first_resume_step, min_world_size, std::nullopt);
 }
 
-void run_elastic_joining(const BaseTrainArgs& a0, const FaultInjector& faults, int min_world_size) {
+void run_elastic_joining(const ElasticJob& job, int min_world_size) {
   Generations s;
   s.env = cluster::DistEnv::from_env();
   s.opts = cluster::DistOptions{}.resolved();
-  BaseTrainArgs a = a0;
+  int64_t resume_from_step = job.first_resume_step;
   std::optional<Rejoined> rejoined;
-  rejoin(s, a, rejoined);
-  drive(s, a, faults, min_world_size, rejoined);
+  rejoin(s, resume_from_step, rejoined);
+  drive(s, job, resume_from_step, min_world_size, rejoined);
 }
 #else
-void run_elastic(const BaseTrainArgs&, Communicator&, const FaultInjector&, int) {
+void run_elastic(const ElasticJob&, Communicator&, int) {
   fail("an elastic job (--nnodes MIN:MAX) needs the Gloo communicator; this build has none");
 }
-void run_elastic_joining(const BaseTrainArgs&, const FaultInjector&, int) {
+void run_elastic_joining(const ElasticJob&, int) {
   fail("an elastic job (--nnodes MIN:MAX) needs the Gloo communicator; this build has none");
 }
 #endif

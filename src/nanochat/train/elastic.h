@@ -1,5 +1,6 @@
 #pragma once
-// Elastic membership of base-train (`nanochat run --nnodes MIN:MAX`, docs/architecture.md 7.13).
+// Elastic membership of a training job, base-train's or chat-sft's (`nanochat run --nnodes MIN:MAX`,
+// docs/architecture.md 7.13).
 // When a rank leaves a job (it died, froze or was cut off: PeerLost, cluster/heartbeat.h), the
 // training loop stops the step in progress and node 0 writes its copy of the job's state
 // (--copy-state-every, 8.6) as a checkpoint; then the ranks that remain regroup into a new
@@ -21,9 +22,10 @@
 // Under --sync diloco the copy is node 0's state at a round's boundary (train/diloco_sync.h): a
 // node that leaves costs the round in progress, and nodes join at a boundary.
 //
-// Each generation runs base-train's job (train/trainer.h run_base_train_job) with an
-// ElasticMembership (train/membership.h), through which the loop lets a rank go and admits those
-// that join; this file sits above the loop and the loop knows nothing of it.
+// Each generation runs the command's job (ElasticJob::run: base-train's run_base_train_job,
+// train/trainer.h, or chat-sft's, train/sft.h) with an ElasticMembership (train/membership.h),
+// through which the loop lets a rank go and admits those that join; this file sits above the loop
+// and the commands' set-ups, and knows neither.
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -37,8 +39,6 @@
 namespace nanochat {
 
 class Communicator;
-class FaultInjector;
-struct BaseTrainArgs;
 
 /// Thrown by the loop of an elastic job when rank `peer` (not 0) left in step `step`; `saved`: the
 /// step node 0's checkpoint holds (its copy, or the last save; -1: none); `seconds`: spent since
@@ -92,14 +92,40 @@ class ElasticMembership final : public Membership {
   std::function<int()> joiners_;
 };
 
+/// What an elastic job trains, generation after generation of its ranks.
+struct ElasticJob {
+  /// Node 0's checkpoint folder, where a superseded membership change's checkpoint is removed (asked
+  /// on rank 0 after a generation ran: its set-up may be what names it).
+  std::function<std::string()> checkpoint_dir;
+  int64_t save_every = -1;         ///< the user's --save-every: those steps' checkpoints are kept
+  int64_t first_resume_step = -1;  ///< where the first generation starts (--resume-from-step; -1: afresh)
+  /// One generation: the command's job on `comm` with `membership`, continuing from node 0's
+  /// checkpoint of `resume_from_step` (-1: from the start). Its copy of the job's state must be
+  /// kept (--copy-state-every > 0, elastic_copy_every) for a rank to leave without ending the job.
+  std::function<void(Communicator& comm, Membership& membership, int64_t resume_from_step)> run;
+};
+
+/// The fewest ranks of the elastic job this rank was started in (`nanochat run --nnodes MIN:MAX`
+/// sets NANOCHAT_MIN_WORLD_SIZE to MIN x --nproc-per-node); 0: not an elastic job.
+int elastic_min_world_size();
+
+/// Whether a command started with elastic_min_world_size() > 0 runs as an elastic job on `comm`:
+/// several ranks, or node 0 alone under its launcher (which hosts the store others join through).
+bool elastic_job(const Communicator& comm);
+
+/// The --copy-state-every of an elastic job: `given` when > 0, else every round's boundary under
+/// --sync diloco (`sync_every`, `diloco`) and every 10 steps otherwise; rank 0 (`master`) says
+/// what a node that leaves then costs.
+int64_t elastic_copy_every(int64_t given, bool diloco, int64_t sync_every, int min_world_size, bool master);
+
 /// The elastic job: generations until the run ends. `comm` (generation 0) must be the job's
-/// GlooCommunicator; `min_world_size`: the fewest ranks the job goes on with. Throws
-/// nanochat::Error like run_base_train, and when the group stays below the minimum until the
-/// timeout.
-void run_elastic(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults, int min_world_size);
+/// GlooCommunicator (or a world of one under the launcher, which hosts the store others join
+/// through); `min_world_size`: the fewest ranks the job goes on with. Throws nanochat::Error like
+/// the job's run, and when the group stays below the minimum until the timeout.
+void run_elastic(const ElasticJob& job, Communicator& comm, int min_world_size);
 
 /// A node that joins a running elastic job (`nanochat run` found the job started): asks rank 0 to
 /// admit this rank (its environment names the store), then trains with the job like run_elastic.
-void run_elastic_joining(const BaseTrainArgs& a, const FaultInjector& faults, int min_world_size);
+void run_elastic_joining(const ElasticJob& job, int min_world_size);
 
 }  // namespace nanochat

@@ -24,7 +24,9 @@
 #include "nanochat/tasks/jsonl_task.h"
 #include "nanochat/tasks/registry.h"
 #include "nanochat/tokenizer/tokenizer.h"
+#include "nanochat/train/elastic.h"
 #include "nanochat/train/job_layout.h"
+#include "nanochat/train/membership.h"
 #include "nanochat/train/metrics_log.h"
 #include "nanochat/train/report.h"
 #include "nanochat/train/sft_data.h"
@@ -241,19 +243,21 @@ double start_from_base(const SftArgs& a, Communicator& comm, const BaseCheckpoin
 }
 
 // How chat_sft.py shows its steps: its line, a step named by the steps done (it counts the step
-// before logging it), the packing summary at the end; chat-sft has no --copy-state-every.
+// before logging it), the packing summary at the end.
 StepLog sft_step_log(int T) {
   StepLog l;
   l.line = sft_step_log_line;
   l.name_offset = 1;
   l.summary = [T](const json& state) { return sft_packing_summary(state.value("packer", json::object()), T + 1); };
-  l.suggests_copy_state = false;
   return l;
 }
 
-void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed) {
+// `checkpoint_dir`: set to the run's checkpoint folder once its plan is known (when not null).
+void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, DataFeed& feed, Membership& membership,
+         std::string* checkpoint_dir = nullptr) {
   const bool master = comm.rank() == 0;
-  auto print0 = [master](const std::string& s) { print_line_if(master, s); };
+  // a regrouped elastic job said the start-up lines once already
+  auto print0 = [say = master && !membership.regrouped()](const std::string& s) { print_line_if(say, s); };
   const Tokenizer tok = load_tokenizer(feed);
   const BaseCheckpoint base = find_base_checkpoint(comm, a);
   const CheckpointPaths base_cp{base.dir, base.step};
@@ -262,12 +266,13 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
     fail("chat-sft: the base checkpoint ", base_cp.model(), " has vocab ", plan.model.vocab_size,
          " but the tokenizer has ", tok.vocab_size(), "; use the tokenizer the model was trained with");
   check_conversation_files(a, comm);
+  if (checkpoint_dir) *checkpoint_dir = plan.checkpoint_dir;
 
   print0("nanochat.cpp chat-sft");
-  print_device_lines(plan, tok, master, a.threads == 0 && num_threads() > 1);
+  print_device_lines(plan, tok, master && !membership.regrouped(), a.threads == 0 && num_threads() > 1);
   print0(str_cat("Base checkpoint: ", base_cp.model()));
   for (const auto& l : plan.log) print0(l);
-  const double peak = measure_and_print_peak(master);
+  const double peak = measure_and_print_peak(master && !membership.regrouped());
   if (feed.server)
     print0(str_cat("Data: node 0 packs the conversations and sends every rank its rows (port ", feed.port(), ")"));
 
@@ -294,6 +299,7 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
   TrainJob job{plan, layout, tok, model, *sync, stream, run, a.resume_from_step, peak, a.profile};
   job.adapt_threads = a.threads == 0 && num_threads() > 1;
   job.step_log = sft_step_log(plan.T);
+  job.membership = &membership;
   const bool chatcore = a.chatcore_every > 0 && chatcore_tasks_on_every_rank(comm);
   if (chatcore)
     job.extra_eval = [&a, &model, &tok, &comm, master, B = plan.B](int64_t step, bool last, MetricsLog& metrics,
@@ -318,20 +324,55 @@ void sft(const SftArgs& a, Communicator& comm, const FaultInjector& faults, Data
 
 }  // namespace
 
-void run_chat_sft(const SftArgs& a, Communicator& comm, TrainTestHooks hooks) {
+namespace {
+
+// Refuses what chat-sft cannot run, applies --threads; the fault injector of the run.
+std::unique_ptr<FaultInjector> prepare_chat_sft(const SftArgs& a, TrainTestHooks& hooks) {
   if (!a.device_type.empty() && a.device_type != "cpu")
     fail("--device-type ", a.device_type,
          ": nanochat.cpp trains on CPUs only; use --device-type cpu or leave it unset");
   if (a.threads > 0) set_num_threads(a.threads);
   hooks.fault = test_fault_from_env();
-  const std::unique_ptr<FaultInjector> faults = make_fault_injector(hooks);
-  DataFeed feed = open_data_feed(comm, a.local_data);
-  try {
-    sft(a, comm, *faults, feed);
-  } catch (const std::exception& e) {
-    feed.tell_workers(e.what());  // every node then shows node 0's error
-    throw;
+  return make_fault_injector(hooks);
+}
+
+// chat-sft's elastic job: its job once per generation of the job's ranks, node 0 keeping a copy of
+// the job's state (train/elastic.h); the checkpoints go to chatsft_checkpoints/<tag>/, which the
+// base checkpoint's depth names when --model-tag is not given (rank 0 finds it, every rank learns it).
+ElasticJob sft_elastic_job(const SftArgs& args, const FaultInjector& faults, int min_world, bool master) {
+  SftArgs a = args;
+  a.copy_state_every = elastic_copy_every(a.copy_state_every, false, 0, min_world, master);
+  ElasticJob job;
+  job.save_every = a.save_every;
+  job.first_resume_step = a.resume_from_step;
+  auto dir = std::make_shared<std::string>();
+  job.run = [a, &faults, dir](Communicator& comm, Membership& membership, int64_t resume_from_step) {
+    SftArgs g = a;
+    g.resume_from_step = resume_from_step;
+    with_data_feed(comm, g.local_data, [&](DataFeed& feed) { sft(g, comm, faults, feed, membership, dir.get()); });
+  };
+  job.checkpoint_dir = [dir] { return *dir; };
+  return job;
+}
+
+}  // namespace
+
+void run_chat_sft_joining(const SftArgs& a, TrainTestHooks hooks) {
+  const std::unique_ptr<FaultInjector> faults = prepare_chat_sft(a, hooks);
+  const int min_world = elastic_min_world_size();
+  if (min_world <= 0)
+    fail("NANOCHAT_JOIN=1 is for the ranks of a node that joins an elastic job (nanochat run --nnodes MIN:MAX)");
+  run_elastic_joining(sft_elastic_job(a, *faults, min_world, false), min_world);
+}
+
+void run_chat_sft(const SftArgs& a, Communicator& comm, TrainTestHooks hooks) {
+  const std::unique_ptr<FaultInjector> faults = prepare_chat_sft(a, hooks);
+  if (const int min_world = elastic_min_world_size(); min_world > 0 && elastic_job(comm)) {
+    run_elastic(sft_elastic_job(a, *faults, min_world, comm.rank() == 0), comm, min_world);
+    return;
   }
+  FixedMembership fixed;
+  with_data_feed(comm, a.local_data, [&](DataFeed& feed) { sft(a, comm, *faults, feed, fixed); });
 }
 
 }  // namespace nanochat

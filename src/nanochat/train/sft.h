@@ -51,6 +51,12 @@ SftData open_sft_data(const SftArgs& a);
 /// Runs chat-sft with `args` on this rank (comm->world_size() ranks in all). Throws nanochat::Error
 /// for user errors (no base checkpoint, a checkpoint of the wrong kind, missing or malformed data,
 /// bad flags).
+/// An elastic job (`nanochat run --nnodes MIN:MAX`) runs its generations here (train/elastic.h),
+/// node 0 keeping a copy of the job's state every --copy-state-every steps (10 unless given).
 void run_chat_sft(const SftArgs& args, Communicator& comm, TrainTestHooks hooks = {});
+
+/// chat-sft on a node that joins a running elastic job (`nanochat run` started this rank with
+/// NANOCHAT_JOIN=1): no communicator yet; rank 0 admits it at a step boundary (train/elastic.h).
+void run_chat_sft_joining(const SftArgs& args, TrainTestHooks hooks = {});
 
 }  // namespace nanochat

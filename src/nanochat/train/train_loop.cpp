@@ -159,11 +159,9 @@ std::string TrainLoop::peer_lost_message(const PeerLost& e) const {
   else
     saved = str_cat("No checkpoint of this run was saved yet (--save-every ",
                     plan_.cadence.save_every > 0 ? std::to_string(plan_.cadence.save_every) : std::string("-1"),
-                    "): the ", step, " steps trained are lost; with --save-every N a lost node costs at most N steps",
-                    !c_.step_log.suggests_copy_state
-                        ? std::string()
-                        : ", with --copy-state-every N too but without writing files (node 0 keeps a copy in "
-                          "memory)");
+                    "): the ", step,
+                    " steps trained are lost; with --save-every N a lost node costs at most N steps, with "
+                    "--copy-state-every N too but without writing files (node 0 keeps a copy in memory)");
   // when the data ends the run (chat-sft), its step count is not known in advance
   const std::string of = plan_.run_end == RunEnd::Stream ? std::string() : str_cat(" of ", plan_.num_iterations);
   return str_cat("the job stopped in step ", step, of, " (", phase_, ") because a node left: ", e.what(), ". ", saved);

@@ -50,8 +50,6 @@ struct StepLog {
   /// Rank 0's line at the end of the run about the data stream's state after the last rows read
   /// (chat-sft's packing summary); empty: none.
   std::function<std::string(const nlohmann::json& stream_state)> summary = {};
-  /// The message of a lost node suggests --copy-state-every (base-train's flag; chat-sft has none).
-  bool suggests_copy_state = true;
 };
 
 /// Everything the loop works with: the settings (plan, job layout), the parts it drives, and the

@@ -205,18 +205,22 @@ class FeedLossHook {
 
 }  // namespace
 
-void run_base_train_job(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults,
-                        Membership& membership) {
-  DataFeed feed = open_data_feed(comm, a.local_data);
+void with_data_feed(Communicator& comm, bool local_data, const std::function<void(DataFeed&)>& body) {
+  DataFeed feed = open_data_feed(comm, local_data);
   const FeedLossHook feed_loss(comm, feed);
   try {
-    train(a, comm, faults, feed, membership);
+    body(feed);
   } catch (const MembershipChange&) {
     throw;  // the job goes on with another group of ranks (train/elastic.h)
   } catch (const std::exception& e) {
     feed.tell_workers(e.what());  // every node then shows node 0's error
     throw;
   }
+}
+
+void run_base_train_job(const BaseTrainArgs& a, Communicator& comm, const FaultInjector& faults,
+                        Membership& membership) {
+  with_data_feed(comm, a.local_data, [&](DataFeed& feed) { train(a, comm, faults, feed, membership); });
 }
 
 }  // namespace nanochat

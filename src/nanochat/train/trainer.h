@@ -36,6 +36,12 @@ class MetricsLog;
 void run_base_train_job(const BaseTrainArgs& args, Communicator& comm, const FaultInjector& faults,
                         Membership& membership);
 
+/// A command's job on this rank with its data (feed/step_source.h): opens the data feed on `comm`
+/// (node 0 serves the rows unless `local_data`), lets a lost peer reach it (a wait for rows then
+/// ends at once) and runs `body` with it. A failure other than a MembershipChange is passed to the
+/// workers (every node then shows node 0's error) and rethrown.
+void with_data_feed(Communicator& comm, bool local_data, const std::function<void(DataFeed&)>& body);
+
 /// A run its command has set up (base-train here, chat-sft in train/sft.h): what the loop trains,
 /// on what, and what its checkpoints' meta says. The references outlive run_train_job.
 struct TrainJob {

@@ -1,0 +1,169 @@
+// chat-sft as an elastic job (`nanochat run --nnodes MIN:MAX ... chat-sft`, train/elastic.h): two
+// nodes on this host (one rank each, their own base folders; node 0 holds the base checkpoint and
+// the conversations and serves the rows). A node that freezes during the stage (SIGSTOP: a laptop
+// whose lid closed) is left behind and the stage goes on; when it wakes it joins again at a step
+// boundary. A node killed mid-stage costs the steps since node 0's copy: the stage ends where the
+// uninterrupted one ends (within the drift of rounding: the ranks sum the rows' gradients in
+// another grouping), as base-train's elastic job does (elastic_test.cpp).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nanochat/checkpoint/checkpoint.h"
+#include "nanochat/core/safetensors.h"
+#include "support/background_node.h"
+#include "support/cli_util.h"
+#include "support/test_port.h"
+#include "support/two_nodes.h"
+#include "support/weights_compare.h"
+
+using namespace nctest;
+using json = nlohmann::json;
+
+namespace {
+
+// The base model (chat_sft_test.cpp's: depth 3, no weight decay), 4 steps saved at the end.
+const char* kBase =
+    " base-train --depth 3 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --window-pattern SL"
+    " --device-batch-size 2 --total-batch-size 256 --eval-every -1 --sample-every -1 --core-metric-every -1"
+    " --threads 1 --model-tag t --num-iterations 4 --warmup-steps 1 --weight-decay 0";
+
+// `n` short conversations of words from the corpus' vocabulary (a fixed seed).
+void write_conversations(const std::string& path, int n, unsigned seed) {
+  static const char* words[] = {"the", "house", "sister", "letter", "walk", "dance", "Jane", "ball",
+                                "said", "very", "much", "good", "time", "think", "would", "could"};
+  std::mt19937 rng(seed);
+  auto text = [&](int k) {
+    std::string s;
+    for (int i = 0; i < k; ++i) s += std::string(i ? " " : "") + words[rng() % 16];
+    return s;
+  };
+  std::ofstream f(path);
+  for (int i = 0; i < n; ++i) {
+    const json m = json::array({{{"role", "user"}, {"content", text(2 + static_cast<int>(rng() % 4))}},
+                                {{"role", "assistant"}, {"content", text(2 + static_cast<int>(rng() % 6))}}});
+    f << json{{"messages", m}}.dump() << "\n";
+  }
+}
+
+// Node 0's folder: a base checkpoint (base_checkpoints/t, step 4) and `n` training conversations.
+struct SftNode0 : BaseDir {
+  SftNode0(const std::string& name, int n) : BaseDir(name) {
+    auto r = run(*this, kBase);
+    if (r.code != 0) throw std::runtime_error("base-train failed:\n" + r.out);
+    write_conversations(dir + "/train.jsonl", n, 1);
+    write_conversations(dir + "/val.jsonl", 8, 2);
+  }
+  std::string sft_ckpt() const { return dir + "/chatsft_checkpoints/t"; }
+  // chat-sft's flags: rows of 65 tokens, 4 a step (2 a rank on two nodes), evaluated at the end only
+  std::string flags(const std::string& extra = "") const {
+    return " chat-sft --model-tag t --train-jsonl " + dir + "/train.jsonl --val-jsonl " + dir +
+           "/val.jsonl --eval-every -1 --eval-tokens 260 --chatcore-every -1 --threads 1 --balance even" + extra;
+  }
+};
+
+// `nanochat run` of `nnodes` for node `k` (one rank, loopback master on `port`, heartbeat `hb` s).
+std::string run_flags(const std::string& nnodes, int k, int port, int hb) {
+  return " run --nnodes " + nnodes +
+         " --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
+         " --heartbeat-timeout " +
+         std::to_string(hb) + " --master-port " + std::to_string(port) + " --node-rank " + std::to_string(k);
+}
+
+int64_t last_step(const std::string& dir) {
+  auto s = nanochat::last_complete_step(dir);
+  return s ? *s : -1;
+}
+
+}  // namespace
+
+// Node 1 freezes while chat-sft trains: node 0 finds it gone by its heartbeat, writes its copy of
+// the job's state and goes on alone; node 1, woken, is told the job went on without it, asks to
+// join again and is admitted at a step boundary; both finish the stage with status 0, and the
+// metrics record both changes.
+TEST(ElasticSft, AFrozenNodeIsLeftBehindTheStageGoesOnAndItRejoinsWhenItWakes) {
+  SftNode0 n0("nc_elsft_f0", 1500);
+  EmptyDir n1("nc_elsft_f1");
+  const int port = test_port();
+  BackgroundNode node0(n0.dir, run_flags("1:2", 0, port, 3) + n0.flags(), "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
+                       n0.dir + "/node0.log");
+  BackgroundNode node1(n1.dir, run_flags("1:2", 1, port, 3) + n0.flags(), "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
+                       n0.dir + "/node1.log");
+  ASSERT_TRUE(logged_steps(node0, 5, "] step 0"));
+  ASSERT_FALSE(node1.ranks().empty()) << "node 1's launcher has no rank";
+  node1.signal_node(SIGSTOP);
+  const auto frozen = std::chrono::steady_clock::now();
+  ASSERT_TRUE(logged_line(node0, "Rank 1 left the job"));
+  std::printf("chat-sft went on %.1f s after node 1 froze\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen).count());
+  node1.signal_node(SIGCONT);
+  for (auto* n : {&node0, &node1})
+    ASSERT_TRUE(n->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(240))) << slurp(n->log);
+  const std::string out0 = slurp(node0.log), out1 = slurp(node1.log);
+  EXPECT_TRUE(WIFEXITED(node0.status) && WEXITSTATUS(node0.status) == 0) << out0;
+  EXPECT_TRUE(WIFEXITED(node1.status) && WEXITSTATUS(node1.status) == 0) << out1;
+  EXPECT_NE(out0.find("stopped answering its heartbeat for "), std::string::npos) << out0;
+  EXPECT_NE(out0.find("1 rank goes on (old rank 0)"), std::string::npos) << out0;
+  EXPECT_NE(out0.find("A rank joined the job at step "), std::string::npos) << out0;
+  EXPECT_NE(out1.find("asking node 0 to admit it again"), std::string::npos) << out1;
+  EXPECT_NE(out1.find("rank 1 of 2 (job generation 2): admitted after "), std::string::npos) << out1;
+  // the stage's start-up lines once, its end once; the woken node trains again at the end
+  EXPECT_EQ(count_of(out0, "nanochat.cpp chat-sft"), 1u) << out0;
+  EXPECT_EQ(count_of(out0, "Run summary: "), 1u) << out0;
+  const size_t last = out0.rfind("] step ");
+  ASSERT_NE(last, std::string::npos);
+  EXPECT_NE(out0.substr(last, out0.find('\n', last) - last).find(" r1 "), std::string::npos) << out0.substr(last, 600);
+  // metrics.jsonl: the leave and the join
+  std::ifstream m(n0.sft_ckpt() + "/metrics.jsonl");
+  std::vector<std::string> changes;
+  for (std::string line; std::getline(m, line);) {
+    const json j = json::parse(line);
+    if (j.contains("membership")) changes.push_back(j.at("membership").get<std::string>());
+  }
+  EXPECT_EQ(changes, (std::vector<std::string>{"rank 1 left", "1 rank joined"}));
+  EXPECT_GE(last_step(n0.sft_ckpt()), 10);
+}
+
+// Node 1 dies after the update of step 6 (--copy-state-every 3: node 0's copy of step 6 is the
+// one the stage goes on from); node 0 finishes alone where one node alone ends the same stage.
+TEST(ElasticSft, AKilledNodeCostsTheStepsSinceTheCopyAndTheStageEndsWhereTheUninterruptedOneEnds) {
+  SftNode0 n0("nc_elsft_k0", 160);
+  EmptyDir n1("nc_elsft_k1");
+  const int port = test_port();
+  const std::string flags = n0.flags(" --copy-state-every 3");
+  Result r0, r1;
+  std::thread t1([&] { r1 = run_at(n1.dir, run_flags("1:2", 1, port, 4) + flags, "NANOCHAT_TEST_FAULT=die:1:7"); });
+  r0 = run_at(n0.dir, run_flags("1:2", 0, port, 4) + flags, "NANOCHAT_TEST_FAULT=die:1:7");
+  t1.join();
+  ASSERT_EQ(r0.code, 0) << r0.out << "\n--- node 1:\n" << r1.out;
+  EXPECT_NE(r1.code, 0) << r1.out;
+  EXPECT_NE(r0.out.find("Rank 1 left the job in step 7"), std::string::npos) << r0.out;
+  EXPECT_NE(r0.out.find("from step 6: steps 6 to 7 are done again"), std::string::npos) << r0.out;
+  const int64_t end = last_step(n0.sft_ckpt());
+  ASSERT_GT(end, 8) << r0.out;
+  const nanochat::StFile elastic =
+      nanochat::load_safetensors(n0.sft_ckpt() + "/model_" + std::string(6 - std::to_string(end).size(), '0') +
+                                 std::to_string(end) + ".safetensors");
+  // the same stage on node 0 alone, uninterrupted
+  std::filesystem::remove_all(n0.sft_ckpt());
+  auto u = run(n0, flags);
+  ASSERT_EQ(u.code, 0) << u.out;
+  ASSERT_EQ(last_step(n0.sft_ckpt()), end) << u.out;
+  const nanochat::StFile uninterrupted =
+      nanochat::load_safetensors(n0.sft_ckpt() + "/model_" + std::string(6 - std::to_string(end).size(), '0') +
+                                 std::to_string(end) + ".safetensors");
+  const double d = max_rel_diff(uninterrupted, elastic);
+  std::printf("elastic chat-sft vs uninterrupted: max relative difference %.3g over %lld steps\n", d,
+              static_cast<long long>(end));
+  EXPECT_LE(d, 2e-3);
+}
