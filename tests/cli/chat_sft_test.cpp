@@ -405,7 +405,8 @@ TEST(ChatSft, ALostRankStopsTheJobNamingTheStepAndTheCheckpoint) {
 
   auto e = run(b, " run --nnodes 1:2 --master-addr 127.0.0.1 --allow-loopback-master chat-rl --model-tag t");
   EXPECT_NE(e.code, 0);
-  EXPECT_NE(e.out.find("--nnodes 1:2 (an elastic job: nodes may leave and join) is for base-train and chat-sft; "
+  EXPECT_NE(e.out.find("--nnodes 1:2 (an elastic job: nodes may leave and join) is for base-train, chat-sft and "
+                       "speedrun; "
                        "chat-rl runs on a fixed set of nodes: pass --nnodes 2"),
             std::string::npos)
       << e.out;

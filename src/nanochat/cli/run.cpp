@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "nanochat/cli/commands.h"
+#include "nanochat/cli/road_job.h"
 #include "nanochat/cluster/env.h"
 #include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/cluster/mesh.h"
@@ -64,6 +65,24 @@ void place_ranks(cluster::LaunchOptions& L, const RunArgs& a, bool nproc_given) 
     L.placement.summary += str_cat(" (OMP_NUM_THREADS=", omp,
                                    " from the environment is not used: each rank gets its cores; --threads-per-rank "
                                    "sets every rank's count)");
+}
+
+// The flags `run` was given, as words (the road job's stages are launched with them on node 0).
+std::vector<std::string> given_run_flags(const CLI::App* sub) {
+  std::vector<std::string> words;
+  for (const CLI::Option* opt : sub->get_options()) {
+    if (opt->count() == 0 || opt->get_lnames().empty() || opt->get_lnames()[0] == "help") continue;
+    const std::string name = "--" + opt->get_lnames()[0];
+    if (opt->get_expected_min() == 0) {  // a flag
+      words.push_back(name);
+      continue;
+    }
+    for (const std::string& v : opt->results()) {
+      words.push_back(name);
+      words.push_back(v);
+    }
+  }
+  return words;
 }
 
 void register_selftest(CLI::App& app) {
@@ -181,15 +200,19 @@ void register_run(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--grace", args->grace_s, "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str();
+  sub->add_option("--publish", L.publish, "node 0: a text the launcher publishes for the nodes that follow it")
+      ->group("");  // hidden: speedrun's stages (cli/road_job.h)
   sub->callback([args, sub] {
     auto& L = args->launch;
     L.args = sub->remaining();  // the ranks' command line (prefix_command keeps it verbatim)
     if (!L.args.empty() && L.args.front() == "--") L.args.erase(L.args.begin());
     parse_nnodes(args->nnodes, L);
+    const bool road = !L.args.empty() && L.args.front() == "speedrun";  // the whole road as a job (cli/road_job.h)
     // base-train and chat-sft regroup when a node leaves or joins (train/elastic.h)
-    if (L.min_nnodes > 0 && !L.args.empty() && L.args.front() != "base-train" && L.args.front() != "chat-sft")
-      fail("--nnodes ", args->nnodes, " (an elastic job: nodes may leave and join) is for base-train and chat-sft; ",
-           L.args.front(), " runs on a fixed set of nodes: pass --nnodes ", L.nnodes,
+    if (L.min_nnodes > 0 && !road && !L.args.empty() && L.args.front() != "base-train" && L.args.front() != "chat-sft")
+      fail("--nnodes ", args->nnodes,
+           " (an elastic job: nodes may leave and join) is for base-train, chat-sft and speedrun; ", L.args.front(),
+           " runs on a fixed set of nodes: pass --nnodes ", L.nnodes,
            " (if a node leaves, the job stops and names node 0's last checkpoint to resume from; --save-every N "
            "bounds what is lost)");
     if (args->standalone && L.nnodes != 1)
@@ -219,7 +242,20 @@ void register_run(CLI::App& app) {
              ", which node 0 needs for the job's store; pick a range without it (e.g. ", L.master_port + 100, "-",
              L.master_port + 100 + std::max(pr->size(), L.nproc_per_node) - 1, ")");
     }
-    int rc = cluster::launch(L);
+    if (road && L.node_rank == 0) {
+      // what the stages' launches would refuse, before the road's first stage
+      if (L.nnodes > 1 && L.master_addr.empty())
+        fail("--master-addr is required with --nnodes ", L.nnodes, ": give every node the address of node 0");
+      const char* allow = std::getenv("NANOCHAT_ALLOW_LOOPBACK_MASTER");
+      if (!L.allow_loopback_master && !(allow && std::string(allow) == "1"))
+        if (const std::string why = cluster::loopback_master_problem(L.master_addr, L.nnodes); !why.empty()) fail(why);
+      lead_road_job(given_run_flags(sub), L.args);
+    }
+    // a follower waits for node 0's stages as long as a road's stage may take: --rendezvous-timeout
+    // when given, else 12 hours (base-eval or tok-train of a large road run on node 0 meanwhile)
+    int rc = road ? follow_road_job(
+                        L, args->rendezvous_timeout_s > 0 ? L.rendezvous_timeout : cluster::Ms(12L * 3600 * 1000))
+                  : cluster::launch(L);
     if (rc != 0) {
       std::fflush(stdout);
       std::fflush(stderr);

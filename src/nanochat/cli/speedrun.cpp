@@ -18,6 +18,7 @@
 
 #include "nanochat/checkpoint/checkpoint.h"
 #include "nanochat/cli/commands.h"
+#include "nanochat/cli/road_job.h"
 #include "nanochat/cli/stage_process.h"
 #include "nanochat/cli/suggest.h"
 #include "nanochat/core/error.h"
@@ -128,8 +129,10 @@ bool has_shards(const std::string& dir) {
 
 // How far a stage's command is (0..1) from one of its log lines, or -1.
 double progress_of(const std::string& line) {
-  static const std::regex train(R"(^step (\d+)/(\d+) \()"), sft(R"(^step \d+ \(([\d.]+)%\))"),
-      rl(R"(^Step (\d+)/(\d+) \|)"), split(R"(^(train|val): \d+/\d+ batches \((\d+)%\))");
+  // a job's launcher prefixes its ranks' lines with "[rank R] "
+  static const std::regex train(R"(^(?:\[rank \d+\] )?step (\d+)/(\d+) \()"),
+      sft(R"(^(?:\[rank \d+\] )?step \d+ \(([\d.]+)%\))"), rl(R"(^Step (\d+)/(\d+) \|)"),
+      split(R"(^(train|val): \d+/\d+ batches \((\d+)%\))");
   std::smatch m;
   if (std::regex_search(line, m, train)) return std::stod(m[1]) / std::max(1.0, std::stod(m[2]));
   if (std::regex_search(line, m, sft)) return std::stod(m[1]) / 100.0;
@@ -157,7 +160,32 @@ struct RoadRun {
   std::vector<Stage> stages;
   std::map<std::string, double> planned;
   road::Ledger ledger;
+  std::vector<std::string> job_flags;  ///< node 0 of a road job: `nanochat run`'s flags (cli/road_job.h); empty: alone
 };
+
+// Node 0 of a road job: a distributed stage's command `c` as a launch of the job that publishes it
+// for the other nodes (cli/road_job.h); `last`: no distributed stage comes after it.
+std::vector<std::string> job_stage_command(const RoadRun& r, const Stage& s, const std::vector<std::string>& c,
+                                           bool last) {
+  RoadStageNote n;
+  n.id = str_cat(s.id, "@", static_cast<long long>(std::time(nullptr)), ".", ::getpid());
+  n.stage = s.id;
+  n.args = c;
+  n.last = last;
+  std::vector<std::string> w{"run"};
+  w.insert(w.end(), r.job_flags.begin(), r.job_flags.end());
+  w.insert(w.end(), {"--publish", n.to_json()});
+  w.insert(w.end(), c.begin(), c.end());
+  return w;
+}
+
+// Whether stage `i` is the last of the road whose commands run on every node of a job.
+bool last_distributed(const RoadRun& r, size_t i) {
+  for (size_t k = i + 1; k < r.stages.size(); ++k)
+    for (const auto& c : r.stages[k].commands)
+      if (distributed_stage_command(c)) return false;
+  return true;
+}
 
 void print_plan(const RoadRun& r, const road::SpeedProbe& p, const road::TrainSize& z) {
   const road::NodeInfo n = road::this_node();
@@ -263,6 +291,8 @@ int run_stage(RoadRun& r, size_t i, double road_left_after, bool resume) {
       c.push_back(self_executable());
     } else
       c.insert(c.end(), extra.begin(), extra.end());
+    const bool on_every_node = !r.job_flags.empty() && distributed_stage_command(c);
+    if (on_every_node) c = job_stage_command(r, s, c, last_distributed(r, i) && k + 1 == s.commands.size());
     if (const std::string out = road::flag_value(c, "-o"); !out.empty())
       fs::create_directories(fs::path(out).parent_path());  // the offline chat tasks' folder
     std::printf("speedrun: [%zu/%zu] %s: %s\n", i + 1, r.stages.size(), s.id.c_str(), shell_line(c).c_str());
@@ -507,7 +537,13 @@ int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<s
   check_args(a);
   const bool data_ready = has_shards(data_dir());
   const road::RoadOptions o = road_options(a, top, rest, data_ready);
-  RoadRun r{a, o.base_dir, "", road::plan_road(o), {}, road::Ledger(report_dir() + "/speedrun.json")};
+  RoadRun r{
+      a, o.base_dir, "", road::plan_road(o), {}, road::Ledger(report_dir() + "/speedrun.json"), road_job_run_flags()};
+  if (!r.job_flags.empty())
+    std::printf(
+        "speedrun: node 0 of a job (nanochat run %s): base-train and chat-sft run on every node that follows "
+        "(the same command with its --node-rank); the rest runs here. The plan below is this node's speed alone\n",
+        shell_line(r.job_flags).c_str());
   for (const Stage& s : r.stages)
     if (foreign_tokenizer(r)) prepare_tokenizer(r, s);  // tok-train's says why the road stops, before anything runs
   if (all_done(r)) {

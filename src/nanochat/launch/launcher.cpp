@@ -277,7 +277,7 @@ NodeCtx plan_node(const LaunchOptions& o) {
   if (o.nproc_per_node < 1) fail("--nproc-per-node must be at least 1 (got ", o.nproc_per_node, ")");
   if (o.node_rank < 0 || o.node_rank >= o.nnodes)
     fail("--node-rank ", o.node_rank, " is outside [0, --nnodes ", o.nnodes, ")");
-  if (o.args.empty())
+  if (o.args.empty() && !o.follow)
     fail(
         "nanochat run needs a subcommand to start on every rank, e.g. `nanochat run --nproc-per-node 2 base-train "
         "--depth 4`");
@@ -308,6 +308,9 @@ NodeCtx plan_node(const LaunchOptions& o) {
   c.min_nodes = o.min_nnodes;
   c.started = wall_seconds();
   c.tag = str_cat("nanochat run (node ", c.k, " on ", c.host, "): ");
+  c.publish = o.publish;
+  c.follow = o.follow;
+  if (c.follow && c.k == 0) fail("internal: node 0 leads a job; only the other nodes follow it");
   return c;
 }
 
@@ -558,6 +561,10 @@ void Supervisor::start_stopping() {
 // The report phase, once every local rank exited: collects the other nodes' outcome (node 0
 // keeps its store up until they finish) and returns 0, returns 128+signal, or throws the failure.
 int conclude(Supervisor& s, const NodeCtx& c, LauncherStore& ls) {
+  if (c.k == 0 && !c.publish.empty()) try {  // a follower arriving now does not take part in this launch
+      ls.store->set("ended", "1");
+    } catch (const Error&) {
+    }
   if (s.interrupted) {
     std::fprintf(stderr, "%sstopped all ranks after %s\n", c.tag.c_str(), signal_name(s.interrupted).c_str());
     // Node 0 hosts the store: keep it up (at most 5 s, or until another signal) so that the other
@@ -647,7 +654,12 @@ int launch(const LaunchOptions& o) {
                  host_port(c.master, c.port).c_str(), rank_address(o, c).c_str());
   if (!o.placement.summary.empty()) std::fprintf(stderr, "%s%s\n", c.tag.c_str(), o.placement.summary.c_str());
   std::fflush(stderr);
-  std::vector<Child> kids = start_ranks(o, c, threads, ls.joining);
+  LaunchOptions followed;  // a follower's ranks run what node 0 published
+  if (ls.args) {
+    followed = o;
+    followed.args = *ls.args;
+  }
+  std::vector<Child> kids = start_ranks(ls.args ? followed : o, c, threads, ls.joining);
 
   Supervisor s(o, c, *ls.store, kids, signals.r.get());
   s.run();

@@ -12,6 +12,8 @@
 // its nodes, or started less than the rendezvous timeout ago) replaces it: the earlier one and the
 // nodes running with it stop, nodes still waiting move over (docs/architecture.md 7.1.1).
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,16 @@ struct LaunchOptions {
   /// nproc_per_node). Empty ranks: not pinned, threads as threads_per_rank says. Otherwise local
   /// rank l is pinned to ranks[l].cpus (sched_setaffinity before exec) with ranks[l].threads.
   Placement placement;
+  /// Node 0: a text its launcher publishes in the job's store (before the nodes meet) for the nodes
+  /// that follow it (below); `nanochat run ... speedrun` publishes each distributed stage so.
+  std::string publish;
+  /// A node that follows node 0 (the other nodes of `nanochat run ... speedrun`): once it reaches
+  /// node 0's store, before it registers there, it reads node 0's published text (a launch that
+  /// publishes none is an error naming node 0) and passes it here, which returns the args its ranks
+  /// run instead of `args`, or nullopt for a launch it does not take part in (one it ran already):
+  /// it then leaves that store unregistered and waits for node 0's next launch, until the
+  /// rendezvous deadline. A launch whose ranks all ended is never followed.
+  std::function<std::optional<std::vector<std::string>>(const std::string& published)> follow;
 };
 
 /// Runs the job's ranks on this node until they all exit. Returns 0 when every rank (on every

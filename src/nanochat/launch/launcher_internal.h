@@ -92,6 +92,8 @@ struct NodeCtx {
   int world_at_start() const { return (started_nodes > 0 ? started_nodes : N) * P; }
   int64_t started = 0;  ///< wall-clock second this launcher started (wall_seconds())
   std::string tag;      ///< "nanochat run (node K on HOST): ", the prefix of its messages
+  std::string publish;  ///< node 0: LaunchOptions::publish
+  std::function<std::optional<std::vector<std::string>>(const std::string&)> follow;  ///< LaunchOptions::follow
 };
 
 /// The launchers' store: node 0 hosts it (server), every launcher is a client of it.
@@ -100,6 +102,7 @@ struct LauncherStore {
   std::unique_ptr<StoreClient> client;
   std::unique_ptr<PrefixStore> store;  ///< "nc/launch/" view of client
   bool joining = false;  ///< this node joins an elastic job that already started (its ranks ask to be admitted)
+  std::optional<std::vector<std::string>> args;  ///< a follower: the args node 0 published for its ranks
 };
 
 /// Rendezvous of the launchers: node 0 starts the store, every launcher connects (with its will

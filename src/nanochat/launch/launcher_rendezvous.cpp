@@ -493,6 +493,26 @@ std::string describe_failures(const std::vector<Failure>& local, const std::opti
   return msg;
 }
 
+namespace {
+
+// A follower (LaunchOptions::follow): reads the launch node 0 published and whether this node
+// takes part in it (ls.args then set); a launch whose ranks all ended is not followed.
+bool follow_launch(const NodeCtx& c, LauncherStore& ls) {
+  std::string published;
+  try {
+    published = ls.store->get("published", Ms(10000));
+  } catch (const StoreTimeout&) {
+    fail("node 0's launcher at ", host_port(c.master, c.port),
+         " published no stage: this node follows node 0's `nanochat run ... speedrun`; start node 0 with that "
+         "command (the same --nnodes and --nproc-per-node)");
+  }
+  if (ls.store->try_get("ended")) return false;
+  ls.args = c.follow(published);
+  return ls.args.has_value();
+}
+
+}  // namespace
+
 int join_launchers(NodeCtx& c, LauncherStore& ls) {
   const auto deadline = Clock::now() + c.rdzv;
   bool said_rejoin = false;
@@ -516,6 +536,16 @@ int join_launchers(NodeCtx& c, LauncherStore& ls) {
       };
       ls.client = std::make_unique<StoreClient>(co);
       ls.store = std::make_unique<PrefixStore>(*ls.client, "nc/launch/");
+      if (c.k == 0 && !c.publish.empty()) ls.store->set("published", c.publish);
+      if (c.follow && !follow_launch(c, ls)) {  // not this launch: node 0's next one, unregistered here
+        ls.store.reset();
+        ls.client.reset();
+        if (Clock::now() >= deadline)
+          fail("node 0 at ", host_port(c.master, c.port), " started no new stage within ", c.rdzv.count() / 1000.0,
+               " s");
+        std::this_thread::sleep_for(Ms(1000));
+        continue;
+      }
       ls.client->set_will(str_cat("nc/launch/gone/", c.k), str_cat("node ", c.k, "'s launcher (host ", c.host, ")"));
       ls.joining = meet(*ls.store, c, report, deadline);
       return 0;

@@ -1,0 +1,129 @@
+#include "nanochat/cli/road_job.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "nanochat/core/error.h"
+#include "nanochat/core/format.h"
+#include "nanochat/core/paths.h"
+#include "nanochat/road/card.h"
+
+namespace nanochat::cli {
+
+std::string RoadStageNote::to_json() const {
+  return nlohmann::json{{"id", id}, {"stage", stage}, {"args", args}, {"last", last}}.dump();
+}
+
+RoadStageNote RoadStageNote::parse(const std::string& text) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    RoadStageNote n;
+    n.id = j.at("id").get<std::string>();
+    n.stage = j.at("stage").get<std::string>();
+    n.args = j.at("args").get<std::vector<std::string>>();
+    n.last = j.at("last").get<bool>();
+    if (n.args.empty()) fail("no command");
+    return n;
+  } catch (const std::exception& e) {
+    fail("node 0 published a stage this node cannot read (", e.what(),
+         "): node 0 runs another build of nanochat; use the same one on every node");
+  }
+}
+
+namespace {
+
+std::string words_line(const std::vector<std::string>& words) {
+  std::string s;
+  for (const auto& w : words) s += (s.empty() ? "" : " ") + w;
+  return s;
+}
+
+}  // namespace
+
+bool distributed_stage_command(const std::vector<std::string>& c) {
+  return !c.empty() && (c[0] == "base-train" || c[0] == "chat-sft");
+}
+
+std::vector<std::string> road_job_run_flags() {
+  const char* v = std::getenv(kRoadJobEnv);
+  if (!v || !*v) return {};
+  try {
+    return nlohmann::json::parse(v).at("run").get<std::vector<std::string>>();
+  } catch (const std::exception& e) {
+    fail(kRoadJobEnv, " is not what `nanochat run ... speedrun` sets (", e.what(), "); unset it");
+  }
+}
+
+void lead_road_job(const std::vector<std::string>& run_flags, const std::vector<std::string>& speedrun_args) {
+  ::setenv(kRoadJobEnv, nlohmann::json{{"run", run_flags}}.dump().c_str(), 1);
+  const std::string self = self_executable();
+  std::vector<std::string> words{self};
+  words.insert(words.end(), speedrun_args.begin(), speedrun_args.end());
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::execv(self.c_str(), argv.data());
+  fail("could not start ", self, " speedrun: ", std::strerror(errno));
+}
+
+int follow_road_job(cluster::LaunchOptions L, cluster::Ms wait) {
+  const std::string tag = str_cat("speedrun (node ", L.node_rank, "): ");
+  std::printf("%sfollowing node 0's road at %s:%d: this node takes part in its distributed stages (base-train, "
+              "chat-sft) and waits for each (at most %s); node 0 runs the rest and writes the card\n",
+              tag.c_str(), L.master_addr.c_str(), L.master_port, road::duration_text(static_cast<double>(wait.count()) / 1000.0).c_str());
+  std::fflush(stdout);
+  L.rendezvous_timeout = wait;
+  std::string last_id;
+  for (int stages = 0;;) {
+    std::optional<RoadStageNote> taken;
+    std::string said_for;  // the launch it said it waits after, once
+    L.follow = [&](const std::string& published) -> std::optional<std::vector<std::string>> {
+      RoadStageNote n = RoadStageNote::parse(published);
+      if (n.id == last_id) {
+        if (said_for != n.id)
+          std::printf("%snode 0's %s is the stage this node ran; waiting for its next one\n", tag.c_str(),
+                      n.stage.c_str());
+        said_for = n.id;
+        std::fflush(stdout);
+        return std::nullopt;
+      }
+      std::printf("%stakes part in node 0's %s: %s\n", tag.c_str(), n.stage.c_str(), words_line(n.args).c_str());
+      std::fflush(stdout);
+      taken = n;
+      return n.args;
+    };
+    int rc = 0;
+    try {
+      rc = cluster::launch(L);
+    } catch (const Error& e) {
+      if (!taken) throw;  // it never reached a stage: the job's set-up is wrong (the message says how)
+      std::printf("%s%s ended on this node with an error: %s\n", tag.c_str(), taken->stage.c_str(), e.what());
+      if (taken->last) return 1;
+      std::printf("%swaiting for node 0's next stage\n", tag.c_str());
+      std::fflush(stdout);
+      last_id = taken->id;
+      continue;
+    }
+    if (rc != 0) return rc;  // interrupted (its launcher said by what)
+    last_id = taken->id;
+    ++stages;
+    std::printf("%s%s done on this node\n", tag.c_str(), taken->stage.c_str());
+    if (taken->last) {
+      std::printf("%snode 0's last distributed stage is done (%d here); node 0 runs the rest of the road and writes "
+                  "the card\n",
+                  tag.c_str(), stages);
+      std::fflush(stdout);
+      return 0;
+    }
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace nanochat::cli

@@ -1,0 +1,50 @@
+#pragma once
+// `nanochat run [job flags] speedrun [its flags]`: the whole road as a job of several nodes, one
+// command on each (docs/architecture.md 11.4). Node 0 walks the road (cli/speedrun.cpp) and runs
+// each distributed stage (base-train, chat-sft) as `nanochat run [the same job flags] <stage>`,
+// whose launcher publishes the stage in the job's store (launch/launcher.h LaunchOptions::publish);
+// the evaluations, chat-rl and the rest run on node 0. Every other node starts once and follows:
+// it reaches node 0's store, reads the stage node 0 publishes, runs it with node 0 (joining it
+// when it is under way: an elastic job, --nnodes MIN:MAX, admits it at a step boundary), and
+// waits for the next, until node 0 ran its last distributed stage. Such a node needs only this
+// binary: node 0 sends the rows, the tokenizer and the checkpoints' state.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nanochat/launch/launcher.h"
+
+namespace nanochat::cli {
+
+/// Node 0's environment variable that makes `speedrun` a job's leader: JSON {"run": the job's
+/// `nanochat run` flags}.
+inline constexpr const char* kRoadJobEnv = "NANOCHAT_ROAD_JOB";
+
+/// What node 0 publishes for one distributed stage (its launcher's LaunchOptions::publish).
+struct RoadStageNote {
+  std::string id;                 ///< unique per launch (a stage run again is a new launch)
+  std::string stage;              ///< the road's stage id ("base-train", "chat-sft")
+  std::vector<std::string> args;  ///< the ranks' command line
+  bool last = false;              ///< the road's last distributed stage: the followers end after it
+  std::string to_json() const;
+  /// Parses `text`; throws nanochat::Error naming what is missing.
+  static RoadStageNote parse(const std::string& text);
+};
+
+/// Whether a stage command runs on every node of a road job (base-train, chat-sft).
+bool distributed_stage_command(const std::vector<std::string>& command);
+
+/// Node 0 of a road job: the job's `nanochat run` flags from kRoadJobEnv (empty: not a job).
+std::vector<std::string> road_job_run_flags();
+
+/// Node 0 runs `speedrun` with `speedrun_args` as the leader of the job whose `nanochat run` flags
+/// are `run_flags` (replaces this process). Does not return.
+[[noreturn]] void lead_road_job(const std::vector<std::string>& run_flags, const std::vector<std::string>& speedrun_args);
+
+/// Another node of a road job: follows node 0's distributed stages with the launch options `L`
+/// (this node's --node-rank, the job's shape) until node 0 ran its last one, or until `wait` passes
+/// with no new stage. Returns the exit status (0: the road's distributed stages are done).
+int follow_road_job(cluster::LaunchOptions L, cluster::Ms wait);
+
+}  // namespace nanochat::cli

@@ -1,0 +1,110 @@
+// The whole road as a job of two nodes on this host, one command each (`nanochat run --nnodes 1:2
+// --node-rank K ... speedrun`, cli/road_job.h): node 0 (its own base folder) walks the road and
+// writes the card; node 1 (an empty folder: only the binary) takes part in base-train and chat-sft
+// and ends after the last of them. Node 1 freezes during chat-sft (SIGSTOP: a laptop whose lid
+// closed): the stage goes on without it, and it joins again when it wakes.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "support/background_node.h"
+#include "support/cli_util.h"
+#include "support/proc_util.h"
+#include "support/test_port.h"
+
+using namespace nctest;
+
+namespace {
+
+// The tiny preset made smaller (speedrun_test.cpp's road); chat-sft long enough for a node to
+// freeze, be found gone and wake within it (node 0's rank 0 runs its training steps 8x slower).
+std::string job_road() {
+  return " speedrun --offline --replace-tokenizer --model-tag job"
+         " --tok-train.vocab-size 512 --tok-train.max-chars 2000000"
+         " --base-train.depth 2 --base-train.aspect-ratio 32 --base-train.head-dim 32 --base-train.max-seq-len 64"
+         " --base-train.device-batch-size 4 --base-train.total-batch-size 512 --base-train.num-iterations 12"
+         " --base-train.eval-every 6 --base-train.save-every 6 --base-train.eval-tokens 2048 --base-train.threads 1"
+         " --base-eval.split-tokens 1024"
+         " --chat-sft.num-iterations 200 --chat-sft.eval-every -1 --chat-sft.eval-tokens 1024 --chat-sft.threads 1"
+         " --chat-sft.balance even"
+         " --chat-eval.max-problems 4 --chat-eval.max-new-tokens 16 --chat-eval.threads 1"
+         " --chat-rl.max-new-tokens 16 --chat-rl.eval-examples 4";
+}
+
+std::string job_flags(int node, int port) {
+  return " run --nnodes 1:2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
+         " --heartbeat-timeout 3 --master-port " +
+         std::to_string(port) + " --node-rank " + std::to_string(node);
+}
+
+}  // namespace
+
+TEST(SpeedrunJob, TwoNodesRunTheRoadWithOneCommandEachAndAFrozenNodeRejoinsChatSft) {
+  BaseDir b0("nc_roadjob0");
+  EmptyDir b1("nc_roadjob1");
+  const int port = test_port();
+  BackgroundNode node1(b1.dir, job_flags(1, port) + job_road(), "", b0.dir + "/node1.log");
+  BackgroundNode node0(b0.dir, job_flags(0, port) + job_road(), "NANOCHAT_TEST_FAULT=slow:0:8",
+                       b0.dir + "/node0.log");
+  // chat-sft under way on both nodes: node 1 freezes
+  ASSERT_TRUE(logged_line(node1, "takes part in node 0's chat-sft"));
+  ASSERT_TRUE(logged_steps(node0, 5, "| epoch: 1 | total time"));  // chat-sft's step lines (base-train's differ)
+  ASSERT_FALSE(node1.ranks().empty()) << slurp(node1.log);
+  node1.signal_node(SIGSTOP);
+  ASSERT_TRUE(logged_line(node0, "Rank 1 left the job"));
+  node1.signal_node(SIGCONT);
+  for (auto* n : {&node0, &node1})
+    ASSERT_TRUE(n->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(400))) << slurp(n->log);
+  const std::string out0 = slurp(node0.log), out1 = slurp(node1.log);
+  EXPECT_TRUE(WIFEXITED(node0.status) && WEXITSTATUS(node0.status) == 0) << out0 << "\n--- node 1:\n" << out1;
+  EXPECT_TRUE(WIFEXITED(node1.status) && WEXITSTATUS(node1.status) == 0) << out1;
+
+  // node 0: its distributed stages had two ranks; the rest ran alone; the card is written
+  EXPECT_NE(out0.find("speedrun: node 0 of a job (nanochat run "), std::string::npos) << out0;
+  for (const char* stage : {"base-train", "chat-sft"}) {
+    const std::string log = slurp(b0.dir + "/report/logs/" + stage + ".log");
+    EXPECT_NE(log.find("[rank 0] All 2 ranks agree on build, model, batch, tokenizer, and flags"), std::string::npos)
+        << stage << ":\n"
+        << log;
+  }
+  EXPECT_NE(out0.find("A rank joined the job at step "), std::string::npos) << out0;
+  EXPECT_NE(out0.find("chat-rl: sft model job step "), std::string::npos) << out0;
+  EXPECT_NE(out0.find("speedrun: the road is done"), std::string::npos) << out0;
+  const std::string card = slurp(b0.dir + "/report/report.md");
+  EXPECT_NE(card.find("chat-sft"), std::string::npos) << card;
+
+  // node 1: base-train and chat-sft, then it ends; it wrote nothing but its log
+  EXPECT_NE(out1.find("takes part in node 0's base-train"), std::string::npos) << out1;
+  EXPECT_NE(out1.find("asking node 0 to admit it again"), std::string::npos) << out1;
+  EXPECT_NE(out1.find("node 0's last distributed stage is done (2 here)"), std::string::npos) << out1;
+  EXPECT_FALSE(std::filesystem::exists(b1.dir + "/chatsft_checkpoints")) << out1;
+  EXPECT_FALSE(std::filesystem::exists(b1.dir + "/report")) << out1;
+}
+
+// A node that follows a node 0 running something else than a road is told so, not left waiting.
+TEST(SpeedrunJob, ANodeFollowingANodeZeroThatRunsNoRoadIsToldSo) {
+  BaseDir b0("nc_roadjob_other0");
+  EmptyDir b1("nc_roadjob_other1");
+  const int port = test_port();
+  const std::string train =
+      " base-train --depth 2 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --device-batch-size 2"
+      " --total-batch-size 256 --num-iterations 200 --eval-every -1 --sample-every -1 --core-metric-every -1"
+      " --threads 1 --model-tag t";
+  BackgroundNode node0(b0.dir, job_flags(0, port) + train,
+                       "NANOCHAT_TEST_FAULT=slow:0:8 NANOCHAT_ELASTIC_LAST_CALL=1", b0.dir + "/node0.log");
+  ASSERT_TRUE(logged_steps(node0, 1));
+  const Result r = [&] {
+    auto [code, out] = shell("NANOCHAT_BASE_DIR=" + b1.dir + " timeout 120 " + NANOCHAT_BINARY + job_flags(1, port) +
+                             " speedrun --offline");
+    return Result{code, out};
+  }();
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("published no stage: this node follows node 0's `nanochat run ... speedrun`"),
+            std::string::npos)
+      << r.out;
+}
