@@ -9,8 +9,8 @@
 #include <signal.h>
 
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -40,8 +40,8 @@ const char* kBase =
 
 // `n` short conversations of words from the corpus' vocabulary (a fixed seed).
 void write_conversations(const std::string& path, int n, unsigned seed) {
-  static const char* words[] = {"the", "house", "sister", "letter", "walk", "dance", "Jane", "ball",
-                                "said", "very", "much", "good", "time", "think", "would", "could"};
+  static const char* words[] = {"the",  "house", "sister", "letter", "walk", "dance", "Jane",  "ball",
+                                "said", "very",  "much",   "good",   "time", "think", "would", "could"};
   std::mt19937 rng(seed);
   auto text = [&](int k) {
     std::string s;

@@ -49,8 +49,7 @@ TEST(SpeedrunJob, TwoNodesRunTheRoadWithOneCommandEachAndAFrozenNodeRejoinsChatS
   EmptyDir b1("nc_roadjob1");
   const int port = test_port();
   BackgroundNode node1(b1.dir, job_flags(1, port) + job_road(), "", b0.dir + "/node1.log");
-  BackgroundNode node0(b0.dir, job_flags(0, port) + job_road(), "NANOCHAT_TEST_FAULT=slow:0:8",
-                       b0.dir + "/node0.log");
+  BackgroundNode node0(b0.dir, job_flags(0, port) + job_road(), "NANOCHAT_TEST_FAULT=slow:0:8", b0.dir + "/node0.log");
   // chat-sft under way on both nodes: node 1 freezes
   ASSERT_TRUE(logged_line(node1, "takes part in node 0's chat-sft"));
   ASSERT_TRUE(logged_steps(node0, 5, "| epoch: 1 | total time"));  // chat-sft's step lines (base-train's differ)
@@ -75,8 +74,17 @@ TEST(SpeedrunJob, TwoNodesRunTheRoadWithOneCommandEachAndAFrozenNodeRejoinsChatS
   EXPECT_NE(out0.find("A rank joined the job at step "), std::string::npos) << out0;
   EXPECT_NE(out0.find("chat-rl: sft model job step "), std::string::npos) << out0;
   EXPECT_NE(out0.find("speedrun: the road is done"), std::string::npos) << out0;
+  // the card names both nodes with their share of base-train's rows (dealt evenly at first, then
+  // by speed: neither node did all of them)
   const std::string card = slurp(b0.dir + "/report/report.md");
   EXPECT_NE(card.find("chat-sft"), std::string::npos) << card;
+  for (const char* node : {"| 0 | ", "| 1 | "}) {
+    const size_t at = card.find(node);
+    ASSERT_NE(at, std::string::npos) << card;
+    const std::string line = card.substr(at, card.find('\n', at) - at);
+    EXPECT_NE(line.find("% of base-train's rows |"), std::string::npos) << line;
+    EXPECT_EQ(line.find("| 100.0% of"), std::string::npos) << line;
+  }
 
   // node 1: base-train and chat-sft, then it ends; it wrote nothing but its log
   EXPECT_NE(out1.find("takes part in node 0's base-train"), std::string::npos) << out1;
@@ -95,8 +103,8 @@ TEST(SpeedrunJob, ANodeFollowingANodeZeroThatRunsNoRoadIsToldSo) {
       " base-train --depth 2 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --device-batch-size 2"
       " --total-batch-size 256 --num-iterations 200 --eval-every -1 --sample-every -1 --core-metric-every -1"
       " --threads 1 --model-tag t";
-  BackgroundNode node0(b0.dir, job_flags(0, port) + train,
-                       "NANOCHAT_TEST_FAULT=slow:0:8 NANOCHAT_ELASTIC_LAST_CALL=1", b0.dir + "/node0.log");
+  BackgroundNode node0(b0.dir, job_flags(0, port) + train, "NANOCHAT_TEST_FAULT=slow:0:8 NANOCHAT_ELASTIC_LAST_CALL=1",
+                       b0.dir + "/node0.log");
   ASSERT_TRUE(logged_steps(node0, 1));
   const Result r = [&] {
     auto [code, out] = shell("NANOCHAT_BASE_DIR=" + b1.dir + " timeout 120 " + NANOCHAT_BINARY + job_flags(1, port) +
@@ -104,7 +112,6 @@ TEST(SpeedrunJob, ANodeFollowingANodeZeroThatRunsNoRoadIsToldSo) {
     return Result{code, out};
   }();
   EXPECT_EQ(r.code, 1) << r.out;
-  EXPECT_NE(r.out.find("published no stage: this node follows node 0's `nanochat run ... speedrun`"),
-            std::string::npos)
+  EXPECT_NE(r.out.find("published no stage: this node follows node 0's `nanochat run ... speedrun`"), std::string::npos)
       << r.out;
 }

@@ -75,9 +75,11 @@ void lead_road_job(const std::vector<std::string>& run_flags, const std::vector<
 
 int follow_road_job(cluster::LaunchOptions L, cluster::Ms wait) {
   const std::string tag = str_cat("speedrun (node ", L.node_rank, "): ");
-  std::printf("%sfollowing node 0's road at %s:%d: this node takes part in its distributed stages (base-train, "
-              "chat-sft) and waits for each (at most %s); node 0 runs the rest and writes the card\n",
-              tag.c_str(), L.master_addr.c_str(), L.master_port, road::duration_text(static_cast<double>(wait.count()) / 1000.0).c_str());
+  std::printf(
+      "%sfollowing node 0's road at %s:%d: this node takes part in its distributed stages (base-train, "
+      "chat-sft) and waits for each (at most %s); node 0 runs the rest and writes the card\n",
+      tag.c_str(), L.master_addr.c_str(), L.master_port,
+      road::duration_text(static_cast<double>(wait.count()) / 1000.0).c_str());
   std::fflush(stdout);
   L.rendezvous_timeout = wait;
   std::string last_id;
@@ -116,9 +118,10 @@ int follow_road_job(cluster::LaunchOptions L, cluster::Ms wait) {
     ++stages;
     std::printf("%s%s done on this node\n", tag.c_str(), taken->stage.c_str());
     if (taken->last) {
-      std::printf("%snode 0's last distributed stage is done (%d here); node 0 runs the rest of the road and writes "
-                  "the card\n",
-                  tag.c_str(), stages);
+      std::printf(
+          "%snode 0's last distributed stage is done (%d here); node 0 runs the rest of the road and writes "
+          "the card\n",
+          tag.c_str(), stages);
       std::fflush(stdout);
       return 0;
     }

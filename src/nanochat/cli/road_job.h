@@ -40,7 +40,8 @@ std::vector<std::string> road_job_run_flags();
 
 /// Node 0 runs `speedrun` with `speedrun_args` as the leader of the job whose `nanochat run` flags
 /// are `run_flags` (replaces this process). Does not return.
-[[noreturn]] void lead_road_job(const std::vector<std::string>& run_flags, const std::vector<std::string>& speedrun_args);
+[[noreturn]] void lead_road_job(const std::vector<std::string>& run_flags,
+                                const std::vector<std::string>& speedrun_args);
 
 /// Another node of a road job: follows node 0's distributed stages with the launch options `L`
 /// (this node's --node-rank, the job's shape) until node 0 ran its last one, or until `wait` passes

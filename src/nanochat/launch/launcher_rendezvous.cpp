@@ -544,6 +544,7 @@ int join_launchers(NodeCtx& c, LauncherStore& ls) {
           fail("node 0 at ", host_port(c.master, c.port), " started no new stage within ", c.rdzv.count() / 1000.0,
                " s");
         std::this_thread::sleep_for(Ms(1000));
+        throw_if_signalled();  // Ctrl-C while node 0 runs a stage this node ran already
         continue;
       }
       ls.client->set_will(str_cat("nc/launch/gone/", c.k), str_cat("node ", c.k, "'s launcher (host ", c.host, ")"));

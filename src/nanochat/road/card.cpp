@@ -1,15 +1,10 @@
 #include "nanochat/road/card.h"
 
-#include <unistd.h>
-
 #include <cmath>
-#include <fstream>
 #include <optional>
-#include <thread>
 
 #include "nanochat/core/error.h"
 #include "nanochat/core/format.h"
-#include "nanochat/core/peak.h"
 #include "nanochat/core/report_log.h"
 #include "nanochat/core/version.h"
 
@@ -52,20 +47,6 @@ std::string num(const ojson& d, const char* key, int decimals) {
 std::string percent(const ojson& d, const std::string& key) {
   if (!d.contains(key) || !d[key].is_number()) return "-";
   return fixed(100.0 * d[key].get<double>(), 2) + "%";
-}
-
-std::string read_first_line_field(const std::string& path, const std::string& key) {
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(key, 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon == std::string::npos) continue;
-      std::string v = line.substr(colon + 1);
-      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.erase(v.begin());
-      return v;
-    }
-  return "";
 }
 
 // A float as its stage printed it: up to 6 decimals, no trailing zeros ("2.85092", "0.25").
@@ -115,19 +96,6 @@ std::string duration_text(double seconds) {
   return b;
 }
 
-NodeInfo this_node() {
-  NodeInfo n;
-  char host[256] = {0};
-  if (gethostname(host, sizeof host - 1) == 0) n.host = host;
-  n.cpu = read_first_line_field("/proc/cpuinfo", "model name");
-  n.cores = physical_cores_available();
-  n.logical = static_cast<int>(std::thread::hardware_concurrency());
-  n.isa = fma_peak_isa();
-  const std::string mem = read_first_line_field("/proc/meminfo", "MemTotal");  // "24576000 kB"
-  if (!mem.empty()) n.memory_gib = std::strtod(mem.c_str(), nullptr) / (1024.0 * 1024.0);
-  return n;
-}
-
 std::vector<std::vector<std::string>> metrics_table(const std::string& dir) {
   std::vector<std::vector<std::string>> rows;
   const ojson none = ojson::object();
@@ -169,16 +137,23 @@ std::string environment_md(const std::string& dir, const nlohmann::json& ledger,
     if (r.contains("command")) md += "- Command: `" + r["command"].get<std::string>() + "`\n";
   }
   md += "\n| Node | Host | CPU | Cores | ISA | Memory | Share of the work |\n|---|---|---|---|---|---|---|\n";
-  std::vector<double> share;
-  if (auto bt = data_of(dir, "base-model-training"); bt && bt->contains("rank_share"))
-    for (const auto& v : (*bt)["rank_share"]) share.push_back(v.get<double>());
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const NodeInfo& n = nodes[i];
-    md += str_cat("| ", i, " | ", n.host, " | ", n.cpu.empty() ? "?" : n.cpu, " | ", n.cores, " cores, ", n.logical,
-                  " threads | ", n.isa, " | ", fixed(n.memory_gib, 1), " GiB | ",
-                  nodes.size() == 1 ? "100%" : (i < share.size() ? fixed(100.0 * share[i], 1) + "% of the rows" : "-"),
-                  " |\n");
+  auto row = [&md](const std::string& node, const NodeInfo& n, const std::string& share) {
+    md += str_cat("| ", node, " | ", n.host, " | ", n.cpu.empty() ? "?" : n.cpu, " | ", n.cores, " cores, ", n.logical,
+                  " threads | ", n.isa, " | ", fixed(n.memory_gib, 1), " GiB | ", share, " |\n");
+  };
+  const ojson bt = data_of(dir, "base-model-training").value_or(ojson::object());
+  if (bt.contains("nodes") && bt["nodes"].is_array() && !bt["nodes"].empty()) {  // base-train's nodes
+    const size_t count = bt["nodes"].size();
+    for (const auto& n : bt["nodes"]) {
+      const double share = n.value("share", -1.0);
+      row(str_cat(n.value("node", 0)), MachineInfo::from_json(nlohmann::json::parse(n.dump())),
+          count == 1   ? "100%"
+          : share >= 0 ? fixed(100.0 * share, 1) + "% of base-train's rows"
+                       : "-");
+    }
+    return md;
   }
+  for (size_t i = 0; i < nodes.size(); ++i) row(str_cat(i), nodes[i], "100%");
   return md;
 }
 

@@ -8,23 +8,19 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/core/machine.h"
+
 namespace nanochat::road {
 
-/// A machine of the run, as the card shows it.
-struct NodeInfo {
-  std::string host;
-  std::string cpu;  ///< /proc/cpuinfo "model name"
-  int cores = 0;    ///< physical cores this process may use (0 = unknown)
-  int logical = 0;  ///< hardware threads
-  std::string isa;  ///< the widest FMA path: avx512, avx2 or scalar
-  double memory_gib = 0;
-};
+/// A machine of the run, as the card shows it (core/machine.h).
+using NodeInfo = MachineInfo;
 
 /// This machine.
-NodeInfo this_node();
+inline NodeInfo this_node() { return this_machine(); }
 
 /// The card's markdown from the sections in `report_dir`, the speedrun ledger `ledger` (its
-/// "stages" and "plan"; null or empty when the stages were run by hand) and the nodes.
+/// "stages" and "plan"; null or empty when the stages were run by hand) and the nodes: those
+/// base-train's section lists (every node of a job, with its share of the rows), else `nodes`.
 std::string render_card(const std::string& report_dir, const nlohmann::json& ledger, const std::vector<NodeInfo>& nodes,
                         const std::string& base_dir);
 

@@ -1,12 +1,16 @@
 #include "nanochat/train/run_summary.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 
 #include "nanochat/checkpoint/loop_state.h"
+#include "nanochat/cluster/gather.h"
+#include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/format.h"
+#include "nanochat/core/machine.h"
 #include "nanochat/core/report_log.h"
 #include "nanochat/core/threads.h"
 #include "nanochat/plan/plan.h"
@@ -61,8 +65,37 @@ std::string run_summary_line(const RunSummary& s) {
                  "% (mean of ", s.timed_steps, " steps", s.timed_steps < s.steps ? " after step 10" : "", ")");
 }
 
-void report_training_run(const TrainPlan& plan, const LoopState& st, const std::string& metrics_path, bool master) {
-  if (!master) return;
+namespace {
+
+// Each node's machine with its ranks and their share of the rows: `machines` (JSON of every rank,
+// by rank, with its "node"), `rank_share` (by rank; empty: not recorded).
+nlohmann::json nodes_of(const std::vector<std::string>& machines, const std::vector<double>& rank_share) {
+  std::map<int, nlohmann::json> nodes;
+  for (size_t r = 0; r < machines.size(); ++r) {
+    const nlohmann::json j = nlohmann::json::parse(machines[r], nullptr, false);
+    if (!j.is_object()) continue;
+    nlohmann::json& n = nodes[j.value("node", 0)];
+    if (n.is_null()) {
+      n = j;
+      n["ranks"] = nlohmann::json::array();
+    }
+    n["ranks"].push_back(r);
+    if (r < rank_share.size()) n["share"] = n.value("share", 0.0) + rank_share[r];
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (auto& [node, n] : nodes) out.push_back(n);
+  return out;
+}
+
+}  // namespace
+
+void report_training_run(const TrainPlan& plan, const LoopState& st, const std::string& metrics_path,
+                         Communicator& comm) {
+  nlohmann::json me = this_machine().to_json();
+  const char* group = std::getenv("GROUP_RANK");  // the launcher's node index
+  me["node"] = group ? std::atoi(group) : 0;
+  const std::vector<std::string> machines = all_gather_strings(comm, me.dump());
+  if (comm.rank() != 0) return;
   const RunSummary s = summarize_metrics(metrics_path, plan.total_batch_size);
   print_line_if(true, run_summary_line(s));
   const bool sft = plan.command == "chat-sft";
@@ -84,6 +117,7 @@ void report_training_run(const TrainPlan& plan, const LoopState& st, const std::
   if (s.final_val_bpb) d["val_bpb"] = *s.final_val_bpb;
   if (std::isfinite(st.min_val_bpb)) d["min_val_bpb"] = st.min_val_bpb;
   if (!s.rank_share.empty()) d["rank_share"] = s.rank_share;
+  d["nodes"] = nodes_of(machines, s.rank_share);
   log_report_section(sft ? "chat-sft" : "base-model-training", sft ? "Chat SFT" : "Base model training", d);
 }
 

@@ -10,6 +10,8 @@
 
 namespace nanochat {
 
+class Communicator;
+
 struct TrainPlan;
 struct LoopState;
 
@@ -30,9 +32,12 @@ RunSummary summarize_metrics(const std::string& metrics_path, int64_t tokens_per
 /// "Run summary: 60 steps, 245,760 tokens, 5,900 tok/s and MFU 47.10% (mean of steps 11..59)".
 std::string run_summary_line(const RunSummary& s);
 
-/// Prints the summary line (rank 0) and writes the run's card section: "base-model-training"
-/// (base-train) or "chat-sft" (chat-sft), with the plan's model, batch and ranks, the loop's
-/// training time and validation bpb.
-void report_training_run(const TrainPlan& plan, const LoopState& st, const std::string& metrics_path, bool master);
+/// Collective: every rank's machine (core/machine.h) reaches rank 0, which prints the summary line
+/// and writes the run's card section: "base-model-training" (base-train) or "chat-sft" (chat-sft),
+/// with the plan's model, batch and ranks, the loop's training time and validation bpb, and the
+/// nodes ("nodes": each node's machine, its index GROUP_RANK (0 when not launched), its ranks and
+/// their share of the rows).
+void report_training_run(const TrainPlan& plan, const LoopState& st, const std::string& metrics_path,
+                         Communicator& comm);
 
 }  // namespace nanochat

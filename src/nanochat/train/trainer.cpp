@@ -170,7 +170,7 @@ void run_train_job(const TrainJob& job, Communicator& comm, const FaultInjector&
     print0(job.step_log.summary(loop.stream_state()));
   metrics.write_chart(plan.checkpoint_dir + "/report.svg", plan.command + " " + plan.tag);
   print0("Wrote " + plan.checkpoint_dir + "/report.svg and " + metrics.path());
-  report_training_run(plan, st, metrics.path(), master);
+  report_training_run(plan, st, metrics.path(), comm);
   if (!eval_error.empty()) fail("the final evaluation failed after the weights were saved: ", eval_error);
 }
 
