@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 #include <string>
+#include <thread>
 
 #include "support/background_node.h"
 #include "support/cli_util.h"
@@ -18,6 +20,22 @@
 #include "support/test_port.h"
 
 using namespace nctest;
+
+namespace {
+
+// Both nodes of a job run `speedrun_flags` (node 0 in b0, node 1 in b1), each bounded by 600 s;
+// their outputs.
+std::pair<Result, Result> job_pair(const BaseDir& b0, const EmptyDir& b1, const std::string& speedrun_flags);
+
+// "28.5s", "1m45s", "2h03m" (road/card.h duration_text) in seconds.
+double seconds_of(const std::string& t) {
+  double h = 0, m = 0, sec = 0;
+  if (std::sscanf(t.c_str(), "%lfh%lfm", &h, &m) == 2) return 3600 * h + 60 * m;
+  if (std::sscanf(t.c_str(), "%lfm%lfs", &m, &sec) == 2) return 60 * m + sec;
+  return std::stod(t);
+}
+
+}  // namespace
 
 namespace {
 
@@ -89,7 +107,9 @@ TEST(SpeedrunJob, TwoNodesRunTheRoadWithOneCommandEachAndAFrozenNodeRejoinsChatS
   // node 1: base-train and chat-sft, then it ends; it wrote nothing but its log
   EXPECT_NE(out1.find("takes part in node 0's base-train"), std::string::npos) << out1;
   EXPECT_NE(out1.find("asking node 0 to admit it again"), std::string::npos) << out1;
-  EXPECT_NE(out1.find("node 0's last distributed stage is done (2 here)"), std::string::npos) << out1;
+  EXPECT_NE(out1.find("node 0's last distributed stage is done (this node took part in 3 stages)"), std::string::npos)
+      << "the speed probe, base-train and chat-sft:\n"
+      << out1;
   EXPECT_FALSE(std::filesystem::exists(b1.dir + "/chatsft_checkpoints")) << out1;
   EXPECT_FALSE(std::filesystem::exists(b1.dir + "/report")) << out1;
 }
@@ -114,4 +134,73 @@ TEST(SpeedrunJob, ANodeFollowingANodeZeroThatRunsNoRoadIsToldSo) {
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("published no stage: this node follows node 0's `nanochat run ... speedrun`"), std::string::npos)
       << r.out;
+}
+
+namespace {
+
+std::string job_flags_of(int node, int port) {
+  return " run --nnodes 1:2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
+         " --master-port " +
+         std::to_string(port) + " --node-rank " + std::to_string(node);
+}
+
+std::pair<Result, Result> job_pair(const BaseDir& b0, const EmptyDir& b1, const std::string& speedrun_flags) {
+  const int port = test_port();
+  auto at = [&](const std::string& dir, int node) {
+    auto [code, out] = shell("cd " + dir + " && NANOCHAT_BASE_DIR=" + dir + " timeout 600 " + NANOCHAT_BINARY +
+                             job_flags_of(node, port) + speedrun_flags + " 2>&1");
+    return Result{code, out};
+  };
+  Result r0, r1;
+  std::thread t1([&] { r1 = at(b1.dir, 1); });
+  r0 = at(b0.dir, 0);
+  t1.join();
+  return {r0, r1};
+}
+
+}  // namespace
+
+// --hours on a job of two nodes: node 0 measures itself, then both nodes together on the road's
+// model (the other node takes part), and plans base-train and chat-sft at the pair's speed; the
+// road it plans ends within a fifth of its ETA. The budget comes from this machine, as in
+// speedrun_test.cpp's one-node test (1.6 x the depth-2 road a plan gives, under depth 3's).
+TEST(SpeedrunJob, ATimeBudgetOnAPairPlansWithTheNodesMeasuredTogether) {
+  BaseDir b0("nc_roadjob_hours0");
+  EmptyDir b1("nc_roadjob_hours1");
+  const std::string flags =
+      " speedrun --offline --replace-tokenizer --base-train.target-param-data-ratio 1.2 --tok-train.vocab-size 512"
+      " --tok-train.max-chars 2000000 --base-eval.split-tokens 1024 --chat-eval.max-problems 8"
+      " --chat-eval.max-new-tokens 16 --chat-rl.max-new-tokens 16 --chat-rl.eval-examples 4";
+  const auto [plan, plan1] = job_pair(b0, b1, flags + " --hours 10 --plan-only");
+  ASSERT_EQ(plan.code, 0) << plan.out << "\n--- node 1:\n" << plan1.out;
+  ASSERT_EQ(plan1.code, 0) << plan1.out;
+  EXPECT_NE(plan1.out.find("takes part in node 0's speed-probe"), std::string::npos) << plan1.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(plan.out, m,
+                                std::regex(R"(2 ranks measured together in [^:]+: the training stages run ([\d.]+)x)")))
+      << plan.out;
+  const std::regex roads(R"(: d2 \(width \d+\) ([^ ,]+), d3 \(width \d+\) ([^ ,]+))");
+  ASSERT_TRUE(std::regex_search(plan.out, m, roads)) << plan.out;
+  const double d2 = seconds_of(m[1]), d3 = seconds_of(m[2]);
+  ASSERT_LT(1.6 * d2, d3) << plan.out;
+  char hours[32];
+  std::snprintf(hours, sizeof hours, "%.5f", 1.6 * d2 / 3600.0);
+  const auto [r, r1] = job_pair(b0, b1, flags + " --hours " + hours);
+  ASSERT_EQ(r.code, 0) << r.out << "\n--- node 1:\n" << r1.out;
+  EXPECT_EQ(r1.code, 0) << r1.out;
+  EXPECT_NE(r1.out.find("takes part in node 0's base-train"), std::string::npos) << r1.out;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(the road is done: ([^ ]+) of stages \(planned ([^)]+)\))")))
+      << r.out;
+  const double took = seconds_of(m[1]), planned = seconds_of(m[2]);
+  for (const std::regex line(R"(speedrun: \[\d+/\d+\] [^\n]* done in [^\n]*|[^\n]*measured together[^\n]*)");
+       const auto& x : std::vector<std::smatch>(std::sregex_iterator(r.out.begin(), r.out.end(), line), {}))
+    std::printf("%s\n", x.str().c_str());
+  std::printf("the pair's road took %.1f s, planned %.1f s (%+.0f%%)\n", took, planned,
+              100.0 * (planned - took) / took);
+#if defined(__SANITIZE_ADDRESS__)
+  const double bound = 0.35;  // as speedrun_test.cpp's: the loop's own work is slowed far more than the products
+#else
+  const double bound = 0.2;
+#endif
+  EXPECT_LE(std::abs(planned - took), bound * took) << "planned " << planned << " s, took " << took << " s\n" << r.out;
 }

@@ -17,6 +17,7 @@ void register_chat_web(CLI::App& app);    // cli/chat_web.cpp
 void register_interop(CLI::App& app);     // cli/interop.cpp: export, import
 void register_speedrun(CLI::App& app);    // cli/speedrun.cpp
 void register_report(CLI::App& app);      // cli/speedrun.cpp
+void register_road_probe(CLI::App& app);  // cli/road_job.cpp (hidden)
 
 // Subcommand registrations (one per cli/<name>.cpp). Keep this list in the order of the table in
 // docs/architecture.md 1.
@@ -37,6 +38,7 @@ void register_all(CLI::App& app) {
   register_interop(app);
   register_speedrun(app);
   register_report(app);
+  register_road_probe(app);
 }
 
 }  // namespace nanochat::cli

@@ -2,16 +2,24 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 
+#include "nanochat/cluster/gather.h"
+#include "nanochat/cluster/gloo_communicator.h"
+#include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
+#include "nanochat/core/file_io.h"
 #include "nanochat/core/format.h"
 #include "nanochat/core/paths.h"
+#include "nanochat/core/timer.h"
 #include "nanochat/road/card.h"
+#include "nanochat/road/estimate.h"
 
 namespace nanochat::cli {
 
@@ -73,6 +81,54 @@ void lead_road_job(const std::vector<std::string>& run_flags, const std::vector<
   fail("could not start ", self, " speedrun: ", std::strerror(errno));
 }
 
+void register_road_probe(CLI::App& app) {
+  struct Args {
+    int vocab = 32768;
+    std::string out;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* c = app.add_subcommand("road-probe", "speedrun's measure of a job's nodes (cli/road_job.h)");
+  c->group("");         // hidden: node 0's speedrun launches it on the job's nodes
+  c->prefix_command();  // the base-train command line follows
+  c->add_option("--vocab", a->vocab, "the road's vocabulary size")->required();
+  c->add_option("--out", a->out, "rank 0 writes the ranks' figures here")->required();
+  c->callback([a, c] {
+    if (const char* j = std::getenv("NANOCHAT_JOIN"); j && std::string(j) == "1") {
+      std::printf(
+          "road-probe: this node arrived after node 0's speed probe started; it takes part in the next "
+          "stage\n");
+      return;
+    }
+    const std::vector<std::string> base_train = c->remaining();
+    std::unique_ptr<Communicator> comm = cluster::make_communicator_from_env();
+    Timer probing;
+    const road::SpeedProbe p = road::probe_speed(base_train, a->vocab);
+    // a ZeRO-2 step moves about the model's size each way: timed as an all-reduce of it (the best of 3)
+    std::vector<float> buf(static_cast<size_t>(std::max<int64_t>(1, p.params)), 1.0f);
+    double exchange = 1e30;
+    for (int k = 0; k < 3; ++k) {
+      Timer t;
+      comm->all_reduce_sum(buf.data(), buf.size())->wait();
+      exchange = std::min(exchange, t.seconds());
+    }
+    const char* group = std::getenv("GROUP_RANK");
+    const nlohmann::json me = {{"micro_batch_s", p.micro_batch_s},
+                               {"optimizer_s", p.optimizer_s},
+                               {"forward_s", p.forward_s},
+                               {"B", p.B},
+                               {"T", p.T},
+                               {"params", p.params},
+                               {"exchange_s", comm->world_size() > 1 ? exchange : 0.0},
+                               {"probe_s", probing.seconds()},
+                               {"node", group ? std::atoi(group) : 0}};
+    const std::vector<std::string> all = all_gather_strings(*comm, me.dump());
+    if (comm->rank() != 0) return;
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const std::string& s : all) ranks.push_back(nlohmann::json::parse(s));
+    write_file_atomic(a->out, nlohmann::json{{"ranks", ranks}}.dump(1));
+  });
+}
+
 int follow_road_job(cluster::LaunchOptions L, cluster::Ms wait) {
   const std::string tag = str_cat("speedrun (node ", L.node_rank, "): ");
   std::printf(
@@ -96,7 +152,8 @@ int follow_road_job(cluster::LaunchOptions L, cluster::Ms wait) {
         std::fflush(stdout);
         return std::nullopt;
       }
-      std::printf("%stakes part in node 0's %s: %s\n", tag.c_str(), n.stage.c_str(), words_line(n.args).c_str());
+      std::printf("%stakes part in node 0's %s (node 0 reads the files it names): %s\n", tag.c_str(), n.stage.c_str(),
+                  words_line(n.args).c_str());
       std::fflush(stdout);
       taken = n;
       return n.args;
@@ -119,7 +176,8 @@ int follow_road_job(cluster::LaunchOptions L, cluster::Ms wait) {
     std::printf("%s%s done on this node\n", tag.c_str(), taken->stage.c_str());
     if (taken->last) {
       std::printf(
-          "%snode 0's last distributed stage is done (%d here); node 0 runs the rest of the road and writes "
+          "%snode 0's last distributed stage is done (this node took part in %d stages); node 0 runs the rest of "
+          "the road and writes "
           "the card\n",
           tag.c_str(), stages);
       std::fflush(stdout);

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "nanochat/launch/launcher.h"
 
 namespace nanochat::cli {
@@ -42,6 +44,13 @@ std::vector<std::string> road_job_run_flags();
 /// are `run_flags` (replaces this process). Does not return.
 [[noreturn]] void lead_road_job(const std::vector<std::string>& run_flags,
                                 const std::vector<std::string>& speedrun_args);
+
+/// The hidden command every rank of a road job runs for node 0's plan: `road-probe --vocab V --out
+/// FILE base-train <flags>` times the road's model on each rank at once (road/estimate.h
+/// probe_speed) and an all-reduce of its parameters, and rank 0 writes every rank's figures to
+/// FILE (JSON {"ranks": [{"micro_batch_s", "optimizer_s", "forward_s", "B", "T", "params",
+/// "exchange_s", "probe_s" (the seconds it measured), "node"}]}).
+void register_road_probe(CLI::App& app);
 
 /// Another node of a road job: follows node 0's distributed stages with the launch options `L`
 /// (this node's --node-rank, the job's shape) until node 0 ran its last one, or until `wait` passes

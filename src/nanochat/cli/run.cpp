@@ -209,7 +209,8 @@ void register_run(CLI::App& app) {
     parse_nnodes(args->nnodes, L);
     const bool road = !L.args.empty() && L.args.front() == "speedrun";  // the whole road as a job (cli/road_job.h)
     // base-train and chat-sft regroup when a node leaves or joins (train/elastic.h)
-    if (L.min_nnodes > 0 && !road && !L.args.empty() && L.args.front() != "base-train" && L.args.front() != "chat-sft")
+    if (L.min_nnodes > 0 && !road && !L.args.empty() && L.args.front() != "base-train" &&
+        L.args.front() != "chat-sft" && L.args.front() != "road-probe")
       fail("--nnodes ", args->nnodes,
            " (an elastic job: nodes may leave and join) is for base-train, chat-sft and speedrun; ", L.args.front(),
            " runs on a fixed set of nodes: pass --nnodes ", L.nnodes,

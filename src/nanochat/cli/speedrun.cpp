@@ -161,6 +161,7 @@ struct RoadRun {
   std::map<std::string, double> planned;
   road::Ledger ledger;
   std::vector<std::string> job_flags;  ///< node 0 of a road job: `nanochat run`'s flags (cli/road_job.h); empty: alone
+  road::JobSpeed job;                  ///< the job's training speed (measure_job); a node alone: none
 };
 
 // Node 0 of a road job: a distributed stage's command `c` as a launch of the job that publishes it
@@ -199,6 +200,12 @@ void print_plan(const RoadRun& r, const road::SpeedProbe& p, const road::TrainSi
       with_commas(z.total_batch).c_str(), with_commas(z.steps * z.total_batch).c_str(),
       with_commas(static_cast<int64_t>(p.train_tok_per_s(z.total_batch))).c_str(), p.micro_batch_s, p.B, p.T,
       p.optimizer_s);
+  if (r.job.speedup != 1 || r.job.launch_s > 0)
+    std::printf(
+        "  as a job: base-train and chat-sft at %s tok/s (the nodes measured together), %.3f s a step "
+        "exchanging the model, %.1f s a launch\n",
+        with_commas(static_cast<int64_t>(p.train_tok_per_s(z.total_batch) * r.job.speedup)).c_str(),
+        r.job.exchange_s_per_param * static_cast<double>(p.params), r.job.launch_s);
   double at = 0;
   bool ran_one = false;  // a stage that runs makes every later one run
   for (size_t i = 0; i < r.stages.size(); ++i) {
@@ -327,9 +334,10 @@ int run_stage(RoadRun& r, size_t i, double road_left_after, bool resume) {
       return rc;
     }
   }
-  r.ledger.finished(s, timer.seconds(), r.base);
+  const double took = timer.seconds();  // the card's figure is the printed one
+  r.ledger.finished(s, took, r.base);
   std::printf("speedrun: [%zu/%zu] %s done in %s (planned %s)\n", i + 1, r.stages.size(), s.id.c_str(),
-              road::duration_text(timer.seconds()).c_str(), road::duration_text(plan).c_str());
+              road::duration_text(took).c_str(), road::duration_text(plan).c_str());
   return 0;
 }
 
@@ -371,7 +379,7 @@ road::SpeedProbe choose_depth_for_hours(const SpeedrunArgs& a, const road::RoadO
         if (s.id == "base-train") return s.commands.front();
       return std::vector<std::string>{};
     }();
-    const road::DepthChoice c = road::choose_depth(a.hours * 3600.0, p, probed, road_for, data_ready);
+    const road::DepthChoice c = road::choose_depth(a.hours * 3600.0, p, probed, road_for, data_ready, r.job);
     std::string tried;
     for (const auto& [d, t] : c.tried)
       tried += str_cat(tried.empty() ? "" : ", ", "d", d, " (width ",
@@ -390,7 +398,7 @@ road::SpeedProbe choose_depth_for_hours(const SpeedrunArgs& a, const road::RoadO
     r.stages = road_for(depth);
     own = road::probe_speed(base_train_of(r.stages), vocab);
     total = 0;
-    for (const auto& [id, t] : road::estimate_stages(r.stages, own, data_ready)) total += t;
+    for (const auto& [id, t] : road::estimate_stages(r.stages, own, data_ready, r.job)) total += t;
     if (total <= a.hours * 3600.0 || depth <= 2) break;
     std::printf("speedrun: --hours %g: depth %d's road, measured on its own model, takes %s; one depth less\n", a.hours,
                 depth, road::duration_text(total).c_str());
@@ -455,6 +463,59 @@ void plan_resumed_part(RoadRun& r, int vocab) {
   }
 }
 
+// Node 0 of a road job: the job's nodes measured together on the road's model (the hidden
+// road-probe on every node, cli/road_job.h), against `alone` (this node's own probe). A probe that
+// fails or finds no other node leaves the plan at this node's speed, saying so.
+road::JobSpeed measure_job(RoadRun& r, const road::SpeedProbe& alone, int vocab) {
+  const std::vector<std::string>& bt = base_train_of(r.stages);
+  const std::string out = report_dir() + "/probe.json";
+  fs::create_directories(report_dir() + "/logs");
+  std::error_code ec;
+  fs::remove(out, ec);
+  std::vector<std::string> c{"road-probe", "--vocab", std::to_string(vocab), "--out", out};
+  c.insert(c.end(), bt.begin(), bt.end());
+  Stage probe;
+  probe.id = "speed-probe";
+  // --plan-only: the other nodes end after it (nothing else runs on them)
+  c = job_stage_command(r, probe, c, r.a.plan_only);
+  std::printf("speedrun: measuring the job's nodes together on the road's model: %s\n", shell_line(c).c_str());
+  std::fflush(stdout);
+  Timer t;
+  const int rc = run_stage_process(self_executable(), c, report_dir() + "/logs/speed-probe.log", nullptr);
+  const double took = t.seconds();
+  std::vector<road::SpeedProbe> ranks;
+  double exchange = 0, measuring = 0;  // the slowest rank's all-reduce; its seconds of measuring
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_file(out));
+    for (const auto& x : j.at("ranks")) {
+      road::SpeedProbe q = alone;
+      q.micro_batch_s = x.at("micro_batch_s").get<double>();
+      q.optimizer_s = x.at("optimizer_s").get<double>();
+      q.B = x.at("B").get<int>();
+      q.T = x.at("T").get<int>();
+      exchange = std::max(exchange, x.at("exchange_s").get<double>());
+      measuring = std::max(measuring, x.at("probe_s").get<double>());
+      ranks.push_back(q);
+    }
+  } catch (const std::exception& e) {
+    std::printf(
+        "speedrun: the job's nodes could not be measured together (exit status %d, %s; its log: %s/logs/"
+        "speed-probe.log): the plan is this node's speed alone\n",
+        rc, e.what(), report_dir().c_str());
+    return {};
+  }
+  // a launch's own cost (the nodes' rendezvous, the ranks' start): its time less the measuring
+  const road::JobSpeed j = road::job_speed(alone, ranks, exchange, road::base_train_size(bt, vocab).total_batch,
+                                           std::max(0.0, took - measuring));
+  std::printf(
+      "speedrun: %zu ranks measured together in %s: the training stages run %.2fx this node alone, plus "
+      "%.3f s a step exchanging the model and %.1f s a launch\n",
+      ranks.size(), road::duration_text(took).c_str(), j.speedup,
+      j.exchange_s_per_param * static_cast<double>(alone.params), j.launch_s);
+  std::fflush(stdout);
+  return j;
+}
+
 // This machine's speed on the road's model (the depth --hours picks), each stage's time, printed.
 void plan_here(const SpeedrunArgs& a, const road::RoadOptions& o, RoadRun& r, bool data_ready) {
   const int vocab = road::road_vocab_size(r.stages);
@@ -462,9 +523,10 @@ void plan_here(const SpeedrunArgs& a, const road::RoadOptions& o, RoadRun& r, bo
               road::base_train_size(base_train_of(r.stages), vocab).depth);
   std::fflush(stdout);
   road::SpeedProbe p = road::probe_speed(base_train_of(r.stages), vocab);
+  if (!r.job_flags.empty()) r.job = measure_job(r, p, vocab);
   if (a.hours > 0) p = choose_depth_for_hours(a, o, r, p, data_ready, vocab);
   r.tag = road::road_model_tag(r.stages, o);
-  r.planned = road::estimate_stages(r.stages, p, data_ready);
+  r.planned = road::estimate_stages(r.stages, p, data_ready, r.job);
   plan_resumed_part(r, vocab);
   print_plan(r, p, road::base_train_size(base_train_of(r.stages), vocab));
 }
@@ -538,11 +600,13 @@ int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<s
   const bool data_ready = has_shards(data_dir());
   const road::RoadOptions o = road_options(a, top, rest, data_ready);
   RoadRun r{
-      a, o.base_dir, "", road::plan_road(o), {}, road::Ledger(report_dir() + "/speedrun.json"), road_job_run_flags()};
+      a, o.base_dir, "", road::plan_road(o), {}, road::Ledger(report_dir() + "/speedrun.json"), road_job_run_flags(),
+      {}};
   if (!r.job_flags.empty())
     std::printf(
         "speedrun: node 0 of a job (nanochat run %s): base-train and chat-sft run on every node that follows "
-        "(the same command with its --node-rank); the rest runs here. The plan below is this node's speed alone\n",
+        "(the same command with its --node-rank); the rest runs here. The plan measures this node, then the nodes "
+        "there together\n",
         shell_line(r.job_flags).c_str());
   for (const Stage& s : r.stages)
     if (foreign_tokenizer(r)) prepare_tokenizer(r, s);  // tok-train's says why the road stops, before anything runs
@@ -556,7 +620,10 @@ int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<s
   }
   plan_here(a, o, r, data_ready);
   if (a.plan_only) return 0;
-  record_road(a, r, command_line);
+  // a job's card names its `nanochat run` too
+  record_road(
+      a, r,
+      r.job_flags.empty() ? command_line : "nanochat run " + shell_line(r.job_flags) + " " + command_line.substr(9));
   if (const int rc = walk_road(r); rc != 0) return rc;
   finish_road(a, r);
   return 0;

@@ -30,7 +30,7 @@ std::string first_field(const std::string& path, const std::string& key) {
 }  // namespace
 
 nlohmann::json MachineInfo::to_json() const {
-  return {{"host", host}, {"cpu", cpu},   {"cores", cores},
+  return {{"host", host},       {"cpu", cpu}, {"cores", cores},
           {"logical", logical}, {"isa", isa}, {"memory_gib", memory_gib}};
 }
 

@@ -237,6 +237,12 @@ pid_t spawn(const std::string& program, const std::vector<std::string>& args, co
   cpu_set_t mask;
   CPU_ZERO(&mask);
   for (int c : cpus) CPU_SET(c, &mask);
+  // what a failed exec says (built here: after fork only async-signal-safe calls)
+  const std::string cannot = "nanochat run: cannot execute the rank program " + program + ": ";
+  const std::string missing = cannot + "it is not there (moved, or being rebuilt); run this command again\n";
+  const std::string busy = cannot + "it is being written (a build replacing it?); run this command again\n";
+  const std::string denied = cannot + "permission denied\n";
+  const std::string other = cannot + "exec failed\n";
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) fail("cannot start a rank: fork failed: ", errno_str(errno));
@@ -254,8 +260,8 @@ pid_t spawn(const std::string& program, const std::vector<std::string>& args, co
       _exit(127);
     }
     execve(program.c_str(), argv.data(), envp.data());
-    const char msg[] = "nanochat run: cannot execute the rank program\n";
-    ssize_t ignored = ::write(2, msg, sizeof(msg) - 1);
+    const std::string& msg = errno == ENOENT ? missing : errno == ETXTBSY ? busy : errno == EACCES ? denied : other;
+    ssize_t ignored = ::write(2, msg.data(), msg.size());
     (void)ignored;
     _exit(127);
   }

@@ -192,7 +192,28 @@ SpeedProbe probe_at(const std::vector<std::string>& c, int vocab, int steps) {
 }
 }  // namespace
 
-std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, const SpeedProbe& p, bool data_ready) {
+JobSpeed job_speed(const SpeedProbe& alone, const std::vector<SpeedProbe>& ranks, double exchange_s,
+                   int64_t total_batch, double launch_s) {
+  JobSpeed j;
+  j.launch_s = launch_s;
+  if (ranks.empty() || alone.B == 0) return j;
+  SpeedProbe together = alone;  // per micro-batch of alone's B x T tokens, the ranks' rates added
+  double rate = 0, optimizer = 0;
+  for (const SpeedProbe& r : ranks) {
+    if (r.micro_batch_s <= 0 || r.B * r.T == 0) continue;
+    rate += static_cast<double>(r.B * r.T) / r.micro_batch_s;
+    optimizer += r.optimizer_s;
+  }
+  if (rate <= 0) return j;
+  together.micro_batch_s = static_cast<double>(alone.B * alone.T) / rate;
+  together.optimizer_s = optimizer / static_cast<double>(ranks.size() * ranks.size());  // mean / W
+  j.speedup = together.train_tok_per_s(total_batch) / alone.train_tok_per_s(total_batch);
+  j.exchange_s_per_param = alone.params > 0 ? exchange_s / static_cast<double>(alone.params) : 0.0;
+  return j;
+}
+
+std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, const SpeedProbe& p, bool data_ready,
+                                              const JobSpeed& job) {
   std::map<std::string, double> out;
   const double tok_s_fwd = static_cast<double>(p.B * p.T) / p.forward_s;
   int64_t base_total_batch = 0;
@@ -223,8 +244,9 @@ std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, co
           if (steps < 0) steps = 1000;  // one epoch of nanochat's mixture: unknown before it is rendered
           eval_every = num(c, "--eval-every", 200), eval_tokens = num(c, "--eval-tokens", 40LL * 524288);
         }
-        t += static_cast<double>(steps * batch) / p.train_tok_per_s(batch) + kTrainStartupS +
-             static_cast<double>(steps) * kStepOverheadS;
+        t += static_cast<double>(steps * batch) / (p.train_tok_per_s(batch) * job.speedup) + kTrainStartupS +
+             static_cast<double>(steps) * (kStepOverheadS + job.exchange_s_per_param * static_cast<double>(p.params)) +
+             job.launch_s;
         const int64_t save_every = num(c, "--save-every", -1);
         const double saves = 1.0 + (save_every > 0 ? static_cast<double>(steps / save_every) : 0.0);
         t += saves * (0.05 + 12.0 * static_cast<double>(p.params) / kSaveBytesPerS);
@@ -302,7 +324,7 @@ std::vector<FlagOverride> depth_overrides(int depth, int64_t steps) {
 }
 
 DepthChoice choose_depth(double seconds, const SpeedProbe& probe, const std::vector<std::string>& probed,
-                         const std::function<std::vector<Stage>(int)>& road_for, bool data_ready) {
+                         const std::function<std::vector<Stage>(int)>& road_for, bool data_ready, const JobSpeed& job) {
   DepthChoice c;
   for (int depth = 2; depth <= 32; ++depth) {
     const std::vector<Stage> road = road_for(depth);
@@ -310,7 +332,7 @@ DepthChoice choose_depth(double seconds, const SpeedProbe& probe, const std::vec
     if (bt == nullptr) fail("speedrun: the road has no base-train stage");
     const SpeedProbe q = scale_probe(probe, probed, *bt, road_vocab_size(road));
     double total = 0;
-    for (const auto& [id, t] : estimate_stages(road, q, data_ready)) total += t;
+    for (const auto& [id, t] : estimate_stages(road, q, data_ready, job)) total += t;
     c.tried.emplace_back(depth, total);
     if (total > seconds) break;  // deeper models only take longer
     c.depth = depth;

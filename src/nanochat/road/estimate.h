@@ -35,9 +35,27 @@ struct SpeedProbe {
 /// `steps` steps after one warm-up, with `threads` OpenMP threads (0 = as now).
 SpeedProbe probe_speed(const std::vector<std::string>& base_train, int vocab, int steps = 2);
 
-/// Seconds per stage id, from the probe and the stages' flags. `corpus_chars`: characters of the
-/// train shards (for the tokenizer); `data_ready`: the shards are there already.
-std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, const SpeedProbe& p, bool data_ready);
+/// The nodes of a job measured together (`nanochat run ... speedrun`, cli/road_job.h): its training
+/// stages (base-train, chat-sft, on every node) run at `speedup` x the probe's rate, each step
+/// also exchanging the model (`exchange_s_per_param` x its parameters: ZeRO-2's reduce-scatter and
+/// all-gather, timed as one all-reduce), and each launch costs `launch_s` (the nodes' rendezvous).
+struct JobSpeed {
+  double speedup = 1;
+  double exchange_s_per_param = 0;
+  double launch_s = 0;
+};
+
+/// The job's speed from its ranks' probes (`ranks`, measured at once, one per rank; `exchange_s`:
+/// their all-reduce of `params` floats, the slowest rank's) against `alone` (node 0 measured
+/// alone), at base-train's batch of `total_batch` tokens: the ranks' micro-batch rates add (the
+/// rows are dealt by speed), the optimizer is sharded over them.
+JobSpeed job_speed(const SpeedProbe& alone, const std::vector<SpeedProbe>& ranks, double exchange_s,
+                   int64_t total_batch, double launch_s);
+
+/// Seconds per stage id, from the probe and the stages' flags (`job`: the training stages' speed
+/// as a job of nodes). `data_ready`: the shards are there already.
+std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, const SpeedProbe& p, bool data_ready,
+                                              const JobSpeed& job = {});
 
 /// The vocab size a road's tok-train makes (its --vocab-size, else 32768).
 int road_vocab_size(const std::vector<Stage>& road);
@@ -67,7 +85,8 @@ struct DepthChoice {
   std::vector<std::pair<int, double>> tried;  ///< (depth, road seconds) of every depth looked at
 };
 DepthChoice choose_depth(double seconds, const SpeedProbe& probe, const std::vector<std::string>& probed_base_train,
-                         const std::function<std::vector<Stage>(int)>& road_for, bool data_ready);
+                         const std::function<std::vector<Stage>(int)>& road_for, bool data_ready,
+                         const JobSpeed& job = {});
 
 /// The base-train overrides of a depth chosen for a time budget: --depth, --num-iterations -1 and
 /// evaluations / saves about every tenth of its steps.
