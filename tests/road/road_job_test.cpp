@@ -185,6 +185,9 @@ TEST(SpeedrunJob, ATimeBudgetOnAPairPlansWithTheNodesMeasuredTogether) {
   ASSERT_LT(1.6 * d2, d3) << plan.out;
   char hours[32];
   std::snprintf(hours, sizeof hours, "%.5f", 1.6 * d2 / 3600.0);
+#if defined(__SANITIZE_ADDRESS__)
+  return;  // the plan against the road's real time is the Release suite's (speedrun_test.cpp says why)
+#endif
   const auto [r, r1] = job_pair(b0, b1, flags + " --hours " + hours);
   ASSERT_EQ(r.code, 0) << r.out << "\n--- node 1:\n" << r1.out;
   EXPECT_EQ(r1.code, 0) << r1.out;
@@ -197,10 +200,5 @@ TEST(SpeedrunJob, ATimeBudgetOnAPairPlansWithTheNodesMeasuredTogether) {
     std::printf("%s\n", x.str().c_str());
   std::printf("the pair's road took %.1f s, planned %.1f s (%+.0f%%)\n", took, planned,
               100.0 * (planned - took) / took);
-#if defined(__SANITIZE_ADDRESS__)
-  const double bound = 0.35;  // as speedrun_test.cpp's: the loop's own work is slowed far more than the products
-#else
-  const double bound = 0.2;
-#endif
-  EXPECT_LE(std::abs(planned - took), bound * took) << "planned " << planned << " s, took " << took << " s\n" << r.out;
+  EXPECT_LE(std::abs(planned - took), 0.2 * took) << "planned " << planned << " s, took " << took << " s\n" << r.out;
 }

@@ -235,6 +235,15 @@ TEST(Speedrun, ATimeBudgetPicksTheDepthThatFitsAndItsPlanIsWithinAFifthOfTheRoad
   ASSERT_LT(1.6 * d2, d3) << plan.out;
   char hours[32];
   std::snprintf(hours, sizeof hours, "%.5f", 1.6 * d2 / 3600.0);
+#if defined(__SANITIZE_ADDRESS__)
+  // A sanitizer build checks the choice; the plan against the road's real time is the Release
+  // suite's comparison: a sanitizer build slows the loop's own work far more than the products the
+  // probe times, so its road says nothing about a user's (and takes minutes here).
+  const Result chosen = run_in(b, flags + " --hours " + hours + " --plan-only");
+  ASSERT_EQ(chosen.code, 0) << chosen.out;
+  EXPECT_TRUE(std::regex_search(chosen.out, std::regex(R"(: depth 2 fits \(its road [^ ]+ of [^)]+\))"))) << chosen.out;
+  return;
+#endif
   const Result r = run_in(b, flags + " --hours " + hours);
   ASSERT_EQ(r.code, 0) << r.out;
   const auto chose = find(r.out, R"(: depth (\d+) fits \(its road ([^ ]+) of [^)]+\))");
@@ -252,14 +261,7 @@ TEST(Speedrun, ATimeBudgetPicksTheDepthThatFitsAndItsPlanIsWithinAFifthOfTheRoad
   ASSERT_EQ(done.size(), 2u) << r.out;
   const double took = seconds(done[0]), planned = seconds(done[1]);
   std::printf("the road took %.1f s, planned %.1f s (%+.0f%%)\n", took, planned, 100.0 * (planned - took) / took);
-  // A fifth; in a sanitizer build the loop's own work (its rows, log lines, metrics) is slowed
-  // far more than the model's products the probe times, and the plan is short by up to a third.
-#if defined(__SANITIZE_ADDRESS__)
-  const double bound = 0.35;
-#else
-  const double bound = 0.2;
-#endif
-  EXPECT_LE(std::abs(planned - took), bound * took) << "planned " << planned << " s, took " << took << " s\n" << r.out;
+  EXPECT_LE(std::abs(planned - took), 0.2 * took) << "planned " << planned << " s, took " << took << " s\n" << r.out;
   // the card reports both
   const std::string card = slurp(b.dir + "/report/report.md");
   EXPECT_TRUE(std::regex_search(card, std::regex(R"(Total wall clock time: [^ ]+ \(planned [^,]+, [+-]\d+%\))")))
