@@ -143,7 +143,8 @@ TEST(RoadLedger, AStageIsDoneWhileItsFlagsAndOutputsAreTheSame) {
   // another flag, a changed file, a new file, a removed file
   Stage other = s;
   other.commands[0][2] = "1024";
-  EXPECT_EQ(again.why_run(other, t.dir), "its flags changed");
+  EXPECT_EQ(again.why_run(other, t.dir),
+            "its commands changed since it ran (flags, or what the road found in the base folder)");
   std::ofstream(t.dir + "/tokenizer/tokenizer.json") << "{\"a\": 2}";
   EXPECT_EQ(again.why_run(s, t.dir), "tokenizer/tokenizer.json changed since it was made");
   std::ofstream(t.dir + "/tokenizer/tokenizer.json") << "{\"a\": 1}";

@@ -229,9 +229,23 @@ TEST_F(ChatWeb, ReportShowsTheCardOfTheServedModelOnly) {
   auto card = c.Get("/report");
   ASSERT_TRUE(card);
   EXPECT_EQ(card->status, 200) << card->body;
-  EXPECT_NE(card->body.find("<pre># nanochat.cpp report card"), std::string::npos) << card->body;
-  EXPECT_NE(card->body.find("- model_tag: t\n"), std::string::npos) << card->body;
+  EXPECT_NE(card->body.find("<h1>nanochat.cpp report card</h1>"), std::string::npos) << card->body;
+  EXPECT_NE(card->body.find("<li>model_tag: t</li>"), std::string::npos) << card->body;
+  EXPECT_NE(card->body.find("<table>\n<tr><th>Metric</th><th>BASE</th><th>SFT</th><th>RL</th></tr>"), std::string::npos)
+      << card->body;
   EXPECT_EQ(card->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  // the training chart's link is the server's chart of that run, which a browser can open
+  const std::string href = "<a href=\"/runs/base/t/chart.svg\">";
+  EXPECT_NE(card->body.find(href), std::string::npos) << card->body;
+  auto chart = c.Get("/runs/base/t/chart.svg");
+  ASSERT_TRUE(chart);
+  EXPECT_EQ(chart->status, 200);
+  EXPECT_NE(chart->body.find("<svg"), std::string::npos);
+  // and the markdown itself
+  auto md_text = c.Get("/report.md");
+  ASSERT_TRUE(md_text);
+  EXPECT_EQ(md_text->status, 200);
+  EXPECT_NE(md_text->body.find("- model_tag: t\n"), std::string::npos) << md_text->body;
   // a card of another model is not shown as this one's
   std::string md = nctest::slurp(g_base->dir + "/report/report.md");
   for (size_t at; (at = md.find("- model_tag: t\n")) != std::string::npos;) md.replace(at, 15, "- model_tag: u\n");

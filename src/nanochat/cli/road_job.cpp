@@ -7,9 +7,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "nanochat/cli/stage_process.h"
 #include "nanochat/cluster/gather.h"
 #include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/comm/communicator.h"
@@ -79,6 +82,67 @@ void lead_road_job(const std::vector<std::string>& run_flags, const std::vector<
   std::fflush(stderr);
   ::execv(self.c_str(), argv.data());
   fail("could not start ", self, " speedrun: ", std::strerror(errno));
+}
+
+std::vector<std::string> job_stage_command(const std::vector<std::string>& run_flags, const std::string& stage,
+                                           const std::vector<std::string>& c, bool last) {
+  RoadStageNote n;
+  n.id = str_cat(stage, "@", static_cast<long long>(std::time(nullptr)), ".", ::getpid());
+  n.stage = stage;
+  n.args = c;
+  n.last = last;
+  std::vector<std::string> w{"run"};
+  w.insert(w.end(), run_flags.begin(), run_flags.end());
+  w.insert(w.end(), {"--publish", n.to_json()});
+  w.insert(w.end(), c.begin(), c.end());
+  return w;
+}
+
+road::JobSpeed measure_job(const std::vector<std::string>& run_flags, const std::vector<std::string>& base_train,
+                           int vocab, const road::SpeedProbe& alone, bool plan_only, const std::string& report_dir) {
+  const std::string out = report_dir + "/probe.json", log = report_dir + "/logs/speed-probe.log";
+  std::filesystem::create_directories(report_dir + "/logs");
+  std::error_code ec;
+  std::filesystem::remove(out, ec);
+  std::vector<std::string> c{"road-probe", "--vocab", std::to_string(vocab), "--out", out};
+  c.insert(c.end(), base_train.begin(), base_train.end());
+  c = job_stage_command(run_flags, "speed-probe", c, plan_only);
+  std::printf("speedrun: measuring the job's nodes together on the road's model: nanochat %s\n", words_line(c).c_str());
+  std::fflush(stdout);
+  Timer t;
+  const int rc = run_stage_process(self_executable(), c, log, nullptr);
+  const double took = t.seconds();
+  std::vector<road::SpeedProbe> ranks;
+  double exchange = 0, measuring = 0;  // the slowest rank's all-reduce; its seconds of measuring
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_file(out));
+    for (const auto& x : j.at("ranks")) {
+      road::SpeedProbe q = alone;
+      q.micro_batch_s = x.at("micro_batch_s").get<double>();
+      q.optimizer_s = x.at("optimizer_s").get<double>();
+      q.B = x.at("B").get<int>();
+      q.T = x.at("T").get<int>();
+      exchange = std::max(exchange, x.at("exchange_s").get<double>());
+      measuring = std::max(measuring, x.at("probe_s").get<double>());
+      ranks.push_back(q);
+    }
+  } catch (const std::exception& e) {
+    std::printf(
+        "speedrun: the job's nodes could not be measured together (exit status %d, %s; its log: %s): the "
+        "plan is this node's speed alone\n",
+        rc, e.what(), log.c_str());
+    return {};
+  }
+  // a launch's own cost (the nodes' rendezvous, the ranks' start): its time less the measuring
+  const road::JobSpeed j = road::job_speed(alone, ranks, exchange, road::base_train_size(base_train, vocab).total_batch,
+                                           std::max(0.0, took - measuring));
+  std::printf(
+      "speedrun: %zu ranks measured together in %s: the training stages run %.2fx this node alone, plus "
+      "%.3f s a step exchanging the model and %.1f s a launch\n",
+      ranks.size(), road::duration_text(took).c_str(), j.speedup,
+      j.exchange_s_per_param * static_cast<double>(alone.params), j.launch_s);
+  std::fflush(stdout);
+  return j;
 }
 
 void register_road_probe(CLI::App& app) {

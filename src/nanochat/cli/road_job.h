@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 
 #include "nanochat/launch/launcher.h"
+#include "nanochat/road/estimate.h"
 
 namespace nanochat::cli {
 
@@ -39,6 +40,19 @@ bool distributed_stage_command(const std::vector<std::string>& command);
 
 /// Node 0 of a road job: the job's `nanochat run` flags from kRoadJobEnv (empty: not a job).
 std::vector<std::string> road_job_run_flags();
+
+/// Node 0 of a road job: the stage `stage`'s command `c` as a launch of the job (`nanochat run`
+/// with `run_flags`) that publishes it for the other nodes; `last`: no distributed stage comes
+/// after it (the followers end after it).
+std::vector<std::string> job_stage_command(const std::vector<std::string>& run_flags, const std::string& stage,
+                                           const std::vector<std::string>& c, bool last);
+
+/// Node 0 of a road job: the job's nodes measured together on the road's model (road-probe on every
+/// node, its figures in `report_dir`/probe.json, its log in `report_dir`/logs/speed-probe.log)
+/// against `alone` (this node's own probe of `base_train`), at base-train's batch. `plan_only`:
+/// the followers end after it. A probe that fails leaves the plan at this node's speed, saying so.
+road::JobSpeed measure_job(const std::vector<std::string>& run_flags, const std::vector<std::string>& base_train,
+                           int vocab, const road::SpeedProbe& alone, bool plan_only, const std::string& report_dir);
 
 /// Node 0 runs `speedrun` with `speedrun_args` as the leader of the job whose `nanochat run` flags
 /// are `run_flags` (replaces this process). Does not return.

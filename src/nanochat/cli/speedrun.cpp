@@ -164,30 +164,6 @@ struct RoadRun {
   road::JobSpeed job;                  ///< the job's training speed (measure_job); a node alone: none
 };
 
-// Node 0 of a road job: a distributed stage's command `c` as a launch of the job that publishes it
-// for the other nodes (cli/road_job.h); `last`: no distributed stage comes after it.
-std::vector<std::string> job_stage_command(const RoadRun& r, const Stage& s, const std::vector<std::string>& c,
-                                           bool last) {
-  RoadStageNote n;
-  n.id = str_cat(s.id, "@", static_cast<long long>(std::time(nullptr)), ".", ::getpid());
-  n.stage = s.id;
-  n.args = c;
-  n.last = last;
-  std::vector<std::string> w{"run"};
-  w.insert(w.end(), r.job_flags.begin(), r.job_flags.end());
-  w.insert(w.end(), {"--publish", n.to_json()});
-  w.insert(w.end(), c.begin(), c.end());
-  return w;
-}
-
-// Whether stage `i` is the last of the road whose commands run on every node of a job.
-bool last_distributed(const RoadRun& r, size_t i) {
-  for (size_t k = i + 1; k < r.stages.size(); ++k)
-    for (const auto& c : r.stages[k].commands)
-      if (distributed_stage_command(c)) return false;
-  return true;
-}
-
 void print_plan(const RoadRun& r, const road::SpeedProbe& p, const road::TrainSize& z) {
   const road::NodeInfo n = road::this_node();
   std::printf("speedrun plan: preset %s, %s; %s (%d cores, %d threads, %s, %.1f GiB)\n", r.a.preset.c_str(),
@@ -299,7 +275,12 @@ int run_stage(RoadRun& r, size_t i, double road_left_after, bool resume) {
     } else
       c.insert(c.end(), extra.begin(), extra.end());
     const bool on_every_node = !r.job_flags.empty() && distributed_stage_command(c);
-    if (on_every_node) c = job_stage_command(r, s, c, last_distributed(r, i) && k + 1 == s.commands.size());
+    if (on_every_node) {
+      bool last = k + 1 == s.commands.size();  // no distributed stage after it: the followers end after it
+      for (size_t later = i + 1; later < r.stages.size(); ++later)
+        for (const auto& lc : r.stages[later].commands) last = last && !distributed_stage_command(lc);
+      c = job_stage_command(r.job_flags, s.id, c, last);
+    }
     if (const std::string out = road::flag_value(c, "-o"); !out.empty())
       fs::create_directories(fs::path(out).parent_path());  // the offline chat tasks' folder
     std::printf("speedrun: [%zu/%zu] %s: %s\n", i + 1, r.stages.size(), s.id.c_str(), shell_line(c).c_str());
@@ -463,59 +444,6 @@ void plan_resumed_part(RoadRun& r, int vocab) {
   }
 }
 
-// Node 0 of a road job: the job's nodes measured together on the road's model (the hidden
-// road-probe on every node, cli/road_job.h), against `alone` (this node's own probe). A probe that
-// fails or finds no other node leaves the plan at this node's speed, saying so.
-road::JobSpeed measure_job(RoadRun& r, const road::SpeedProbe& alone, int vocab) {
-  const std::vector<std::string>& bt = base_train_of(r.stages);
-  const std::string out = report_dir() + "/probe.json";
-  fs::create_directories(report_dir() + "/logs");
-  std::error_code ec;
-  fs::remove(out, ec);
-  std::vector<std::string> c{"road-probe", "--vocab", std::to_string(vocab), "--out", out};
-  c.insert(c.end(), bt.begin(), bt.end());
-  Stage probe;
-  probe.id = "speed-probe";
-  // --plan-only: the other nodes end after it (nothing else runs on them)
-  c = job_stage_command(r, probe, c, r.a.plan_only);
-  std::printf("speedrun: measuring the job's nodes together on the road's model: %s\n", shell_line(c).c_str());
-  std::fflush(stdout);
-  Timer t;
-  const int rc = run_stage_process(self_executable(), c, report_dir() + "/logs/speed-probe.log", nullptr);
-  const double took = t.seconds();
-  std::vector<road::SpeedProbe> ranks;
-  double exchange = 0, measuring = 0;  // the slowest rank's all-reduce; its seconds of measuring
-  try {
-    const nlohmann::json j = nlohmann::json::parse(read_file(out));
-    for (const auto& x : j.at("ranks")) {
-      road::SpeedProbe q = alone;
-      q.micro_batch_s = x.at("micro_batch_s").get<double>();
-      q.optimizer_s = x.at("optimizer_s").get<double>();
-      q.B = x.at("B").get<int>();
-      q.T = x.at("T").get<int>();
-      exchange = std::max(exchange, x.at("exchange_s").get<double>());
-      measuring = std::max(measuring, x.at("probe_s").get<double>());
-      ranks.push_back(q);
-    }
-  } catch (const std::exception& e) {
-    std::printf(
-        "speedrun: the job's nodes could not be measured together (exit status %d, %s; its log: %s/logs/"
-        "speed-probe.log): the plan is this node's speed alone\n",
-        rc, e.what(), report_dir().c_str());
-    return {};
-  }
-  // a launch's own cost (the nodes' rendezvous, the ranks' start): its time less the measuring
-  const road::JobSpeed j = road::job_speed(alone, ranks, exchange, road::base_train_size(bt, vocab).total_batch,
-                                           std::max(0.0, took - measuring));
-  std::printf(
-      "speedrun: %zu ranks measured together in %s: the training stages run %.2fx this node alone, plus "
-      "%.3f s a step exchanging the model and %.1f s a launch\n",
-      ranks.size(), road::duration_text(took).c_str(), j.speedup,
-      j.exchange_s_per_param * static_cast<double>(alone.params), j.launch_s);
-  std::fflush(stdout);
-  return j;
-}
-
 // This machine's speed on the road's model (the depth --hours picks), each stage's time, printed.
 void plan_here(const SpeedrunArgs& a, const road::RoadOptions& o, RoadRun& r, bool data_ready) {
   const int vocab = road::road_vocab_size(r.stages);
@@ -523,7 +451,8 @@ void plan_here(const SpeedrunArgs& a, const road::RoadOptions& o, RoadRun& r, bo
               road::base_train_size(base_train_of(r.stages), vocab).depth);
   std::fflush(stdout);
   road::SpeedProbe p = road::probe_speed(base_train_of(r.stages), vocab);
-  if (!r.job_flags.empty()) r.job = measure_job(r, p, vocab);
+  if (!r.job_flags.empty())
+    r.job = measure_job(r.job_flags, base_train_of(r.stages), vocab, p, a.plan_only, report_dir());
   if (a.hours > 0) p = choose_depth_for_hours(a, o, r, p, data_ready, vocab);
   r.tag = road::road_model_tag(r.stages, o);
   r.planned = road::estimate_stages(r.stages, p, data_ready, r.job);

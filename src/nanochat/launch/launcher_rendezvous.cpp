@@ -589,8 +589,8 @@ int join_launchers(NodeCtx& c, LauncherStore& ls) {
           if (c.k == 0) keep_store_until_error_read(*ls.store, c);
         } catch (const Error&) {
         }
-      std::fprintf(stderr, "%sgot %s while waiting for the other nodes; stopped (no rank was started)\n", c.tag.c_str(),
-                   signal_name(i.sig).c_str());
+      std::fprintf(stderr, "%sgot %s while waiting for %s; stopped (no rank of this launch was started)\n",
+                   c.tag.c_str(), signal_name(i.sig).c_str(), c.follow ? "node 0's next stage" : "the other nodes");
       std::fflush(stderr);
       return 128 + i.sig;
     } catch (const Error& e) {

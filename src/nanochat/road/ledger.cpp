@@ -94,7 +94,8 @@ const nlohmann::json& Ledger::stage(const std::string& id) const {
 std::string Ledger::why_run(const Stage& s, const std::string& base_dir) const {
   const nlohmann::json& r = stage(s.id);
   if (r.empty()) return "not run yet";
-  if (r.value("commands", nlohmann::json()) != nlohmann::json(s.commands)) return "its flags changed";
+  if (r.value("commands", nlohmann::json()) != nlohmann::json(s.commands))
+    return "its commands changed since it ran (flags, or what the road found in the base folder)";
   if (r.value("status", "") != "done") return "it did not finish";
   const nlohmann::json now = checksum_outputs(s, base_dir);
   const nlohmann::json& was = r["outputs"];

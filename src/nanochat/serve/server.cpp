@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "nanochat/core/error.h"
+#include "nanochat/serve/card_page.h"
 #include "nanochat/serve/completion.h"
 #include "nanochat/serve/connection.h"
 #include "nanochat/serve/page.h"
@@ -246,24 +247,14 @@ void ChatServer::Impl::routes() {
       send_error(res, 404, "not_found", e.what());
     }
   });
-  // The report card as a page of its own (its markdown as text, readable as it is).
-  http.Get("/report", [this](const httplib::Request&, httplib::Response& res) {
+  // The report card as a page of its own (serve/card_page.h), its markdown at /report.md.
+  http.Get(R"(/report(\.md)?)", [this](const httplib::Request& req, httplib::Response& res) {
     std::string why = "this server shows no report card";
     const std::optional<std::string> md = opt.report_card ? opt.report_card(why) : std::nullopt;
     if (!md) return send_error(res, 404, "not_found", why);
-    std::string page = "<!doctype html><meta charset=\"utf-8\"><title>report card</title><pre>";
-    for (const char ch : *md) {
-      if (ch == '<')
-        page += "&lt;";
-      else if (ch == '>')
-        page += "&gt;";
-      else if (ch == '&')
-        page += "&amp;";
-      else
-        page += ch;
-    }
     res.set_header("Cache-Control", "no-store");
-    res.set_content(page + "</pre>\n", "text/html; charset=utf-8");
+    if (req.matches[1].length() > 0) return res.set_content(*md, "text/markdown; charset=utf-8");
+    res.set_content(card_page(*md), "text/html; charset=utf-8");
   });
   http.Get(R"(/runs/(.+)/chart\.svg)", [this](const httplib::Request& req, httplib::Response& res) {
     const std::string run = req.matches[1];
