@@ -8,12 +8,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <string>
 
 #include "nanochat/checkpoint/checkpoint.h"
 #include "nanochat/core/safetensors.h"
 #include "support/cli_util.h"
+#include "support/sft_util.h"
 #include "support/two_nodes.h"
 #include "support/weights_compare.h"
 
@@ -21,44 +21,10 @@ using namespace nctest;
 
 namespace {
 
-// The base model: depth 3 (at depth 2 backout_lambda's gradient is rounding noise, see
-// dist_train_test.cpp) and no weight decay (Muon's cautious decay flips on elements whose g*p is
-// rounding noise, which the split of the rows changes), 4 steps saved at the end.
-const char* kBase =
-    " base-train --depth 3 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --window-pattern SL"
-    " --device-batch-size 2 --total-batch-size 256 --eval-every -1 --sample-every -1 --core-metric-every -1"
-    " --threads 1 --model-tag t --num-iterations 4 --warmup-steps 1 --weight-decay 0";
-
-// Writes `n` conversations of words from the corpus' vocabulary (a fixed seed): a user turn, an
-// answer, some with a system prompt or a second turn.
-void write_conversations(const std::string& path, int n, unsigned seed) {
-  static const char* words[] = {"the",   "house", "sister", "letter", "walk",  "dance", "Mr.",  "Darcy",
-                                "Jane",  "ball",  "said",   "very",   "much",  "good",  "time", "think",
-                                "would", "could", "Lizzy",  "family", "young", "lady",  "came", "away"};
-  std::mt19937 rng(seed);
-  auto text = [&](int k) {
-    std::string s;
-    for (int i = 0; i < k; ++i) s += std::string(i ? " " : "") + words[rng() % 24];
-    return s;
-  };
-  std::ofstream f(path);
-  for (int i = 0; i < n; ++i) {
-    json m = json::array();
-    if (i % 5 == 0) m.push_back({{"role", "system"}, {"content", "Answer briefly."}});
-    m.push_back({{"role", "user"}, {"content", text(2 + static_cast<int>(rng() % 4))}});
-    m.push_back({{"role", "assistant"}, {"content", text(2 + static_cast<int>(rng() % 6))}});
-    if (i % 3 == 0) {
-      m.push_back({{"role", "user"}, {"content", text(2)}});
-      m.push_back({{"role", "assistant"}, {"content", text(3)}});
-    }
-    f << json{{"messages", m}}.dump() << "\n";
-  }
-}
-
 // A base folder with a base checkpoint (base_checkpoints/t, step 4) and train/val conversations.
 struct SftDir : BaseDir {
   explicit SftDir(const std::string& name) : BaseDir(name) {
-    auto r = run(*this, kBase);
+    auto r = run(*this, kSftBase);
     if (r.code != 0) throw std::runtime_error("base-train failed:\n" + r.out);
     write_conversations(dir + "/train.jsonl", 48, 1);
     write_conversations(dir + "/val.jsonl", 12, 2);
@@ -313,7 +279,7 @@ TEST(ChatSft, AWorkerWithAnEmptyFolderTrainsLikeOneProcess) {
 // --load-optimizer 0 starts a fresh optimizer with weight decay 0.
 TEST(ChatSft, TheLoadedOptimizerKeepsTheBaseRunsLastWeightDecay) {
   BaseDir b("nc_sft_wd");
-  std::string base = kBase;
+  std::string base = kSftBase;
   base.erase(base.find(" --weight-decay 0"));
   auto r = run(b, base);
   ASSERT_EQ(r.code, 0) << r.out;

@@ -14,7 +14,6 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "nanochat/core/safetensors.h"
 #include "support/background_node.h"
 #include "support/cli_util.h"
+#include "support/sft_util.h"
 #include "support/test_port.h"
 #include "support/two_nodes.h"
 #include "support/weights_compare.h"
@@ -32,34 +32,10 @@ using json = nlohmann::json;
 
 namespace {
 
-// The base model (chat_sft_test.cpp's: depth 3, no weight decay), 4 steps saved at the end.
-const char* kBase =
-    " base-train --depth 3 --aspect-ratio 32 --head-dim 32 --max-seq-len 64 --window-pattern SL"
-    " --device-batch-size 2 --total-batch-size 256 --eval-every -1 --sample-every -1 --core-metric-every -1"
-    " --threads 1 --model-tag t --num-iterations 4 --warmup-steps 1 --weight-decay 0";
-
-// `n` short conversations of words from the corpus' vocabulary (a fixed seed).
-void write_conversations(const std::string& path, int n, unsigned seed) {
-  static const char* words[] = {"the",  "house", "sister", "letter", "walk", "dance", "Jane",  "ball",
-                                "said", "very",  "much",   "good",   "time", "think", "would", "could"};
-  std::mt19937 rng(seed);
-  auto text = [&](int k) {
-    std::string s;
-    for (int i = 0; i < k; ++i) s += std::string(i ? " " : "") + words[rng() % 16];
-    return s;
-  };
-  std::ofstream f(path);
-  for (int i = 0; i < n; ++i) {
-    const json m = json::array({{{"role", "user"}, {"content", text(2 + static_cast<int>(rng() % 4))}},
-                                {{"role", "assistant"}, {"content", text(2 + static_cast<int>(rng() % 6))}}});
-    f << json{{"messages", m}}.dump() << "\n";
-  }
-}
-
 // Node 0's folder: a base checkpoint (base_checkpoints/t, step 4) and `n` training conversations.
 struct SftNode0 : BaseDir {
   SftNode0(const std::string& name, int n) : BaseDir(name) {
-    auto r = run(*this, kBase);
+    auto r = run(*this, kSftBase);
     if (r.code != 0) throw std::runtime_error("base-train failed:\n" + r.out);
     write_conversations(dir + "/train.jsonl", n, 1);
     write_conversations(dir + "/val.jsonl", 8, 2);
