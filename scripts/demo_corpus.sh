@@ -78,7 +78,11 @@ tree_of() {  # tree_of PACKAGE -> prints the extracted tree (downloads and unpac
     local debs=("$work/debs/${pkg}"_*.deb)
     if [ ${#debs[@]} -eq 0 ]; then
       if ! (cd "$work/debs" && apt-get download -q "$pkg" 2> >(grep -v -i "unsandboxed" >&2) >/dev/null); then
-        echo "demo_corpus.sh: 'apt-get download $pkg' failed; run 'sudo apt-get update' (the package list may be empty) and retry" >&2
+        if ! getent hosts deb.debian.org >/dev/null 2>&1; then
+          echo "demo_corpus.sh: 'apt-get download $pkg' failed: this machine has no network (deb.debian.org does not resolve); make the corpus where there is (NANOCHAT_BASE_DIR=DIR bash scripts/demo_corpus.sh) and copy DIR/base_data_climbmix into this base folder" >&2
+        else
+          echo "demo_corpus.sh: 'apt-get download $pkg' failed; run 'sudo apt-get update' (the package list may be empty) and retry" >&2
+        fi
         return 1
       fi
       debs=("$work/debs/${pkg}"_*.deb)

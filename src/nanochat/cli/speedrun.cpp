@@ -195,6 +195,8 @@ void print_plan(const RoadRun& r, const road::SpeedProbe& p, const road::TrainSi
     for (const auto& c : s.commands) std::printf("        %s\n", shell_line(c).c_str());
   }
   std::printf("  finish: %s (%s from now)\n", clock_at(at).c_str(), road::duration_text(at).c_str());
+  if (at > 8 * 3600.0 && r.a.hours <= 0)
+    std::printf("  (a shorter road: --hours H picks the deepest model whose road fits H hours)\n");
   std::fflush(stdout);
 }
 

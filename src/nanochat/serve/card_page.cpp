@@ -121,15 +121,16 @@ std::string card_page(const std::string& md) {
       body += "</table>\n";
     } else if (l.rfind("- ", 0) == 0) {
       body += "<ul>\n";
-      for (; i < lines.size() && lines[i].rfind("- ", 0) == 0; ++i) body += "<li>" + inline_html(lines[i].substr(2)) + "</li>\n";
+      for (; i < lines.size() && lines[i].rfind("- ", 0) == 0; ++i)
+        body += "<li>" + inline_html(lines[i].substr(2)) + "</li>\n";
       body += "</ul>\n";
     } else if (l.empty()) {
       ++i;
     } else {  // a paragraph: lines up to a blank line or another block
       body += "<p>";
-      for (bool first = true; i < lines.size() && !lines[i].empty() && lines[i].rfind("#", 0) != 0 &&
-                              lines[i].rfind("|", 0) != 0 && lines[i].rfind("- ", 0) != 0 &&
-                              lines[i].rfind("```", 0) != 0;
+      for (bool first = true;
+           i < lines.size() && !lines[i].empty() && lines[i].rfind("#", 0) != 0 && lines[i].rfind("|", 0) != 0 &&
+           lines[i].rfind("- ", 0) != 0 && lines[i].rfind("```", 0) != 0;
            ++i, first = false)
         body += (first ? "" : "<br>\n") + inline_html(lines[i]);
       body += "</p>\n";
