@@ -99,14 +99,14 @@ std::vector<std::string> job_stage_command(const std::vector<std::string>& run_f
 }
 
 road::JobSpeed measure_job(const std::vector<std::string>& run_flags, const std::vector<std::string>& base_train,
-                           int vocab, const road::SpeedProbe& alone, bool plan_only, const std::string& report_dir) {
+                           int vocab, const road::SpeedProbe& alone, bool last, const std::string& report_dir) {
   const std::string out = report_dir + "/probe.json", log = report_dir + "/logs/speed-probe.log";
   std::filesystem::create_directories(report_dir + "/logs");
   std::error_code ec;
   std::filesystem::remove(out, ec);
   std::vector<std::string> c{"road-probe", "--vocab", std::to_string(vocab), "--out", out};
   c.insert(c.end(), base_train.begin(), base_train.end());
-  c = job_stage_command(run_flags, "speed-probe", c, plan_only);
+  c = job_stage_command(run_flags, "speed-probe", c, last);
   std::printf("speedrun: measuring the job's nodes together on the road's model: nanochat %s\n", words_line(c).c_str());
   std::fflush(stdout);
   Timer t;

@@ -49,10 +49,11 @@ std::vector<std::string> job_stage_command(const std::vector<std::string>& run_f
 
 /// Node 0 of a road job: the job's nodes measured together on the road's model (road-probe on every
 /// node, its figures in `report_dir`/probe.json, its log in `report_dir`/logs/speed-probe.log)
-/// against `alone` (this node's own probe of `base_train`), at base-train's batch. `plan_only`:
-/// the followers end after it. A probe that fails leaves the plan at this node's speed, saying so.
+/// against `alone` (this node's own probe of `base_train`), at base-train's batch. `last`: the
+/// followers end after it (a plan only). A probe that fails leaves the plan at this node's speed,
+/// saying so.
 road::JobSpeed measure_job(const std::vector<std::string>& run_flags, const std::vector<std::string>& base_train,
-                           int vocab, const road::SpeedProbe& alone, bool plan_only, const std::string& report_dir);
+                           int vocab, const road::SpeedProbe& alone, bool last, const std::string& report_dir);
 
 /// Node 0 runs `speedrun` with `speedrun_args` as the leader of the job whose `nanochat run` flags
 /// are `run_flags` (replaces this process). Does not return.

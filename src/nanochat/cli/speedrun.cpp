@@ -387,6 +387,11 @@ road::SpeedProbe choose_depth_for_hours(const SpeedrunArgs& a, const road::RoadO
                 depth, road::duration_text(total).c_str());
     --depth;
   }
+  if (!r.job_flags.empty()) {  // the nodes together on the chosen model (their speed-up differs by depth)
+    r.job = measure_job(r.job_flags, base_train_of(r.stages), vocab, own, a.plan_only, report_dir());
+    total = 0;
+    for (const auto& [id, t] : road::estimate_stages(r.stages, own, data_ready, r.job)) total += t;
+  }
   std::printf("speedrun: --hours %g: depth %d fits (its road %s of %s)\n", a.hours, depth,
               road::duration_text(total).c_str(), road::duration_text(a.hours * 3600.0).c_str());
   r.ledger.road()["hours"] = a.hours;
@@ -454,7 +459,7 @@ void plan_here(const SpeedrunArgs& a, const road::RoadOptions& o, RoadRun& r, bo
   std::fflush(stdout);
   road::SpeedProbe p = road::probe_speed(base_train_of(r.stages), vocab);
   if (!r.job_flags.empty())
-    r.job = measure_job(r.job_flags, base_train_of(r.stages), vocab, p, a.plan_only, report_dir());
+    r.job = measure_job(r.job_flags, base_train_of(r.stages), vocab, p, a.plan_only && a.hours <= 0, report_dir());
   if (a.hours > 0) p = choose_depth_for_hours(a, o, r, p, data_ready, vocab);
   r.tag = road::road_model_tag(r.stages, o);
   r.planned = road::estimate_stages(r.stages, p, data_ready, r.job);
