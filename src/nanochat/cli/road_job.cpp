@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nanochat/cli/stage_process.h"
+#include "nanochat/cluster/env.h"
 #include "nanochat/cluster/gather.h"
 #include "nanochat/cluster/gloo_communicator.h"
 #include "nanochat/comm/communicator.h"
@@ -175,7 +176,6 @@ void register_road_probe(CLI::App& app) {
       comm->all_reduce_sum(buf.data(), buf.size())->wait();
       exchange = std::min(exchange, t.seconds());
     }
-    const char* group = std::getenv("GROUP_RANK");
     const nlohmann::json me = {{"micro_batch_s", p.micro_batch_s},
                                {"optimizer_s", p.optimizer_s},
                                {"forward_s", p.forward_s},
@@ -184,7 +184,7 @@ void register_road_probe(CLI::App& app) {
                                {"params", p.params},
                                {"exchange_s", comm->world_size() > 1 ? exchange : 0.0},
                                {"probe_s", probing.seconds()},
-                               {"node", group ? std::atoi(group) : 0}};
+                               {"node", cluster::env_int("GROUP_RANK").value_or(0)}};
     const std::vector<std::string> all = all_gather_strings(*comm, me.dump());
     if (comm->rank() != 0) return;
     nlohmann::json ranks = nlohmann::json::array();

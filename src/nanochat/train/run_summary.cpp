@@ -1,11 +1,11 @@
 #include "nanochat/train/run_summary.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <map>
 
 #include "nanochat/checkpoint/loop_state.h"
+#include "nanochat/cluster/env.h"
 #include "nanochat/cluster/gather.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
@@ -92,8 +92,7 @@ nlohmann::json nodes_of(const std::vector<std::string>& machines, const std::vec
 void report_training_run(const TrainPlan& plan, const LoopState& st, const std::string& metrics_path,
                          Communicator& comm) {
   nlohmann::json me = this_machine().to_json();
-  const char* group = std::getenv("GROUP_RANK");  // the launcher's node index
-  me["node"] = group ? std::atoi(group) : 0;
+  me["node"] = cluster::env_int("GROUP_RANK").value_or(0);  // the launcher's node index
   const std::vector<std::string> machines = all_gather_strings(comm, me.dump());
   if (comm.rank() != 0) return;
   const RunSummary s = summarize_metrics(metrics_path, plan.total_batch_size);
