@@ -208,12 +208,12 @@ void register_run(CLI::App& app) {
     if (!L.args.empty() && L.args.front() == "--") L.args.erase(L.args.begin());
     parse_nnodes(args->nnodes, L);
     const bool road = !L.args.empty() && L.args.front() == "speedrun";  // the whole road as a job (cli/road_job.h)
-    // base-train and chat-sft regroup when a node leaves or joins (train/elastic.h)
+    // base-train, chat-sft and chat-rl regroup when a node leaves or joins (train/elastic.h)
     if (L.min_nnodes > 0 && !road && !L.args.empty() && L.args.front() != "base-train" &&
-        L.args.front() != "chat-sft" && L.args.front() != "road-probe")
+        L.args.front() != "chat-sft" && L.args.front() != "chat-rl" && L.args.front() != "road-probe")
       fail("--nnodes ", args->nnodes,
-           " (an elastic job: nodes may leave and join) is for base-train, chat-sft and speedrun; ", L.args.front(),
-           " runs on a fixed set of nodes: pass --nnodes ", L.nnodes,
+           " (an elastic job: nodes may leave and join) is for base-train, chat-sft, chat-rl and speedrun; ",
+           L.args.front(), " runs on a fixed set of nodes: pass --nnodes ", L.nnodes,
            " (if a node leaves, the job stops and names node 0's last checkpoint to resume from; --save-every N "
            "bounds what is lost)");
     if (args->standalone && L.nnodes != 1)

@@ -5,13 +5,18 @@
 #include <filesystem>
 
 #include "nanochat/checkpoint/checkpoint.h"
+#include "nanochat/checkpoint/loop_state.h"
+#include "nanochat/checkpoint/run_meta.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/error.h"
 #include "nanochat/core/file_io.h"
+#include "nanochat/core/format.h"
 #include "nanochat/core/timer.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/tokenizer/conversation.h"
+#include "nanochat/train/membership.h"
+#include "nanochat/train/metrics_log.h"
 #include "nanochat/train/rl_sync.h"
 
 namespace nanochat {
@@ -113,39 +118,61 @@ double policy_gradient_backward(GPT& model, const RlRollout& r, size_t row_begin
 }
 
 namespace {
-// Rank 0: the weights and meta of `step`, then the completion marker with their CRC32s.
-void save_rl_checkpoint(const GPT& model, const ChatRlOptions& opt, int64_t step) {
-  const CheckpointPaths cp{opt.checkpoint_dir, step};
-  begin_checkpoint(cp);
-  std::vector<StWriteEntry> entries;
-  for (const auto& p : model.params()) entries.push_back({p.name, "F32", p.shape, model.param_data() + p.offset});
-  write_safetensors_atomic(cp.model(), entries, {{"format", "nanochat.cpp"}});
-  nlohmann::json meta = opt.meta;
-  meta["step"] = step;
-  write_file_atomic(cp.meta(), meta.dump(2));
-  nlohmann::json crcs = nlohmann::json::object();
-  for (const std::string& path : {cp.model(), cp.meta()})
-    crcs[std::filesystem::path(path).filename().string()] = file_crc32(path);
-  finish_checkpoint(cp, crcs, 1);
-}
 
-}  // namespace
+// One rank's run of chat-rl on a group of ranks (one generation of an elastic job): the steps from
+// the resumed one to the last, the evaluations, the saves and node 0's copies, and what a lost
+// rank or ranks that join do to it (train/membership.h, as TrainLoop does for base-train).
+class RlRun {
+ public:
+  RlRun(GPT& model, const Tokenizer& tok, const tasks::Task& train, const tasks::Task& val, const ChatRlOptions& opt,
+        Communicator& comm, const ChatRlCallbacks& cb, Membership& membership);
+  void run();
 
-void run_chat_rl(GPT& model, const Tokenizer& tok, const tasks::Task& train, const tasks::Task& val,
-                 const ChatRlOptions& opt, Communicator& comm, const ChatRlCallbacks& cb) {
-  const int rank = comm.rank();
+ private:
+  void run_steps();
+  void train_step();
+  void save();
+  void keep_copy_if_due();
+  [[noreturn]] void admit_joiners();
+  [[noreturn]] void stop_after_loss(const PeerLost& e);
+  LoopState state() const;
+
+  GPT& model_;
+  const tasks::Task& train_;
+  const tasks::Task& val_;
+  const ChatRlOptions& opt_;
+  const ChatRlCallbacks& cb_;
+  Membership& membership_;
+  const int E_;
+  const int64_t num_steps_;
+  const int num_passes_;
+  RlStepSync sync_;
+  Engine engine_;
+  const FaultInjector& faults_;
+  RunMeta run_meta_;
+  MetricsLog metrics_;
+  int64_t step_ = 0;         // the step in progress
+  int64_t last_saved_ = -1;  // the last checkpoint on disk (its step: the weights after it)
+  int64_t copied_ = -1;      // the step node 0 last copied
+  bool join_due_ = false;    // ranks join after this step (membership)
+  const char* phase_ = "starting";
+};
+
+int64_t rl_num_steps(const tasks::Task& train, const ChatRlOptions& opt) {
   const int E = opt.examples_per_step;
   if (E < 1) fail("--examples-per-step (", E, ") must be positive");
-  const int64_t num_steps = opt.num_steps > 0 ? opt.num_steps : train.size() / E * opt.num_epochs;
-  if (num_steps < 1)
+  const int64_t n = opt.num_steps > 0 ? opt.num_steps : train.size() / E * opt.num_epochs;
+  if (n < 1)
     fail(train.name(), " has ", train.size(), " examples: fewer than --examples-per-step (", E, ") x --num-epochs (",
          opt.num_epochs, ") leaves no step");
   const RolloutOptions& ro = opt.rollout;
   if (ro.device_batch_size < 1 || ro.num_samples < ro.device_batch_size || ro.num_samples % ro.device_batch_size)
     fail("--num-samples (", ro.num_samples, ") must be a positive multiple of --device-batch-size (",
          ro.device_batch_size, ")");
-  const int num_passes = ro.num_samples / ro.device_batch_size;
+  return n;
+}
 
+OptimConfig rl_optim(const GPT& model, const ChatRlOptions& opt) {
   OptimConfig oc;
   oc.unembedding_lr = opt.unembedding_lr;
   oc.embedding_lr = opt.embedding_lr;
@@ -153,56 +180,201 @@ void run_chat_rl(GPT& model, const Tokenizer& tok, const tasks::Task& train, con
   oc.scalar_lr = opt.scalar_lr;
   oc.weight_decay = opt.weight_decay;
   oc.model_dim = model.config().n_embd;
-  RlStepSync sync(model, oc, comm, E, opt.balance);
-  Engine engine(model, tok);
-  model.zero_grad();
-  const FaultInjector& faults = opt.faults != nullptr ? *opt.faults : no_faults();
+  return oc;
+}
 
-  for (int64_t step = 0; step < num_steps; ++step) {
-    if (opt.eval_every > 0 && step % opt.eval_every == 0) {
-      const std::vector<double> pk =
-          pass_at_k(engine, val, ro.device_batch_size, opt.eval_examples, 256, 1.0, 50, comm);
-      if (cb.on_eval) cb.on_eval(step, pk);
+// What the run's checkpoints record: opt.meta (the model's config when it has none) and the world size.
+RunMeta rl_run_meta(const ChatRlOptions& opt, const GPT& model, int world_size) {
+  nlohmann::json j = opt.meta.is_object() ? opt.meta : nlohmann::json::object();
+  if (!j.contains("model_config")) j["model_config"] = model.config().to_json();
+  RunMeta m = RunMeta::from_json(j, "chat-rl's meta");
+  m.world_size = world_size;
+  return m;
+}
+
+RlRun::RlRun(GPT& model, const Tokenizer& tok, const tasks::Task& train, const tasks::Task& val,
+             const ChatRlOptions& opt, Communicator& comm, const ChatRlCallbacks& cb, Membership& membership)
+    : model_(model),
+      train_(train),
+      val_(val),
+      opt_(opt),
+      cb_(cb),
+      membership_(membership),
+      E_(opt.examples_per_step),
+      num_steps_(rl_num_steps(train, opt)),
+      num_passes_(opt.rollout.num_samples / opt.rollout.device_batch_size),
+      sync_(model, rl_optim(model, opt), comm, opt.examples_per_step, opt.balance),
+      engine_(model, tok),
+      faults_(opt.faults != nullptr ? *opt.faults : no_faults()),
+      run_meta_(rl_run_meta(opt, model, comm.world_size())),
+      metrics_(opt.checkpoint_dir.empty() ? std::string() : opt.checkpoint_dir + "/metrics.jsonl",
+               comm.rank() == 0 && !opt.checkpoint_dir.empty(), opt.resume_from_step) {}
+
+LoopState RlRun::state() const {
+  LoopState s;
+  s.step = step_;
+  return s;
+}
+
+// A rank lost in a collective (it died, froze or was cut off): node 0 writes its copy when it is
+// newer than the last checkpoint; an elastic job goes on without the rank (the membership throws),
+// else the run stops naming what is saved.
+void RlRun::stop_after_loss(const PeerLost& e) {
+  const Timer caught;
+  membership_.peer_lost(e, step_, sync_.world_size(), metrics_);
+  std::string copy_error;
+  if (copied_ > last_saved_) try {
+      if (sync_.save_copy(opt_.checkpoint_dir) == copied_) last_saved_ = copied_;
+    } catch (const std::exception& s) {
+      copy_error = str_cat(" (node 0 could not save its copy of step ", copied_, ": ", s.what(), ")");
     }
-    ChatRlStep s;
-    s.step = step;
-    s.num_steps = num_steps;
-    s.split = sync.split();
-    const RlShare share = sync.begin_step();
-    RlRankStep mine;
-    for (int64_t e = 0; e < share.count; ++e) {
-      Timer t;
-      const int64_t example = (static_cast<int64_t>(step) * E + share.first + e) % train.size();
-      const RlRollout r = sample_rollout(engine, train, example, step, ro);
-      for (int p = 0; p < num_passes; ++p) {
-        const size_t b0 = static_cast<size_t>(p) * ro.device_batch_size;
-        s.loss +=
-            policy_gradient_backward(model, r, b0, b0 + ro.device_batch_size, static_cast<int64_t>(num_passes) * E);
-      }
-      double mean = 0;
-      for (double x : r.rewards) mean += x;
-      mine.reward_sum += mean / static_cast<double>(r.rewards.size());
-      for (const auto& seq : r.sequences) mine.length_sum += static_cast<double>(seq.size());
-      mine.samples += static_cast<double>(r.sequences.size());
-      mine.examples += 1;
-      faults.after_micro_batch(sync.rank(), t.seconds());  // the tests' slower machine
-      mine.seconds += t.seconds();
-    }
-    s.lrm = 1.0 - static_cast<double>(step) / static_cast<double>(num_steps);
-    // every problem's loss is already divided by the step's passes x problems: the ranks' sum is the mean
-    std::vector<RlRankStep> ranks;
-    const RlRankStep sum =
-        sync.finish(mine, StepSchedule{static_cast<float>(opt.init_lr_frac * s.lrm), 0.95f, opt.weight_decay}, &ranks);
-    for (const RlRankStep& x : ranks) s.rank_seconds.push_back(x.seconds);
-    s.mean_reward = sum.reward_sum / E;
-    s.mean_sequence_length = sum.samples > 0 ? sum.length_sum / sum.samples : 0.0;
-    if (cb.on_step) cb.on_step(s);
-    const bool save = (step > 0 && opt.save_every > 0 && step % opt.save_every == 0) || step == num_steps - 1;
-    if (save && !opt.checkpoint_dir.empty() && rank == 0) {
-      save_rl_checkpoint(model, opt, step);
-      if (cb.on_save) cb.on_save(step, opt.checkpoint_dir);
-    }
+  const bool rank0 = sync_.rank() == 0;
+  membership_.go_on_without(
+      PeerLoss{e, step_, phase_, rank0 ? last_saved_ : -1, caught.seconds(), !copy_error.empty()});
+  const int64_t saved = rank0 ? last_saved_ : std::max(last_saved_, copied_);
+  fail("chat-rl stopped in step ", step_, " (", phase_, "): ", e.what(), copy_error, ". ",
+       saved >= 0 ? str_cat("The last checkpoint is step ", saved, " in node 0's ", opt_.checkpoint_dir,
+                            ": to continue, run the same command with --resume-from-step ", saved,
+                            sync_.world_size() > 1 ? " (under nanochat run: on the nodes still here, with --nnodes "
+                                                     "set to their number; the optimizer state is dealt to any number "
+                                                     "of ranks)"
+                                                   : "")
+                  : std::string("No checkpoint of this run was saved yet"));
+}
+
+void RlRun::run() {
+  if (opt_.resume_from_step >= 0) {
+    sync_.resume(CheckpointPaths{opt_.checkpoint_dir, opt_.resume_from_step});
+    last_saved_ = opt_.resume_from_step;
   }
+  if (opt_.resume_from_step + 1 >= num_steps_) {
+    print_line_if(sync_.rank() == 0, str_cat("chat-rl: checkpoint ", opt_.resume_from_step, " is the run's last step (",
+                                             num_steps_, " steps): nothing is left to train"));
+    return;
+  }
+  step_ = opt_.resume_from_step + 1;
+  membership_.started(metrics_, sync_.rank() == 0);
+  try {
+    run_steps();
+  } catch (const PeerLost& e) {
+    stop_after_loss(e);
+  }
+}
+
+void RlRun::run_steps() {
+  for (; step_ < num_steps_; ++step_) {
+    phase_ = "evaluating";
+    if (opt_.eval_every > 0 && step_ % opt_.eval_every == 0) {
+      const RolloutOptions& ro = opt_.rollout;
+      const std::vector<double> pk =
+          pass_at_k(engine_, val_, ro.device_batch_size, opt_.eval_examples, 256, 1.0, 50, sync_.comm());
+      metrics_.record({{"step", step_}, {"pass@k", pk}});
+      if (cb_.on_eval) cb_.on_eval(step_, pk);
+    }
+    phase_ = "training the step";
+    train_step();
+    const bool last = step_ == num_steps_ - 1;
+    phase_ = "saving the checkpoint";
+    if ((step_ > 0 && opt_.save_every > 0 && step_ % opt_.save_every == 0) || last) save();
+    if (last) return;
+    keep_copy_if_due();
+    if (join_due_) admit_joiners();
+  }
+}
+
+void RlRun::train_step() {
+  const RolloutOptions& ro = opt_.rollout;
+  ChatRlStep s;
+  s.step = step_;
+  s.num_steps = num_steps_;
+  s.split = sync_.split();
+  const RlShare share = sync_.begin_step();
+  RlRankStep mine;
+  Timer step_timer;
+  for (int64_t e = 0; e < share.count; ++e) {
+    Timer t;
+    const int64_t example = (step_ * E_ + share.first + e) % train_.size();
+    const RlRollout r = sample_rollout(engine_, train_, example, step_, ro);
+    for (int p = 0; p < num_passes_; ++p) {
+      const size_t b0 = static_cast<size_t>(p) * ro.device_batch_size;
+      s.loss +=
+          policy_gradient_backward(model_, r, b0, b0 + ro.device_batch_size, static_cast<int64_t>(num_passes_) * E_);
+    }
+    double mean = 0;
+    for (double x : r.rewards) mean += x;
+    mine.reward_sum += mean / static_cast<double>(r.rewards.size());
+    for (const auto& seq : r.sequences) mine.length_sum += static_cast<double>(seq.size());
+    mine.samples += static_cast<double>(r.sequences.size());
+    mine.examples += 1;
+    faults_.after_micro_batch(sync_.rank(), t.seconds());  // the tests' slower machine
+    mine.seconds += t.seconds();
+  }
+  s.lrm = 1.0 - static_cast<double>(step_) / static_cast<double>(num_steps_);
+  mine.joiners = membership_.joiners_waiting();
+  // every problem's loss is already divided by the step's passes x problems: the ranks' sum is the mean
+  std::vector<RlRankStep> ranks;
+  const RlRankStep sum =
+      sync_.finish(mine, StepSchedule{static_cast<float>(opt_.init_lr_frac * s.lrm), 0.95f, opt_.weight_decay}, &ranks);
+  faults_.after_update(model_, sync_.rank(), step_);
+  StepStats joins;  // the membership reads rank 0's count of the ranks that ask to join
+  joins.ranks.resize(1);
+  joins.ranks[0].joiners = ranks[0].joiners;
+  join_due_ = membership_.join_due(joins);
+  nlohmann::json rank_examples = nlohmann::json::array();
+  for (const RlRankStep& x : ranks) {
+    s.rank_seconds.push_back(x.seconds);
+    rank_examples.push_back(x.examples);
+  }
+  s.mean_reward = sum.reward_sum / E_;
+  s.mean_sequence_length = sum.samples > 0 ? sum.length_sum / sum.samples : 0.0;
+  nlohmann::json rec = {{"step", step_},
+                        {"mean_reward", s.mean_reward},
+                        {"mean_sequence_length", s.mean_sequence_length},
+                        {"lrm", s.lrm},
+                        {"dt_ms", step_timer.seconds() * 1e3}};
+  if (ranks.size() > 1) rec["rank_examples"] = rank_examples;
+  metrics_.record(rec);
+  if (cb_.on_step) cb_.on_step(s);
+}
+
+// The checkpoint of this step (the weights after it, as nanochat's chat_rl.py names them), with
+// every rank's optimizer shard so that the run can be continued from it.
+void RlRun::save() {
+  if (opt_.checkpoint_dir.empty()) return;
+  sync_.save(opt_.checkpoint_dir, run_meta_, state(), faults_);
+  last_saved_ = step_;
+  if (cb_.on_save && sync_.rank() == 0) cb_.on_save(step_, opt_.checkpoint_dir);
+}
+
+// Node 0 keeps the job's state after this step (copy_state_every): a rank lost later costs no step
+// before it.
+void RlRun::keep_copy_if_due() {
+  if (opt_.copy_state_every <= 0 || opt_.checkpoint_dir.empty() || (step_ + 1) % opt_.copy_state_every != 0) return;
+  phase_ = "sending node 0 the copy of the job's state";
+  sync_.keep_copy(run_meta_, state());
+  copied_ = step_;
+}
+
+// Ranks ask to join (every rank saw it in the step's statistics): node 0 writes the state after
+// this step and the membership ends this run here (train/membership.h).
+void RlRun::admit_joiners() {
+  phase_ = "saving the state for the ranks that join";
+  if (copied_ == step_ && sync_.world_size() > 1) {
+    if (sync_.save_copy(opt_.checkpoint_dir) == copied_) last_saved_ = copied_;  // rank 0; no collective
+  } else if (last_saved_ != step_) {
+    save();
+  }
+  membership_.admit_joiners(step_, sync_.rank() == 0 ? last_saved_ : -1);  // throws
+  fail("internal: the job's membership admitted no rank after step ", step_);
+}
+
+}  // namespace
+
+void run_chat_rl(GPT& model, const Tokenizer& tok, const tasks::Task& train, const tasks::Task& val,
+                 const ChatRlOptions& opt, Communicator& comm, const ChatRlCallbacks& cb, Membership* membership) {
+  if (comm.rank() == 0 && !opt.checkpoint_dir.empty()) std::filesystem::create_directories(opt.checkpoint_dir);
+  FixedMembership fixed;
+  RlRun(model, tok, train, val, opt, comm, cb, membership != nullptr ? *membership : fixed).run();
 }
 
 }  // namespace nanochat

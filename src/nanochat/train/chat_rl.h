@@ -33,9 +33,20 @@
 // num_epochs (nanochat's), or opt.num_steps when set (ours, for short runs; the learning rate ramps down over it
 // likewise). Every eval_every steps (step 0 included) pass@k for k = 1..device_batch_size on the first eval_examples of
 // the validation task (device_batch_size samples per problem at temperature 1.0, top-k 50, 256 new tokens, seed 42;
-// nanochat's run_gsm8k_eval). Rank 0 saves the weights every save_every steps (not step 0) and at
-// the last step to checkpoint_dir (model_<step>.safetensors, meta_<step>.json and the completion
-// marker of checkpoint/checkpoint.h; no optimizer state, as nanochat saves none).
+// nanochat's run_gsm8k_eval). Every save_every steps (not step 0) and at the last step the
+// weights after the step go to checkpoint_dir as model_<step>.safetensors and meta_<step>.json (as
+// nanochat names them), with every rank's optimizer shard (nanochat saves none; here a run
+// continues from any of them at any world size: resume_from_step) and the completion marker of
+// checkpoint/checkpoint.h, rank 0 writing (checkpoint/loop_checkpoint.h save_checkpoint).
+// checkpoint_dir/metrics.jsonl records each step's mean reward, mean sequence length, lrm and
+// examples per rank, each evaluation's pass@k, and the job's membership changes.
+//
+// Membership (train/membership.h), as base-train's loop: a rank lost in a collective stops the run
+// naming the step and what node 0 saved, unless the job is elastic (`nanochat run --nnodes
+// MIN:MAX`, train/elastic.h): node 0 then writes its copy of the job's state (kept every
+// copy_state_every steps) and the ranks that remain go on from it; ranks that ask to join are
+// admitted after a step, from node 0's state of that step. A step's rollouts depend on its number,
+// its examples and the weights only, so a step done again by other ranks samples the same.
 //
 // Sampling draws from this engine's generator (seeds derived from step, example and call), not
 // torch's, so rollouts are not nanochat's token for token; the loss of given rollouts is
@@ -57,6 +68,7 @@ namespace nanochat {
 
 class Communicator;
 class GPT;
+class Membership;
 class Tokenizer;
 
 /// One example's samples.
@@ -111,8 +123,14 @@ struct ChatRlOptions {
   int eval_every = 60;
   int64_t eval_examples = 400;
   int save_every = 60;
+  /// Node 0 keeps a copy of the job's state every N steps (an elastic job: a rank that leaves costs
+  /// at most the steps since it); 0 = none.
+  int64_t copy_state_every = 0;
+  /// >= 0: continue after checkpoint S of checkpoint_dir (its weights and optimizer state; the
+  /// metrics records after S are dropped), at step S + 1; -1 = from the start.
+  int64_t resume_from_step = -1;
   std::string checkpoint_dir;  ///< "" = save nothing
-  nlohmann::json meta;         ///< written as meta_<step>.json (with "step" set); must hold "model_config"
+  nlohmann::json meta;  ///< written into meta_<step>.json with the loop state ("model_config": the model's when absent)
 };
 
 /// What a step did, for the log line and the tests.
@@ -133,11 +151,14 @@ struct ChatRlCallbacks {
 };
 
 /// The whole run (layout above) on `model` (its weights are updated in place). Every rank must
-/// call together with the same tasks and options. Throws nanochat::Error when the train task has
-/// fewer examples than examples_per_step (x num_epochs leaves no step), examples_per_step < 1,
-/// num_samples is not a multiple of device_batch_size, or from the parts above and the checkpoint
-/// writer.
+/// call together with the same tasks and options; `membership`: the job's (null: a fixed group,
+/// FixedMembership). Throws nanochat::Error when the train task has fewer examples than
+/// examples_per_step (x num_epochs leaves no step), examples_per_step < 1, num_samples is not a
+/// multiple of device_batch_size, the resumed checkpoint is the last step or lacks optimizer
+/// state, a rank is lost (fixed membership), or from the parts above and the checkpoint writer; an
+/// elastic membership's MembershipChange passes through.
 void run_chat_rl(GPT& model, const Tokenizer& tok, const tasks::Task& train, const tasks::Task& val,
-                 const ChatRlOptions& opt, Communicator& comm, const ChatRlCallbacks& cb = {});
+                 const ChatRlOptions& opt, Communicator& comm, const ChatRlCallbacks& cb = {},
+                 Membership* membership = nullptr);
 
 }  // namespace nanochat

@@ -92,15 +92,15 @@ std::string joined_ranks(const cluster::Regrouped& g) {
 }
 
 // The line and record of a regroup that admitted the nodes that asked to join at step `step`.
-Rejoined describe_join(int64_t step, const cluster::Regrouped& g, int old_world) {
+Rejoined describe_join(int64_t step, const cluster::Regrouped& g, int old_world, int64_t next = 0) {
   Rejoined r;
   const std::string who = joined_ranks(g);
   const size_t world = g.members.size() + g.joined.size();
   r.line = str_cat(g.joined.size() == 1 ? "A rank joined" : str_cat(g.joined.size(), " ranks joined"),
-                   " the job at step ", step, " (", who, "); ", world, " ranks go on from step ", step,
+                   " the job at step ", step + next, " (", who, "); ", world, " ranks go on from step ", step + next,
                    " with node 0's state of that step; the balancer gives the new ranks rows once their speed is "
                    "measured");
-  r.note = {{"step", step},
+  r.note = {{"step", step + next},
             {"membership", str_cat(g.joined.size(), g.joined.size() == 1 ? " rank joined" : " ranks joined")},
             {"reason", who},
             {"world_size", old_world},
@@ -112,21 +112,22 @@ Rejoined describe_join(int64_t step, const cluster::Regrouped& g, int old_world)
 
 // The line and record of a regroup after rank `e.peer` left, once the ranks that go on are known
 // (completed when they are ready).
-Rejoined describe_leave(const RankLeft& e, const cluster::Regrouped& g, int old_world) {
+Rejoined describe_leave(const RankLeft& e, const cluster::Regrouped& g, int old_world, int64_t next) {
   Rejoined r;
-  const int64_t age = g.step >= 0 ? e.step - g.step : -1;
+  const int64_t from = g.step + next;  // the first step trained again
+  const int64_t age = g.step >= 0 ? e.step - from : -1;
   const size_t world = g.members.size() + g.joined.size();
   r.line =
       str_cat("Rank ", e.peer, " left the job in step ", e.step, " (", e.what(), "); ", world,
               world == 1 ? " rank goes on (old rank " : " ranks go on (old ranks ", rank_list(g.members), ")",
               g.joined.empty() ? "" : str_cat(" with ", g.joined.size(), " that joined (", joined_ranks(g), ")"), " ",
-              g.step >= 0 ? str_cat("from step ", g.step, ": ",
-                                    age > 0 ? str_cat("steps ", g.step, " to ", e.step, " are done again")
+              g.step >= 0 ? str_cat("from step ", from, ": ",
+                                    age > 0 ? str_cat("steps ", from, " to ", e.step, " are done again")
                                             : std::string("the interrupted step is redone"),
                                     ", and the optimizer state comes from node 0's copy of step ", g.step, " (", age,
                                     age == 1 ? " step" : " steps", " old)")
                           : std::string("from the start: node 0 held no copy and no checkpoint"));
-  r.note = {{"step", g.step >= 0 ? g.step : 0},
+  r.note = {{"step", g.step >= 0 ? from : 0},
             {"membership", str_cat("rank ", e.peer, " left")},
             {"reason", e.what()},
             {"world_size", old_world},
@@ -137,7 +138,7 @@ Rejoined describe_leave(const RankLeft& e, const cluster::Regrouped& g, int old_
             {"restored_steps_old", age}};
   if (!g.joined.empty())  // one record per change: the leave, then the join
     r.note = nlohmann::json::array(
-        {r.note, describe_join(g.step >= 0 ? g.step : 0, g, static_cast<int>(g.members.size())).note});
+        {r.note, describe_join(g.step >= 0 ? g.step : 0, g, static_cast<int>(g.members.size()), next).note});
   return r;
 }
 
@@ -184,7 +185,7 @@ void advance(Generations& s, cluster::Regrouped& g) {
 
 // This rank asks to join again (it was left out, or it is a new node): it becomes a member of the
 // generation rank 0 admits it to, and continues from that generation's step.
-void rejoin(Generations& s, int64_t& resume_from_step, std::optional<Rejoined>& rejoined) {
+void rejoin(Generations& s, int64_t& resume_from_step, std::optional<Rejoined>& rejoined, int64_t next) {
   // the generation the others left it out of goes first: its heartbeat, lanes and connections
   // (generation 0's object belongs to the caller, so it is closed rather than freed; closing the
   // current one before freeing it below also ends its heartbeat before the wait for admission)
@@ -193,7 +194,8 @@ void rejoin(Generations& s, int64_t& resume_from_step, std::optional<Rejoined>& 
                          " was left out of the next one and asks to join again"));
   const cluster::Admission adm = cluster::request_to_join(s.env, s.opts, cluster::below_min_timeout());
   std::printf("rank %d of %d (job generation %d): admitted after %.1f s; training from step %lld with the job\n",
-              adm.env.rank, adm.env.world_size, adm.options.generation, adm.waited_s, static_cast<long long>(adm.step));
+              adm.env.rank, adm.env.world_size, adm.options.generation, adm.waited_s,
+              static_cast<long long>(adm.step + next));
   std::fflush(stdout);
   s.owned.reset();
   s.owned = std::make_unique<cluster::GlooCommunicator>(adm.env, adm.options);
@@ -275,7 +277,7 @@ void drive(Generations& s, const ElasticJob& job, int64_t resume_from_step, int 
                    ? str_cat("; node 0 saved step ", g.step, ": continue later with --resume-from-step ", g.step)
                    : std::string());
         note_checkpoint(s.rank0(), g.step);
-        rejoined = describe_leave(*left, g, old_world);
+        rejoined = describe_leave(*left, g, old_world, job.next_step_after_checkpoint);
         rejoined->since = since;
         rejoined->before = left->seconds;
         resume_from_step = g.step;
@@ -286,17 +288,17 @@ void drive(Generations& s, const ElasticJob& job, int64_t resume_from_step, int 
         p.step = join->step;
         cluster::Regrouped g = cluster::regroup(s.cur, s.generation, s.env, s.opts, p);
         note_checkpoint(s.rank0(), join->saved);
-        rejoined = describe_join(join->step, g, old_world);
+        rejoined = describe_join(join->step, g, old_world, job.next_step_after_checkpoint);
         rejoined->since = since;
         rejoined->since_what = "after the step boundary";
         resume_from_step = join->step;
         advance(s, g);
       } else {
-        rejoin(s, resume_from_step, rejoined);
+        rejoin(s, resume_from_step, rejoined, job.next_step_after_checkpoint);
       }
     } catch (const cluster::LeftOut& e) {
       left_out(e.what());
-      rejoin(s, resume_from_step, rejoined);
+      rejoin(s, resume_from_step, rejoined, job.next_step_after_checkpoint);
     }
   }
 }
@@ -325,7 +327,7 @@ void run_elastic_joining(const ElasticJob& job, int min_world_size) {
   s.opts = cluster::DistOptions{}.resolved();
   int64_t resume_from_step = job.first_resume_step;
   std::optional<Rejoined> rejoined;
-  rejoin(s, resume_from_step, rejoined);
+  rejoin(s, resume_from_step, rejoined, job.next_step_after_checkpoint);
   drive(s, job, resume_from_step, min_world_size, rejoined);
 }
 #else

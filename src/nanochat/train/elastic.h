@@ -1,5 +1,5 @@
 #pragma once
-// Elastic membership of a training job, base-train's or chat-sft's (`nanochat run --nnodes MIN:MAX`,
+// Elastic membership of a training job, base-train's, chat-sft's or chat-rl's (`nanochat run --nnodes MIN:MAX`,
 // docs/architecture.md 7.13).
 // When a rank leaves a job (it died, froze or was cut off: PeerLost, cluster/heartbeat.h), the
 // training loop stops the step in progress and node 0 writes its copy of the job's state
@@ -99,6 +99,10 @@ struct ElasticJob {
   std::function<std::string()> checkpoint_dir;
   int64_t save_every = -1;         ///< the user's --save-every: those steps' checkpoints are kept
   int64_t first_resume_step = -1;  ///< where the first generation starts (--resume-from-step; -1: afresh)
+  /// What a checkpoint's step names: 0 when checkpoint s holds the state before step s (base-train,
+  /// chat-sft: training goes on at step s), 1 when it holds the weights after step s (chat-rl, as
+  /// nanochat's chat_rl.py names them: training goes on at step s + 1). Only the lines said change.
+  int64_t next_step_after_checkpoint = 0;
   /// One generation: the command's job on `comm` with `membership`, continuing from node 0's
   /// checkpoint of `resume_from_step` (-1: from the start). Its copy of the job's state must be
   /// kept (--copy-state-every > 0, elastic_copy_every) for a rank to leave without ending the job.

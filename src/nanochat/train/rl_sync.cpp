@@ -1,11 +1,13 @@
 #include "nanochat/train/rl_sync.h"
 
+#include "nanochat/checkpoint/loop_checkpoint.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/comm/typed.h"
 #include "nanochat/core/error.h"
 #include "nanochat/model/gpt.h"
 #include "nanochat/optim/muon_adamw.h"
 #include "nanochat/plan/plan.h"
+#include "nanochat/train/zero2_sync.h"
 
 namespace nanochat {
 
@@ -47,6 +49,7 @@ RlRankStep RlStepSync::finish(const RlRankStep& mine, const StepSchedule& schedu
     sum.reward_sum += x.reward_sum;
     sum.length_sum += x.length_sum;
     sum.samples += x.samples;
+    sum.joiners += x.joiners;
     times.push_back({x.examples, x.seconds});
   }
   opt_->step(schedule.lr_multiplier, schedule.muon_momentum, schedule.muon_weight_decay, 1.0f);
@@ -54,6 +57,29 @@ RlRankStep RlStepSync::finish(const RlRankStep& mine, const StepSchedule& schedu
   balancer_.observe(times);
   if (ranks != nullptr) *ranks = all;
   return sum;
+}
+
+void RlStepSync::save(const std::string& dir, const RunMeta& run_meta, const LoopState& state,
+                      const FaultInjector& faults) {
+  save_checkpoint(comm_, dir, model_, *opt_, run_meta, state, faults, "model checkpoint");
+}
+
+void RlStepSync::resume(const CheckpointPaths& cp) {
+  bool loaded = false;
+  warm_start(comm_, cp, model_, *opt_, true, &loaded);
+  if (!loaded)
+    fail("chat-rl: ", cp.model(), " has no optimizer state beside it (", cp.optim(0),
+         "): it cannot be continued exactly; start the run again without --resume-from-step");
+  model_.params_changed();
+}
+
+void RlStepSync::keep_copy(const RunMeta& run_meta, const LoopState& state) {
+  if (world_size() > 1) copy_checkpoint_state(comm_, model_, *opt_, run_meta, state, &copy_);
+}
+
+int64_t RlStepSync::save_copy(const std::string& dir) {
+  if (rank() != 0) return -1;
+  return write_node0_copy(dir, model_, copy_);
 }
 
 }  // namespace nanochat

@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "nanochat/checkpoint/job_checkpoint.h"
 #include "nanochat/train/balance.h"
 #include "nanochat/train/sync.h"
 
@@ -21,6 +22,8 @@ namespace nanochat {
 
 class Communicator;
 class GPT;
+struct LoopState;
+struct RunMeta;
 class MuonAdamW;
 struct OptimConfig;
 
@@ -31,6 +34,7 @@ struct RlRankStep {
   double reward_sum = 0;  ///< sum over its problems of the mean reward of the problem's samples
   double length_sum = 0;  ///< tokens of all its samples (prompts included)
   double samples = 0;     ///< its samples
+  double joiners = 0;     ///< rank 0: ranks asking to join the job (Membership::joiners_waiting); 0 elsewhere
 };
 
 /// This rank's problems of a step: [first, first + count) among the step's E, in order.
@@ -47,6 +51,7 @@ class RlStepSync {
   ~RlStepSync();
   int rank() const;
   int world_size() const;
+  Communicator& comm() { return comm_; }
 
   /// This rank's share of the next step (every rank calls it; no communication).
   RlShare begin_step() const;
@@ -57,11 +62,27 @@ class RlStepSync {
   /// gradients and plans the next split from the gathered seconds. Collective.
   RlRankStep finish(const RlRankStep& mine, const StepSchedule& schedule, std::vector<RlRankStep>* ranks = nullptr);
 
+  /// The checkpoint of step state.step in `dir`: the weights, every rank's optimizer shard and the
+  /// meta (run_meta + state; checkpoint/loop_checkpoint.h save_checkpoint), rank 0 writing. Collective.
+  void save(const std::string& dir, const RunMeta& run_meta, const LoopState& state, const FaultInjector& faults);
+  /// Continues from checkpoint `cp` (written by save or save_copy at any world size): rank 0 reads
+  /// the weights and every optimizer shard, each rank gets the weights and its part of the state.
+  /// Throws nanochat::Error on every rank naming the file when one is missing or damaged (a
+  /// checkpoint without optimizer state included). Collective.
+  void resume(const CheckpointPaths& cp);
+  /// Node 0 keeps in memory what save would write for `state` (a rank lost later costs no step up to
+  /// it); nothing with one rank. Collective.
+  void keep_copy(const RunMeta& run_meta, const LoopState& state);
+  /// Rank 0 after a rank was lost (no collective): writes the last copy into `dir`; returns its
+  /// step, -1 when there is none (or on other ranks).
+  int64_t save_copy(const std::string& dir);
+
  private:
   GPT& model_;
   Communicator& comm_;
   std::unique_ptr<MuonAdamW> opt_;
   StepBalancer balancer_;
+  JobStateCopy copy_;  // rank 0: the last keep_copy
 };
 
 }  // namespace nanochat

@@ -171,14 +171,19 @@ class DeferStopSignals {
 
 }  // namespace
 
-int64_t Zero2Sync::save_copy(const std::string& dir) {
-  if (rank() != 0 || copy_.step < 0) return -1;
+int64_t write_node0_copy(const std::string& dir, const GPT& model, const JobStateCopy& copy) {
+  if (copy.step < 0) return -1;
   const DeferStopSignals defer;
-  const CheckpointPaths cp = write_job_state_copy(dir, model_, copy_);
+  const CheckpointPaths cp = write_job_state_copy(dir, model, copy);
   std::printf("Saved checkpoint %s (node 0's copy of the job's state at step %lld)\n", cp.model().c_str(),
-              static_cast<long long>(copy_.step));
+              static_cast<long long>(copy.step));
   std::fflush(stdout);
-  return copy_.step;
+  return copy.step;
+}
+
+int64_t Zero2Sync::save_copy(const std::string& dir) {
+  if (rank() != 0) return -1;
+  return write_node0_copy(dir, model_, copy_);
 }
 
 LoopState Zero2Sync::resume(const TrainPlan& plan, int64_t step) {

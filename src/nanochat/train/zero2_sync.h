@@ -81,4 +81,10 @@ class Zero2Sync final : public StepSync {
   double move_rate_ = 0;
 };
 
+/// Rank 0, after a rank was lost (no communication): writes node 0's `copy` into `dir` as a
+/// checkpoint (write_job_state_copy) with SIGTERM, SIGINT and SIGHUP held back until it is written
+/// (the launcher stops a failed job's ranks), and says so. Returns copy.step; -1 when there is no
+/// copy. Throws nanochat::Error naming the file it could not write.
+int64_t write_node0_copy(const std::string& dir, const GPT& model, const JobStateCopy& copy);
+
 }  // namespace nanochat
