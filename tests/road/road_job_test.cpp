@@ -1,7 +1,7 @@
 // The whole road as a job of two nodes on this host, one command each (`nanochat run --nnodes 1:2
 // --node-rank K ... speedrun`, cli/road_job.h): node 0 (its own base folder) walks the road and
-// writes the card; node 1 (an empty folder: only the binary) takes part in base-train and chat-sft
-// and ends after the last of them. Node 1 freezes during chat-sft (SIGSTOP: a laptop whose lid
+// writes the card; node 1 (an empty folder: only the binary) takes part in base-train, chat-sft and
+// chat-rl and ends after the last of them. Node 1 freezes during chat-sft (SIGSTOP: a laptop whose lid
 // closed): the stage goes on without it, and it joins again when it wakes.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -91,6 +91,9 @@ TEST(SpeedrunJob, TwoNodesRunTheRoadWithOneCommandEachAndAFrozenNodeRejoinsChatS
   }
   EXPECT_NE(out0.find("A rank joined the job at step "), std::string::npos) << out0;
   EXPECT_NE(out0.find("chat-rl: sft model job step "), std::string::npos) << out0;
+  EXPECT_NE(slurp(b0.dir + "/report/logs/chat-rl.log").find("), 2 rank(s)"), std::string::npos)
+      << "chat-rl on both nodes:\n"
+      << slurp(b0.dir + "/report/logs/chat-rl.log");
   EXPECT_NE(out0.find("speedrun: the road is done"), std::string::npos) << out0;
   // the card names both nodes with their share of base-train's rows (dealt evenly at first, then
   // by speed: neither node did all of them)
@@ -104,13 +107,15 @@ TEST(SpeedrunJob, TwoNodesRunTheRoadWithOneCommandEachAndAFrozenNodeRejoinsChatS
     EXPECT_EQ(line.find("| 100.0% of"), std::string::npos) << line;
   }
 
-  // node 1: base-train and chat-sft, then it ends; it wrote nothing but its log
+  // node 1: base-train, chat-sft and chat-rl, then it ends; it wrote nothing but its log
   EXPECT_NE(out1.find("takes part in node 0's base-train"), std::string::npos) << out1;
   EXPECT_NE(out1.find("asking node 0 to admit it again"), std::string::npos) << out1;
-  EXPECT_NE(out1.find("node 0's last distributed stage is done (this node took part in 3 stages)"), std::string::npos)
-      << "the speed probe, base-train and chat-sft:\n"
+  EXPECT_NE(out1.find("takes part in node 0's chat-rl"), std::string::npos) << out1;
+  EXPECT_NE(out1.find("node 0's last distributed stage is done (this node took part in 4 stages)"), std::string::npos)
+      << "the speed probe, base-train, chat-sft and chat-rl:\n"
       << out1;
   EXPECT_FALSE(std::filesystem::exists(b1.dir + "/chatsft_checkpoints")) << out1;
+  EXPECT_FALSE(std::filesystem::exists(b1.dir + "/chatrl_checkpoints")) << out1;
   EXPECT_FALSE(std::filesystem::exists(b1.dir + "/report")) << out1;
 }
 

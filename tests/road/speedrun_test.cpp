@@ -169,7 +169,7 @@ void kill_road(Proc& p, const std::string& tag) {
 
 }  // namespace
 
-TEST(Speedrun, KilledInsideBaseTrainAndChatSftTheSameCommandSkipsTheDoneStagesAndResumes) {
+TEST(Speedrun, KilledInsideEachTrainingStageTheSameCommandSkipsTheDoneStagesAndResumes) {
   BaseDir b("nc_speedrun_kill");
   const std::string tag = "kill" + std::to_string(::getpid());
   const std::string ckpt = b.dir + "/base_checkpoints/" + tag;
@@ -195,18 +195,31 @@ TEST(Speedrun, KilledInsideBaseTrainAndChatSftTheSameCommandSkipsTheDoneStagesAn
   // the resumed base-train's losses continue the first run's: step 6's record is there once more
   const auto l = losses(ckpt + "/metrics.jsonl");
   EXPECT_EQ(l.size(), 12u);
-  // 3: everything before chat-sft is skipped, chat-sft continues from step 4, the road ends
-  Proc p3 = start_road(b, tag, 1);
-  ASSERT_TRUE(p3.wait(Ms(300000))) << p3.output();
+  // 3: everything before chat-sft is skipped, chat-sft continues from step 4 and ends; killed in
+  // chat-rl after its save at step 2
+  Proc p3 = start_road(b, tag, 30);
+  const std::string rl = b.dir + "/chatrl_checkpoints/" + tag;
+  ASSERT_TRUE(p3.wait_for_output("Saved model checkpoint " + rl + "/model_000002", Ms(300000))) << p3.output();
+  kill_road(p3, tag);
   const std::string& o3 = p3.output();
-  EXPECT_TRUE(p3.exited_ok()) << o3;
   EXPECT_EQ(count_of(o3, ": done already ("), 6u) << o3;
   EXPECT_NE(o3.find("chat-sft was interrupted; it continues from its checkpoint at step 4"), std::string::npos) << o3;
-  EXPECT_NE(o3.find("Report card: "), std::string::npos) << o3;
+  // 4: chat-rl continues after its step 2 (its weights and optimizer state), the road ends
+  Proc p4 = start_road(b, tag, 1);
+  ASSERT_TRUE(p4.wait(Ms(300000))) << p4.output();
+  const std::string& o4 = p4.output();
+  EXPECT_TRUE(p4.exited_ok()) << o4;
+  EXPECT_NE(o4.find("chat-rl was interrupted; it continues from its checkpoint at step 2"), std::string::npos) << o4;
+  const std::string rl_log = slurp(b.dir + "/report/logs/chat-rl.log");  // both runs' lines
+  const std::string rerun = rl_log.substr(std::min(rl_log.size(), rl_log.rfind("chat-rl: sft model ")));
+  EXPECT_EQ(rerun.find("Step 2/4 | "), std::string::npos) << "step 2 is not trained again:\n" << rl_log;
+  EXPECT_NE(rerun.find("Step 3/4 | "), std::string::npos) << rl_log;
+  EXPECT_NE(o4.find("Report card: "), std::string::npos) << o4;
   // the ledger recorded each training stage's two runs
   const json ledger = json::parse(slurp(b.dir + "/report/speedrun.json"));
   EXPECT_EQ(ledger["stages"]["base-train"]["runs"], 2);
   EXPECT_EQ(ledger["stages"]["chat-sft"]["runs"], 2);
+  EXPECT_EQ(ledger["stages"]["chat-rl"]["runs"], 2);
   EXPECT_EQ(ledger["stages"]["tok-train"]["runs"], 1);
 }
 

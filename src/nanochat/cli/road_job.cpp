@@ -58,7 +58,7 @@ std::string words_line(const std::vector<std::string>& words) {
 }  // namespace
 
 bool distributed_stage_command(const std::vector<std::string>& c) {
-  return !c.empty() && (c[0] == "base-train" || c[0] == "chat-sft");
+  return !c.empty() && (c[0] == "base-train" || c[0] == "chat-sft" || c[0] == "chat-rl");
 }
 
 std::vector<std::string> road_job_run_flags() {
@@ -197,7 +197,7 @@ int follow_road_job(cluster::LaunchOptions L, cluster::Ms wait) {
   const std::string tag = str_cat("speedrun (node ", L.node_rank, "): ");
   std::printf(
       "%sfollowing node 0's road at %s:%d: this node takes part in its distributed stages (base-train, "
-      "chat-sft) and waits for each (at most %s); node 0 runs the rest and writes the card\n",
+      "chat-sft, chat-rl) and waits for each (at most %s); node 0 runs the rest and writes the card\n",
       tag.c_str(), L.master_addr.c_str(), L.master_port,
       road::duration_text(static_cast<double>(wait.count()) / 1000.0).c_str());
   std::fflush(stdout);

@@ -214,7 +214,8 @@ std::vector<std::string> prepare_training(const RoadRun& r, const Stage& s, bool
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return extra;
   const auto last = last_complete_step(dir);
-  const bool resumable = s.commands.size() == 1 && (s.commands[0][0] == "base-train" || s.commands[0][0] == "chat-sft");
+  const std::string& cmd = s.commands.size() == 1 ? s.commands[0][0] : std::string();
+  const bool resumable = cmd == "base-train" || cmd == "chat-sft" || cmd == "chat-rl";
   if (resume && resumable && last && *last > 0) {
     std::printf("speedrun: %s was interrupted; it continues from its checkpoint at step %lld (%s)\n", s.id.c_str(),
                 static_cast<long long>(*last), dir.c_str());
@@ -445,6 +446,8 @@ void plan_resumed_part(RoadRun& r, int vocab) {
       steps = road::base_train_size(c, vocab).steps;
     else if (c[0] == "chat-sft" && !road::flag_value(c, "--num-iterations").empty())
       steps = std::stoll(road::flag_value(c, "--num-iterations")) - 1;  // nanochat trains N - 1 steps
+    else if (c[0] == "chat-rl" && !road::flag_value(c, "--num-steps").empty())
+      steps = std::stoll(road::flag_value(c, "--num-steps")) - 1;  // checkpoint S holds the weights after step S
     if (last && steps > 0 && *last < steps)
       r.planned[s.id] *= static_cast<double>(steps - *last) / static_cast<double>(steps);
     return;  // the stages after it run afresh

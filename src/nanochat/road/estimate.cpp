@@ -283,7 +283,10 @@ std::map<std::string, double> estimate_stages(const std::vector<Stage>& road, co
                                                      : p.decode_token_s + (p.decode8_token_s - p.decode_token_s) *
                                                                               static_cast<double>(samples - 1) / 7.0);
         const double evals = every > 0 ? static_cast<double>((steps / every + 1) * eval_ex) : 0.0;
-        t += kStartupS + (static_cast<double>(steps * ex) + evals) * (per_example + kRolloutExampleS);
+        // as a job the examples are dealt to the nodes by speed (the training stages' speed-up), and
+        // every step sums the gradients
+        t += kStartupS + (static_cast<double>(steps * ex) + evals) * (per_example + kRolloutExampleS) / job.speedup +
+             static_cast<double>(steps) * job.exchange_s_per_param * static_cast<double>(p.params) + job.launch_s;
       } else
         t += kStartupS;
     }

@@ -36,8 +36,9 @@ struct SpeedProbe {
 SpeedProbe probe_speed(const std::vector<std::string>& base_train, int vocab, int steps = 2);
 
 /// The nodes of a job measured together (`nanochat run ... speedrun`, cli/road_job.h): its training
-/// stages (base-train, chat-sft, on every node) run at `speedup` x the probe's rate, each step
-/// also exchanging the model (`exchange_s_per_param` x its parameters: ZeRO-2's reduce-scatter and
+/// stages (base-train, chat-sft, on every node) run at `speedup` x the probe's rate, and so do
+/// chat-rl's rollouts (its examples are dealt by speed as rows are), each step also exchanging the
+/// model (`exchange_s_per_param` x its parameters: ZeRO-2's reduce-scatter and
 /// all-gather, timed as one all-reduce), and each launch costs `launch_s` (the nodes' rendezvous).
 struct JobSpeed {
   double speedup = 1;
