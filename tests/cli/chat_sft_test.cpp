@@ -369,11 +369,10 @@ TEST(ChatSft, ALostRankStopsTheJobNamingTheStepAndTheCheckpoint) {
   EXPECT_NE(r.out.find("The last checkpoint is step 3 in node 0's " + b.sft_ckpt()), std::string::npos) << r.out;
   EXPECT_EQ(last_step(b.sft_ckpt()), 3) << r.out;
 
-  auto e = run(b, " run --nnodes 1:2 --master-addr 127.0.0.1 --allow-loopback-master chat-rl --model-tag t");
+  auto e = run(b, " run --nnodes 1:2 --master-addr 127.0.0.1 --allow-loopback-master chat-eval -i sft -g t");
   EXPECT_NE(e.code, 0);
-  EXPECT_NE(e.out.find("--nnodes 1:2 (an elastic job: nodes may leave and join) is for base-train, chat-sft and "
-                       "speedrun; "
-                       "chat-rl runs on a fixed set of nodes: pass --nnodes 2"),
+  EXPECT_NE(e.out.find("--nnodes 1:2 (an elastic job: nodes may leave and join) is for base-train, chat-sft, chat-rl "
+                       "and speedrun; chat-eval runs on a fixed set of nodes: pass --nnodes 2"),
             std::string::npos)
       << e.out;
   EXPECT_EQ(e.out.find("[rank "), std::string::npos) << "a rank started:\n" << e.out;

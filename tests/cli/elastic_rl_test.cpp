@@ -38,11 +38,12 @@ namespace {
 // nanochat), so that some samples earn it and some do not: the policy gradient is not zero.
 void write_identity(const std::string& path, int n) {
   const char* asks[] = {"Who are you?", "What is your name?", "Who made you?", "Hello", "Introduce yourself."};
-  const char* answers[] = {"I am nanochat.", "My name is nanochat.", "nanochat.cpp trained me.", "Hello! I am nanochat.",
-                           "I am a small model."};
+  const char* answers[] = {"I am nanochat.", "My name is nanochat.", "nanochat.cpp trained me.",
+                           "Hello! I am nanochat.", "I am a small model."};
   std::ofstream f(path);
   for (int i = 0; i < n; ++i)
-    f << json::array({{{"role", "user"}, {"content", asks[i % 5]}}, {{"role", "assistant"}, {"content", answers[i % 5]}}})
+    f << json::array(
+             {{{"role", "user"}, {"content", asks[i % 5]}}, {{"role", "assistant"}, {"content", answers[i % 5]}}})
              .dump()
       << "\n";
 }

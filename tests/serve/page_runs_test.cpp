@@ -5,6 +5,8 @@
 // chat_page_empty_mobile.png, chat_page_mobile.png, runs_mobile.png, runs_panel.png.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <atomic>
 
 #include "serve/page_util.h"
@@ -59,6 +61,13 @@ TEST(ChatPageRuns, ThePanelRefreshesInPlaceKeepsItsScrollAndAFinishedRunIsNotLiv
   TestServer ts(o, scripted_model(ok_script()));
   Browser b(ts.port);
   Chromium& c = *b.c;
+  // beside the model's name, a link to its report card (GET /report), on the top bar's first line
+  EXPECT_EQ(c.eval("document.getElementById('cardlink').getAttribute('href')"), "/report");
+  EXPECT_EQ(c.eval("document.getElementById('cardlink').closest('#top') !== null"), true);
+  EXPECT_LE(std::fabs(c.eval("document.getElementById('cardlink').getBoundingClientRect().top - "
+                             "document.querySelector('#top .title').getBoundingClientRect().top")
+                          .get<double>()),
+            4.0);
   c.eval("document.getElementById('runsbtn').click(); true");
   ASSERT_TRUE(c.wait_for("document.querySelector('#runlist button')"));
   EXPECT_EQ(c.eval("document.querySelector('#runlist button').classList.contains('live')"), false);

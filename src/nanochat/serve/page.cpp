@@ -18,7 +18,8 @@ const char* const kHead = R"NCPAGE(<!doctype html>
 html, body { height: 100%; margin: 0; }
 body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--text); background: var(--bg); display: flex; }
 #side { width: 250px; background: var(--panel); border-right: 1px solid var(--line); display: flex; flex-direction: column; }
-#side header { padding: 12px; display: flex; gap: 8px; }
+#side header { padding: 12px; display: flex; flex-wrap: wrap; gap: 8px; }
+#side header button { white-space: nowrap; }
 #convlist { flex: 1; overflow-y: auto; list-style: none; margin: 0; padding: 0 8px 8px; }
 #convlist li { padding: 6px 6px 6px 10px; border-radius: 8px; cursor: pointer; display: flex; align-items: center; gap: 6px; }
 #convlist li span { flex: 1; min-width: 0; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
@@ -28,6 +29,7 @@ body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; 
 #top { display: flex; align-items: center; gap: 10px; padding: 8px 14px; border-bottom: 1px solid var(--line); background: var(--panel); flex-wrap: wrap; }
 #top .title { font-weight: 600; }
 #top .model { color: var(--muted); font-size: 13px; }
+#top #cardlink { color: var(--accent); font-size: 13px; text-decoration: none; }
 #top .spacer { flex: 1; }
 #settings { display: flex; gap: 10px; flex-wrap: wrap; font-size: 13px; color: var(--muted); }
 #settings label { display: flex; align-items: center; gap: 4px; }
@@ -85,7 +87,7 @@ body.busy #send { display: none; }
 <div id="main">
   <div id="top">
     <button id="menu" type="button" aria-label="conversations">&#9776;</button>
-    <span class="title">nanochat</span><span class="model" id="model"></span>
+    <span class="title">nanochat</span><span class="model" id="model"></span><a id="cardlink" href="/report" target="_blank" rel="noopener" title="the report card of the model served: its training run, stage by stage">report card</a>
     <span class="spacer"></span>
     <div id="settings">
       <label>temperature <input id="temperature" type="number" min="0" max="2" step="0.1" value="0.8"></label>

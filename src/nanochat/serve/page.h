@@ -9,10 +9,10 @@
 // a failed answer on screen but out of later requests (with "Retry"), and has temperature / top-k
 // / max-tokens controls (max tokens bounded by GET /health's limits), a hint on an empty chat and a
 // "Runs" panel with the charts of the training runs (GET /runs, /runs/<kind>/<tag>/chart.svg),
-// both refreshed every 5 s while open. Parts: page.cpp (HTML, CSS), page_chat.cpp, page_runs.cpp.
-// Element ids and classes used by the browser tests (tests/serve/page_*test.cpp): input, send,
-// stop, messages, status, convlist, newchat, temperature, topk, maxtokens, hint, menu, runsbtn,
-// runs, runlist, chart; .msg, .error, .note, .retry, .tool .expr / .result.
+// both refreshed every 5 s while open, and a "report card" link beside the model's name (GET /report). Parts: page.cpp
+// (HTML, CSS), page_chat.cpp, page_runs.cpp. Element ids and classes used by the browser tests
+// (tests/serve/page_*test.cpp): input, send, stop, messages, status, convlist, newchat, temperature, topk, maxtokens,
+// hint, menu, runsbtn, cardlink, runs, runlist, chart; .msg, .error, .note, .retry, .tool .expr / .result.
 #include <string>
 
 namespace nanochat::serve {
