@@ -127,9 +127,16 @@ std::vector<double> polar_reference(std::vector<double> X, int64_t m, int64_t n)
 
 TEST(PolarExpress, MatchesDoublePrecisionIteration) {
   Rng rng(7);
-  // sides >= 128 take the blocked Gram path (odd 135: unequal halves)
-  for (auto [m, n] :
-       {std::pair<int64_t, int64_t>{40, 24}, {24, 40}, {32, 32}, {2, 12}, {160, 135}, {135, 160}, {128, 128}}) {
+  // sides >= 128 take the blocked Gram path (odd 135: unequal halves); at 513 its diagonal blocks
+  // (256 and 257) are split again
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{40, 24},
+                      {24, 40},
+                      {32, 32},
+                      {2, 12},
+                      {160, 135},
+                      {135, 160},
+                      {128, 128},
+                      {520, 513}}) {
     SCOPED_TRACE(::testing::PrintToString(std::make_pair(m, n)));
     auto x = randn(rng, m * n);
     const double f = frob(x) * 1.01 + 1e-6;
@@ -153,9 +160,18 @@ TEST(PolarExpress, FlopCountIsWhatItRuns) {
   // against the plain count 2 m n k per product for a small square matrix worked out by hand.
   EXPECT_EQ(polar_express_flops(32, 32, 5), 5 * (3 * 2 * 32 * 32 * 32));
   EXPECT_EQ(polar_express_flops(32, 32, 0), 0);
+  // side 512: each Gram matrix 5/8 of a product's 2 k^3 (the 256 halves split again), then B X
+  EXPECT_EQ(polar_express_flops(512, 512, 1), int64_t{2} * (5 * 2 * 512 * 512 * 512 / 8) + 2 * 512 * 512 * 512);
   Rng rng(3);
-  for (auto [m, n] :
-       {std::pair<int64_t, int64_t>{40, 24}, {24, 40}, {160, 135}, {135, 160}, {128, 384}, {384, 128}, {127, 300}}) {
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{40, 24},
+                      {24, 40},
+                      {160, 135},
+                      {135, 160},
+                      {128, 384},
+                      {384, 128},
+                      {127, 300},
+                      {513, 600},
+                      {600, 513}}) {
     SCOPED_TRACE(::testing::PrintToString(std::make_pair(m, n)));
     Scratch s(m, n);
     auto x = randn(rng, m * n, 0.01);
@@ -169,7 +185,7 @@ TEST(PolarExpress, FlopCountIsWhatItRuns) {
   EXPECT_THROW(polar_express_flops(8, 8, 6), Error);
   // the bf16 path blocks its Gram matrices like the fp32 one (bgemm counts in the same counter)
   if (!native_bf16_available()) return;
-  for (auto [m, n] : {std::pair<int64_t, int64_t>{40, 24}, {160, 135}, {135, 160}, {128, 384}}) {
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{40, 24}, {160, 135}, {135, 160}, {128, 384}, {512, 520}}) {
     Scratch s(m, n);
     for (float& v : s.x) v = bf16_to_float(float_to_bf16(static_cast<float>(rng.normal() * 0.01)));
     const int64_t before = sgemm_flops_issued();

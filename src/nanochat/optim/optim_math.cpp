@@ -29,23 +29,37 @@ constexpr double kPolar[5][3] = {
     {2.3465413258596377, -1.7097828382687081, 0.42323551169305323},
 };
 
-// Sum of squares of x[0..n) in double.
+// Sum of squares of x[0..n) in double, in eight interleaved partial sums (x[i] into sum i mod 8)
+// added in a fixed order: the loop vectorizes (one sum's chain would wait on each add), and the
+// result depends on n only.
+double sumsq_lanes(const float* x, int64_t n) {
+  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) s[k] += static_cast<double>(x[i + k]) * x[i + k];
+  double tail = 0;
+  for (; i < n; ++i) tail += static_cast<double>(x[i]) * x[i];
+  return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])) + tail;
+}
+
+// Sum of squares of x[0..n) in double: blocks of kSumBlock values (sumsq_lanes) added in order,
+// the same whatever the number of threads.
 double sum_sq(const float* x, int64_t n) {
+  constexpr int64_t kSumBlock = 1 << 14;
+  const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  std::vector<double> part(static_cast<size_t>(blocks));
+#pragma omp parallel for schedule(static) if (n >= kParElems)
+  for (int64_t b = 0; b < blocks; ++b)
+    part[static_cast<size_t>(b)] = sumsq_lanes(x + b * kSumBlock, std::min(kSumBlock, n - b * kSumBlock));
   double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static) if (n >= kParElems)
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  for (double v : part) s += v;
   return s;
 }
 
 // out[i] = sum_j x[i, j]^2 for the rows of a row-major (m, n) matrix.
 void row_sumsq(const float* x, int64_t m, int64_t n, double* out) {
 #pragma omp parallel for schedule(guided) if (m * n >= kParElems)
-  for (int64_t i = 0; i < m; ++i) {
-    const float* r = x + i * n;
-    double s = 0;
-    for (int64_t j = 0; j < n; ++j) s += static_cast<double>(r[j]) * r[j];
-    out[i] = s;
-  }
+  for (int64_t i = 0; i < m; ++i) out[i] = sumsq_lanes(x + i * n, n);
 }
 
 // out[j] = sum_i x[i, j]^2 for the columns of a row-major (m, n) matrix. Rows are walked in
@@ -64,6 +78,12 @@ void col_sumsq(const float* x, int64_t m, int64_t n, double* out) {
       for (int64_t j = 0; j < j1 - j0; ++j) o[j] += static_cast<double>(r[j]) * r[j];
     }
   }
+}
+
+// p - (lr g + decay), the decay lrwd p only where g and p agree in sign (cautious weight decay).
+inline float cautious_step(float pv, float g, float lr, float lrwd) {
+  const float decay = (g * pv >= 0.f) ? lrwd * pv : 0.f;
+  return pv - (lr * g + decay);
 }
 
 }  // namespace
@@ -94,34 +114,40 @@ void adamw_update(float* p, const float* grad, float* m, float* v, size_t n, flo
 namespace {
 
 // Gram matrices at or above this side are computed in 2x2 blocks (3 GEMMs instead of 4 blocks'
-// worth of FLOPs); smaller ones in one GEMM.
+// worth of FLOPs); smaller ones in one GEMM. The diagonal blocks are split again while their side is
+// at least twice this (each split saves a quarter of that block's FLOPs; no product gets smaller
+// than this side and half its length but one).
 constexpr int64_t kBlockedGramSide = 128;
 
-// G = X X^T (wide: X is (k, len) row-major, ld len) or G = X^T X (tall: X is (len, k), ld k),
-// G (k, k) row-major fp32, with `mul(ta, tb, M, N, K, A, lda, B, ldb, C, ldc)` computing
-// C = op(A) op(B) (sgemm on fp32 X, bgemm on bf16 X). The result is symmetric, so at
-// k >= kBlockedGramSide X is split in two halves along k and only the blocks G11, G12, G22 are
-// multiplied (3/4 of the FLOPs); G21 is G12 transposed (the result is then exactly symmetric).
+// G = X X^T (wide: X is (k, len) row-major, row stride ldx) or G = X^T X (tall: X is (len, k),
+// row stride ldx), into the (k, k) block of G with row stride ldg, with `mul(ta, tb, M, N, K, A,
+// lda, B, ldb, C, ldc)` computing C = op(A) op(B) (sgemm on fp32 X, bgemm on bf16 X). The result is
+// symmetric, so X is split in two halves along k (at the top at k >= kBlockedGramSide, below while
+// k >= 2 kBlockedGramSide) and only G11, G12 and G22 are multiplied, G11 and G22 the same way
+// (at d8's side 512: 5/8 of one product's FLOPs); G21 is G12 transposed (the result is exactly
+// symmetric). Every entry is still one dot product over len.
 template <typename T, typename Mul>
-void gram_with(const T* X, int64_t k, int64_t len, bool tall, float* G, Mul&& mul) {
-  if (k < kBlockedGramSide) {
-    if (tall)
-      mul(true, false, k, k, len, X, k, X, k, G, k);
-    else
-      mul(false, true, k, k, len, X, len, X, len, G, k);
+void gram_block(const T* X, int64_t ldx, int64_t k, int64_t len, bool tall, float* G, int64_t ldg, bool top, Mul& mul) {
+  const bool ta = tall, tb = !tall;
+  if (k < (top ? kBlockedGramSide : 2 * kBlockedGramSide)) {
+    mul(ta, tb, k, k, len, X, ldx, X, ldx, G, ldg);
     return;
   }
   const int64_t h = k / 2, h2 = k - h;
   // start of the second half of X: columns h.. (tall) or rows h.. (wide)
-  const T* X2 = tall ? X + h : X + h * len;
-  const int64_t ld = tall ? k : len;
-  const bool ta = tall, tb = !tall;
-  mul(ta, tb, h, h, len, X, ld, X, ld, G, k);                  // G11
-  mul(ta, tb, h, h2, len, X, ld, X2, ld, G + h, k);            // G12
-  mul(ta, tb, h2, h2, len, X2, ld, X2, ld, G + h * k + h, k);  // G22
+  const T* X2 = tall ? X + h : X + h * ldx;
+  gram_block(X, ldx, h, len, tall, G, ldg, false, mul);                  // G11
+  mul(ta, tb, h, h2, len, X, ldx, X2, ldx, G + h, ldg);                  // G12
+  gram_block(X2, ldx, h2, len, tall, G + h * ldg + h, ldg, false, mul);  // G22
 #pragma omp parallel for schedule(guided) if (h * h2 >= kParElems)
   for (int64_t i = 0; i < h2; ++i)  // G21 = G12^T
-    for (int64_t j = 0; j < h; ++j) G[(h + i) * k + j] = G[j * k + h + i];
+    for (int64_t j = 0; j < h; ++j) G[(h + i) * ldg + j] = G[j * ldg + h + i];
+}
+
+// gram_block on the whole (k, k) G: X (k, len) wide or (len, k) tall, rows contiguous.
+template <typename T, typename Mul>
+void gram_with(const T* X, int64_t k, int64_t len, bool tall, float* G, Mul&& mul) {
+  gram_block(X, tall ? k : len, k, len, tall, G, k, true, mul);
 }
 
 void gram(const float* X, int64_t k, int64_t len, bool tall, float* G) {
@@ -137,11 +163,11 @@ void gram_bf16(const bf16* X, int64_t k, int64_t len, bool tall, float* G) {
                int64_t ldb, float* C, int64_t ldc) { bgemm(ta, tb, M, N, K, A, lda, B, ldb, 0.f, C, ldc); });
 }
 
-// FLOPs of gram(X, k, len): one (k, k, len) product, or the three block products.
-int64_t gram_flops(int64_t k, int64_t len) {
-  if (k < kBlockedGramSide) return 2 * k * k * len;
+// FLOPs of gram_block(X, k, len, top): one (k, k, len) product, or its blocks' products.
+int64_t gram_flops(int64_t k, int64_t len, bool top = true) {
+  if (k < (top ? kBlockedGramSide : 2 * kBlockedGramSide)) return 2 * k * k * len;
   const int64_t h = k / 2, h2 = k - h;
-  return 2 * len * (h * h + h * h2 + h2 * h2);
+  return gram_flops(h, len, false) + 2 * len * h * h2 + gram_flops(h2, len, false);
 }
 
 }  // namespace
@@ -317,20 +343,23 @@ void muon_update(float* p, const float* grad, float* momentum, float* second_mom
   }
   const double ratio = std::sqrt(vnorm2) / std::max(std::sqrt(vnorm_new2), 1e-10);
 
-  // 9-10. lr_eff = lr sqrt(max(1, m/n)); cautious weight decay (mask g*p >= 0) and update.
+  // 9-10. lr_eff = lr sqrt(max(1, m/n)); cautious weight decay (mask g*p >= 0) and update. Each
+  // entry's scale as a float first (in the buffer polar_express left free), so that the loop over
+  // a row vectorizes.
   const double lr_eff = hp.lr * std::sqrt(std::max(1.0, static_cast<double>(m) / n));
   const float lr = static_cast<float>(lr_eff);
   const float lrwd = static_cast<float>(lr_eff * hp.weight_decay);
+  float* scale = y == s.x ? s.x2 : s.x;  // mn >= nv floats
+  for (int64_t k = 0; k < nv; ++k) scale[k] = static_cast<float>(acc[k] * ratio);
 #pragma omp parallel for schedule(guided) if (mn >= kParElems)
   for (int64_t i = 0; i < m; ++i) {
     const float* yr = y + i * n;
     float* pr = p + i * n;
-    for (int64_t j = 0; j < n; ++j) {
-      const float scale = static_cast<float>(acc[rows ? i : j] * ratio);
-      const float g = yr[j] * scale;
-      const float pv = pr[j];
-      const float decay = (g * pv >= 0.f) ? lrwd * pv : 0.f;
-      pr[j] = pv - (lr * g + decay);
+    if (rows) {
+      const float sc = scale[i];
+      for (int64_t j = 0; j < n; ++j) pr[j] = cautious_step(pr[j], yr[j] * sc, lr, lrwd);
+    } else {
+      for (int64_t j = 0; j < n; ++j) pr[j] = cautious_step(pr[j], yr[j] * scale[j], lr, lrwd);
     }
   }
 }

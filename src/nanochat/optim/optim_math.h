@@ -33,14 +33,15 @@ struct MuonScratch {
 /// row-major (m, n) matrix in x, in place: tall (m > n): A = X^T X, X <- aX + X(bA + cA^2);
 /// otherwise A = X X^T, X <- aX + (bA + cA^2)X. The caller pre-scales x (spectral norm < 1).
 /// Products go through sgemm (kernels/gemm.h); the symmetric A and A^2 = A A^T of a side >= 128
-/// are built from three half-size block products (3/4 of the FLOPs). Returns the pointer holding the result (x or
+/// are built from three half-size block products (3/4 of the FLOPs), the diagonal blocks split the
+/// same way while their side is >= 256 (5/8 at a side of 512). Returns the pointer holding the result (x or
 /// s.x2; the other is clobbered). steps <= 5.
 float* polar_express(float* x, int64_t m, int64_t n, const MuonScratch& s, int steps = 5);
 
 /// polar_express in bfloat16, as nanochat runs it on a GPU (nanochat/optim.py muon_step_fused with
 /// COMPUTE_DTYPE bfloat16): x must hold bf16 values (fp32 numbers with 8 mantissa bits); every
 /// matrix product has bf16 operands and fp32 accumulation (kernels/gemm_bf16.h bgemm; the Gram
-/// matrices of a side >= 128 in three half-size blocks, as polar_express: the blocks' sums are the
+/// matrices in blocks as polar_express: the blocks' sums are the
 /// full product's up to fp32 summation order) and its result, like every elementwise result, is
 /// rounded to bf16:
 /// A = r(X^T X) (tall) or r(X X^T); B = r(r(b A) + r(c r(A A))); X <- r(r(a X) + r(X B)) (tall) or
@@ -51,9 +52,9 @@ float* polar_express_bf16(float* x, int64_t m, int64_t n, const MuonScratch& s, 
 
 /// Multiply-add FLOPs (2 per multiply-add) of the matrix products polar_express runs on an
 /// (m, n) matrix with `steps` iterations: per iteration the Gram matrix A (k, k) of X, k = min(m, n),
-/// the Gram matrix of A, and the (m, n) product with B; a Gram side >= 128 counts its three
-/// half-size blocks. The same for polar_express_bf16. Excludes the elementwise work (O(m n) per
-/// iteration). Throws nanochat::Error for steps outside [0, 5].
+/// the Gram matrix of A, and the (m, n) product with B; a Gram matrix counts its blocks' products. The same for
+/// polar_express_bf16. Excludes the elementwise work (O(m n) per iteration). Throws nanochat::Error for steps outside
+/// [0, 5].
 int64_t polar_express_flops(int64_t m, int64_t n, int steps = 5);
 
 /// Hyperparameters of one Muon update (docs/nanochat.md 2.3); lr is the group lr (the shape factor
