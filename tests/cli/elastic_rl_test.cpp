@@ -145,6 +145,33 @@ TEST(ElasticRl, AFrozenNodeIsLeftBehindTheStageGoesOnAndItRejoinsWhenItWakes) {
   EXPECT_TRUE(n1.contents().empty() || !fs::exists(n1.dir + "/chatrl_checkpoints")) << "node 1 saves nothing";
 }
 
+// Node 1 freezes once the job's ranks met, before the stage's set-up (it stops itself:
+// NANOCHAT_TEST_FAULT stop-setup:1): node 0's first collective of the set-up finds it gone, and
+// the stage goes on without it from the start instead of failing; woken, node 1 joins after a step.
+TEST(ElasticRl, ANodeFrozenWhileTheStageSetsUpIsLeftBehindAndRejoins) {
+  RlNode0 n0("nc_elrl_s0");
+  EmptyDir n1("nc_elrl_s1");
+  const int port = test_port();
+  const std::string flags = rl_flags(300, 1000);
+  BackgroundNode node0(n0.dir, run_flags("1:2", 0, port, 3) + flags, "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
+                       n0.dir + "/node0.log");
+  BackgroundNode node1(n1.dir, run_flags("1:2", 1, port, 3) + flags,
+                       "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_TEST_FAULT=stop-setup:1", n0.dir + "/node1.log");
+  ASSERT_TRUE(logged_line(node0, "Rank 1 left the job"));
+  ASSERT_TRUE(logged_steps(node0, 3, "Step "));
+  node1.signal_node(SIGCONT);
+  for (auto* n : {&node0, &node1})
+    ASSERT_TRUE(n->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(240))) << slurp(n->log);
+  const std::string out0 = slurp(node0.log), out1 = slurp(node1.log);
+  EXPECT_TRUE(WIFEXITED(node0.status) && WEXITSTATUS(node0.status) == 0) << out0;
+  EXPECT_TRUE(WIFEXITED(node1.status) && WEXITSTATUS(node1.status) == 0) << out1;
+  EXPECT_NE(out0.find("(the set-up of the stage was interrupted: "), std::string::npos) << out0;
+  EXPECT_NE(out0.find("1 rank goes on (old rank 0) from the start"), std::string::npos) << out0;
+  EXPECT_NE(out0.find("A rank joined the job at step "), std::string::npos) << out0;
+  EXPECT_NE(out1.find("asking node 0 to admit it again"), std::string::npos) << out1;
+  EXPECT_EQ(last_step(n0.rl_ckpt()), 299);
+}
+
 // Node 1 dies after the update of step 7 (--copy-state-every 3: node 0 holds a copy after step 5);
 // node 0 does steps 6 to 8 again alone and ends where one node alone ends the same run. A run
 // stopped part-way continues from a checkpoint with --resume-from-step to the same end.

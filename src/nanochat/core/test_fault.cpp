@@ -19,12 +19,13 @@ TestFault parse_test_fault(const char* text) {
     if (part.size() == 2 && part[0] == "save-stall") return {part[0], 0, std::stoll(part[1]), ""};
     if (part.size() == 3 && part[0] == "die") return {part[0], std::stoi(part[1]), std::stoll(part[2]), ""};
     if (part.size() == 3 && part[0] == "start-delay") return {part[0], std::stoi(part[1]), -1, "", std::stod(part[2])};
+    if (part.size() == 2 && part[0] == "stop-setup") return {part[0], std::stoi(part[1]), -1, ""};
     if (part.size() == 3 && part[0] == "slow") return {part[0], std::stoi(part[1]), -1, "", std::stod(part[2])};
   } catch (const std::exception&) {
   }
   fail("NANOCHAT_TEST_FAULT='", text,
        "' is not flip-bit:<rank>:<step>:<tensor>, write-fail:<rank>, save-stall:<step>, start-delay:<rank>:<s>, "
-       "die:<rank>:<step> or ",
+       "die:<rank>:<step>, stop-setup:<rank> or ",
        "slow:<rank>:<factor> (it is for tests only)");
 }
 

@@ -13,8 +13,13 @@
 //                                      (cluster/startup.h);
 //   "die:<rank>:<step>"                the process started as RANK=<rank> kills itself (SIGKILL)
 //                                      right after that step's optimizer update (a node lost
-//                                      mid-step, at a step the test chooses).
-// Who acts on them: train/test_fault.h (the trainer's FaultInjector) and cluster/startup.cpp.
+//                                      mid-step, at a step the test chooses);
+//   "stop-setup:<rank>"                the process started as RANK=<rank> stops itself (SIGSTOP)
+//                                      once its elastic job's first group formed, before the
+//                                      command's set-up (a node frozen while a stage starts; the
+//                                      test wakes it).
+// Who acts on them: train/test_fault.h (the trainer's FaultInjector), cluster/startup.cpp and
+// train/elastic.cpp (stop-setup).
 #include <cstdint>
 #include <string>
 
@@ -22,7 +27,7 @@ namespace nanochat {
 
 /// One parsed NANOCHAT_TEST_FAULT; kind "" when it is unset or empty.
 struct TestFault {
-  std::string kind;  ///< "", "flip-bit", "write-fail", "save-stall", "slow", "start-delay" or "die"
+  std::string kind;  ///< "", "flip-bit", "write-fail", "save-stall", "slow", "start-delay", "die" or "stop-setup"
   int rank = -1;
   int64_t step = -1;
   std::string tensor;

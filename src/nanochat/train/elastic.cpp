@@ -1,6 +1,7 @@
 #include "nanochat/train/elastic.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "nanochat/cluster/regroup.h"
 #include "nanochat/comm/communicator.h"
 #include "nanochat/core/format.h"
+#include "nanochat/core/test_fault.h"
 #include "nanochat/train/diloco_sync.h"
 #include "nanochat/train/metrics_log.h"
 #include "nanochat/train/sync.h"
@@ -20,6 +22,7 @@
 namespace nanochat {
 
 void ElasticMembership::started(MetricsLog& metrics, bool master) {
+  loop_started_ = true;
   if (!rejoined_) return;  // a regrouped job: who left, and how long it took to go on
   const double seconds = rejoined_->before + rejoined_->since.seconds();
   print_line_if(master, str_cat(rejoined_->line, "; training again ", fixed(seconds, 1), " s ", rejoined_->since_what));
@@ -205,6 +208,17 @@ void rejoin(Generations& s, int64_t& resume_from_step, std::optional<Rejoined>& 
   rejoined = Rejoined{};  // the set-up report was printed by rank 0 at the start
 }
 
+// NANOCHAT_TEST_FAULT stop-setup:<rank> (core/test_fault.h): the process started as that RANK stops
+// itself before its first generation's set-up; the test wakes it (SIGCONT).
+void stop_before_setup_if_asked() {
+  static const TestFault fault = test_fault_from_env();
+  static const long rank = cluster::env_int("RANK").value_or(-1);
+  static bool done = false;
+  if (fault.kind != "stop-setup" || fault.rank != rank || done) return;
+  done = true;
+  ::raise(SIGSTOP);
+}
+
 // This rank was left out of the job's next generation (it froze): it says so and asks to join again.
 void left_out(const std::string& why) {
   std::printf("%s; asking node 0 to admit it again\n", why.c_str());
@@ -236,6 +250,7 @@ void drive(Generations& s, const ElasticJob& job, int64_t resume_from_step, int 
     std::optional<RankLeft> left;
     std::optional<NodesJoin> join;
     try {
+      stop_before_setup_if_asked();  // the tests' node that freezes as a stage starts
       if (s.cur) {
         job.run(*s.cur, membership, resume_from_step);
       } else {
@@ -257,10 +272,20 @@ void drive(Generations& s, const ElasticJob& job, int64_t resume_from_step, int 
     } catch (const cluster::LeftOut& e) {
       left_out(e.what());
     } catch (const Error& e) {
-      if (s.rank0()) throw;
-      const std::string m = cluster::left_out_message(*s.cur);
-      if (m.empty()) throw;
-      left_out(str_cat("rank ", s.cur->rank(), ": ", m));
+      // a rank other than 0 lost in the command's set-up (its agreements, the data feed), before
+      // the loop that lets ranks go started: nothing of this generation was trained, so the
+      // others go on from where it started
+      const auto* lost = dynamic_cast<const PeerLost*>(&e);
+      if (lost && lost->peer() != 0 && !membership.loop_started()) {
+        left = RankLeft(str_cat("the set-up of the stage was interrupted: ", e.what()), lost->peer(),
+                        std::max<int64_t>(resume_from_step + job.next_step_after_checkpoint, 0),
+                        s.rank0() ? resume_from_step : -1, 0.0);
+      } else {
+        if (s.rank0()) throw;
+        const std::string m = cluster::left_out_message(*s.cur);
+        if (m.empty()) throw;
+        left_out(str_cat("rank ", s.cur->rank(), ": ", m));
+      }
     }
     try {
       if (left) {

@@ -81,6 +81,9 @@ class ElasticMembership final : public Membership {
       : rejoined_(rejoined), joiners_(std::move(joiners_waiting)) {}
   bool regrouped() const override { return rejoined_ != nullptr; }
   void started(MetricsLog& metrics, bool master) override;
+  /// Whether the generation's loop started (started() was called): a rank lost before it was lost
+  /// in the command's set-up, where nothing of the generation is trained yet.
+  bool loop_started() const { return loop_started_; }
   void peer_lost(const PeerLost&, int64_t, int, MetricsLog&) override {}
   void go_on_without(const PeerLoss& loss) override;
   int joiners_waiting() override { return joiners_ ? joiners_() : 0; }
@@ -90,6 +93,7 @@ class ElasticMembership final : public Membership {
  private:
   const Rejoined* rejoined_;
   std::function<int()> joiners_;
+  bool loop_started_ = false;
 };
 
 /// What an elastic job trains, generation after generation of its ranks.
