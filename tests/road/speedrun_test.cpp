@@ -71,10 +71,18 @@ Result run_in(const BaseDir& b, const std::string& args) {
 
 TEST(Speedrun, TinyOfflineRoadWritesACardOfThePrintedNumbersAndARerunSkipsEveryStage) {
   BaseDir b("nc_speedrun_road");
-  // the folder's tokenizer (the models trained with it need it) is replaced only when asked
-  const Result refused = run_in(b, " speedrun --offline --plan-only");
+  // the folder's tokenizer (the models trained with it need it) is replaced only when asked; a plan
+  // alone changes nothing and only notes it
+  const Result refused = run_in(b, " speedrun --offline");
   EXPECT_EQ(refused.code, 1) << refused.out;
   EXPECT_NE(refused.out.find("holds a tokenizer this road did not make"), std::string::npos) << refused.out;
+  EXPECT_EQ(refused.out.find("[1/"), std::string::npos) << "a stage ran:\n" << refused.out;
+  const Result plan = run_in(b, " speedrun --offline --plan-only");
+  EXPECT_EQ(plan.code, 0) << plan.out;
+  EXPECT_NE(plan.out.find("speedrun: NOTE: " + b.dir + "/tokenizer holds a tokenizer this road did not make"),
+            std::string::npos)
+      << plan.out;
+  EXPECT_NE(plan.out.find("finish"), std::string::npos) << plan.out;
   const Result r = run_in(b, small_road("sr"));
   EXPECT_NE(r.out.find("the one in " + b.dir + "/tokenizer is kept in " + b.dir + "/tokenizer.before-"),
             std::string::npos)

@@ -178,8 +178,8 @@ void print_plan(const RoadRun& r, const road::SpeedProbe& p, const road::TrainSi
       p.optimizer_s);
   if (r.job.speedup != 1 || r.job.launch_s > 0)
     std::printf(
-        "  as a job: base-train and chat-sft at %s tok/s (the nodes measured together), %.3f s a step "
-        "exchanging the model, %.1f s a launch\n",
+        "  as a job: base-train and chat-sft at %s tok/s (the nodes measured together; chat-rl's rollouts as "
+        "much faster), %.3f s a step exchanging the model, %.1f s a launch\n",
         with_commas(static_cast<int64_t>(p.train_tok_per_s(z.total_batch) * r.job.speedup)).c_str(),
         r.job.exchange_s_per_param * static_cast<double>(p.params), r.job.launch_s);
   double at = 0;
@@ -543,12 +543,19 @@ int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<s
       {}};
   if (!r.job_flags.empty())
     std::printf(
-        "speedrun: node 0 of a job (nanochat run %s): base-train and chat-sft run on every node that follows "
+        "speedrun: node 0 of a job (nanochat run %s): base-train, chat-sft and chat-rl run on every node that follows "
         "(the same command with its --node-rank); the rest runs here. The plan measures this node, then the nodes "
         "there together\n",
         shell_line(r.job_flags).c_str());
-  for (const Stage& s : r.stages)
-    if (foreign_tokenizer(r)) prepare_tokenizer(r, s);  // tok-train's says why the road stops, before anything runs
+  // tok-train's check says why the road stops, before anything runs; a plan alone changes nothing,
+  // so it only notes it
+  if (foreign_tokenizer(r) && a.plan_only)
+    std::printf("speedrun: NOTE: %s/tokenizer holds a tokenizer this road did not make: to run this road, use "
+                "another base folder (NANOCHAT_BASE_DIR=%s-speedrun) or pass --replace-tokenizer\n",
+                r.base.c_str(), r.base.c_str());
+  else
+    for (const Stage& s : r.stages)
+      if (foreign_tokenizer(r)) prepare_tokenizer(r, s);
   if (all_done(r)) {
     r.tag = road::road_model_tag(r.stages, o);
     for (const Stage& s : r.stages)
