@@ -99,6 +99,12 @@ TEST(SpeedrunJob, TwoNodesRunTheRoadWithOneCommandEachAndAFrozenNodeRejoinsChatS
   // by speed: neither node did all of them)
   const std::string card = slurp(b0.dir + "/report/report.md");
   EXPECT_NE(card.find("chat-sft"), std::string::npos) << card;
+  // chat-sft's section says that node 1 left and joined again
+  const size_t sft = card.find("## Chat SFT");
+  ASSERT_NE(sft, std::string::npos) << card;
+  const std::string sft_section = card.substr(sft, card.find("\n## ", sft + 1) - sft);
+  EXPECT_NE(sft_section.find("- nodes that left or joined: rank 1 left at step "), std::string::npos) << sft_section;
+  EXPECT_NE(sft_section.find(", 1 rank joined at step "), std::string::npos) << sft_section;
   for (const char* node : {"| 0 | ", "| 1 | "}) {
     const size_t at = card.find(node);
     ASSERT_NE(at, std::string::npos) << card;

@@ -243,6 +243,7 @@ void rl_generation(const ChatRlArgs& args, Communicator& comm, Membership& membe
       totals.card["steps"] = num_steps;
     }
     totals.card["ranks"] = comm.world_size();
+    totals.card["metrics"] = a.opt.checkpoint_dir + "/metrics.jsonl";  // its steps, and the nodes that left or joined
     run_chat_rl(model, tok, *train, *val, a.opt, comm, rl_callbacks(main_rank, totals), &membership);
   });
 }

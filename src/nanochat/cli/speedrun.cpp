@@ -550,9 +550,10 @@ int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<s
   // tok-train's check says why the road stops, before anything runs; a plan alone changes nothing,
   // so it only notes it
   if (foreign_tokenizer(r) && a.plan_only)
-    std::printf("speedrun: NOTE: %s/tokenizer holds a tokenizer this road did not make: to run this road, use "
-                "another base folder (NANOCHAT_BASE_DIR=%s-speedrun) or pass --replace-tokenizer\n",
-                r.base.c_str(), r.base.c_str());
+    std::printf(
+        "speedrun: NOTE: %s/tokenizer holds a tokenizer this road did not make: to run this road, use "
+        "another base folder (NANOCHAT_BASE_DIR=%s-speedrun) or pass --replace-tokenizer\n",
+        r.base.c_str(), r.base.c_str());
   else
     for (const Stage& s : r.stages)
       if (foreign_tokenizer(r)) prepare_tokenizer(r, s);

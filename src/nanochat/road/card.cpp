@@ -1,6 +1,7 @@
 #include "nanochat/road/card.h"
 
 #include <cmath>
+#include <fstream>
 #include <optional>
 
 #include "nanochat/core/error.h"
@@ -201,18 +202,37 @@ std::string stages_md(const std::string& dir, const nlohmann::json& ledger, cons
   return md + ", " + fixed(cpu_hours, 3) + " CPU-hours\n";
 }
 
-// Each stage's own section, as it wrote it, with its chart.
+// "rank 1 left at step 2, 1 rank joined at step 4": the changes of the job's nodes that a training
+// run's metrics.jsonl records (train/metrics_log.h); "" when there were none or the file is gone.
+std::string membership_changes(const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  std::string out;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("membership") || !j["membership"].is_string()) continue;
+    out +=
+        str_cat(out.empty() ? "" : ", ", j["membership"].get<std::string>(), " at step ", j.value("step", int64_t{0}));
+  }
+  return out;
+}
+
+// Each stage's own section, as it wrote it, with its chart and the nodes that left or joined it.
 std::string sections_md(const std::string& dir) {
   std::string md;
   for (const auto& s : kSections) {
     auto sec = read_report_section(s.slug, dir);
     if (!sec) continue;
+    const ojson& d = (*sec)["data"];
     md += "\n## " + (*sec)["title"].get<std::string>() +
-          "\n\ntimestamp: " + (*sec).value("timestamp", std::string("?")) + "\n\n" + section_lines((*sec)["data"]);
-    if ((*sec)["data"].contains("checkpoint_dir")) {
-      const std::string svg = (*sec)["data"]["checkpoint_dir"].get<std::string>() + "/report.svg";
+          "\n\ntimestamp: " + (*sec).value("timestamp", std::string("?")) + "\n\n" + section_lines(d);
+    std::string metrics = d.contains("metrics") ? d["metrics"].get<std::string>() : std::string();
+    if (d.contains("checkpoint_dir")) {
+      const std::string svg = d["checkpoint_dir"].get<std::string>() + "/report.svg";
       md += "- chart: [" + svg + "](" + svg + ")\n";
+      metrics = d["checkpoint_dir"].get<std::string>() + "/metrics.jsonl";
     }
+    if (const std::string changes = membership_changes(metrics); !changes.empty())
+      md += "- nodes that left or joined: " + changes + "\n";
   }
   return md;
 }
