@@ -36,11 +36,6 @@ struct SftDir : BaseDir {
   }
 };
 
-int64_t last_step(const std::string& dir) {
-  auto s = last_complete_step(dir);
-  return s ? *s : -1;
-}
-
 }  // namespace
 
 TEST(ChatSft, TrainsOneEpochOfABaseCheckpointAndChatLoadsIt) {

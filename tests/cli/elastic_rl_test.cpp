@@ -71,19 +71,6 @@ std::string rl_flags(int steps, int save_every, const std::string& extra = "") {
          std::to_string(save_every) + " --init-lr-frac 0.5 --threads 1 --balance even" + extra;
 }
 
-// `nanochat run` of `nnodes` for node `k` (one rank, loopback master on `port`, heartbeat `hb` s).
-std::string run_flags(const std::string& nnodes, int k, int port, int hb) {
-  return " run --nnodes " + nnodes +
-         " --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
-         " --heartbeat-timeout " +
-         std::to_string(hb) + " --master-port " + std::to_string(port) + " --node-rank " + std::to_string(k);
-}
-
-int64_t last_step(const std::string& dir) {
-  auto s = nanochat::last_complete_step(dir);
-  return s ? *s : -1;
-}
-
 nanochat::StFile weights_of(const std::string& dir, int64_t step) {
   const std::string n = std::to_string(step);
   return nanochat::load_safetensors(dir + "/model_" + std::string(6 - n.size(), '0') + n + ".safetensors");
@@ -100,28 +87,18 @@ TEST(ElasticRl, AFrozenNodeIsLeftBehindTheStageGoesOnAndItRejoinsWhenItWakes) {
   EmptyDir n1("nc_elrl_f1");
   const int port = test_port();
   const std::string flags = rl_flags(400, 1000);
-  BackgroundNode node0(n0.dir, run_flags("1:2", 0, port, 3) + flags, "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
+  BackgroundNode node0(n0.dir, node_run_flags("1:2", 0, port, 3) + flags, "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
                        n0.dir + "/node0.log");
-  BackgroundNode node1(n1.dir, run_flags("1:2", 1, port, 3) + flags, "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
+  BackgroundNode node1(n1.dir, node_run_flags("1:2", 1, port, 3) + flags, "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
                        n0.dir + "/node1.log");
   ASSERT_TRUE(logged_steps(node0, 12, "| examples per rank: 2/2"));  // node 0 holds a copy (every 10 steps)
-  ASSERT_FALSE(node1.ranks().empty()) << "node 1's launcher has no rank";
-  node1.signal_node(SIGSTOP);
-  const auto frozen = std::chrono::steady_clock::now();
-  ASSERT_TRUE(logged_line(node0, "Rank 1 left the job"));
-  std::printf("chat-rl went on %.1f s after node 1 froze\n",
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen).count());
-  node1.signal_node(SIGCONT);
-  for (auto* n : {&node0, &node1})
-    ASSERT_TRUE(n->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(240))) << slurp(n->log);
-  const std::string out0 = slurp(node0.log), out1 = slurp(node1.log);
-  EXPECT_TRUE(WIFEXITED(node0.status) && WEXITSTATUS(node0.status) == 0) << out0;
-  EXPECT_TRUE(WIFEXITED(node1.status) && WEXITSTATUS(node1.status) == 0) << out1;
+  ASSERT_TRUE(freeze_until_let_go(node0, node1, "chat-rl"));
+  std::string out0, out1;
+  ASSERT_TRUE(both_end_ok(node0, node1, 240, &out0, &out1));
+  expect_left_and_rejoined(out0, out1);
   EXPECT_NE(out0.find("stopped answering its heartbeat for "), std::string::npos) << out0;
   EXPECT_NE(out0.find("1 rank goes on (old rank 0) from step "), std::string::npos) << out0;
   EXPECT_NE(out0.find("the optimizer state comes from node 0's copy of step "), std::string::npos) << out0;
-  EXPECT_NE(out0.find("A rank joined the job at step "), std::string::npos) << out0;
-  EXPECT_NE(out1.find("asking node 0 to admit it again"), std::string::npos) << out1;
   EXPECT_NE(out1.find("rank 1 of 2 (job generation 2): admitted after "), std::string::npos) << out1;
   // the start-up lines once; the woken node takes problems again at the end
   EXPECT_EQ(count_of(out0, "Calculated number of steps: 400"), 1u) << out0;
@@ -153,22 +130,18 @@ TEST(ElasticRl, ANodeFrozenWhileTheStageSetsUpIsLeftBehindAndRejoins) {
   EmptyDir n1("nc_elrl_s1");
   const int port = test_port();
   const std::string flags = rl_flags(300, 1000);
-  BackgroundNode node0(n0.dir, run_flags("1:2", 0, port, 3) + flags, "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
+  BackgroundNode node0(n0.dir, node_run_flags("1:2", 0, port, 3) + flags, "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
                        n0.dir + "/node0.log");
-  BackgroundNode node1(n1.dir, run_flags("1:2", 1, port, 3) + flags,
+  BackgroundNode node1(n1.dir, node_run_flags("1:2", 1, port, 3) + flags,
                        "NANOCHAT_RENDEZVOUS_TIMEOUT=60 NANOCHAT_TEST_FAULT=stop-setup:1", n0.dir + "/node1.log");
   ASSERT_TRUE(logged_line(node0, "Rank 1 left the job"));
   ASSERT_TRUE(logged_steps(node0, 3, "Step "));
   node1.signal_node(SIGCONT);
-  for (auto* n : {&node0, &node1})
-    ASSERT_TRUE(n->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(240))) << slurp(n->log);
-  const std::string out0 = slurp(node0.log), out1 = slurp(node1.log);
-  EXPECT_TRUE(WIFEXITED(node0.status) && WEXITSTATUS(node0.status) == 0) << out0;
-  EXPECT_TRUE(WIFEXITED(node1.status) && WEXITSTATUS(node1.status) == 0) << out1;
+  std::string out0, out1;
+  ASSERT_TRUE(both_end_ok(node0, node1, 240, &out0, &out1));
+  expect_left_and_rejoined(out0, out1);
   EXPECT_NE(out0.find("(the set-up of the stage was interrupted: "), std::string::npos) << out0;
   EXPECT_NE(out0.find("1 rank goes on (old rank 0) from the start"), std::string::npos) << out0;
-  EXPECT_NE(out0.find("A rank joined the job at step "), std::string::npos) << out0;
-  EXPECT_NE(out1.find("asking node 0 to admit it again"), std::string::npos) << out1;
   EXPECT_EQ(last_step(n0.rl_ckpt()), 299);
 }
 
@@ -178,12 +151,8 @@ TEST(ElasticRl, ANodeFrozenWhileTheStageSetsUpIsLeftBehindAndRejoins) {
 TEST(ElasticRl, AKilledNodeCostsTheStepsSinceTheCopyAndTheRunEndsWhereTheUninterruptedOneEnds) {
   RlNode0 n0("nc_elrl_k0");
   EmptyDir n1("nc_elrl_k1");
-  const int port = test_port();
   const std::string flags = rl_flags(12, 1000, " --copy-state-every 3");
-  Result r0, r1;
-  std::thread t1([&] { r1 = run_at(n1.dir, run_flags("1:2", 1, port, 4) + flags, "NANOCHAT_TEST_FAULT=die:1:7"); });
-  r0 = run_at(n0.dir, run_flags("1:2", 0, port, 4) + flags, "NANOCHAT_TEST_FAULT=die:1:7");
-  t1.join();
+  const auto [r0, r1] = elastic_pair(n0.dir, n1.dir, flags, "NANOCHAT_TEST_FAULT=die:1:7");
   ASSERT_EQ(r0.code, 0) << r0.out << "\n--- node 1:\n" << r1.out;
   EXPECT_NE(r1.code, 0) << r1.out;
   EXPECT_NE(r0.out.find("Rank 1 left the job in step 8"), std::string::npos) << r0.out;
@@ -218,12 +187,8 @@ TEST(ElasticRl, AKilledNodeCostsTheStepsSinceTheCopyAndTheRunEndsWhereTheUninter
 TEST(ElasticRl, AFixedJobThatLosesANodeStopsNamingTheCheckpointToContinueFrom) {
   RlNode0 n0("nc_elrl_x0");
   EmptyDir n1("nc_elrl_x1");
-  const int port = test_port();
   const std::string flags = rl_flags(10, 2);
-  Result r0, r1;
-  std::thread t1([&] { r1 = run_at(n1.dir, run_flags("2", 1, port, 4) + flags, "NANOCHAT_TEST_FAULT=die:1:5"); });
-  r0 = run_at(n0.dir, run_flags("2", 0, port, 4) + flags, "NANOCHAT_TEST_FAULT=die:1:5");
-  t1.join();
+  const auto [r0, r1] = two_nodes(n0.dir, n1.dir, flags, "NANOCHAT_TEST_FAULT=die:1:5");
   EXPECT_NE(r0.code, 0) << r0.out;
   EXPECT_NE(r0.out.find("chat-rl stopped in step 6 (training the step): "), std::string::npos) << r0.out;
   EXPECT_NE(r0.out.find("The last checkpoint is step 4 in node 0's " + n0.rl_ckpt() +
@@ -245,13 +210,9 @@ TEST(ElasticRl, ANodeWithoutTheTasksFilesTakesThemFromRankZero) {
   fs::copy(std::string(NANOCHAT_TEST_DATA) + "/tasks/task_data", n0.dir + "/task_data", fs::copy_options::recursive);
   const std::string gsm8k = n0.dir + "/task_data/openai--gsm8k/main";
   fs::copy(gsm8k + "/test", gsm8k + "/train", fs::copy_options::recursive);  // the fixture has the test split only
-  const int port = test_port();
   std::string flags = rl_flags(2, 1000);
   flags.replace(flags.find("--task Identity"), 15, "--task GSM8K");
-  Result r0, r1;
-  std::thread t1([&] { r1 = run_at(n1.dir, run_flags("2", 1, port, 4) + flags, ""); });
-  r0 = run_at(n0.dir, run_flags("2", 0, port, 4) + flags, "");
-  t1.join();
+  const auto [r0, r1] = two_nodes(n0.dir, n1.dir, flags, "");
   ASSERT_EQ(r0.code, 0) << r0.out << "\n--- node 1:\n" << r1.out;
   ASSERT_EQ(r1.code, 0) << r1.out;
   EXPECT_NE(r1.out.find("rank 1: took GSM8K's files from rank 0 ("), std::string::npos) << r1.out;

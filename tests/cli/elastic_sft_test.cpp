@@ -48,19 +48,6 @@ struct SftNode0 : BaseDir {
   }
 };
 
-// `nanochat run` of `nnodes` for node `k` (one rank, loopback master on `port`, heartbeat `hb` s).
-std::string run_flags(const std::string& nnodes, int k, int port, int hb) {
-  return " run --nnodes " + nnodes +
-         " --nproc-per-node 1 --threads-per-rank 1 --master-addr 127.0.0.1 --allow-loopback-master"
-         " --heartbeat-timeout " +
-         std::to_string(hb) + " --master-port " + std::to_string(port) + " --node-rank " + std::to_string(k);
-}
-
-int64_t last_step(const std::string& dir) {
-  auto s = nanochat::last_complete_step(dir);
-  return s ? *s : -1;
-}
-
 }  // namespace
 
 // Node 1 freezes while chat-sft trains: node 0 finds it gone by its heartbeat, writes its copy of
@@ -71,27 +58,16 @@ TEST(ElasticSft, AFrozenNodeIsLeftBehindTheStageGoesOnAndItRejoinsWhenItWakes) {
   SftNode0 n0("nc_elsft_f0", 1500);
   EmptyDir n1("nc_elsft_f1");
   const int port = test_port();
-  BackgroundNode node0(n0.dir, run_flags("1:2", 0, port, 3) + n0.flags(), "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
+  BackgroundNode node0(n0.dir, node_run_flags("1:2", 0, port, 3) + n0.flags(), "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
                        n0.dir + "/node0.log");
-  BackgroundNode node1(n1.dir, run_flags("1:2", 1, port, 3) + n0.flags(), "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
+  BackgroundNode node1(n1.dir, node_run_flags("1:2", 1, port, 3) + n0.flags(), "NANOCHAT_RENDEZVOUS_TIMEOUT=60",
                        n0.dir + "/node1.log");
   ASSERT_TRUE(logged_steps(node0, 5, "] step 0"));
-  ASSERT_FALSE(node1.ranks().empty()) << "node 1's launcher has no rank";
-  node1.signal_node(SIGSTOP);
-  const auto frozen = std::chrono::steady_clock::now();
-  ASSERT_TRUE(logged_line(node0, "Rank 1 left the job"));
-  std::printf("chat-sft went on %.1f s after node 1 froze\n",
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen).count());
-  node1.signal_node(SIGCONT);
-  for (auto* n : {&node0, &node1})
-    ASSERT_TRUE(n->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(240))) << slurp(n->log);
-  const std::string out0 = slurp(node0.log), out1 = slurp(node1.log);
-  EXPECT_TRUE(WIFEXITED(node0.status) && WEXITSTATUS(node0.status) == 0) << out0;
-  EXPECT_TRUE(WIFEXITED(node1.status) && WEXITSTATUS(node1.status) == 0) << out1;
+  ASSERT_TRUE(freeze_until_let_go(node0, node1, "chat-sft"));
+  std::string out0, out1;
+  ASSERT_TRUE(both_end_ok(node0, node1, 240, &out0, &out1));
+  expect_left_and_rejoined(out0, out1);
   EXPECT_NE(out0.find("stopped answering its heartbeat for "), std::string::npos) << out0;
-  EXPECT_NE(out0.find("1 rank goes on (old rank 0)"), std::string::npos) << out0;
-  EXPECT_NE(out0.find("A rank joined the job at step "), std::string::npos) << out0;
-  EXPECT_NE(out1.find("asking node 0 to admit it again"), std::string::npos) << out1;
   EXPECT_NE(out1.find("rank 1 of 2 (job generation 2): admitted after "), std::string::npos) << out1;
   // the stage's start-up lines once, its end once; the woken node trains again at the end
   EXPECT_EQ(count_of(out0, "nanochat.cpp chat-sft"), 1u) << out0;
@@ -115,12 +91,8 @@ TEST(ElasticSft, AFrozenNodeIsLeftBehindTheStageGoesOnAndItRejoinsWhenItWakes) {
 TEST(ElasticSft, AKilledNodeCostsTheStepsSinceTheCopyAndTheStageEndsWhereTheUninterruptedOneEnds) {
   SftNode0 n0("nc_elsft_k0", 160);
   EmptyDir n1("nc_elsft_k1");
-  const int port = test_port();
   const std::string flags = n0.flags(" --copy-state-every 3");
-  Result r0, r1;
-  std::thread t1([&] { r1 = run_at(n1.dir, run_flags("1:2", 1, port, 4) + flags, "NANOCHAT_TEST_FAULT=die:1:7"); });
-  r0 = run_at(n0.dir, run_flags("1:2", 0, port, 4) + flags, "NANOCHAT_TEST_FAULT=die:1:7");
-  t1.join();
+  const auto [r0, r1] = elastic_pair(n0.dir, n1.dir, flags, "NANOCHAT_TEST_FAULT=die:1:7");
   ASSERT_EQ(r0.code, 0) << r0.out << "\n--- node 1:\n" << r1.out;
   EXPECT_NE(r1.code, 0) << r1.out;
   EXPECT_NE(r0.out.find("Rank 1 left the job in step 7"), std::string::npos) << r0.out;

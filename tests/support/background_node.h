@@ -101,4 +101,42 @@ inline ::testing::AssertionResult logged_line(BackgroundNode& node, const std::s
   return ::testing::AssertionSuccess();
 }
 
+/// Freezes node 1 (SIGSTOP: a laptop whose lid closed) until node 0 says that rank 1 left the job,
+/// prints how long `what` took to go on without it, and wakes node 1 (SIGCONT).
+inline ::testing::AssertionResult freeze_until_let_go(BackgroundNode& node0, BackgroundNode& node1,
+                                                      const std::string& what) {
+  if (node1.ranks().empty()) return ::testing::AssertionFailure() << "node 1's launcher has no rank";
+  node1.signal_node(SIGSTOP);
+  const auto frozen = std::chrono::steady_clock::now();
+  const ::testing::AssertionResult left = logged_line(node0, "Rank 1 left the job");
+  if (left)
+    std::printf("%s went on %.1f s after node 1 froze\n", what.c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen).count());
+  node1.signal_node(SIGCONT);
+  return left;
+}
+
+/// Waits at most `seconds` for both nodes of an elastic job to end, then checks that each exited
+/// with status 0 (its log in the message); their logs in *out0 and *out1.
+inline ::testing::AssertionResult both_end_ok(BackgroundNode& node0, BackgroundNode& node1, int seconds,
+                                              std::string* out0, std::string* out1) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  for (auto* n : {&node0, &node1})
+    if (!n->wait_until(deadline)) return ::testing::AssertionFailure() << "still running:\n" << slurp(n->log);
+  *out0 = slurp(node0.log);
+  *out1 = slurp(node1.log);
+  for (auto [n, out] : {std::pair{&node0, out0}, std::pair{&node1, out1}})
+    if (!WIFEXITED(n->status) || WEXITSTATUS(n->status) != 0)
+      return ::testing::AssertionFailure() << "a node did not exit with status 0:\n" << *out;
+  return ::testing::AssertionSuccess();
+}
+
+/// The lines of an elastic job (train/elastic.cpp) whose node 1 was let go and admitted again:
+/// node 0's "1 rank goes on" and "A rank joined", node 1's request to join again.
+inline void expect_left_and_rejoined(const std::string& out0, const std::string& out1) {
+  EXPECT_NE(out0.find("1 rank goes on (old rank 0) from "), std::string::npos) << out0;
+  EXPECT_NE(out0.find("A rank joined the job at step "), std::string::npos) << out0;
+  EXPECT_NE(out1.find("asking node 0 to admit it again"), std::string::npos) << out1;
+}
+
 }  // namespace nctest
