@@ -18,6 +18,7 @@
 
 #include "nanochat/checkpoint/checkpoint.h"
 #include "nanochat/cli/commands.h"
+#include "nanochat/cli/road_folders.h"
 #include "nanochat/cli/road_job.h"
 #include "nanochat/cli/stage_process.h"
 #include "nanochat/cli/suggest.h"
@@ -200,67 +201,13 @@ void print_plan(const RoadRun& r, const road::SpeedProbe& p, const road::TrainSi
   std::fflush(stdout);
 }
 
-// Where an earlier folder is kept when a stage replaces it: "<dir>.before-YYYY-MM-DD-HHMMSS".
-std::string aside_name(const std::string& dir) {
-  return dir + ".before-" + local_timestamp().replace(10, 1, "-").erase(13, 1).erase(15, 1);
-}
-
-// Resume an interrupted training stage from its last complete checkpoint; a fresh one moves an
-// earlier run's checkpoints aside (never deleted) so that its steps are the only ones there.
-std::vector<std::string> prepare_training(const RoadRun& r, const Stage& s, bool resume) {
-  std::vector<std::string> extra;
-  if (s.checkpoint_dir.empty()) return extra;
-  const std::string dir = r.base + "/" + s.checkpoint_dir;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return extra;
-  const auto last = last_complete_step(dir);
-  const std::string& cmd = s.commands.size() == 1 ? s.commands[0][0] : std::string();
-  const bool resumable = cmd == "base-train" || cmd == "chat-sft" || cmd == "chat-rl";
-  if (resume && resumable && last && *last > 0) {
-    std::printf("speedrun: %s was interrupted; it continues from its checkpoint at step %lld (%s)\n", s.id.c_str(),
-                static_cast<long long>(*last), dir.c_str());
-    return {"--resume-from-step", std::to_string(*last)};
-  }
-  const std::string aside = aside_name(dir);
-  fs::rename(dir, aside, ec);
-  if (ec) fail("speedrun: cannot move the earlier checkpoints ", dir, " aside to ", aside, ": ", ec.message());
-  std::printf("speedrun: %s starts afresh; the earlier checkpoints in %s are kept in %s\n", s.id.c_str(), dir.c_str(),
-              aside.c_str());
-  return extra;
-}
-
-// A tokenizer in the base folder that this road did not make (tok-train will run: the ledger
-// has no record of it), and no --replace-tokenizer.
-bool foreign_tokenizer(const RoadRun& r) {
-  std::error_code ec;
-  return fs::exists(r.base + "/tokenizer/tokenizer.json", ec) && r.ledger.stage("tok-train").empty() &&
-         !r.a.replace_tokenizer;
-}
-
-// tok-train replaces the base folder's tokenizer, which the models trained with it need: an
-// earlier one is moved aside (never deleted), and one this road did not make is replaced only
-// with --replace-tokenizer.
-void prepare_tokenizer(const RoadRun& r, const Stage& s) {
-  if (s.id != "tok-train") return;
-  const std::string dir = r.base + "/tokenizer";
-  std::error_code ec;
-  if (!fs::exists(dir + "/tokenizer.json", ec)) return;
-  if (foreign_tokenizer(r))
-    fail("speedrun: ", dir,
-         " holds a tokenizer this road did not make, and the models trained with it (e.g. "
-         "the quickstart's base_checkpoints/demo) need it; the road trains its own. Run the road in another base "
-         "folder (NANOCHAT_BASE_DIR=",
-         r.base, "-speedrun), or pass --replace-tokenizer (the old one is kept in ", dir, ".before-<time>)");
-  const std::string aside = aside_name(dir);
-  fs::rename(dir, aside, ec);
-  if (ec) fail("speedrun: cannot move the tokenizer ", dir, " aside to ", aside, ": ", ec.message());
-  std::printf("speedrun: tok-train makes a new tokenizer; the one in %s is kept in %s\n", dir.c_str(), aside.c_str());
-}
+// The base folder's tokenizer is not this road's and no --replace-tokenizer (cli/road_folders.h).
+bool foreign_tokenizer(const RoadRun& r) { return cli::foreign_tokenizer(r.base, r.ledger, r.a.replace_tokenizer); }
 
 int run_stage(RoadRun& r, size_t i, double road_left_after, bool resume) {
   const Stage& s = r.stages[i];
-  prepare_tokenizer(r, s);
-  std::vector<std::string> extra = prepare_training(r, s, resume);
+  prepare_tokenizer(r.base, s, foreign_tokenizer(r));
+  std::vector<std::string> extra = prepare_training(r.base, s, resume);
   r.ledger.started(s, !extra.empty());
   fs::create_directories(r.base + "/report/logs");
   const std::string log = r.base + "/report/logs/" + s.id + ".log";
@@ -556,7 +503,7 @@ int run_speedrun(const SpeedrunArgs& a, const CLI::App& top, const std::vector<s
         r.base.c_str(), r.base.c_str());
   else
     for (const Stage& s : r.stages)
-      if (foreign_tokenizer(r)) prepare_tokenizer(r, s);
+      if (foreign_tokenizer(r)) prepare_tokenizer(r.base, s, true);
   if (all_done(r)) {
     r.tag = road::road_model_tag(r.stages, o);
     for (const Stage& s : r.stages)
