@@ -253,6 +253,7 @@ void RlRun::run() {
     return;
   }
   step_ = opt_.resume_from_step + 1;
+  model_.zero_grad();  // the first step's gradients are its own
   membership_.started(metrics_, sync_.rank() == 0);
   try {
     run_steps();
