@@ -10,6 +10,33 @@ using json = nlohmann::json;
 
 namespace nanochat {
 
+namespace {
+// " | comm wait: x%" (rank 0's seconds blocked on the others, of the step) when W > 1.
+std::string comm_wait_of(const StepReport& r) {
+  if (r.world_size <= 1) return {};
+  char cw[48];
+  std::snprintf(cw, sizeof cw, " | comm wait: %.1f%%", 100.0 * r.comm_wait / r.dt);
+  return cw;
+}
+
+// The W > 1 ranks part of a step's line: each rank's share, compute + wait seconds and tok/s.
+std::string ranks_of(const StepReport& r) {
+  if (r.world_size <= 1) return {};
+  std::string l = r.times_of_this_step ? " | ranks: " : " | ranks (other nodes at their last round's end): ";
+  for (size_t k = 0; k < r.ranks.size(); ++k) {
+    const RankReport& q = r.ranks[k];
+    char b[128];
+    if (q.compute + q.wait <= 0 && q.tok_per_sec == 0)
+      std::snprintf(b, sizeof b, "%sr%zu %.0f%% -", k ? ", " : "", k, 100.0 * q.share);
+    else
+      std::snprintf(b, sizeof b, "%sr%zu %.0f%% %.2fs+%.2fs %s tok/s", k ? ", " : "", k, 100.0 * q.share, q.compute,
+                    q.wait, with_commas(q.tok_per_sec).c_str());
+    l += b;
+  }
+  return l;
+}
+}  // namespace
+
 std::string step_log_line(const StepReport& r) {
   const double pct = 100.0 * static_cast<double>(r.step) / static_cast<double>(r.num_iterations);
   const json& ls = r.loader_state;
@@ -21,12 +48,7 @@ std::string step_log_line(const StepReport& r) {
                 r.dt * 1e3, with_commas(r.tok_per_sec).c_str(), r.mfu, ls.value("epoch", json(0)).dump().c_str(),
                 ls.value("pq_idx", json(0)).dump().c_str(), ls.value("rg_idx", json(0)).dump().c_str(),
                 r.total_training_time / 60.0);
-  std::string l = line;
-  if (r.world_size > 1) {
-    char cw[48];
-    std::snprintf(cw, sizeof cw, " | comm wait: %.1f%%", 100.0 * r.comm_wait / r.dt);
-    l += cw;
-  }
+  std::string l = line + comm_wait_of(r);
   if (r.step > 10) {
     char eta[64];
     std::snprintf(eta, sizeof eta, " | eta: %.1fm",
@@ -34,34 +56,8 @@ std::string step_log_line(const StepReport& r) {
                       static_cast<double>(r.step - 10) / 60.0);
     l += eta;
   }
-  for (size_t k = 0; k < r.ranks.size() && r.world_size > 1; ++k) {
-    const RankReport& q = r.ranks[k];
-    char b[128];
-    std::snprintf(b, sizeof b, "%sr%zu %.0f%% %.2fs+%.2fs %s tok/s", k ? ", " : " | ranks: ", k, 100.0 * q.share,
-                  q.compute, q.wait, with_commas(q.tok_per_sec).c_str());
-    l += b;
-  }
-  return l;
+  return l + ranks_of(r);
 }
-
-namespace {
-// The W > 1 parts of a step's line: rank 0's comm wait and each rank's share, times and tok/s.
-std::string ranks_part(const StepReport& r) {
-  std::string l;
-  if (r.world_size <= 1) return l;
-  char cw[48];
-  std::snprintf(cw, sizeof cw, " | comm wait: %.1f%%", 100.0 * r.comm_wait / r.dt);
-  l += cw;
-  for (size_t k = 0; k < r.ranks.size(); ++k) {
-    const RankReport& q = r.ranks[k];
-    char b[128];
-    std::snprintf(b, sizeof b, "%sr%zu %.0f%% %.2fs+%.2fs %s tok/s", k ? ", " : " | ranks: ", k, 100.0 * q.share,
-                  q.compute, q.wait, with_commas(q.tok_per_sec).c_str());
-    l += b;
-  }
-  return l;
-}
-}  // namespace
 
 std::string sft_step_log_line(const StepReport& r) {
   char line[512];
@@ -71,7 +67,7 @@ std::string sft_step_log_line(const StepReport& r) {
                 static_cast<long long>(r.step + 1), 100.0 * r.progress, r.smooth_loss, r.lrm, r.dt * 1e3,
                 with_commas(r.tok_per_sec).c_str(), r.mfu, r.loader_state.value("epoch", json(1)).dump().c_str(),
                 r.total_training_time / 60.0);
-  return line + ranks_part(r);
+  return line + comm_wait_of(r) + ranks_of(r);
 }
 
 std::vector<std::string> profile_report_lines(int rank, int64_t steps, double seconds) {

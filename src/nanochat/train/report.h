@@ -29,12 +29,16 @@ struct StepReport {
   int world_size = 1;
   double comm_wait = 0;           ///< seconds rank 0 spent blocked on the others (shown when W > 1)
   std::vector<RankReport> ranks;  ///< per rank (shown when W > 1)
-  double progress = -1;           ///< chat-sft: the LR schedule's progress (0..1)
+  /// Every rank's times are of this step (false under DiLoCo: the other nodes' are of their last
+  /// round's end, said in the line; a rank with no times yet shows "-").
+  bool times_of_this_step = true;
+  double progress = -1;  ///< chat-sft: the LR schedule's progress (0..1)
 };
 
 /// "step 00005/00010 (50.00%) | loss: ... | total time: 0.01m[ | comm wait: x%][ | eta: ym]
 /// [ | ranks: r0 62% 1.20s+0.05s 1,510 tok/s, r1 38% ...]" (the eta once step > 10; the ranks'
-/// share of the rows, compute + wait seconds and tok/s when W > 1).
+/// share of the rows, compute + wait seconds and tok/s when W > 1; "ranks (other nodes at their
+/// last round's end):" when !times_of_this_step, and "r1 50% -" for a rank not timed yet).
 std::string step_log_line(const StepReport& r);
 
 /// chat-sft's line (nanochat scripts/chat_sft.py): "step 00006 (12.34%) | loss: ... | lrm: ... | dt:

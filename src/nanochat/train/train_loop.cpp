@@ -346,6 +346,7 @@ void TrainLoop::log_step(const StepStats& s, double lrm) {
   r.loader_state = loader_state_;
   r.total_training_time = st_.total_training_time;
   r.world_size = plan_.world_size;
+  r.times_of_this_step = s.times_of_this_step;
   json rank_rows = json::array(), rank_compute = json::array(), rank_wait = json::array(), rank_data = json::array(),
        rank_tok = json::array();
   for (size_t q = 0; q < s.ranks.size(); ++q) {
