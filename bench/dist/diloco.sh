@@ -5,7 +5,9 @@
 # may be slowed to 1/--ratio of a core by a CPU quota (cgroup v1 cpu.cfs_quota_us or v2 cpu.max).
 # For every link rate it prints, per run, the job's tok/s over the steps after --skip (all the
 # job's tokens over the sum of rank 0's step times, outer exchanges included), that as a fraction
-# of the sum of the two nodes' speeds alone (each node training by itself, same flags), and the
+# of the sum of the two nodes' speeds alone (each node training by itself, same flags: "of sum"
+# one after the other, as on two machines; "of both" both at once, each with the other's load on
+# this host's shared cache and memory bus, the most a pair on one host can reach), and the
 # final val bpb with its difference from the synchronous run's (the same tokens: same steps and
 # total batch). The synchronous run's bpb does not depend on the link: it is run in full once,
 # over the namespaces' link unshaped (its line "none"); on each rate only --sync-steps steps of it
@@ -14,7 +16,7 @@
 # usage: sudo bench/dist/diloco.sh [--bin PATH] [--dir DIR] [--depth 4] [--seq-len 256] [--device-batch 4]
 #            [--batch TOKENS] [--steps N] [--sync-steps N] [--skip K] [--rates "1gbit 20mbit"]
 #            [--rtt-ms 40] [--every "10 50"] [--dtypes "float32 int8"] [--outer "0.7 0.9"] [--ratio 1]
-#            [--overlap "0 2"] [--shaper auto|tbf]
+#            [--overlap "0 2"] [--shaper auto|tbf] [--known "SUM BOTH BPB"]
 #   --dir DIR     NANOCHAT_BASE_DIR with the demo corpus and a tokenizer (default ~/.cache/nanochat,
 #                 the quickstart's); node 1 gets an empty folder of its own
 #   --outer "LR MU"  the outer learning rate and momentum (default the DiLoCo paper's 0.7 0.9)
@@ -23,6 +25,11 @@
 #   --shaper tbf  shape the rate only, in the kernel (tc tbf, no added delay): where netem is missing
 #                 and the delay line's CPU would compete with the nodes (default auto: netem, else
 #                 the delay line)
+#   --known "SUM BOTH BPB"  reuse an earlier invocation's figures with the same model and batch
+#                 flags (its "sum", "both alone at once" sum and zero2 val bpb): skips the nodes'
+#                 runs alone and the synchronous run in full (--sync-steps 0 skips the shaped one)
+# At the end (without --known) both nodes run alone at once again: the host's speed may have moved
+# during the invocation, and the line says by how much.
 # Needs: root, ip and tc (iproute2), taskset, and tc netem or /dev/net/tun (then the user-space
 # bench/dist/delay_line.py shapes the link); a cgroup cpu controller (v1 or v2) for --ratio > 1. Quiet host.
 set -euo pipefail
@@ -31,7 +38,7 @@ repo="$(cd "$(dirname "$0")/../.." && pwd)"
 me=diloco.sh
 bin="$repo/build/nanochat" dir="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
 depth=4 seq_len=256 dev_batch=4 batch=8192 steps=60 sync_steps=6 skip=2
-rates="1gbit 100mbit 20mbit" rtt_ms=40 every="10 50" dtypes="float32 bfloat16 int8" outer="0.7 0.9" ratio=1 overlap=0 shaper=auto
+rates="1gbit 100mbit 20mbit" rtt_ms=40 every="10 50" dtypes="float32 bfloat16 int8" outer="0.7 0.9" ratio=1 overlap=0 shaper=auto known=""
 die() { echo "$me: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || die "$1 needs a value"
@@ -40,12 +47,14 @@ while [ $# -gt 0 ]; do
     --device-batch) dev_batch="$2" ;; --batch) batch="$2" ;; --steps) steps="$2" ;; --sync-steps) sync_steps="$2" ;;
     --skip) skip="$2" ;; --rates) rates="$2" ;; --rtt-ms) rtt_ms="$2" ;; --every) every="$2" ;;
     --dtypes) dtypes="$2" ;; --outer) outer="$2" ;; --ratio) ratio="$2" ;; --overlap) overlap="$2" ;; --shaper) shaper="$2" ;;
+    --known) known="$2" ;;
     *) die "unknown argument '$1' (see the usage at the top of $0)" ;;
   esac
   shift 2
 done
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc, cgroup)"
 [ "$shaper" = auto ] || [ "$shaper" = tbf ] || die "--shaper must be auto or tbf (got '$shaper')"
+[ -z "$known" ] || [ "$(wc -w <<< "$known")" = 3 ] || die "--known needs three figures: SUM BOTH BPB (got '$known')"
 [ -x "$bin" ] || die "no nanochat binary at $bin (bash scripts/build.sh, or --bin)"
 [ -f "$dir/tokenizer/tokenizer.json" ] || die "no tokenizer in $dir: run the quickstart (bash scripts/setup.sh) or pass --dir"
 read -r outer_lr outer_mu <<< "$outer"
@@ -127,11 +136,11 @@ if [ "$ratio" != 1 ]; then
   fi
   slow=(bash -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' in_cgroup "$cg")
 fi
-train() {  # $1 = tag, $2 = steps, then extra flags
+train() {  # $1 = tag, $2 = steps, then extra flags; evaluates at the start and the end (eval=N)
   local tag="$1" n="$2"
   shift 2
   echo base-train --depth "$depth" --max-seq-len "$seq_len" --device-batch-size "$dev_batch" \
-    --total-batch-size "$batch" --num-iterations "$n" --eval-every "$n" --eval-tokens 262144 --sample-every -1 \
+    --total-batch-size "$batch" --num-iterations "$n" --eval-every "${eval:-$n}" --eval-tokens 262144 --sample-every -1 \
     --core-metric-every -1 --threads 1 --model-tag "$tag" "$@"
 }
 # all the job's tokens over rank 0's step seconds, steps >= skip (metrics.jsonl of node 0)
@@ -143,13 +152,26 @@ dts = [r["dt_ms"] for r in recs if "dt_ms" in r and r["step"] >= int(sys.argv[2]
 print(f"{int(sys.argv[3]) * len(dts) / (sum(dts) / 1e3):.0f}")
 EOF
 }
+frac() { awk -v a="$1" -v s="$2" 'BEGIN { printf "%.2f", a / s }'; }
 bpb_of() { grep -a "Validation bpb" "$1" | tail -1 | sed -E 's/.*bpb: ([0-9.]+).*/\1/'; }
-alone() {  # $1 = tag, $2 = core, then the wrapper: tok/s of one node by itself
+alone() {  # $1 = tag, $2 = core, then the wrapper: tok/s of one node by itself (no evaluation)
   local tag="$1" core="$2"
   shift 2
   rm -rf "$dir/base_checkpoints/$tag"
-  "$@" taskset -c "$core" "$bin" $(train "$tag" "$((skip + 6))") > "$logs/$tag.log" 2>&1 || die "$tag failed ($logs/$tag.log)"
+  "$@" taskset -c "$core" "$bin" $(eval=-1 train "$tag" "$((skip + 6))") > "$logs/$tag.log" 2>&1 || die "$tag failed ($logs/$tag.log)"
   rate_of "$tag"
+}
+# Both nodes training by themselves at the same time (no link between them): each one's speed
+# with the other's load on the host beside it, as in the pair. On one host the two cores share
+# the cache and the memory bus, so this sum is the most a pair on this host can reach; on two
+# machines the one-after-the-other sum is.
+alone_together() {
+  local r1
+  alone dl-both1 1 "${slow[@]}" > "$logs/both1.rate" &
+  r1=$!
+  alone dl-both0 0
+  wait "$r1" || die "dl-both1 failed ($logs/dl-both1.log)"
+  cat "$logs/both1.rate"
 }
 pair() {  # $1 = tag, $2 = steps, then extra flags; leaves node 0's log in $logs/$1.log
   local tag="$1" n="$2" port=$((29700 + RANDOM % 200))
@@ -168,20 +190,32 @@ rtt_line="RTT ${rtt_ms} ms"
 [ "$shaper" = tbf ] && rtt_line="no added delay (tbf)"
 echo "== d$depth, T $seq_len, B $dev_batch, total batch $batch, $steps steps; $rtt_line; node 1 at 1/$ratio of a core"
 echo "   $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load $(cut -d' ' -f1-3 /proc/loadavg)"
-a0=$(alone dl-alone0 0)
-a1=$(alone dl-alone1 1 "${slow[@]}")
-sum=$((a0 + a1))
-echo "   node 0 alone $a0 tok/s, node 1 alone $a1 tok/s, sum $sum"
-pair dl-sync "$steps"
-ref_bpb=$(bpb_of "$logs/dl-sync.log")
-printf "%-9s %-22s %9s %9s %9s %8s\n" link run tok/s "of sum" "val bpb" "vs sync"
-t=$(rate_of dl-sync)
-printf "%-9s %-22s %9s %9.2f %9s %8s\n" none zero2 "$t" "$(awk -v a="$t" -v s="$sum" 'BEGIN { print a / s }')" "$ref_bpb" ""
+header() { printf "%-9s %-22s %9s %9s %9s %9s %8s\n" link run tok/s "of sum" "of both" "val bpb" "vs sync"; }
+if [ -n "$known" ]; then
+  read -r sum both ref_bpb <<< "$known"
+  echo "   (given) sum of the nodes alone $sum tok/s, both at once $both; the synchronous run's val bpb $ref_bpb"
+  header
+else
+  a0=$(alone dl-alone0 0)
+  a1=$(alone dl-alone1 1 "${slow[@]}")
+  sum=$((a0 + a1))
+  echo "   node 0 alone $a0 tok/s, node 1 alone $a1 tok/s, sum $sum (one after the other)"
+  read -r b0 b1 <<< "$(alone_together | tr '\n' ' ')"
+  both=$((b0 + b1))
+  echo "   both alone at once: node 0 $b0 tok/s, node 1 $b1 tok/s, sum $both (\"of both\" below)"
+  pair dl-sync "$steps"
+  ref_bpb=$(bpb_of "$logs/dl-sync.log")
+  t=$(rate_of dl-sync)
+  header
+  printf "%-9s %-22s %9s %9.2f %9.2f %9s %8s\n" none zero2 "$t" "$(frac "$t" "$sum")" "$(frac "$t" "$both")" "$ref_bpb" ""
+fi
 for r in $rates; do
   shape "$r"
-  pair dl-sync "$sync_steps"
-  t=$(rate_of dl-sync)
-  printf "%-9s %-22s %9s %9.2f %9s %8s\n" "$r" "zero2 ($sync_steps steps)" "$t" "$(awk -v a="$t" -v s="$sum" 'BEGIN { print a / s }')" "" ""
+  if [ "$sync_steps" -gt 0 ]; then
+    pair dl-sync "$sync_steps"
+    t=$(rate_of dl-sync)
+    printf "%-9s %-22s %9s %9.2f %9.2f %9s %8s\n" "$r" "zero2 ($sync_steps steps)" "$t" "$(frac "$t" "$sum")" "$(frac "$t" "$both")" "" ""
+  fi
   for h in $every; do
     for d in $dtypes; do
       for o in $overlap; do
@@ -191,10 +225,18 @@ for r in $rates; do
           --outer-momentum "$outer_mu" --outer-overlap "$o"
         t=$(rate_of "$tag")
         b=$(bpb_of "$logs/$tag.log")
-        printf "%-9s %-22s %9s %9.2f %9s %+7.2f%%\n" "$r" "$label" "$t" \
-          "$(awk -v a="$t" -v s="$sum" 'BEGIN { print a / s }')" "$b" "$(awk -v a="$b" -v s="$ref_bpb" 'BEGIN { print 100 * (a / s - 1) }')"
+        printf "%-9s %-22s %9s %9.2f %9.2f %9s %+7.2f%%\n" "$r" "$label" "$t" \
+          "$(frac "$t" "$sum")" "$(frac "$t" "$both")" "$b" "$(awk -v a="$b" -v s="$ref_bpb" 'BEGIN { print 100 * (a / s - 1) }')"
       done
     done
   done
 done
+# The host's speed drifts (a VM's neighbours): the nodes alone again at the end, beside the start.
+if [ -z "$known" ]; then
+  read -r e0 e1 <<< "$(alone_together | tr '\n' ' ')"
+  end=$((e0 + e1))
+  echo "   at the end, both alone at once: node 0 $e0 tok/s, node 1 $e1 tok/s, sum $end" \
+    "($(awk -v a="$end" -v s="$both" 'BEGIN { printf "%+.1f", 100 * (a / s - 1) }')% from the start's $both;" \
+    "a run's fraction against it: its tok/s / $end)"
+fi
 echo "logs: $logs"
