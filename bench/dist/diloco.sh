@@ -27,8 +27,9 @@
 #                 the delay line)
 #   --known "SUM BOTH BPB"  reuse an earlier invocation's figures with the same model and batch
 #                 flags (its "sum", "both alone at once" sum and zero2 val bpb): skips the nodes'
-#                 runs alone and the synchronous run in full (--sync-steps 0 skips the shaped one)
-# At the end (without --known) both nodes run alone at once again: the host's speed may have moved
+#                 runs alone and the synchronous run in full (--sync-steps 0 skips the shaped one);
+#                 the fractions are then against figures of another moment: read the end's line
+# At the end both nodes run alone at once again: the host's speed may have moved
 # during the invocation, and the line says by how much.
 # Needs: root, ip and tc (iproute2), taskset, and tc netem or /dev/net/tun (then the user-space
 # bench/dist/delay_line.py shapes the link); a cgroup cpu controller (v1 or v2) for --ratio > 1. Quiet host.
@@ -232,11 +233,9 @@ for r in $rates; do
   done
 done
 # The host's speed drifts (a VM's neighbours): the nodes alone again at the end, beside the start.
-if [ -z "$known" ]; then
-  read -r e0 e1 <<< "$(alone_together | tr '\n' ' ')"
-  end=$((e0 + e1))
-  echo "   at the end, both alone at once: node 0 $e0 tok/s, node 1 $e1 tok/s, sum $end" \
-    "($(awk -v a="$end" -v s="$both" 'BEGIN { printf "%+.1f", 100 * (a / s - 1) }')% from the start's $both;" \
-    "a run's fraction against it: its tok/s / $end)"
-fi
+read -r e0 e1 <<< "$(alone_together | tr '\n' ' ')"
+end=$((e0 + e1))
+echo "   at the end, both alone at once: node 0 $e0 tok/s, node 1 $e1 tok/s, sum $end" \
+  "($(awk -v a="$end" -v s="$both" 'BEGIN { printf "%+.1f", 100 * (a / s - 1) }')% from the $([ -n "$known" ] && echo given || echo "start's") $both;" \
+  "a run's fraction against it: its tok/s / $end)"
 echo "logs: $logs"
