@@ -28,11 +28,13 @@
 #   --known "SUM BOTH BPB"  reuse an earlier invocation's figures with the same model and batch
 #                 flags (its "sum", "both alone at once" sum and zero2 val bpb): skips the nodes'
 #                 runs alone and the synchronous run in full (--sync-steps 0 skips the shaped one);
-#                 the fractions are then against figures of another moment: read the end's line
+#                 the fractions are then against figures of another moment: read the end's line.
+#                 --known BPB gives the synchronous val bpb only (from a run with the same flags,
+#                 e.g. on loopback: the link does not change it); the nodes alone are measured
 # At the end both nodes run alone at once again: the host's speed may have moved
 # during the invocation, and the line says by how much.
 # Needs: root, ip and tc (iproute2), taskset, and tc netem or /dev/net/tun (then the user-space
-# bench/dist/delay_line.py shapes the link); a cgroup cpu controller (v1 or v2) for --ratio > 1. Quiet host.
+# bench/dist/delay_line.cpp shapes the link: `cmake --build build --target delay_line`); a cgroup cpu controller (v1 or v2) for --ratio > 1. Quiet host.
 set -euo pipefail
 PATH="$PATH:/usr/sbin:/sbin"
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -55,14 +57,14 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc, cgroup)"
 [ "$shaper" = auto ] || [ "$shaper" = tbf ] || die "--shaper must be auto or tbf (got '$shaper')"
-[ -z "$known" ] || [ "$(wc -w <<< "$known")" = 3 ] || die "--known needs three figures: SUM BOTH BPB (got '$known')"
+case "$(wc -w <<< "$known")" in 0 | 1 | 3) ;; *) die "--known needs SUM BOTH BPB or BPB alone (got '$known')" ;; esac
 [ -x "$bin" ] || die "no nanochat binary at $bin (bash scripts/build.sh, or --bin)"
 [ -f "$dir/tokenizer/tokenizer.json" ] || die "no tokenizer in $dir: run the quickstart (bash scripts/setup.sh) or pass --dir"
 read -r outer_lr outer_mu <<< "$outer"
 logs=$(mktemp -d /tmp/nanochat-diloco-XXXXXX)
 n1_dir="$logs/node1-empty"
 mkdir -p "$n1_dir"
-id="ncd$$" ns0="" ns1="" cg=""
+id="ncd$$" ns0="" ns1="" cg="" sum_given=""
 cleanup() {
   [ -n "${line_pid:-}" ] && kill "$line_pid" 2> /dev/null || true
   for ns in "$ns0" "$ns1"; do
@@ -85,8 +87,8 @@ ip -n "$ns0" addr add 10.82.0.1/24 dev "${id}x" && ip -n "$ns1" addr add 10.82.0
 for ns in "$ns0" "$ns1"; do ip -n "$ns" link set lo up; done
 ip -n "$ns0" link set "${id}x" up && ip -n "$ns1" link set "${id}y" up
 # The shaped link: tc netem on the veth pair where the kernel has it (rate and half the RTT each
-# way), else bench/dist/delay_line.py, a user-space link over a TUN pair (10.83.0.x) with the same
-# rate and delay. master_addr follows.
+# way), else bench/dist/delay_line.cpp (build/bench/delay_line), a user-space link over a TUN pair
+# (10.83.0.x) with the same rate and delay. master_addr follows.
 master_addr=10.82.0.1 line_pid=""
 has_netem=0
 ip netns exec "$ns0" tc qdisc add dev lo root netem delay 1ms 2> /dev/null && has_netem=1 &&
@@ -111,13 +113,16 @@ shape() {  # $1 = rate ("none": the veth as it is)
   fi
   bits=$(awk -v r="$1" 'BEGIN { n = r + 0; u = tolower(substr(r, length(n "") + 1));
     m = u ~ /^g/ ? 1e9 : u ~ /^m/ ? 1e6 : u ~ /^k/ ? 1e3 : 1; printf "%g", n * m }')
-  python3 "$repo/bench/dist/delay_line.py" "$ns0" "$ns1" --rate "$bits" --delay-ms "$half" --tag "${id}t" \
+  local line_bin
+  line_bin="$(dirname "$bin")/bench/delay_line"
+  [ -x "$line_bin" ] || die "no tc netem in this kernel and no delay line at $line_bin: cmake --build $(dirname "$bin") --target delay_line (or --shaper tbf)"
+  "$line_bin" "$ns0" "$ns1" --rate "$bits" --delay-ms "$half" --tag "${id}t" \
     > "$logs/line-$1.log" 2>&1 &
   line_pid=$!
   for _ in $(seq 50); do grep -q "link up" "$logs/line-$1.log" && break; sleep 0.1; done
   grep -q "link up" "$logs/line-$1.log" || die "the delay line did not come up ($logs/line-$1.log)"
   master_addr=10.83.0.1
-  echo "   link: no tc netem in this kernel; user-space delay line (bench/dist/delay_line.py), $1, RTT $rtt_ms ms"
+  echo "   link: no tc netem in this kernel; user-space delay line ($line_bin), $1, RTT $rtt_ms ms"
 }
 slow=()
 if [ "$ratio" != 1 ]; then
@@ -192,8 +197,9 @@ rtt_line="RTT ${rtt_ms} ms"
 echo "== d$depth, T $seq_len, B $dev_batch, total batch $batch, $steps steps; $rtt_line; node 1 at 1/$ratio of a core"
 echo "   $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load $(cut -d' ' -f1-3 /proc/loadavg)"
 header() { printf "%-9s %-22s %9s %9s %9s %9s %8s\n" link run tok/s "of sum" "of both" "val bpb" "vs sync"; }
-if [ -n "$known" ]; then
+if [ "$(wc -w <<< "$known")" = 3 ]; then
   read -r sum both ref_bpb <<< "$known"
+  sum_given=1
   echo "   (given) sum of the nodes alone $sum tok/s, both at once $both; the synchronous run's val bpb $ref_bpb"
   header
 else
@@ -204,11 +210,17 @@ else
   read -r b0 b1 <<< "$(alone_together | tr '\n' ' ')"
   both=$((b0 + b1))
   echo "   both alone at once: node 0 $b0 tok/s, node 1 $b1 tok/s, sum $both (\"of both\" below)"
-  pair dl-sync "$steps"
-  ref_bpb=$(bpb_of "$logs/dl-sync.log")
-  t=$(rate_of dl-sync)
-  header
-  printf "%-9s %-22s %9s %9.2f %9.2f %9s %8s\n" none zero2 "$t" "$(frac "$t" "$sum")" "$(frac "$t" "$both")" "$ref_bpb" ""
+  if [ -n "$known" ]; then
+    ref_bpb=$known
+    echo "   (given) the synchronous run's val bpb $ref_bpb"
+    header
+  else
+    pair dl-sync "$steps"
+    ref_bpb=$(bpb_of "$logs/dl-sync.log")
+    t=$(rate_of dl-sync)
+    header
+    printf "%-9s %-22s %9s %9.2f %9.2f %9s %8s\n" none zero2 "$t" "$(frac "$t" "$sum")" "$(frac "$t" "$both")" "$ref_bpb" ""
+  fi
 fi
 for r in $rates; do
   shape "$r"
@@ -236,6 +248,6 @@ done
 read -r e0 e1 <<< "$(alone_together | tr '\n' ' ')"
 end=$((e0 + e1))
 echo "   at the end, both alone at once: node 0 $e0 tok/s, node 1 $e1 tok/s, sum $end" \
-  "($(awk -v a="$end" -v s="$both" 'BEGIN { printf "%+.1f", 100 * (a / s - 1) }')% from the $([ -n "$known" ] && echo given || echo "start's") $both;" \
+  "($(awk -v a="$end" -v s="$both" 'BEGIN { printf "%+.1f", 100 * (a / s - 1) }')% from the $([ -n "$sum_given" ] && echo given || echo "start's") $both;" \
   "a run's fraction against it: its tok/s / $end)"
 echo "logs: $logs"
