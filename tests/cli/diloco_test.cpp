@@ -4,15 +4,21 @@
 // the exchange overlapped (--outer-overlap 2); a resumed DiLoCo run ends bit for bit where the
 // uninterrupted one ends, also an overlapped one resumed from a save; a node killed inside a
 // round stops the job with node 0's last boundary checkpoint, from which both nodes go on (an
-// elastic job goes on without it: tests/cli/elastic_test.cpp).
+// elastic job goes on without it: tests/cli/elastic_test.cpp); over a 20 Mbit/s link with 40 ms
+// of round trip between two network namespaces (the benchmarks' delay line), each exchange takes
+// at least its bytes' time on the wire.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <regex>
+#include <sstream>
 #include <string>
 
 #include "nanochat/core/safetensors.h"
 #include "support/cli_util.h"
+#include "support/netns_pair.h"
+#include "support/proc_util.h"
 #include "support/test_port.h"
 #include "support/two_nodes.h"
 #include "support/weights_compare.h"
@@ -170,4 +176,54 @@ TEST(DiLoCoRun, ASlowNodeGetsNoAdviceMadeForEveryStepSyncs) {
       two_nodes(b0.dir, b1.dir, flags + " --sync diloco --sync-every 3", "NANOCHAT_TEST_FAULT=slow:1:6");
   ASSERT_EQ(d0.code, 0) << d0.out;
   EXPECT_EQ(d0.out.find("would be faster without rank"), std::string::npos) << d0.out;
+}
+
+// Two hosts joined by a home uplink: the namespaces' link through bench/dist/delay_line.cpp at
+// 20 Mbit/s each way and 20 ms each way, node 1 with an empty folder (node 0 serves the data). The job trains to the
+// end, and every exchange takes at least its bytes' serialisation time at 20 Mbit/s (a link cannot be faster than its
+// rate: the bound proves the bytes went over the slow line, not around it).
+TEST(DiLoCoRun, TrainsOverATwentyMegabitLinkWithFortyMillisecondsOfRoundTrip) {
+#ifndef NANOCHAT_DELAY_LINE
+  GTEST_SKIP() << "built without the benchmarks (NANOCHAT_BUILD_BENCH=OFF): no delay line";
+#else
+  NetnsPair net("dll");
+  const std::string why = net.make();
+  if (!why.empty()) GTEST_SKIP() << why;
+  const std::string tag = "nc" + std::to_string(getpid() % 100000) + "t";
+  Proc line = Proc::spawn({NANOCHAT_DELAY_LINE, net.a, net.b, "--rate", "20e6", "--delay-ms", "20", "--tag", tag}, {});
+  if (!line.wait_for_output("link up", Ms(10000)))
+    GTEST_SKIP() << "no delay line (needs /dev/net/tun): " << line.output();
+  BaseDir n0("nc_dl_slow0");
+  EmptyDir n1("nc_dl_slow1");
+  auto node = [&](int n) {
+    std::vector<std::string> argv = net.exec_in(n);
+    argv.push_back(nanochat_binary());
+    std::istringstream in(
+        " run --nnodes 2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 10.83.0.1"
+        " --master-port 29500 --port-range 29600-29601 --node-rank " +
+        std::to_string(n) + kRun +
+        " --num-iterations 10 --eval-every -1 --sync diloco --sync-every 5 --sync-dtype int8"
+        " --outer-lr 1 --outer-momentum 0.5");
+    for (std::string w; in >> w;) argv.push_back(w);
+    return Proc::spawn(argv, {"NANOCHAT_BASE_DIR=" + (n == 0 ? n0.dir : n1.dir), "NANOCHAT_JOB_TOKEN=slow-link",
+                              "NANOCHAT_RENDEZVOUS_TIMEOUT=60", "NANOCHAT_COLLECTIVE_TIMEOUT=60"});
+  };
+  Proc p0 = node(0), p1 = node(1);
+  ASSERT_TRUE(p0.wait(Ms(240000))) << p0.output();
+  ASSERT_TRUE(p1.wait(Ms(60000))) << p1.output();
+  ASSERT_TRUE(p0.exited_ok()) << p0.output() << "\n--- node 1:\n" << p1.output();
+  ASSERT_TRUE(p1.exited_ok()) << p1.output();
+  // "Outer step after step 5: 2 nodes, 3840 tokens on node 0 this round, 0.9 MB sent, 1.23 s"
+  const std::regex outer(
+      R"(Outer step after step (\d+): 2 nodes, \d+ tokens on node 0 this round, ([0-9.]+) MB sent, ([0-9.]+) s)");
+  int rounds = 0;
+  const std::string out = p0.output();
+  for (std::sregex_iterator it(out.begin(), out.end(), outer), end; it != end; ++it, ++rounds) {
+    const double mb = std::stod((*it)[2]), seconds = std::stod((*it)[3]);
+    EXPECT_GT(mb, 0.1) << (*it)[0];
+    EXPECT_GE(seconds, (mb - 0.05) * 1e6 * 8 / 20e6) << "faster than 20 Mbit/s: " << (*it)[0];
+    std::printf("%s\n", (*it)[0].str().c_str());
+  }
+  EXPECT_EQ(rounds, 2) << out;
+#endif
 }
