@@ -16,7 +16,7 @@
 # usage: sudo bench/dist/diloco.sh [--bin PATH] [--dir DIR] [--depth 4] [--seq-len 256] [--device-batch 4]
 #            [--batch TOKENS] [--steps N] [--sync-steps N] [--skip K] [--rates "1gbit 20mbit"]
 #            [--rtt-ms 40] [--every "10 50"] [--dtypes "float32 int8"] [--outer "0.7 0.9"] [--ratio 1]
-#            [--overlap "0 2"] [--shaper auto|tbf] [--known "SUM BOTH BPB"]
+#            [--overlap "0 2"] [--shaper auto|tbf] [--known "SUM BOTH BPB"] [--alone-steps 6]
 #   --dir DIR     NANOCHAT_BASE_DIR with the demo corpus and a tokenizer (default ~/.cache/nanochat,
 #                 the quickstart's); node 1 gets an empty folder of its own
 #   --outer "LR MU"  the outer learning rate and momentum (default the DiLoCo paper's 0.7 0.9)
@@ -31,6 +31,7 @@
 #                 the fractions are then against figures of another moment: read the end's line.
 #                 --known BPB gives the synchronous val bpb only (from a run with the same flags,
 #                 e.g. on loopback: the link does not change it); the nodes alone are measured
+#   --alone-steps N  timed steps of each node's runs alone (after --skip; default 6)
 # At the end both nodes run alone at once again: the host's speed may have moved
 # during the invocation, and the line says by how much.
 # Needs: root, ip and tc (iproute2), taskset, and tc netem or /dev/net/tun (then the user-space
@@ -41,7 +42,7 @@ repo="$(cd "$(dirname "$0")/../.." && pwd)"
 me=diloco.sh
 bin="$repo/build/nanochat" dir="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
 depth=4 seq_len=256 dev_batch=4 batch=8192 steps=60 sync_steps=6 skip=2
-rates="1gbit 100mbit 20mbit" rtt_ms=40 every="10 50" dtypes="float32 bfloat16 int8" outer="0.7 0.9" ratio=1 overlap=0 shaper=auto known=""
+rates="1gbit 100mbit 20mbit" rtt_ms=40 every="10 50" dtypes="float32 bfloat16 int8" outer="0.7 0.9" ratio=1 overlap=0 shaper=auto known="" alone_steps=6
 die() { echo "$me: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || die "$1 needs a value"
@@ -50,7 +51,7 @@ while [ $# -gt 0 ]; do
     --device-batch) dev_batch="$2" ;; --batch) batch="$2" ;; --steps) steps="$2" ;; --sync-steps) sync_steps="$2" ;;
     --skip) skip="$2" ;; --rates) rates="$2" ;; --rtt-ms) rtt_ms="$2" ;; --every) every="$2" ;;
     --dtypes) dtypes="$2" ;; --outer) outer="$2" ;; --ratio) ratio="$2" ;; --overlap) overlap="$2" ;; --shaper) shaper="$2" ;;
-    --known) known="$2" ;;
+    --known) known="$2" ;; --alone-steps) alone_steps="$2" ;;
     *) die "unknown argument '$1' (see the usage at the top of $0)" ;;
   esac
   shift 2
@@ -164,7 +165,7 @@ alone() {  # $1 = tag, $2 = core, then the wrapper: tok/s of one node by itself 
   local tag="$1" core="$2"
   shift 2
   rm -rf "$dir/base_checkpoints/$tag"
-  "$@" taskset -c "$core" "$bin" $(eval=-1 train "$tag" "$((skip + 6))") > "$logs/$tag.log" 2>&1 || die "$tag failed ($logs/$tag.log)"
+  "$@" taskset -c "$core" "$bin" $(eval=-1 train "$tag" "$((skip + alone_steps))") > "$logs/$tag.log" 2>&1 || die "$tag failed ($logs/$tag.log)"
   rate_of "$tag"
 }
 # Both nodes training by themselves at the same time (no link between them): each one's speed
