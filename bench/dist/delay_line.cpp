@@ -8,7 +8,10 @@
 // router's queue would; so is one the far device has no room for. Runs until killed; prints one
 // line when the link is up.
 //
-// usage: delay_line NS_A NS_B --rate 20e6 --delay-ms 20 [--queue-ms 200] [--tag dl]
+// usage: delay_line NS_A NS_B --rate 20e6 --delay-ms 20 [--queue-ms 200] [--tag dl] [--mtu 1500]
+// --mtu sets both devices' MTU. The forwarding's CPU is per packet: 51 MB each way at once took
+// 4.9 s of the host's CPU at 1,500 bytes and 1.8 s at 9,000, against 1.55 s over a veth pair
+// shaped in the kernel (tc tbf), whose offloads hand the stacks 64 KB segments as a real NIC's do.
 // Needs root, /dev/net/tun (CONFIG_TUN) and iproute2's `ip`.
 //
 // Why C++: the benchmarks run the nodes on the same few cores as the link; a Python forwarder
@@ -122,7 +125,7 @@ double number(const char* flag, const char* text) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> pos;
-  double rate = 0, delay_ms = -1, queue_ms = 200;
+  double rate = 0, delay_ms = -1, queue_ms = 200, mtu = 1500;
   std::string tag = "dl";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -136,6 +139,8 @@ int main(int argc, char** argv) {
       delay_ms = std::strtod(value(), nullptr);
     else if (a == "--queue-ms")
       queue_ms = number("--queue-ms", value());
+    else if (a == "--mtu")
+      mtu = number("--mtu", value());
     else if (a == "--tag")
       tag = value();
     else if (!a.empty() && a[0] == '-')
@@ -144,7 +149,7 @@ int main(int argc, char** argv) {
       pos.push_back(a);
   }
   if (pos.size() != 2 || rate <= 0 || delay_ms < 0)
-    die("usage: delay_line NS_A NS_B --rate BITS_PER_S --delay-ms ONE_WAY_MS [--queue-ms 200] [--tag dl]");
+    die("usage: delay_line NS_A NS_B --rate BITS_PER_S --delay-ms ONE_WAY_MS [--queue-ms 200] [--tag dl] [--mtu 1500]");
   const std::string names[2] = {tag + "a", tag + "b"};
   const char* addrs[2] = {"10.83.0.1/24", "10.83.0.2/24"};
   int fds[2];
@@ -152,6 +157,7 @@ int main(int argc, char** argv) {
     fds[k] = open_tun(names[k]);
     ip({"link", "set", names[k], "netns", pos[k]});
     ip({"-n", pos[k], "addr", "add", addrs[k], "dev", names[k]});
+    ip({"-n", pos[k], "link", "set", names[k], "mtu", std::to_string(static_cast<int>(mtu))});
     ip({"-n", pos[k], "link", "set", names[k], "up"});
   }
   std::printf("link up: %g Mbit/s, %g ms RTT, between %s and %s\n", rate / 1e6, 2 * delay_ms, pos[0].c_str(),

@@ -32,8 +32,9 @@
 #                 --known BPB gives the synchronous val bpb only (from a run with the same flags,
 #                 e.g. on loopback: the link does not change it); the nodes alone are measured
 #   --alone-steps N  timed steps of each node's runs alone (after --skip; default 6)
-# At the end both nodes run alone at once again: the host's speed may have moved
-# during the invocation, and the line says by how much.
+# At the end both nodes run alone again (at once, then one after the other): the host's speed may
+# have moved during the invocation; the lines say by how much, and the last run's fractions
+# against the means of the figures before and after it.
 # Needs: root, ip and tc (iproute2), taskset, and tc netem or /dev/net/tun (then the user-space
 # bench/dist/delay_line.cpp shapes the link: `cmake --build build --target delay_line`); a cgroup cpu controller (v1 or v2) for --ratio > 1. Quiet host.
 set -euo pipefail
@@ -117,7 +118,9 @@ shape() {  # $1 = rate ("none": the veth as it is)
   local line_bin
   line_bin="$(dirname "$bin")/bench/delay_line"
   [ -x "$line_bin" ] || die "no tc netem in this kernel and no delay line at $line_bin: cmake --build $(dirname "$bin") --target delay_line (or --shaper tbf)"
-  "$line_bin" "$ns0" "$ns1" --rate "$bits" --delay-ms "$half" --tag "${id}t" \
+  # 9,000-byte packets: the line then costs the host's cores about what the kernel's own path with
+  # a NIC's offloads would (delay_line.cpp's header); at 1,500 bytes three times as much.
+  "$line_bin" "$ns0" "$ns1" --rate "$bits" --delay-ms "$half" --tag "${id}t" --mtu 9000 \
     > "$logs/line-$1.log" 2>&1 &
   line_pid=$!
   for _ in $(seq 50); do grep -q "link up" "$logs/line-$1.log" && break; sleep 0.1; done
@@ -245,10 +248,21 @@ for r in $rates; do
     done
   done
 done
-# The host's speed drifts (a VM's neighbours): the nodes alone again at the end, beside the start.
+# The host's speed drifts (a VM's neighbours): the nodes alone again at the end, beside the start,
+# and the last run's fraction against the mean of the two (the run sat between them).
 read -r e0 e1 <<< "$(alone_together | tr '\n' ' ')"
 end=$((e0 + e1))
 echo "   at the end, both alone at once: node 0 $e0 tok/s, node 1 $e1 tok/s, sum $end" \
   "($(awk -v a="$end" -v s="$both" 'BEGIN { printf "%+.1f", 100 * (a / s - 1) }')% from the $([ -n "$sum_given" ] && echo given || echo "start's") $both;" \
   "a run's fraction against it: its tok/s / $end)"
+if [ -z "$sum_given" ]; then
+  f0=$(alone dl-alone0 0)
+  f1=$(alone dl-alone1 1 "${slow[@]}")
+  fsum=$((f0 + f1))
+  echo "   at the end, one after the other: node 0 $f0 tok/s, node 1 $f1 tok/s, sum $fsum" \
+    "($(awk -v a="$fsum" -v s="$sum" 'BEGIN { printf "%+.1f", 100 * (a / s - 1) }')% from the start's $sum)"
+  echo "   the last run ($t tok/s) against the means of start and end: of sum" \
+    "$(awk -v t="$t" -v a="$sum" -v b="$fsum" 'BEGIN { printf "%.3f", 2 * t / (a + b) }'), of both" \
+    "$(awk -v t="$t" -v a="$both" -v b="$end" 'BEGIN { printf "%.3f", 2 * t / (a + b) }')"
+fi
 echo "logs: $logs"
