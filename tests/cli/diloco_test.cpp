@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdio>
 #include <regex>
-#include <sstream>
 #include <string>
 
 #include "nanochat/core/safetensors.h"
@@ -195,20 +194,11 @@ TEST(DiLoCoRun, TrainsOverATwentyMegabitLinkWithFortyMillisecondsOfRoundTrip) {
     GTEST_SKIP() << "no delay line (needs /dev/net/tun): " << line.output();
   BaseDir n0("nc_dl_slow0");
   EmptyDir n1("nc_dl_slow1");
-  auto node = [&](int n) {
-    std::vector<std::string> argv = net.exec_in(n);
-    argv.push_back(nanochat_binary());
-    std::istringstream in(
-        " run --nnodes 2 --nproc-per-node 1 --threads-per-rank 1 --master-addr 10.83.0.1"
-        " --master-port 29500 --port-range 29600-29601 --node-rank " +
-        std::to_string(n) + kRun +
-        " --num-iterations 10 --eval-every -1 --sync diloco --sync-every 5 --sync-dtype int8"
-        " --outer-lr 1 --outer-momentum 0.5");
-    for (std::string w; in >> w;) argv.push_back(w);
-    return Proc::spawn(argv, {"NANOCHAT_BASE_DIR=" + (n == 0 ? n0.dir : n1.dir), "NANOCHAT_JOB_TOKEN=slow-link",
-                              "NANOCHAT_RENDEZVOUS_TIMEOUT=60", "NANOCHAT_COLLECTIVE_TIMEOUT=60"});
-  };
-  Proc p0 = node(0), p1 = node(1);
+  const std::string args = std::string(kRun) +
+                           " --num-iterations 10 --eval-every -1 --sync diloco --sync-every 5 --sync-dtype int8"
+                           " --outer-lr 1 --outer-momentum 0.5";
+  Proc p0 = net.start_node(0, "10.83.0.1", n0.dir, "slow-link", args);
+  Proc p1 = net.start_node(1, "10.83.0.1", n1.dir, "slow-link", args);
   ASSERT_TRUE(p0.wait(Ms(240000))) << p0.output();
   ASSERT_TRUE(p1.wait(Ms(60000))) << p1.output();
   ASSERT_TRUE(p0.exited_ok()) << p0.output() << "\n--- node 1:\n" << p1.output();

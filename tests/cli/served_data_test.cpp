@@ -8,7 +8,6 @@
 #include <cmath>
 #include <fstream>
 #include <regex>
-#include <sstream>
 #include <string>
 
 #include "nanochat/checkpoint/checkpoint.h"
@@ -173,19 +172,9 @@ TEST(ServedData, OverTwoNamespacesTheWorkerNeedsNoFiles) {
   EmptyDir n1("nc_sd_ns1");
   auto one = run(u, kServe);
   ASSERT_EQ(one.code, 0) << one.out;
-  auto node = [&](int n) {
-    std::vector<std::string> argv = net.exec_in(n);
-    for (const char* a : {"run", "--nnodes", "2", "--nproc-per-node", "1", "--threads-per-rank", "1", "--master-addr",
-                          NetnsPair::kAddrA, "--master-port", "29500", "--port-range", "29600-29601", "--node-rank"})
-      argv.push_back(a);
-    argv.push_back(std::to_string(n));
-    argv.insert(argv.begin() + 4, nanochat_binary());
-    std::istringstream in(std::string(kServe) + " --save-every 3");
-    for (std::string w; in >> w;) argv.push_back(w);
-    return Proc::spawn(argv, {"NANOCHAT_BASE_DIR=" + (n == 0 ? n0.dir : n1.dir), "NANOCHAT_JOB_TOKEN=served-data",
-                              "NANOCHAT_RENDEZVOUS_TIMEOUT=60", "NANOCHAT_COLLECTIVE_TIMEOUT=60"});
-  };
-  Proc p0 = node(0), p1 = node(1);
+  const std::string args = std::string(kServe) + " --save-every 3";
+  Proc p0 = net.start_node(0, NetnsPair::kAddrA, n0.dir, "served-data", args);
+  Proc p1 = net.start_node(1, NetnsPair::kAddrA, n1.dir, "served-data", args);
   ASSERT_TRUE(p0.wait(Ms(240000))) << p0.output();
   ASSERT_TRUE(p1.wait(Ms(60000))) << p1.output();
   ASSERT_TRUE(p0.exited_ok()) << p0.output() << "\n--- node 1:\n" << p1.output();

@@ -5,6 +5,7 @@
 // that reason). The namespaces are removed by the destructor, also after a failed test.
 #include <unistd.h>
 
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +69,21 @@ class NetnsPair {
 
   /// The argv prefix that runs a command in node `node`'s namespace (0: a, 1: b).
   std::vector<std::string> exec_in(int node) const { return {kIp, "netns", "exec", node == 0 ? a : b}; }
+
+  /// Starts node `n` of a two-node job (one rank, one thread each) in its namespace: `nanochat
+  /// run` with the master at `master`:29500 and Gloo on ports 29600-29601, then `args` (split at
+  /// spaces), with NANOCHAT_BASE_DIR=`dir`, job token `token` and 60 s rendezvous/collective waits.
+  Proc start_node(int n, const std::string& master, const std::string& dir, const std::string& token,
+                  const std::string& args) const {
+    std::vector<std::string> argv = exec_in(n);
+    argv.push_back(nanochat_binary());
+    std::istringstream in(" run --nnodes 2 --nproc-per-node 1 --threads-per-rank 1 --master-addr " + master +
+                          " --master-port 29500 --port-range 29600-29601 --node-rank " + std::to_string(n) + " " +
+                          args);
+    for (std::string w; in >> w;) argv.push_back(w);
+    return Proc::spawn(argv, {"NANOCHAT_BASE_DIR=" + dir, "NANOCHAT_JOB_TOKEN=" + token,
+                              "NANOCHAT_RENDEZVOUS_TIMEOUT=60", "NANOCHAT_COLLECTIVE_TIMEOUT=60"});
+  }
 
   static std::pair<int, std::string> sh(const std::vector<std::string>& argv) { return run_argv(argv); }
 
