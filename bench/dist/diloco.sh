@@ -255,7 +255,7 @@ end=$((e0 + e1))
 echo "   at the end, both alone at once: node 0 $e0 tok/s, node 1 $e1 tok/s, sum $end" \
   "($(awk -v a="$end" -v s="$both" 'BEGIN { printf "%+.1f", 100 * (a / s - 1) }')% from the $([ -n "$sum_given" ] && echo given || echo "start's") $both;" \
   "a run's fraction against it: its tok/s / $end)"
-if [ -z "$sum_given" ]; then
+if [ -z "$sum_given" ] && [ -n "${t:-}" ]; then
   f0=$(alone dl-alone0 0)
   f1=$(alone dl-alone1 1 "${slow[@]}")
   fsum=$((f0 + f1))

@@ -203,7 +203,7 @@ TEST(DiLoCoRun, TrainsOverATwentyMegabitLinkWithFortyMillisecondsOfRoundTrip) {
   ASSERT_TRUE(p1.wait(Ms(60000))) << p1.output();
   ASSERT_TRUE(p0.exited_ok()) << p0.output() << "\n--- node 1:\n" << p1.output();
   ASSERT_TRUE(p1.exited_ok()) << p1.output();
-  // "Outer step after step 5: 2 nodes, 3840 tokens on node 0 this round, 0.9 MB sent, 1.23 s"
+  // "Outer step after step 5: 2 nodes, 1920 tokens on node 0 this round, 0.5 MB sent, 0.55 s"
   const std::regex outer(
       R"(Outer step after step (\d+): 2 nodes, \d+ tokens on node 0 this round, ([0-9.]+) MB sent, ([0-9.]+) s)");
   int rounds = 0;
