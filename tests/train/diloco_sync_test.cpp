@@ -74,6 +74,7 @@ struct SyncRun {
   std::vector<double> losses;
   std::vector<std::vector<float>> weights;  // after each step
   std::vector<int64_t> tokens;              // this rank's valid targets, all steps
+  std::vector<bool> times_of_this_step;     // StepStats' flag, each step
 };
 
 // The loop's use of a StepSync (train/train_loop.cpp train_step) for one step; `first`: the first
@@ -95,7 +96,9 @@ SyncRun drive_step(StepSync& sync, const std::vector<Rows>& data, int64_t step, 
   mine.compute = 1.0;
   mine.dt = 1.0;
   mine.opt_compute = sync.update({1.f, 0.95f, 0.f});
-  out.losses.push_back(sync.finish(mine).loss);
+  const StepStats st = sync.finish(mine);
+  out.losses.push_back(st.loss);
+  out.times_of_this_step.push_back(st.times_of_this_step);
   out.tokens.push_back(tokens);
   return out;
 }
@@ -107,6 +110,7 @@ SyncRun drive(StepSync& sync, GPT& model, const std::vector<Rows>& data, int fir
   for (int64_t step = 0; step < static_cast<int64_t>(data.size()); ++step) {
     const SyncRun one = drive_step(sync, data, step, first);
     out.losses.push_back(one.losses[0]);
+    out.times_of_this_step.push_back(one.times_of_this_step[0]);
     tokens += one.tokens[0];
     out.weights.emplace_back(model.param_data(), model.param_data() + model.num_params());
   }
@@ -129,8 +133,9 @@ SyncRun alone(const std::vector<Rows>& data, int first, int rows) {
   return drive(sync, m, data, first);
 }
 
-// Two ranks, each its own node; rank r's run.
-std::vector<SyncRun> two_nodes(const TrainPlan& plan, const std::vector<Rows>& data) {
+// Two ranks, each its own node (or both on node 0); rank r's run.
+std::vector<SyncRun> two_nodes(const TrainPlan& plan, const std::vector<Rows>& data,
+                               const std::vector<int>& node_of_rank = {0, 1}) {
   ThreadHub hub(2);
   std::vector<SyncRun> runs(2);
   std::vector<std::thread> th;
@@ -139,7 +144,7 @@ std::vector<SyncRun> two_nodes(const TrainPlan& plan, const std::vector<Rows>& d
       ThreadCommunicator comm(hub, r);
       GPT m(tiny());
       nctest::init_tiny_gpt(m);
-      DiLoCoSync sync(m, plan, comm, {3, 3}, R, {0, 1});
+      DiLoCoSync sync(m, plan, comm, {3, 3}, R, node_of_rank);
       runs[static_cast<size_t>(r)] = drive(sync, m, data);
     });
   for (auto& t : th) t.join();
@@ -285,6 +290,19 @@ double largest_difference(const std::vector<std::vector<std::vector<float>>>& a,
 }
 
 }  // namespace
+
+// The step line's rank times (train/report.h): on one node of two ranks every step gathers both
+// ranks' times of that step; with two nodes the other node's are of its last boundary (the line
+// says so).
+TEST(DiLoCo, TheStepsRankTimesAreOfThatStepOnOneNodeAndOfTheLastBoundaryAcrossNodes) {
+  const std::vector<Rows> data = make_data(4);
+  const TrainPlan plan = diloco_plan(2, 1.0, 0.0, WireDtype::Float32, 4);
+  const std::vector<SyncRun> one = two_nodes(plan, data, {0, 0});
+  for (const SyncRun& r : one) EXPECT_EQ(r.times_of_this_step, std::vector<bool>(4, true));
+  EXPECT_EQ(one[0].weights.back(), one[1].weights.back()) << "one node's ranks hold one model";
+  const std::vector<SyncRun> two = two_nodes(plan, data);
+  for (const SyncRun& r : two) EXPECT_EQ(r.times_of_this_step, std::vector<bool>(4, false));
+}
 
 TEST(DiLoCo, AnOverlappedExchangeLandsKStepsLaterKeepingWhatEachNodeTrainedMeanwhile) {
   const double lr = 0.7, mu = 0.9;

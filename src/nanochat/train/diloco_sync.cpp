@@ -239,7 +239,8 @@ void DiLoCoSync::apply_late_step() {
   if (node_size_ > 1) node_comm_->broadcast(model_.param_data(), n * sizeof(float), 0)->wait();
   if (rank() == 0)
     pending_notes_.push_back(str_cat("Applied the outer step of step ", sent_after_, " after step ", step_ + 1,
-                                     " (waited ", fixed(waited, 2), " s for the exchange",
+                                     " (waited ", fixed(waited, 2), " s for the exchange, which took ",
+                                     fixed(exchange_seconds_, 2), " s beside the training",
                                      waited > 1.0 ? "; a larger --outer-overlap would hide it" : "", ")"));
 }
 
@@ -266,7 +267,11 @@ void DiLoCoSync::outer_step() {
     if (send_late) {  // train on from here; apply_late_step() applies the mean K steps later
       std::copy(theta, theta + n, sent_at_.begin());
       const double weight = round_tokens_;
-      in_flight_ = std::async(std::launch::async, [this, n, weight] { exchange(delta_.data(), n, weight); });
+      in_flight_ = std::async(std::launch::async, [this, n, weight] {
+        Timer on_thread;
+        exchange(delta_.data(), n, weight);
+        exchange_seconds_ = on_thread.seconds();
+      });
     } else {
       exchange(delta_.data(), n, round_tokens_);
       outer_update(delta_.data());
@@ -275,7 +280,8 @@ void DiLoCoSync::outer_step() {
   }
   if (apply_at_ >= 0 && rank() == 0)
     pending_notes_.push_back(str_cat("Applied the outer step of step ", sent_after_, " after step ", done,
-                                     " (before this boundary; waited ", fixed(std::max(waited, 0.0), 2), " s)"));
+                                     " (before this boundary; waited ", fixed(std::max(waited, 0.0), 2),
+                                     " s for the exchange, which took ", fixed(exchange_seconds_, 2), " s)"));
   apply_at_ = send_late ? done + late() : -1;
   sent_after_ = done;
   if (node_size_ > 1) node_comm_->broadcast(theta, n * sizeof(float), 0)->wait();
@@ -284,9 +290,9 @@ void DiLoCoSync::outer_step() {
     pending_notes_.push_back(
         str_cat("Outer step after step ", done, ": ", nodes_, nodes_ == 1 ? " node, " : " nodes, ",
                 static_cast<int64_t>(round_tokens_), " tokens on node 0 this round, ", mb,
-                send_late ? str_cat(" MB sent, applied after step ", done + late(), " (the nodes train on meanwhile)")
-                          : str_cat(" MB sent"),
-                ", ", fixed(t.seconds(), 2), " s"));
+                send_late ? str_cat(" MB sent, applied after step ", done + late(), " (the nodes train on meanwhile), ",
+                                    fixed(t.seconds(), 2), " s at this boundary")
+                          : str_cat(" MB sent, ", fixed(t.seconds(), 2), " s")));
   }
   round_tokens_ = 0;
 }
@@ -300,8 +306,9 @@ StepStats DiLoCoSync::finish(RankStep mine) {
   round_compute_ += mine.compute;
   StepStats st;
   st.split = split_;
-  st.times_of_this_step = false;  // the other nodes' times are of the last boundary's step
-  if (synced_) {                  // a boundary: every rank's step and round, over the job
+  // with other nodes, theirs are of the last boundary's step (one node: every rank is gathered below)
+  st.times_of_this_step = nodes_ == 1;
+  if (synced_) {  // a boundary: every rank's step and round, over the job
     const BoundaryStep b{mine, round_rows_, round_compute_};
     const std::vector<BoundaryStep> all =
         world_size() > 1 ? all_gather_value<BoundaryStep>(comm_, b) : std::vector<BoundaryStep>{b};

@@ -137,6 +137,7 @@ class DiLoCoSync final : public StepSync {
   std::vector<float> delta_;     // leader: the change sent (then the mean; with K > 0 in flight K steps)
   std::vector<float> sent_at_;   // leader, K > 0: theta_b, the weights when the change was sent
   std::future<void> in_flight_;  // leader, K > 0: the exchange
+  double exchange_seconds_ = 0;  // ... its time on its thread (read after in_flight_.get())
   int64_t apply_at_ = -1;        // K > 0: the step count after which it is applied (-1: none in flight)
   int64_t sent_after_ = 0;       // ... the step count after which it was sent
   std::vector<uint8_t> wire_;    // leader: scratch
