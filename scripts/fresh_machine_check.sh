@@ -19,7 +19,7 @@
 #   --keep      keep the root afterwards (default: delete it; $NANOCHAT_FRESH_KEEP=1 too)
 #   --steps N   NANOCHAT_DEMO_STEPS for the quickstart (default 5)
 #   --no-cache  ignore (and rewrite) the cached debootstrap tarball DIR/bookworm-minbase.tgz
-# Needs: root, git, network access to the mirror (installs debootstrap when missing). Takes about an hour on 2 cores.
+# Needs: root, git, network access to the mirror (installs debootstrap when missing). Takes over an hour on 2 cores.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
