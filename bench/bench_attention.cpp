@@ -1,12 +1,13 @@
-// Times the attention kernels (kernels/attention.h) on the d4 and d6 training shapes.
+// Times the attention kernels (kernels/attention.h) on the training shapes of d4, d6 and d8 at
+// T 512 and of d8 at nanochat's default context (T 2048), each with its long and short window
+// (nanochat's SSSL: the short window is T/4 rounded up to 128).
 // Usage: bench_attention [threads=1] [repeats=5] [--reference]
 // (--reference also times the straightforward reference kernels, on the causal shapes.)
-// Prints the best-of-repeats time per call and GFLOP/s. FLOPs are counted over the visible
-// (query, key) pairs only, i.e. with the causal halving: forward = 4*B*H*D*pairs (QK^T and PV),
-// backward = 10*B*H*D*pairs (the five products of FlashAttention-2's backward; the kFused split
-// does exactly these, kSplit recomputes QK^T and dO V^T once more). For a full causal row set
-// pairs = T(T+1)/2; with window w each query sees at most w+1 keys. A decode step (one query
-// against a 512-token KV cache) is timed last.
+// Prints the best-of-repeats time per call, GFLOP/s and its share of the measured FMA peak. FLOPs are counted over the
+// visible (query, key) pairs only, i.e. with the causal halving: forward = 4*B*H*D*pairs (QK^T and PV), backward =
+// 10*B*H*D*pairs (the five products of FlashAttention-2's backward; the kFused split does exactly these, kSplit
+// recomputes QK^T and dO V^T once more). For a full causal row set pairs = T(T+1)/2; with window w each query sees at
+// most w+1 keys. A decode step (one query against a 512-token KV cache) is timed last.
 #include <omp.h>
 #include <time.h>
 
@@ -52,9 +53,12 @@ Timing best_seconds(int repeats, const std::function<void()>& fn) {
   return best;
 }
 
+double g_peak = 0;  // measured FMA peak of the thread count, GFLOP/s
+
 void print_row(const char* what, Timing t, double flops) {
-  std::printf("  %-16s wall %8.3f ms %7.1f GFLOP/s | cpu %8.3f ms %7.1f GFLOP/s per core-second\n", what, t.wall * 1e3,
-              flops / t.wall * 1e-9, t.cpu * 1e3, flops / t.cpu * 1e-9);
+  const double rate = flops / t.wall * 1e-9;
+  std::printf("  %-16s wall %8.3f ms %7.1f GFLOP/s %5.1f%% of peak | cpu %8.3f ms %7.1f GFLOP/s per core-second\n",
+              what, t.wall * 1e3, rate, 100.0 * rate / g_peak, t.cpu * 1e3, flops / t.cpu * 1e-9);
 }
 
 void run_shape(const char* name, int B, int T, int H, int Hkv, int D, int window, int repeats, bool with_reference) {
@@ -121,12 +125,17 @@ int main(int argc, char** argv) {
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;
   const bool ref = argc > 3 && std::strcmp(argv[3], "--reference") == 0;
   omp_set_num_threads(std::max(1, threads));
+  g_peak = measure_fma_peak_gflops(std::max(1, threads));
   std::printf("attention benchmark: %d thread(s), best of %d; measured fp32 FMA peak %.1f GFLOP/s (%s)\n", threads,
-              repeats, measure_fma_peak_gflops(std::max(1, threads)), fma_peak_isa());
+              repeats, g_peak, fma_peak_isa());
   run_shape("d4", 8, 512, 2, 2, 128, 512, repeats, ref);
   run_shape("d4", 8, 512, 2, 2, 128, 128, repeats, false);
   run_shape("d6", 8, 512, 6, 6, 64, 512, repeats, ref);
   run_shape("d6", 8, 512, 6, 6, 64, 128, repeats, false);
+  run_shape("d8", 8, 512, 4, 4, 128, 512, repeats, false);
+  run_shape("d8", 8, 512, 4, 4, 128, 128, repeats, false);
+  run_shape("d8", 2, 2048, 4, 4, 128, 2048, repeats, false);
+  run_shape("d8", 2, 2048, 4, 4, 128, 512, repeats, false);
   run_decode("d6", 1, 6, 64, 512, repeats);
   return 0;
 }

@@ -101,6 +101,9 @@ const std::vector<Shape>& shapes() {
       {1, 150, 2, 1, 64, 70},    // several tiles, window crossing tile borders
       {1, 130, 2, 2, 128, 130},  // several tiles, D = 128, ragged last tile
       {1, 200, 2, 2, 33, 64},    // odd D, window == a tile width
+      // Queries seeing 384 keys or more on average: the streamed rows are read from head-major copies.
+      {1, 800, 2, 1, 16, 800},   // causal, multi-query
+      {2, 1000, 4, 2, 20, 600},  // GQA + window, odd D
   };
   return v;
 }
@@ -232,6 +235,7 @@ TEST(Attention, CachedForwardMatchesFullForward) {
       {2, 40, 4, 2, 16, 5},     // decode with a window smaller than the cache
       {1, 90, 2, 1, 64, 70},    // several tiles
       {1, 23, 2, 2, 12, 1000},  // odd D
+      {1, 800, 2, 1, 16, 800},  // long prefills (head-major copy of the cache's first rows)
   };
   for (const Shape& s : cases) {
     SCOPED_TRACE(s.name());

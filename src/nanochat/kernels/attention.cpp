@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -33,6 +34,12 @@ void check_shapes(int B, int T, int H, int Hkv, int D) {
 
 // First key a query at absolute position p may see.
 inline int64_t first_key(int64_t p, int window) { return window < 0 ? 0 : std::max<int64_t>(0, p - window); }
+// The mean number of keys seen by queries at positions pos0 .. pos0 + Tq - 1.
+inline int64_t mean_keys_per_query(int64_t pos0, int64_t Tq, int window) {
+  int64_t pairs = 0;
+  for (int64_t p = pos0; p < pos0 + Tq; ++p) pairs += p - first_key(p, window) + 1;
+  return pairs / std::max<int64_t>(Tq, 1);
+}
 
 // Reference forward over a key/value buffer with row stride Tk (the cache length): queries
 // t = 0..Tq-1 sit at absolute positions pos0 + t and see keys first_key(p) .. p.
@@ -226,6 +233,44 @@ Scratch& scratch(int D) {
   thread_local Scratch s;
   s.ensure(D);
   return s;
+}
+
+// Rows of a (B, ., Hh, D) array addressed by (batch, head, position): either the array itself
+// (row t of a head Hh * D floats after row t - 1) or a head-major copy (D floats after).
+struct HeadRows {
+  const float* p;
+  int64_t b_stride, h_stride, ld;  // ld: from one position to the next
+  const float* at(int64_t b, int64_t h, int64_t t) const { return p + b * b_stride + h * h_stride + t * ld; }
+};
+
+// The rows of X (B, Tx, Hh, D) at positions 0 .. n-1, from which the tile products stream one
+// operand (the rows a 16-lane column block walks down: V in the forward, Q, dO and K in the
+// backward). In X's own layout a tile's rows lie Hh * D floats apart, a power of two in every
+// nanochat model (2 KB at d8), which puts a column block's 64 rows on 2 of the L1 cache's 64 sets
+// and sends its loads to L2 (the AVX2 product ran 71-78 GFLOP/s on such a tile against 89 on rows
+// 528 floats apart). So when a query sees enough keys for the copy to pay, the rows are first
+// copied head-major, (B, Hh, n, D), into one of the calling thread's buffers (`slot`; a copy
+// lives until the next call that uses its slot). The copy pays when a row takes part in many
+// tile products, that is when queries see many keys on average: measured on both ISAs (d4, d6,
+// d8 at T 512 and d8 at T 2048, bench/README.md), it cost more than it saved at a mean of 256
+// keys per query or fewer (T 512: plain causal or a window of 128) and gained 8-16% at 448 or
+// more (T 2048: causal or a window of 512).
+constexpr int64_t kHeadMajorKeys = 384;
+
+HeadRows head_rows(const float* X, int B, int64_t Tx, int Hh, int D, int64_t n, int64_t mean_keys, int slot) {
+  if (mean_keys < kHeadMajorKeys) return {X, Tx * Hh * D, D, int64_t(Hh) * D};
+  thread_local AlignedBuffer bufs[3];
+  AlignedBuffer& buf = bufs[slot];
+  const size_t floats = size_t(B) * size_t(Hh) * size_t(n) * size_t(D);
+  if (buf.bytes() < floats * sizeof(float)) buf = AlignedBuffer(floats * sizeof(float));
+  float* Y = buf.f32();
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < int64_t(B) * Hh; ++bh) {
+    const float* src = X + ((bh / Hh) * Tx * Hh + bh % Hh) * D;
+    float* dst = Y + bh * n * D;
+    for (int64_t t = 0; t < n; ++t) std::memcpy(dst + t * D, src + t * Hh * D, size_t(D) * sizeof(float));
+  }
+  return {Y, int64_t(Hh) * n * D, n * D, D};
 }
 
 // Visibility band of a tile product: row m only needs inner indices (or score lanes) x with
@@ -545,6 +590,9 @@ void weighted_rows(const float* p, int64_t n, const float* V, int64_t ldv, int D
 
 #else  // AVX2 kernels where they pay, plain loops (-O3 vectorises them) for the rest
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include "nanochat/kernels/attention_avx2.inc"
+#else
 // Xt[d * BQ + r] = mul * X[r * ldx + d] for r < n; lanes n .. ncols-1 are zeroed.
 void pack_transposed(const float* X, int64_t ldx, int n, int ncols, int D, float mul, float* Xt) {
   for (int r = 0; r < n; ++r) {
@@ -555,9 +603,6 @@ void pack_transposed(const float* X, int64_t ldx, int n, int ncols, int D, float
     for (int r = n; r < ncols; ++r) Xt[size_t(d) * BQ + r] = 0.f;
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include "nanochat/kernels/attention_avx2.inc"
-#else
 // The portable kernels ignore the band (computing masked entries is harmless: they are -inf
 // scores or zero probabilities).
 void abt(const float* A, int64_t lda, int M, const float* Bt, int K, int nv, float* C, Band) {
@@ -686,6 +731,8 @@ void forward_fast(const float* q, const float* k, const float* v, float* out, fl
   const int64_t ldq = int64_t(H) * D, ldk = int64_t(Hkv) * D;
   const float c = scale * kLog2e;
   const int64_t n_tasks = int64_t(B) * H * nqt;
+  const int64_t n_keys = int64_t(pos0) + Tq;  // keys any query sees
+  const HeadRows vr = head_rows(v, B, Tk, Hkv, D, n_keys, mean_keys_per_query(pos0, Tq, window), 0);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t task = 0; task < n_tasks; ++task) {
     const int qt = nqt - 1 - int(task % nqt);  // longest (latest) query tiles first
@@ -699,7 +746,7 @@ void forward_fast(const float* q, const float* k, const float* v, float* out, fl
     const float* qrow = q + ((int64_t(b) * Tq + i0) * H + h) * D;
     float* orow = out + ((int64_t(b) * Tq + i0) * H + h) * D;
     const float* kb = k + (int64_t(b) * Tk * Hkv + hk) * D;
-    const float* vb = v + (int64_t(b) * Tk * Hkv + hk) * D;
+    const float* vb = vr.at(b, hk, 0);
     pack_transposed(qrow, ldq, nq, 16 * nv, D, c, s.qt);
     for (int r = 0; r < BQ; ++r) s.m[r] = -kInf, s.l[r] = 0.f;
     bool first = true;
@@ -708,7 +755,7 @@ void forward_fast(const float* q, const float* k, const float* v, float* out, fl
       abt(kb + j0 * ldk, ldk, nk, s.qt, D, nv, s.st, band_keys_queries(j0, p0, window));
       apply_mask(s.st, nk, j0, p0, 16 * nv, window);
       online_softmax(s.st, nk, nv, s.m, s.l, s.alpha);
-      ab(s.st, 1, BQ, nq, nk, vb + j0 * ldk, ldk, D, orow, ldq, !first, s.alpha, band_queries_keys(p0, j0, window));
+      ab(s.st, 1, BQ, nq, nk, vb + j0 * vr.ld, vr.ld, D, orow, ldq, !first, s.alpha, band_queries_keys(p0, j0, window));
       first = false;
     }
     for (int r = 0; r < nq; ++r) {
@@ -757,6 +804,9 @@ void backward_fused(const float* q, const float* k, const float* v, const float*
   const int group = H / Hkv;
   const int64_t ldq = int64_t(H) * D, ldk = int64_t(Hkv) * D;
   const float c = scale * kLog2e;
+  const int64_t kpq = mean_keys_per_query(0, T, window);
+  const HeadRows qr = head_rows(q, B, T, H, D, T, kpq, 0), dor = head_rows(dout, B, T, H, D, T, kpq, 1);
+  const HeadRows kr = head_rows(k, B, T, Hkv, D, T, kpq, 2);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t task = 0; task < int64_t(B) * Hkv; ++task) {
     const int hk = int(task % Hkv), b = int(task / Hkv);
@@ -772,18 +822,18 @@ void backward_fused(const float* q, const float* k, const float* v, const float*
         const int64_t i_last = i0 + nq - 1;
         for (int64_t j0 = first_key(i0, window) / BK * BK; j0 <= i_last; j0 += BK) {
           const int nk = int(std::min<int64_t>(BK, T - j0));
-          const float* kt = k + kv_off + j0 * ldk;
+          const float* kt = kr.at(b, hk, j0);
           const float* vt = v + kv_off + j0 * ldk;
           const Band kq = band_keys_queries(j0, i0, window);
-          abt(kt, ldk, nk, s.qt, D, nv, s.st, kq);  // S^T (keys x query lanes), log2 units
+          abt(kt, kr.ld, nk, s.qt, D, nv, s.st, kq);  // S^T (keys x query lanes), log2 units
           apply_mask(s.st, nk, j0, i0, 16 * nv, window);
           abt(vt, ldk, nk, s.dot, D, nv, s.dpt, kq);  // dP^T
           probs_and_dscores(s.st, s.dpt, nk, nv, s.lse2, s.delta, scale);
           const bool first_kv = h == hk * group && j0 == i0;
-          ab(s.st, BQ, 1, nk, nq, dout + q_off, ldq, D, dv + kv_off + j0 * ldk, ldk, !first_kv, nullptr, kq);
-          ab(s.dpt, BQ, 1, nk, nq, q + q_off, ldq, D, dk + kv_off + j0 * ldk, ldk, !first_kv, nullptr, kq);
+          ab(s.st, BQ, 1, nk, nq, dor.at(b, h, i0), dor.ld, D, dv + kv_off + j0 * ldk, ldk, !first_kv, nullptr, kq);
+          ab(s.dpt, BQ, 1, nk, nq, qr.at(b, h, i0), qr.ld, D, dk + kv_off + j0 * ldk, ldk, !first_kv, nullptr, kq);
           const bool first_q = j0 == first_key(i0, window) / BK * BK;
-          ab(s.dpt, 1, BQ, nq, nk, kt, ldk, D, dq + q_off, ldq, !first_q, nullptr, band_queries_keys(i0, j0, window));
+          ab(s.dpt, 1, BQ, nq, nk, kt, kr.ld, D, dq + q_off, ldq, !first_q, nullptr, band_queries_keys(i0, j0, window));
         }
       }
   }
@@ -801,6 +851,9 @@ void backward_split(const float* q, const float* k, const float* v, const float*
   const float c = scale * kLog2e;
   const int nqt = (T + BQ - 1) / BQ;
   const int nkt = (T + BK - 1) / BK;
+  const int64_t kpq = mean_keys_per_query(0, T, window);
+  const HeadRows qr = head_rows(q, B, T, H, D, T, kpq, 0), dor = head_rows(dout, B, T, H, D, T, kpq, 1);
+  const HeadRows kr = head_rows(k, B, T, Hkv, D, T, kpq, 2);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t task = 0; task < int64_t(B) * H * nqt; ++task) {
     const int qt = nqt - 1 - int(task % nqt);  // longest rows first
@@ -816,13 +869,14 @@ void backward_split(const float* q, const float* k, const float* v, const float*
     const int64_t i_last = i0 + nq - 1, j_first = first_key(i0, window);
     for (int64_t j0 = j_first; j0 <= i_last; j0 += BK) {
       const int nk = int(std::min<int64_t>(BK, i_last + 1 - j0));
-      const float* kt = k + kv_off + j0 * ldk;
+      const float* kt = kr.at(b, h / group, j0);
       const Band kq = band_keys_queries(j0, i0, window);
-      abt(kt, ldk, nk, s.qt, D, nv, s.st, kq);
+      abt(kt, kr.ld, nk, s.qt, D, nv, s.st, kq);
       apply_mask(s.st, nk, j0, i0, 16 * nv, window);
       abt(v + kv_off + j0 * ldk, ldk, nk, s.dot, D, nv, s.dpt, kq);
       probs_and_dscores(s.st, s.dpt, nk, nv, s.lse2, s.delta, scale);
-      ab(s.dpt, 1, BQ, nq, nk, kt, ldk, D, dq + q_off, ldq, j0 != j_first, nullptr, band_queries_keys(i0, j0, window));
+      ab(s.dpt, 1, BQ, nq, nk, kt, kr.ld, D, dq + q_off, ldq, j0 != j_first, nullptr,
+         band_queries_keys(i0, j0, window));
     }
   }
 #pragma omp parallel for schedule(dynamic, 1)
@@ -848,8 +902,8 @@ void backward_split(const float* q, const float* k, const float* v, const float*
         apply_mask_rows(s.st, nq, i0, j0, 16 * nvk, window);
         abt(dout + q_off, ldq, nq, s.dot, D, nvk, s.dpt, qk);  // dP
         probs_and_dscores_rows(s.st, s.dpt, nq, nvk, s.lse2, s.delta, scale);
-        ab(s.st, 1, BQ, nk, nq, dout + q_off, ldq, D, dv + kv_off, ldk, !first, nullptr, kq);
-        ab(s.dpt, 1, BQ, nk, nq, q + q_off, ldq, D, dk + kv_off, ldk, !first, nullptr, kq);
+        ab(s.st, 1, BQ, nk, nq, dor.at(b, h, i0), dor.ld, D, dv + kv_off, ldk, !first, nullptr, kq);
+        ab(s.dpt, 1, BQ, nk, nq, qr.at(b, h, i0), qr.ld, D, dk + kv_off, ldk, !first, nullptr, kq);
         first = false;
       }
   }

@@ -13,7 +13,11 @@
 // The fast kernels are tiled over query and key blocks with an online softmax (no (T, T) buffer
 // exists), skip key tiles outside the causal/sliding window, use AVX-512 when compiled for it and
 // run in parallel with OpenMP (the current thread count, see set_num_threads in core/threads.h).
-// Scratch memory is thread-local and only grows (no allocation per call once warmed up).
+// The operands a tile product streams through (V in the forward; Q, dO and K in the backward)
+// are first copied head-major, (B, heads, T, D): in the (B, T, heads, D) layout a tile's rows lie
+// a power of two apart and share a few L1 cache sets. Scratch memory (tiles and these copies, at
+// most three arrays the size of q) is thread-local and only grows (no allocation per call once
+// warmed up).
 // Throughput is measured by bench/bench_attention (d4 and d6 training shapes).
 //
 // Window convention: window >= T (or window < 0) is plain causal attention; window w lets a query
