@@ -205,12 +205,18 @@ struct Scratch {
   float* lse2 = nullptr;   // (BQ) lse * log2(e) (+inf on padded lanes)
   float* delta = nullptr;  // (BQ) rowsum(dO * O)
 
-  AlignedBuffer row_buf;  // (n) scores of one query row (few-query path)
+  AlignedBuffer row_buf;   // (n) scores of one query row (few-query path)
+  AlignedBuffer head_buf;  // one task's head-major rows (fused backward)
 
   float* row(int64_t n) {
     const size_t bytes = size_t(n) * sizeof(float);
     if (row_buf.bytes() < bytes) row_buf = AlignedBuffer(bytes);
     return row_buf.f32();
+  }
+  float* heads(int64_t n) {
+    const size_t bytes = size_t(n) * sizeof(float);
+    if (head_buf.bytes() < bytes) head_buf = AlignedBuffer(bytes);
+    return head_buf.f32();
   }
 
   void ensure(int D) {
@@ -248,13 +254,15 @@ struct HeadRows {
 // backward). In X's own layout a tile's rows lie Hh * D floats apart, a power of two in every
 // nanochat model (2 KB at d8), which puts a column block's 64 rows on 2 of the L1 cache's 64 sets
 // and sends its loads to L2 (the AVX2 product ran 71-78 GFLOP/s on such a tile against 89 on rows
-// 528 floats apart). So when a query sees enough keys for the copy to pay, the rows are first
-// copied head-major, (B, Hh, n, D), into one of the calling thread's buffers (`slot`; a copy
-// lives until the next call that uses its slot). The copy pays when a row takes part in many
-// tile products, that is when queries see many keys on average: measured on both ISAs (d4, d6,
-// d8 at T 512 and d8 at T 2048, bench/README.md), it cost more than it saved at a mean of 256
-// keys per query or fewer (T 512: plain causal or a window of 128) and gained 8-16% at 448 or
-// more (T 2048: causal or a window of 512).
+// 528 floats apart). The paths with one task per (batch, kv head) copy their head's rows into
+// scratch and read them from cache right away (copy_head). The paths with one task per tile (few
+// such pairs per thread) use this whole-array copy, head-major (B, Hh, n, D), made before the
+// tiles into one of the calling thread's buffers (`slot`; a copy lives until the next call that
+// uses its slot). It goes out to memory and comes back, so it pays only when a row takes part in
+// many tile products: measured on both ISAs (d4, d6, d8 at T 512 and d8 at T 2048,
+// bench/README.md), it cost more than it saved at a mean of 256 keys per query or fewer (T 512:
+// plain causal or a window of 128) and gained 8-16% at 448 or more (T 2048: causal or a window
+// of 512).
 constexpr int64_t kHeadMajorKeys = 384;
 
 HeadRows head_rows(const float* X, int B, int64_t Tx, int Hh, int D, int64_t n, int64_t mean_keys, int slot) {
@@ -722,48 +730,76 @@ void forward_rows(const float* q, const float* k, const float* v, float* out, fl
   }
 }
 
+// Rows 0 .. n-1 of one head of X (row t at X + t * ld) copied to Y, D floats apart.
+void copy_head(const float* X, int64_t ld, int64_t n, int D, float* Y) {
+  for (int64_t t = 0; t < n; ++t) std::memcpy(Y + t * D, X + t * ld, size_t(D) * sizeof(float));
+}
+
+// One query tile of the forward: queries i0 .. i0 + nq - 1 of head h in batch b (absolute
+// positions pos0 + i0 ..) against the keys of kb (rows ldk apart) and the values of vb (rows ldv
+// apart), both starting at key 0 of the tile's kv head.
+void forward_query_tile(const float* q, const float* kb, int64_t ldk, const float* vb, int64_t ldv, float* out,
+                        float* lse, int b, int h, int i0, int Tq, int pos0, int H, int D, int window, float c) {
+  const int nq = std::min(BQ, Tq - i0), nv = (nq + 15) / 16;
+  const int64_t ldq = int64_t(H) * D;
+  const int64_t p0 = int64_t(pos0) + i0, p_last = p0 + nq - 1;
+  Scratch& s = scratch(D);
+  const float* qrow = q + ((int64_t(b) * Tq + i0) * H + h) * D;
+  float* orow = out + ((int64_t(b) * Tq + i0) * H + h) * D;
+  pack_transposed(qrow, ldq, nq, 16 * nv, D, c, s.qt);
+  for (int r = 0; r < BQ; ++r) s.m[r] = -kInf, s.l[r] = 0.f;
+  bool first = true;
+  for (int64_t j0 = first_key(p0, window); j0 <= p_last; j0 += BK) {
+    const int nk = int(std::min<int64_t>(BK, p_last + 1 - j0));
+    abt(kb + j0 * ldk, ldk, nk, s.qt, D, nv, s.st, band_keys_queries(j0, p0, window));
+    apply_mask(s.st, nk, j0, p0, 16 * nv, window);
+    online_softmax(s.st, nk, nv, s.m, s.l, s.alpha);
+    ab(s.st, 1, BQ, nq, nk, vb + j0 * ldv, ldv, D, orow, ldq, !first, s.alpha, band_queries_keys(p0, j0, window));
+    first = false;
+  }
+  for (int r = 0; r < nq; ++r) {
+    const float inv = 1.f / s.l[r];
+    float* o = orow + r * ldq;
+    for (int d = 0; d < D; ++d) o[d] *= inv;
+    if (lse) lse[(int64_t(b) * H + h) * Tq + i0 + r] = (s.m[r] + std::log2(s.l[r])) * kLn2;
+  }
+}
+
 // Forward over a key/value buffer with row stride Tk: queries t at absolute positions pos0 + t.
+// With at least two (batch, kv head) pairs per thread, one task per pair copies that head's V
+// rows head-major into its thread's scratch (read from cache right after) and runs all its query
+// tiles; otherwise one task per (batch, head, query tile), the V rows copied beforehand when
+// queries see enough keys for that to pay (head_rows).
 void forward_fast(const float* q, const float* k, const float* v, float* out, float* lse, int B, int Tq, int pos0,
                   int Tk, int H, int Hkv, int D, int window, float scale) {
   if (Tq <= kFewQueries) return forward_rows(q, k, v, out, lse, B, Tq, pos0, Tk, H, Hkv, D, window, scale);
   const int group = H / Hkv;
   const int nqt = (Tq + BQ - 1) / BQ;
-  const int64_t ldq = int64_t(H) * D, ldk = int64_t(Hkv) * D;
+  const int64_t ldk = int64_t(Hkv) * D;
   const float c = scale * kLog2e;
-  const int64_t n_tasks = int64_t(B) * H * nqt;
   const int64_t n_keys = int64_t(pos0) + Tq;  // keys any query sees
+  if (int64_t(B) * Hkv >= 2 * int64_t(omp_get_max_threads())) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t task = 0; task < int64_t(B) * Hkv; ++task) {
+      const int hk = int(task % Hkv), b = int(task / Hkv);
+      const int64_t kv_off = (int64_t(b) * Tk * Hkv + hk) * D;
+      float* vc = scratch(D).heads(n_keys * D);
+      copy_head(v + kv_off, ldk, n_keys, D, vc);
+      for (int h = hk * group; h < (hk + 1) * group; ++h)
+        for (int qt = nqt - 1; qt >= 0; --qt)
+          forward_query_tile(q, k + kv_off, ldk, vc, D, out, lse, b, h, qt * BQ, Tq, pos0, H, D, window, c);
+    }
+    return;
+  }
   const HeadRows vr = head_rows(v, B, Tk, Hkv, D, n_keys, mean_keys_per_query(pos0, Tq, window), 0);
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t task = 0; task < n_tasks; ++task) {
+  for (int64_t task = 0; task < int64_t(B) * H * nqt; ++task) {
     const int qt = nqt - 1 - int(task % nqt);  // longest (latest) query tiles first
     const int h = int((task / nqt) % H);
     const int b = int(task / (int64_t(nqt) * H));
     const int hk = h / group;
-    const int i0 = qt * BQ, nq = std::min(BQ, Tq - i0);
-    const int nv = (nq + 15) / 16;
-    const int64_t p0 = int64_t(pos0) + i0, p_last = p0 + nq - 1;
-    Scratch& s = scratch(D);
-    const float* qrow = q + ((int64_t(b) * Tq + i0) * H + h) * D;
-    float* orow = out + ((int64_t(b) * Tq + i0) * H + h) * D;
-    const float* kb = k + (int64_t(b) * Tk * Hkv + hk) * D;
-    const float* vb = vr.at(b, hk, 0);
-    pack_transposed(qrow, ldq, nq, 16 * nv, D, c, s.qt);
-    for (int r = 0; r < BQ; ++r) s.m[r] = -kInf, s.l[r] = 0.f;
-    bool first = true;
-    for (int64_t j0 = first_key(p0, window); j0 <= p_last; j0 += BK) {
-      const int nk = int(std::min<int64_t>(BK, p_last + 1 - j0));
-      abt(kb + j0 * ldk, ldk, nk, s.qt, D, nv, s.st, band_keys_queries(j0, p0, window));
-      apply_mask(s.st, nk, j0, p0, 16 * nv, window);
-      online_softmax(s.st, nk, nv, s.m, s.l, s.alpha);
-      ab(s.st, 1, BQ, nq, nk, vb + j0 * vr.ld, vr.ld, D, orow, ldq, !first, s.alpha, band_queries_keys(p0, j0, window));
-      first = false;
-    }
-    for (int r = 0; r < nq; ++r) {
-      const float inv = 1.f / s.l[r];
-      float* o = orow + r * ldq;
-      for (int d = 0; d < D; ++d) o[d] *= inv;
-      if (lse) lse[(int64_t(b) * H + h) * Tq + i0 + r] = (s.m[r] + std::log2(s.l[r])) * kLn2;
-    }
+    forward_query_tile(q, k + (int64_t(b) * Tk * Hkv + hk) * D, ldk, vr.at(b, hk, 0), vr.ld, out, lse, b, h, qt * BQ,
+                       Tq, pos0, H, D, window, c);
   }
 }
 
@@ -794,9 +830,12 @@ void row_stats(const float* out, const float* dout, const float* lse, int nq, in
 }
 
 // Fused backward: one task per (b, kv head) owns dk, dv of that head and dq of its group's query
-// heads, so all three accumulate without races. Query tiles are packed transposed (query lanes);
-// key tiles are aligned to multiples of BK so the first product into a dk/dv tile (query tile ==
-// key tile, first head of the group) can overwrite instead of accumulate (no zeroing pass).
+// heads, so all three accumulate without races. The task copies its kv head's K rows and each
+// query head's Q and dO rows head-major (see HeadRows: the products stream them) into its
+// thread's scratch, where they are read right away, from cache. Query tiles are packed
+// transposed (query lanes); key tiles are aligned to multiples of BK so the first product into a
+// dk/dv tile (query tile == key tile, first head of the group) can overwrite instead of
+// accumulate (no zeroing pass).
 void backward_fused(const float* q, const float* k, const float* v, const float* out, const float* lse,
                     const float* dout, float* dq, float* dk, float* dv, int B, int T, int H, int Hkv, int D, int window,
                     float scale) {
@@ -804,38 +843,45 @@ void backward_fused(const float* q, const float* k, const float* v, const float*
   const int group = H / Hkv;
   const int64_t ldq = int64_t(H) * D, ldk = int64_t(Hkv) * D;
   const float c = scale * kLog2e;
-  const int64_t kpq = mean_keys_per_query(0, T, window);
-  const HeadRows qr = head_rows(q, B, T, H, D, T, kpq, 0), dor = head_rows(dout, B, T, H, D, T, kpq, 1);
-  const HeadRows kr = head_rows(k, B, T, Hkv, D, T, kpq, 2);
+  const int64_t TD = int64_t(T) * D;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t task = 0; task < int64_t(B) * Hkv; ++task) {
     const int hk = int(task % Hkv), b = int(task / Hkv);
     Scratch& s = scratch(D);
+    float* const kc = s.heads(3 * TD);  // K of this kv head, then Q and dO of the current query head
+    float* const qc = kc + TD;
+    float* const dc = qc + TD;
     const int64_t kv_off = (int64_t(b) * T * Hkv + hk) * D;
-    for (int h = hk * group; h < (hk + 1) * group; ++h)
+    copy_head(k + kv_off, ldk, T, D, kc);
+    for (int h = hk * group; h < (hk + 1) * group; ++h) {
+      copy_head(q + (int64_t(b) * T * H + h) * D, ldq, T, D, qc);
+      copy_head(dout + (int64_t(b) * T * H + h) * D, ldq, T, D, dc);
       for (int i0 = 0; i0 < T; i0 += BQ) {
         const int nq = std::min(BQ, T - i0), nv = (nq + 15) / 16;
         const int64_t q_off = ((int64_t(b) * T + i0) * H + h) * D;
-        pack_transposed(q + q_off, ldq, nq, 16 * nv, D, c, s.qt);
-        pack_transposed(dout + q_off, ldq, nq, 16 * nv, D, 1.f, s.dot);
+        const float* const qi = qc + int64_t(i0) * D;
+        const float* const di = dc + int64_t(i0) * D;
+        pack_transposed(qi, D, nq, 16 * nv, D, c, s.qt);
+        pack_transposed(di, D, nq, 16 * nv, D, 1.f, s.dot);
         row_stats(out + q_off, dout + q_off, lse + (int64_t(b) * H + h) * T + i0, nq, ldq, D, s.lse2, s.delta);
         const int64_t i_last = i0 + nq - 1;
         for (int64_t j0 = first_key(i0, window) / BK * BK; j0 <= i_last; j0 += BK) {
           const int nk = int(std::min<int64_t>(BK, T - j0));
-          const float* kt = kr.at(b, hk, j0);
+          const float* kt = kc + j0 * D;
           const float* vt = v + kv_off + j0 * ldk;
           const Band kq = band_keys_queries(j0, i0, window);
-          abt(kt, kr.ld, nk, s.qt, D, nv, s.st, kq);  // S^T (keys x query lanes), log2 units
+          abt(kt, D, nk, s.qt, D, nv, s.st, kq);  // S^T (keys x query lanes), log2 units
           apply_mask(s.st, nk, j0, i0, 16 * nv, window);
           abt(vt, ldk, nk, s.dot, D, nv, s.dpt, kq);  // dP^T
           probs_and_dscores(s.st, s.dpt, nk, nv, s.lse2, s.delta, scale);
           const bool first_kv = h == hk * group && j0 == i0;
-          ab(s.st, BQ, 1, nk, nq, dor.at(b, h, i0), dor.ld, D, dv + kv_off + j0 * ldk, ldk, !first_kv, nullptr, kq);
-          ab(s.dpt, BQ, 1, nk, nq, qr.at(b, h, i0), qr.ld, D, dk + kv_off + j0 * ldk, ldk, !first_kv, nullptr, kq);
+          ab(s.st, BQ, 1, nk, nq, di, D, D, dv + kv_off + j0 * ldk, ldk, !first_kv, nullptr, kq);
+          ab(s.dpt, BQ, 1, nk, nq, qi, D, D, dk + kv_off + j0 * ldk, ldk, !first_kv, nullptr, kq);
           const bool first_q = j0 == first_key(i0, window) / BK * BK;
-          ab(s.dpt, 1, BQ, nq, nk, kt, kr.ld, D, dq + q_off, ldq, !first_q, nullptr, band_queries_keys(i0, j0, window));
+          ab(s.dpt, 1, BQ, nq, nk, kt, D, D, dq + q_off, ldq, !first_q, nullptr, band_queries_keys(i0, j0, window));
         }
       }
+    }
   }
 }
 

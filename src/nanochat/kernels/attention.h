@@ -14,11 +14,11 @@
 // exists), skip key tiles outside the causal/sliding window, use AVX-512 when compiled for it and
 // run in parallel with OpenMP (the current thread count, see set_num_threads in core/threads.h).
 // The operands a tile product streams through (V in the forward; Q, dO and K in the backward)
-// are first copied head-major, (B, heads, T, D): in the (B, T, heads, D) layout a tile's rows lie
-// a power of two apart and share a few L1 cache sets. Scratch memory (tiles and these copies, at
-// most three arrays the size of q) is thread-local and only grows (no allocation per call once
-// warmed up).
-// Throughput is measured by bench/bench_attention (d4 and d6 training shapes).
+// are read from head-major copies, (heads, T, D): in the (B, T, heads, D) layout a tile's rows lie
+// a power of two apart and share a few L1 cache sets. Scratch memory (tiles and these copies: per
+// thread up to three heads' rows, and on the one-task-per-tile paths up to three arrays the size
+// of q) is thread-local and only grows (no allocation per call once warmed up).
+// Throughput is measured by bench/bench_attention (d4, d6 and d8 at T 512, d8 at T 2048).
 //
 // Window convention: window >= T (or window < 0) is plain causal attention; window w lets a query
 // see w + 1 keys including itself (docs/nanochat.md 1.6).
