@@ -241,6 +241,11 @@ Scratch& scratch(int D) {
   return s;
 }
 
+// Rows 0 .. n-1 of one head of X (row t at X + t * ld) copied to Y, D floats apart.
+void copy_head(const float* X, int64_t ld, int64_t n, int D, float* Y) {
+  for (int64_t t = 0; t < n; ++t) std::memcpy(Y + t * D, X + t * ld, size_t(D) * sizeof(float));
+}
+
 // Rows of a (B, ., Hh, D) array addressed by (batch, head, position): either the array itself
 // (row t of a head Hh * D floats after row t - 1) or a head-major copy (D floats after).
 struct HeadRows {
@@ -273,11 +278,8 @@ HeadRows head_rows(const float* X, int B, int64_t Tx, int Hh, int D, int64_t n, 
   if (buf.bytes() < floats * sizeof(float)) buf = AlignedBuffer(floats * sizeof(float));
   float* Y = buf.f32();
 #pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < int64_t(B) * Hh; ++bh) {
-    const float* src = X + ((bh / Hh) * Tx * Hh + bh % Hh) * D;
-    float* dst = Y + bh * n * D;
-    for (int64_t t = 0; t < n; ++t) std::memcpy(dst + t * D, src + t * Hh * D, size_t(D) * sizeof(float));
-  }
+  for (int64_t bh = 0; bh < int64_t(B) * Hh; ++bh)
+    copy_head(X + ((bh / Hh) * Tx * Hh + bh % Hh) * D, int64_t(Hh) * D, n, D, Y + bh * n * D);
   return {Y, int64_t(Hh) * n * D, n * D, D};
 }
 
@@ -728,11 +730,6 @@ void forward_rows(const float* q, const float* k, const float* v, float* out, fl
     weighted_rows(sc, n, vb, ldk, D, 1.f / l, out + ((int64_t(b) * Tq + t) * H + h) * D);
     if (lse) lse[(int64_t(b) * H + h) * Tq + t] = (m + std::log2(l)) * kLn2;
   }
-}
-
-// Rows 0 .. n-1 of one head of X (row t at X + t * ld) copied to Y, D floats apart.
-void copy_head(const float* X, int64_t ld, int64_t n, int D, float* Y) {
-  for (int64_t t = 0; t < n; ++t) std::memcpy(Y + t * D, X + t * ld, size_t(D) * sizeof(float));
 }
 
 // One query tile of the forward: queries i0 .. i0 + nq - 1 of head h in batch b (absolute
